@@ -1,0 +1,115 @@
+"""Rendering records for people: the `harness runs` table (REQ-14).
+
+Invariants: the plain table fits 80 columns, cutting only the harness name, and
+visibly (with "…"), when it must; `--wide` never cuts or wraps a value; times are
+shown in local time as ``Jan _2 15:04``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ..config.durations import format_duration_ms
+from ..timefmt import parse_ns
+
+WIDTH = 80
+DASH = "—"
+
+
+def started(rec: dict[str, Any]) -> str:
+    s = rec.get("started_at")
+    if not isinstance(s, str):
+        return DASH
+    try:
+        dt = datetime.fromtimestamp(parse_ns(s) / 1e9).astimezone()
+    except (ValueError, OverflowError, OSError):
+        return DASH
+    return f"{dt:%b} {dt.day:>2} {dt:%H:%M}"
+
+
+def took(rec: dict[str, Any]) -> str:
+    outcome = rec.get("outcome")
+    if outcome in ("running", "running?"):
+        return str(outcome)
+    ms = rec.get("duration_ms")
+    if isinstance(ms, int) and ms > 0:
+        return format_duration_ms(ms)
+    if isinstance(rec.get("ended_at"), str) and isinstance(rec.get("started_at"), str):
+        try:
+            return format_duration_ms(max(0, (parse_ns(rec["ended_at"]) -
+                                              parse_ns(rec["started_at"])) // 1_000_000))
+        except ValueError:
+            return "unknown"
+    if outcome in ("skipped", "missed"):
+        return DASH  # no process ran
+    return "unknown"
+
+
+def outcome_cell(rec: dict[str, Any]) -> str:
+    out = str(rec.get("outcome") or DASH)
+    windows = rec.get("windows")
+    if out == "missed" and isinstance(windows, int) and windows > 1:
+        out = f"missed ×{windows}"
+    if rec.get("log_pruned"):
+        out += " (log pruned)"
+    return out
+
+
+def cost_cell(rec: dict[str, Any]) -> str:
+    src, cost = rec.get("cost_source"), rec.get("cost_usd")
+    if isinstance(cost, int | float):
+        return f"${cost:.2f}" + (" priced" if src == "priced" else "")
+    return "?" if src else DASH
+
+
+def tokens_cell(rec: dict[str, Any]) -> str:
+    t = rec.get("tokens")
+    if not isinstance(t, dict):
+        return DASH
+    total = int(t.get("input", 0) or 0) + int(t.get("output", 0) or 0)
+    return f"{total:,}"
+
+
+def _exit(rec: dict[str, Any]) -> str:
+    code = rec.get("exit_code")
+    return str(code) if isinstance(code, int) else DASH
+
+
+def rows(records: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list[str]]]:
+    head = ["HARNESS", "RUN", "STARTED", "TOOK", "TRIGGER", "OUTCOME", "EXIT"]
+    if wide:
+        head += ["MODEL", "TOKENS", "COST", "TODO"]
+    out = []
+    for r in records:
+        row = [str(r.get("harness", "")), str(r.get("run_id", "")), started(r), took(r),
+               str(r.get("trigger") or DASH), outcome_cell(r), _exit(r)]
+        if wide:
+            row += [str(r.get("model") or DASH), tokens_cell(r), cost_cell(r),
+                    str(r.get("todo_id") or DASH)]
+        out.append(row)
+    return head, out
+
+
+def cut(s: str, width: int) -> str:
+    return s if len(s) <= width else s[: max(0, width - 1)] + "…"
+
+
+def table(records: list[dict[str, Any]], *, wide: bool = False) -> str:
+    head, body = rows(records, wide)
+    widths = [max(len(c) for c in col) for col in zip(head, *body, strict=True)]
+    gap = 2
+    if not wide:
+        total = sum(widths) + gap * (len(widths) - 1)
+        if total > WIDTH:
+            gap = 1
+            total = sum(widths) + gap * (len(widths) - 1)
+        if total > WIDTH:
+            widths[0] = max(len("HARNESS"), widths[0] - (total - WIDTH))
+    lines = []
+    for row in [head, *body]:
+        cells = [cut(row[0], widths[0]).ljust(widths[0])]
+        for i, c in enumerate(row[1:], start=1):
+            cells.append(c.rjust(widths[i]) if i == 1 else c.ljust(widths[i]))
+        lines.append((" " * gap).join(cells).rstrip())
+    return "\n".join(lines)

@@ -1,0 +1,151 @@
+"""`harness runs` (SPEC-0022 REQ-14, REQ-16): query the run ledger.
+
+Asks the daemon when it is up; otherwise reads the day files directly, read-only,
+marks open records ``running?`` and says on stderr that it read the ledger from
+disk. Exit 0 whenever the query ran (also with no records); 1 when the ledger
+could not be read; 2 for a bad flag value (listing what is valid).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from .. import paths
+from ..config.durations import parse_duration_ns
+from ..control.client import Client, DaemonError, DaemonUnreachable
+from ..ledger.dayfiles import LedgerDirError
+from ..ledger.query import MAX_LIMIT, Query, QueryError
+from ..ledger.reader import scan
+from ..ledger.schema import OUTCOMES, TRIGGERS
+from ..timefmt import format_ns, now_ns, parse_ns
+from . import render
+
+
+def _split(values: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(v.strip() for raw in values for v in raw.split(",") if v.strip())
+
+
+def parse_since(value: str, now: int) -> int:
+    """--since: a duration back from now (7d, 36h) or an RFC 3339 instant."""
+    try:
+        return parse_ns(value)
+    except ValueError:
+        pass
+    try:
+        return now - parse_duration_ns(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is neither a duration (e.g. 24h, 7d) nor an RFC 3339 time",
+            param_hint="--since") from None
+
+
+def build_query(names: tuple[str, ...], harness: tuple[str, ...], since: str | None,
+                until: str | None, outcome: tuple[str, ...], trigger: tuple[str, ...],
+                limit: int | None, now: int) -> tuple[Query, bool]:
+    """The query the flags ask for, and whether it is SPEC-0008's single-NAME form."""
+    outcomes, triggers = _split(outcome), _split(trigger)
+    for o in outcomes:
+        if o not in OUTCOMES:
+            raise click.BadParameter(f"unknown outcome {o!r} (valid: {', '.join(OUTCOMES)})",
+                                     param_hint="--outcome")
+    for t in triggers:
+        if t not in TRIGGERS:
+            raise click.BadParameter(f"unknown trigger {t!r} (valid: {', '.join(TRIGGERS)})",
+                                     param_hint="--trigger")
+    if limit is not None and not 1 <= limit <= MAX_LIMIT:
+        raise click.BadParameter(f"must be between 1 and {MAX_LIMIT}, got {limit}",
+                                 param_hint="--limit")
+    legacy = len(names) == 1 and not harness and not (since or until or outcomes or triggers)
+    since_ns = parse_since(since, now) if since else None
+    until_ns = None
+    if until:
+        try:
+            until_ns = parse_ns(until)
+        except ValueError:
+            raise click.BadParameter(f"{until!r} is not an RFC 3339 time",
+                                     param_hint="--until") from None
+    if legacy:
+        return Query(names=tuple(names), limit=limit or 20), True
+    if since_ns is None:
+        since_ns = now - 24 * 3_600_000_000_000
+    try:
+        q = Query(names=tuple(dict.fromkeys(names + harness)), since_ns=since_ns,
+                  until_ns=until_ns, outcomes=outcomes, triggers=triggers, limit=limit or 50)
+    except QueryError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return q, False
+
+
+def _ask_daemon(socket_path: str, q: Query, legacy: bool) -> list[dict[str, Any]]:
+    client = Client(socket_path)
+    try:
+        if legacy:
+            data = client.request("runs", name=q.names[0], limit=q.limit)
+        else:
+            args: dict[str, Any] = {"limit": q.limit}
+            if q.names:
+                args["names"] = list(q.names)
+            if q.since_ns is not None:
+                args["since"] = format_ns(q.since_ns)
+            if q.until_ns is not None:
+                args["until"] = format_ns(q.until_ns)
+            if q.outcomes:
+                args["outcomes"] = sorted(q.outcomes)
+            if q.triggers:
+                args["triggers"] = sorted(q.triggers)
+            data = client.request("runs", **args)
+    finally:
+        client.close()
+    runs = data.get("runs") if isinstance(data, dict) else data
+    return list(runs or [])
+
+
+@click.command("runs")
+@click.argument("names", nargs=-1)
+@click.option("--harness", "harness", multiple=True, metavar="NAME",
+              help="Only this harness (repeatable).")
+@click.option("--since", metavar="DUR|TIME", help="Started at or after (7d, 36h, RFC 3339).")
+@click.option("--until", metavar="TIME", help="Started at or before (RFC 3339).")
+@click.option("--outcome", multiple=True, metavar="O[,O...]", help="Only these outcomes.")
+@click.option("--trigger", multiple=True, metavar="T[,T...]", help="Only these triggers.")
+@click.option("--limit", type=int, default=None, help="At most N records (1-1000).")
+@click.option("--wide", is_flag=True, help="Add MODEL, TOKENS, COST and TODO.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, newest first.")
+@click.pass_context
+def runs_command(ctx: click.Context, names: tuple[str, ...], harness: tuple[str, ...],
+                 since: str | None, until: str | None, outcome: tuple[str, ...],
+                 trigger: tuple[str, ...], limit: int | None, wide: bool,
+                 as_json: bool) -> None:
+    """List run records, newest first (every harness, last 24h, by default)."""
+    q, legacy = build_query(names, harness, since, until, outcome, trigger, limit, now_ns())
+    sock = paths.socket_path((ctx.obj or {}).get("socket"))
+    try:
+        records = _ask_daemon(sock, q, legacy)
+    except (DaemonUnreachable, DaemonError, OSError, ValueError) as exc:
+        why = exc.why if isinstance(exc, DaemonUnreachable) else f"failed ({exc})"
+        directory = paths.ledger_dir()
+        try:
+            recs, _oldest, stats = scan(directory, q, offline=True)
+        except (LedgerDirError, OSError) as err:
+            click.echo(f"harness: daemon {why}, and the run ledger could not be read: {err}",
+                       err=True)
+            sys.exit(1)
+        click.echo(f"harness: daemon {why}; read the ledger from disk ({directory})", err=True)
+        if stats.skipped or stats.torn:
+            click.echo(f"harness: skipped {stats.skipped} unparseable line(s) and "
+                       f"{stats.torn} torn fragment(s)", err=True)
+        if stats.strays:
+            click.echo(f"harness: ignored file(s) that are not day files: "
+                       f"{', '.join(stats.strays)}", err=True)
+        records = [r.to_json(offline=True) for r in recs]
+    if as_json:
+        click.echo(json.dumps(records, indent=2, ensure_ascii=False))
+        return
+    if not records:
+        click.echo(f"{q.names[0]} has no runs yet" if legacy else "no runs match")
+        return
+    click.echo(render.table(records, wide=wide))

@@ -1,0 +1,72 @@
+"""Canonical JSON, the byte form both chains hash (DESIGN.md §2).
+
+Invariant: `canonical(obj)` is byte-for-byte
+``json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+allow_nan=False).encode("utf-8")``. msgspec produces those bytes for everything but
+floats, whose shortest form it spells differently (``0.00001`` for ``1e-05``), so
+floats are handed to it pre-rendered with ``float.__repr__`` — the function the
+standard library uses — as raw JSON. Values the standard form cannot carry
+(NaN, ±Infinity, lone surrogates, non-string keys) are refused with `ValueError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import msgspec
+
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def _stdlib(obj: Any) -> bytes:
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def _prepare(obj: Any) -> Any:
+    """Return obj with every float replaced by its stdlib spelling; check keys and floats."""
+    t = type(obj)
+    if t is str or t is int or t is bool or obj is None:
+        return obj
+    if t is float:
+        if math.isnan(obj) or math.isinf(obj):
+            raise ValueError(f"canonical JSON refuses the non-finite number {obj!r}")
+        return msgspec.Raw(float.__repr__(obj).encode("ascii"))
+    if t is dict:
+        out = {}
+        for k, v in obj.items():
+            if type(k) is not str:
+                raise ValueError(f"canonical JSON needs string keys, got {k!r}")
+            out[k] = _prepare(v)
+        return out
+    if t is list or t is tuple:
+        return [_prepare(v) for v in obj]
+    raise ValueError(f"canonical JSON cannot encode a {t.__name__}")
+
+
+def canonical(obj: Any) -> bytes:
+    """The canonical bytes of a JSON-compatible value (no trailing newline)."""
+    try:
+        return _encoder.encode(_prepare(obj))
+    except OverflowError:
+        # An integer wider than 64 bits: the stdlib spells any integer exactly.
+        return _stdlib(obj)
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"canonical JSON refuses a string that is not valid UTF-8: {exc}") from exc
+    except msgspec.EncodeError as exc:
+        raise ValueError(f"canonical JSON cannot encode this value: {exc}") from exc
+
+
+def cap_utf8(s: str, limit: int) -> tuple[str, bool]:
+    """Cut `s` to at most `limit` UTF-8 bytes on a character boundary; say whether it was cut."""
+    if len(s) * 4 <= limit:
+        return s, False
+    b = s.encode("utf-8", "surrogatepass")
+    if len(b) <= limit:
+        return s, False
+    # The source was a valid string, so only the cut tail can be an incomplete character;
+    # "ignore" drops exactly that.
+    return b[:limit].decode("utf-8", "ignore"), True

@@ -1,0 +1,62 @@
+"""The run ledger's hash chain (DESIGN.md §4).
+
+``hash`` = sha256 of the canonical JSON of the line without ``hash``; ``prev`` = the
+previous line's ``hash``, 64 zeros before the first line ever. Invariant: a line's
+canonical bytes with its ``"hash":"…"`` member removed are exactly the bytes that
+were hashed, because canonical JSON is a sorted concatenation of members — so a
+verifier can hash the line as it lies on disk and re-encode only when that fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from .canonical import canonical
+
+ZERO_HASH = "0" * 64
+
+
+def seal_line(obj: dict[str, Any], seq: int, prev: str) -> tuple[bytes, str]:
+    """Stamp seq and prev into `obj`, compute its hash; return (canonical line, hash)."""
+    obj.pop("hash", None)
+    obj["seq"] = seq
+    obj["prev"] = prev
+    digest = hashlib.sha256(canonical(obj)).hexdigest()
+    obj["hash"] = digest
+    return canonical(obj), digest
+
+
+def hash_of_line_bytes(line: bytes, digest: str) -> bool:
+    """Whether `line` (canonical bytes, no newline) hashes to `digest` as it lies."""
+    member = b'"hash":"' + digest.encode("ascii") + b'"'
+    i = line.find(member)
+    if i < 0:
+        return False
+    end = i + len(member)
+    if line[end : end + 1] == b",":
+        body = line[:i] + line[end + 1 :]
+    elif line[i - 1 : i] == b",":
+        body = line[: i - 1] + line[end:]
+    else:
+        body = line[:i] + line[end:]
+    return hashlib.sha256(body).hexdigest() == digest
+
+
+def hash_of_object(obj: dict[str, Any]) -> str:
+    """The chain hash of a parsed line, re-encoded canonically (the slow path)."""
+    body = {k: v for k, v in obj.items() if k != "hash"}
+    return hashlib.sha256(canonical(body)).hexdigest()
+
+
+def line_verifies(line: bytes, obj: dict[str, Any]) -> bool:
+    """Whether a parsed line's ``hash`` is right, hashing its bytes directly when canonical."""
+    digest = obj.get("hash")
+    if not isinstance(digest, str) or len(digest) != 64:
+        return False
+    if hash_of_line_bytes(line, digest):
+        return True
+    try:
+        return hash_of_object(obj) == digest
+    except ValueError:
+        return False

@@ -1,0 +1,160 @@
+"""The run ledger's day files on disk: names, listing, and streaming their lines.
+
+One file per UTC day, ``YYYY-MM-DD.jsonl``. Invariants: readers never write; a
+line is complete only when it ends in ``\\n`` (an unterminated tail is a torn
+fragment, reported, never parsed as data); files are read in bounded chunks so a
+reader's memory does not grow with the ledger; lines within one file are in seq
+order because the single writer appends them in that order.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import msgspec
+
+DAY_FILE = re.compile(r"(\d{4}-\d{2}-\d{2})\.jsonl\Z")
+CHAIN_FILE = "CHAIN"
+CHUNK = 1 << 22  # 4 MiB: big enough to amortise syscalls, small enough to keep RSS flat
+# Files the ledger itself keeps beside the day files: not strays.
+KNOWN_FILES = frozenset({CHAIN_FILE, ".imported", "CHAIN.tmp"})
+
+
+class LedgerDirError(OSError):
+    """The ledger path exists but cannot be read as a ledger (a file, no permission)."""
+
+
+@dataclass
+class Listing:
+    """The day files of a ledger directory, oldest first, and names that are not ours."""
+
+    days: list[tuple[str, str]] = field(default_factory=list)  # (YYYY-MM-DD, path)
+    strays: list[str] = field(default_factory=list)
+
+
+def list_day_files(directory: str) -> Listing:
+    """List the ledger's day files; a missing directory is an empty ledger."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return Listing()
+    except NotADirectoryError:
+        raise LedgerDirError(f"ledger path {directory} is not a directory") from None
+    except PermissionError:
+        raise LedgerDirError(
+            f"ledger directory {directory} cannot be read: permission denied"
+        ) from None
+    out = Listing()
+    for name in sorted(names):
+        m = DAY_FILE.match(name)
+        if m:
+            out.days.append((m.group(1), os.path.join(directory, name)))
+        elif name not in KNOWN_FILES and not name.endswith(".tmp"):
+            out.strays.append(name)
+    return out
+
+
+def day_path(directory: str, day: str) -> str:
+    return os.path.join(directory, f"{day}.jsonl")
+
+
+def iter_lines(path: str, start: int = 0) -> Iterator[tuple[int, bytes | None]]:
+    """Yield (line number, bytes without "\\n") for each complete line of `path`.
+
+    A final unterminated fragment is yielded once as (line number, None): torn.
+    """
+    lineno = 0
+    with open(path, "rb", buffering=0) as f:
+        if start:
+            f.seek(start)
+        rest = b""
+        while True:
+            chunk = f.read(CHUNK)
+            if not chunk:
+                break
+            buf = rest + chunk if rest else chunk
+            parts = buf.split(b"\n")
+            rest = parts.pop()
+            for p in parts:
+                lineno += 1
+                yield lineno, p
+        if rest:
+            yield lineno + 1, None
+
+
+def iter_chunks(path: str) -> Iterator[tuple[int, list[bytes], bool]]:
+    """Yield (number of the first line, complete lines, ends_torn) per chunk of `path`.
+
+    The batch form of `iter_lines`, for readers that decode many lines per call.
+    """
+    lineno = 0
+    with open(path, "rb", buffering=0) as f:
+        rest = b""
+        while True:
+            chunk = f.read(CHUNK)
+            if not chunk:
+                break
+            buf = rest + chunk if rest else chunk
+            parts = buf.split(b"\n")
+            rest = parts.pop()
+            yield lineno + 1, parts, False
+            lineno += len(parts)
+        if rest:
+            yield lineno + 1, [], True
+
+
+class _Tail(msgspec.Struct):
+    seq: int
+    hash: str | None = None
+
+
+_tail_decoder = msgspec.json.Decoder(_Tail)
+
+
+@dataclass
+class FileTail:
+    """What the end of a day file says: its last complete line and any torn fragment."""
+
+    last_seq: int | None
+    last_hash: str | None
+    torn: bytes | None  # the unterminated fragment at the end, if any
+    size: int
+
+
+def read_tail(path: str, block: int = 1 << 16) -> FileTail:
+    """Find the last parseable complete line of `path`, reading backwards in blocks."""
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        pos, data = size, b""
+        while pos > 0:  # find the last newline: what follows it is a torn fragment
+            step = min(block, pos)
+            pos -= step
+            f.seek(pos)
+            data = f.read(step) + data
+            if b"\n" in data:
+                break
+        nl = data.rfind(b"\n")
+        if nl < 0:
+            return FileTail(None, None, data or None, size)
+        torn = data[nl + 1 :] or None
+        body = data[:nl]
+        while True:
+            lines = body.split(b"\n")
+            # Unless we reached the start, lines[0] may begin mid-line: keep it for later.
+            for raw in reversed(lines if pos == 0 else lines[1:]):
+                if not raw:
+                    continue
+                try:
+                    t = _tail_decoder.decode(raw)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    continue
+                return FileTail(t.seq, t.hash, torn, size)
+            if pos == 0:
+                return FileTail(None, None, torn, size)
+            step = min(block, pos)
+            pos -= step
+            f.seek(pos)
+            body = f.read(step) + lines[0]

@@ -1,0 +1,55 @@
+"""The ledger's error types: the sentinels of SPEC-0022 REQ-20 and their context.
+
+Every error raised across the ledger boundary is a `LedgerError`, carries the
+harness, run_id and seq it concerns when they are known, and renders them in its
+message, so a log line or a CLI error names the record without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class LedgerError(Exception):
+    """Base of every ledger failure; `str()` names the record it concerns."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        harness: str | None = None,
+        run_id: int | None = None,
+        seq: int | None = None,
+    ) -> None:
+        self.message = message
+        self.harness = harness
+        self.run_id = run_id
+        self.seq = seq
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        ctx = []
+        if self.harness is not None:
+            ctx.append(f"harness={self.harness}")
+        if self.run_id is not None:
+            ctx.append(f"run_id={self.run_id}")
+        if self.seq is not None:
+            ctx.append(f"seq={self.seq}")
+        return f"{self.message} ({' '.join(ctx)})" if ctx else self.message
+
+
+class LedgerUnavailable(LedgerError):
+    """The line could not be made durable in time; it stays queued and is retried in order."""
+
+
+class LedgerCorrupt(LedgerError):
+    """Data that breaks the ledger's format or chain, on disk or offered for append."""
+
+
+class LineRejected(LedgerCorrupt, ValueError):
+    """A line refused at append (unknown field, bad type, over 16 KiB): a caller's bug.
+
+    Nothing of it was queued or written.
+    """
+
+
+class LedgerClosed(LedgerError):
+    """The ledger was closed; no more appends are accepted."""

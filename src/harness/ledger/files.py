@@ -1,0 +1,170 @@
+"""The file layer: every system call the ledger writer makes, behind one seam.
+
+`FileLayer` is the real thing (O_APPEND, fdatasync, directory fsync). Tests and
+benchmarks substitute `FaultyFiles`, which can make `open`, `write` or `sync` fail
+with a chosen errno, run slow, hang until released, or write only part of the
+bytes — the disks (read-only, full, stalled) a supervisor must survive. Nothing
+else in the ledger touches file descriptors for writing.
+
+Invariant: files are created 0600 and directories 0700 at creation (the mode is
+passed to open/mkdir; nothing is chmod'ed afterwards).
+"""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+_SYNC = getattr(os, "fdatasync", os.fsync)
+
+
+def make_private_dir(path: str) -> bool:
+    """Create `path` (and missing parents) with mode 0700; return whether `path` was created."""
+    if os.path.isdir(path):
+        return False
+    parent = os.path.dirname(path.rstrip("/"))
+    if parent and not os.path.exists(parent):
+        make_private_dir(parent)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise NotADirectoryError(errno_mod.ENOTDIR, "not a directory", path) from None
+        return False
+    return True
+
+
+class FileLayer:
+    """Real file operations used by the writer."""
+
+    def open_append(self, path: str) -> tuple[int, bool]:
+        """Open `path` for appending, creating it 0600; return (fd, created)."""
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        try:
+            return os.open(path, flags | os.O_EXCL, 0o600), True
+        except FileExistsError:
+            return os.open(path, flags, 0o600), False
+
+    def write(self, fd: int, data: bytes) -> int:
+        return os.write(fd, data)
+
+    def sync(self, fd: int) -> None:
+        _SYNC(fd)
+
+    def sync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def size(self, fd: int) -> int:
+        return os.fstat(fd).st_size
+
+    def last_byte(self, fd: int, size: int) -> bytes:
+        return os.pread(fd, 1, size - 1) if size > 0 else b""
+
+    def truncate(self, fd: int, size: int) -> None:
+        os.ftruncate(fd, size)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+
+@dataclass
+class _Fault:
+    errno: int | None = None  # fail with this errno
+    delay: float = 0.0  # sleep this long first
+    hang: threading.Event | None = None  # block until set
+    partial: bool = False  # write: put half the bytes down, then fail
+    times: int | None = None  # apply this many times, then clear itself
+
+
+class FaultyFiles(FileLayer):
+    """A `FileLayer` whose operations can be made to fail, run slow or hang.
+
+    Operations are named "open", "write", "sync" and "truncate". `calls` counts
+    every attempt per operation, so tests can see retries and shared syncs.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._faults: dict[str, _Fault] = {}
+        self.calls: dict[str, int] = {"open": 0, "write": 0, "sync": 0, "truncate": 0}
+
+    def inject(
+        self,
+        op: str,
+        *,
+        errno: int | None = None,
+        delay: float = 0.0,
+        hang: bool = False,
+        partial: bool = False,
+        times: int | None = None,
+    ) -> threading.Event | None:
+        """Arm a fault on `op`; with hang=True return the event that releases it."""
+        if op not in self.calls:
+            raise ValueError(f"unknown file operation {op!r}")
+        ev = threading.Event() if hang else None
+        with self._lock:
+            self._faults[op] = _Fault(errno, delay, ev, partial, times)
+        return ev
+
+    def clear(self, op: str | None = None) -> None:
+        """Disarm one operation's fault (or all), releasing anything hung on it."""
+        with self._lock:
+            ops = [op] if op else list(self._faults)
+            for o in ops:
+                f = self._faults.pop(o, None)
+                if f and f.hang:
+                    f.hang.set()
+
+    def _apply(self, op: str) -> _Fault | None:
+        with self._lock:
+            self.calls[op] += 1
+            f = self._faults.get(op)
+            if f is None:
+                return None
+            if f.times is not None:
+                f.times -= 1
+                if f.times <= 0:
+                    del self._faults[op]
+        if f.hang is not None:
+            f.hang.wait()
+        if f.delay:
+            time.sleep(f.delay)
+        return f
+
+    @staticmethod
+    def _raise(f: _Fault | None, what: str) -> None:
+        if f is not None and f.errno is not None:
+            raise OSError(f.errno, f"{os.strerror(f.errno)} (injected on {what})")
+
+    def open_append(self, path: str) -> tuple[int, bool]:
+        self._raise(self._apply("open"), "open")
+        return super().open_append(path)
+
+    def write(self, fd: int, data: bytes) -> int:
+        f = self._apply("write")
+        if f is not None and f.partial and f.errno is not None and len(data) > 1:
+            super().write(fd, data[: len(data) // 2])
+        self._raise(f, "write")
+        return super().write(fd, data)
+
+    def sync(self, fd: int) -> None:
+        self._raise(self._apply("sync"), "sync")
+        super().sync(fd)
+
+    def truncate(self, fd: int, size: int) -> None:
+        self._raise(self._apply("truncate"), "truncate")
+        super().truncate(fd, size)
+
+
+def read_range(path: str, offset: int) -> bytes:
+    """The bytes of `path` from `offset` to its end (used to learn what a failed write left)."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read()

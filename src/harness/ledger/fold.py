@@ -1,0 +1,116 @@
+"""Folding lines into records (SPEC-0022 REQ-2).
+
+A record is the fold, in seq order, of every line with its (harness, run_id): a
+later line's value replaces an earlier one field by field; a field a line does not
+carry (absent or null) changes nothing. Invariants: the record's ``seq`` is the seq
+of its first line; fields a reader does not know are dropped, never errors; an
+``opened`` line makes the record started, ``closed``/``decided`` make it closed; a
+record with lines but no ``opened``/``decided`` (its start was pruned) is partial.
+Lines applied out of seq order (a backfill, a clock jump across files) still fold
+as if in order: an older line only fills fields no newer line has set.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..timefmt import canon
+from .schema import RECORD_FIELDS
+
+
+class Record:
+    """The folded state of one run."""
+
+    __slots__ = (
+        "_field_seq",
+        "closed",
+        "fields",
+        "first_at",
+        "harness",
+        "last_seq",
+        "opened",
+        "opened_at",
+        "run_id",
+        "seq",
+    )
+
+    def __init__(self, harness: str, run_id: int) -> None:
+        self.harness = harness
+        self.run_id = run_id
+        self.seq = 0  # the first line's seq
+        self.last_seq = 0
+        self.first_at = ""  # `at` of the first line
+        self.opened_at = ""  # `at` of the newest opened line (its day file holds it)
+        self.opened = False
+        self.closed = False
+        self.fields: dict[str, Any] = {}
+        self._field_seq: dict[str, int] | None = None  # only after an out-of-order line
+
+    @property
+    def is_open(self) -> bool:
+        return self.opened and not self.closed
+
+    def apply(self, line: dict[str, Any]) -> None:
+        """Fold one parsed line (already known to belong to this record) into it."""
+        seq = line["seq"]
+        typ = line.get("type")
+        if self.seq == 0 or seq < self.seq:
+            self.seq = seq
+            self.first_at = line.get("at", "")
+        if typ == "opened":
+            self.opened = True
+            if line.get("at", "") >= self.opened_at:
+                self.opened_at = line.get("at", "")
+        elif typ in ("closed", "decided"):
+            self.closed = True
+            if typ == "decided":
+                self.opened = True  # a decided record is whole: not partial
+        fields = self.fields
+        if seq >= self.last_seq:
+            if self._field_seq is not None:
+                fs = self._field_seq
+                for k, v in line.items():
+                    if v is not None and k in RECORD_FIELDS:
+                        fields[k] = v
+                        fs[k] = seq
+            else:
+                for k, v in line.items():
+                    if v is not None and k in RECORD_FIELDS:
+                        fields[k] = v
+            self.last_seq = seq
+            return
+        # An older line arriving late: keep every value a newer line set.
+        if self._field_seq is None:
+            self._field_seq = dict.fromkeys(fields, self.last_seq)
+        fs = self._field_seq
+        for k, v in line.items():
+            if v is not None and k in RECORD_FIELDS and fs.get(k, 0) < seq:
+                fields[k] = v
+                fs[k] = seq
+
+    @property
+    def started_key(self) -> str:
+        """The instant --since/--until filter on (canonical): started_at, else the first at."""
+        return canon(self.fields.get("started_at")) or canon(self.first_at) or ""
+
+    @property
+    def outcome(self) -> str | None:
+        if not self.closed:
+            return "running"
+        return self.fields.get("outcome")
+
+    def to_json(self, *, offline: bool = False, check_log: bool = True) -> dict[str, Any]:
+        """The record as `harness runs --json` and the runs op print it."""
+        out: dict[str, Any] = {"harness": self.harness, "run_id": self.run_id, "seq": self.seq}
+        out.update(self.fields)
+        out.pop("log_pruned", None)
+        if not self.closed:
+            out["outcome"] = "running?" if offline else "running"
+        log = out.get("log")
+        # keep_runs deletes per-run logs; a compressed log (<log>.zst) is not pruned.
+        if (check_log and self.closed and isinstance(log, str) and log
+                and not os.path.exists(log) and not os.path.exists(log + ".zst")):
+            out["log_pruned"] = True
+        return out
+

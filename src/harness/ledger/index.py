@@ -1,0 +1,106 @@
+"""The in-memory index of recent records (SPEC-0022 REQ-15): what the daemon answers from.
+
+It holds every record whose first line falls in the last `window` (7 days), at
+least the newest `tail` (20) records of each harness it has seen, and every open
+record whatever its age. Invariant (the floors): every record with seq ≥
+``floor`` is present and fully folded, and for a harness h every record of h with
+seq ≥ ``harness_floor[h]`` is; `query` answers only when those floors prove the
+answer complete and otherwise says so, so the caller reads the files instead.
+Not thread-safe by itself: the ledger serialises access with its lock.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ..timefmt import format_ns
+from .fold import Record
+from .query import Query, select
+
+_INTERNED = ("kind", "trigger", "outcome", "reason", "cost_source", "model", "source")
+
+
+class Index:
+    def __init__(self, *, window_ns: int, tail: int = 20) -> None:
+        self.window_ns = window_ns
+        self.tail = tail
+        self.records: dict[tuple[str, int], Record] = {}
+        self.floor = 1  # every record with seq >= floor is here
+        self.floor_at = ""  # records started at/after this instant have seq >= floor
+        self.harness_floor: dict[str, int] = {}
+        self.max_ids: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def apply(self, line: dict[str, Any]) -> Record:
+        """Fold a committed (or loaded) line into its record."""
+        h, rid = line["harness"], line["run_id"]
+        key = (h, rid)
+        r = self.records.get(key)
+        if r is None:
+            h = sys.intern(h)
+            r = self.records[key] = Record(h, rid)
+            if rid > self.max_ids.get(h, 0):
+                self.max_ids[h] = rid
+        for k in _INTERNED:  # the same few words on every record: share them
+            v = line.get(k)
+            if type(v) is str:
+                line[k] = sys.intern(v)
+        r.apply(line)
+        return r
+
+    def get(self, harness: str, run_id: int) -> Record | None:
+        return self.records.get((harness, run_id))
+
+    def open_records(self) -> list[Record]:
+        return sorted((r for r in self.records.values() if r.is_open), key=lambda r: r.seq)
+
+    def query(self, q: Query) -> tuple[list[Record], int | None, bool]:
+        """Answer from memory: (records, oldest seq, complete). Incomplete: read the files."""
+        hits, _ = select(Query(q.names, q.since_ns, q.until_ns, q.outcomes, q.triggers, None,
+                               q.before_seq), self.records.values())
+        fl = self.floor
+        if q.names:
+            fl = max(min(self.harness_floor.get(n, self.floor), self.floor) for n in q.names)
+        if fl > 1:
+            above = [r for r in hits if r.seq >= fl]
+            if q.limit is not None and len(above) >= q.limit:
+                hits = above
+            elif not (q.since is not None and self.floor_at and q.since >= self.floor_at):
+                return [], None, False
+        if q.limit is not None:
+            hits = hits[: q.limit]
+        return hits, (hits[-1].seq if hits else None), True
+
+    def trim(self, now_ns: int) -> int:
+        """Drop closed records older than the window beyond each harness's tail; raise floors."""
+        start = format_ns(now_ns - self.window_ns)
+        per: dict[str, list[Record]] = {}
+        for r in self.records.values():
+            per.setdefault(r.harness, []).append(r)
+        dropped = 0
+        for h, recs in per.items():
+            recs.sort(key=lambda r: r.seq, reverse=True)
+            before = min(self.harness_floor.get(h, self.floor), self.floor)
+            gone = 0
+            for r in recs[self.tail :]:
+                if r.closed and r.first_at < start:
+                    del self.records[(h, r.run_id)]
+                    gone += 1
+            if gone:
+                # The newest records of h down to the oldest one kept without a gap.
+                block = recs[0].seq
+                for r in recs:
+                    if (h, r.run_id) not in self.records:
+                        break
+                    block = r.seq
+                self.harness_floor[h] = max(before, block)
+                dropped += gone
+        if dropped:
+            in_window = [r.seq for r in self.records.values() if r.first_at >= start]
+            if in_window:
+                self.floor = max(self.floor, min(in_window))
+                self.floor_at = max(self.floor_at, start)
+        return dropped

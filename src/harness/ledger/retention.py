@@ -1,0 +1,112 @@
+"""Retention (SPEC-0022 REQ-12): which day files go, and the order that keeps every record.
+
+Invariants: today's file is never deleted; a file is deleted only after every
+run still open whose opened line it holds has a fresh opened line, synced, in
+today's file (`carry_forward`), and after ``CHAIN`` records the last (seq, hash)
+it held, so the chain's new start is checkable; CHAIN is replaced atomically
+(tmp, fsync, rename) and created 0600. A failure stops the prune and keeps every
+file not yet deleted; the next prune tries again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..timefmt import day_start_ns, utc_day
+from .dayfiles import CHAIN_FILE, list_day_files, read_tail
+from .verify import read_chain_file
+
+log = logging.getLogger("harness.ledger")
+DAY_NS = 86_400 * 1_000_000_000
+
+
+@dataclass
+class PruneResult:
+    deleted: list[str] = field(default_factory=list)
+    carried_forward: int = 0
+    error: str | None = None
+
+
+def plan(days: list[tuple[str, str, int]], now_ns: int, retention_ns: int,
+         max_bytes: int) -> list[str]:
+    """The days to delete, oldest first, from (day, path, size) sorted by day."""
+    today = utc_day(now_ns)
+    doomed: list[str] = []
+    total = sum(size for _, _, size in days)
+    for day, _path, size in days:
+        if day >= today:
+            break
+        if day_start_ns(day) + DAY_NS + retention_ns < now_ns:
+            doomed.append(day)
+            total -= size
+    for day, _path, size in days:
+        if total <= max_bytes or day >= today:
+            break
+        if day not in doomed:
+            doomed.append(day)
+            total -= size
+    return doomed
+
+
+def write_chain_file(directory: str, seq: int, digest: str) -> None:
+    """Replace ledger/CHAIN with the pruned tail's last (seq, hash), atomically."""
+    path = os.path.join(directory, CHAIN_FILE)
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, json.dumps({"hash": digest, "seq": seq}).encode() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def prune(
+    directory: str,
+    now_ns: int,
+    retention_ns: int,
+    max_bytes: int,
+    carry_forward: Callable[[str], int],
+) -> PruneResult:
+    """Delete what REQ-12 says must go. `carry_forward(day)` re-opens, in today's file, every
+    open run whose opened line is in that day's file, and returns how many it wrote."""
+    res = PruneResult()
+    listing = list_day_files(directory)
+    sized = []
+    for day, path in listing.days:
+        try:
+            sized.append((day, path, os.path.getsize(path)))
+        except FileNotFoundError:
+            continue
+    paths = {d: p for d, p, _ in sized}
+    anchor = read_chain_file(directory)
+    for day in plan(sized, now_ns, retention_ns, max_bytes):
+        path = paths[day]
+        try:
+            res.carried_forward += carry_forward(day)
+            tail = read_tail(path)
+            if tail.last_seq is not None and tail.last_hash is not None and (
+                anchor is None or tail.last_seq > anchor[0]
+            ):
+                write_chain_file(directory, tail.last_seq, tail.last_hash)
+                anchor = (tail.last_seq, tail.last_hash)
+            os.unlink(path)
+        except Exception as exc:  # keep this file and every later one; retry next prune
+            res.error = f"pruning {path} failed: {exc}; retrying at the next prune"
+            log.error("ledger: %s", res.error)
+            break
+        res.deleted.append(day)
+    if res.deleted:
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:  # the deletes happened; only their durability is in doubt
+            log.warning("ledger: syncing %s after pruning failed: %s", directory, exc)
+    return res

@@ -1,0 +1,451 @@
+"""The run ledger (SPEC-0022): the journal the daemon writes every run through.
+
+It puts the engine together for runs: `prepare_line` (schema, scrub, caps) → the
+single `Writer` (seq, chain, day file by each line's UTC `at`, durability) → on
+commit, the `Index` and the ring behind `since`, then the `Feed`. Data flows one
+way. Invariants: a line is visible to queries, `since` and subscribers only once
+it is durable; the index and ring are touched only under `_lock`; `seq` continues
+from the highest parseable seq on disk and never repeats; every record that was
+ever opened and not closed is known at open (REQ-7 needs them all), whatever its age.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import heapq
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from ..timefmt import day_start_ns, format_ns, now_ns, utc_day
+from .chain import ZERO_HASH, hash_of_line_bytes, seal_line
+from .dayfiles import day_path, iter_chunks, list_day_files, read_tail
+from .errors import LedgerCorrupt
+from .feed import Committed, Feed, Subscription
+from .files import FileLayer, make_private_dir
+from .fold import Record
+from .index import Index
+from .query import Query
+from .reader import scan, valid_line
+from .retention import PruneResult, prune
+from .schema import prepare_line
+from .verify import read_chain_file
+from .writer import Entry, Writer
+
+log = logging.getLogger("harness.ledger")
+
+DAY_NS = 86_400 * 1_000_000_000
+WINDOW_NS = 7 * DAY_NS
+RING = 10_000
+_any = msgspec.json.Decoder()
+
+
+class _Envelope(msgspec.Struct):
+    seq: int
+    type: str
+    harness: str
+    run_id: int
+    at: str
+
+
+_env = msgspec.json.Decoder(_Envelope)
+
+
+class _DaySealer:
+    """Seals run-ledger lines and routes each to the day file of its UTC `at`."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def seal(self, obj: dict[str, Any], seq: int, prev: str) -> tuple[bytes, str, str]:
+        data, digest = seal_line(obj, seq, prev)
+        return data, digest, day_path(self.directory, obj["at"][:10])
+
+
+@dataclass
+class LedgerStats:
+    """What `harness doctor` and /metrics report about the ledger."""
+
+    dir: str
+    next_seq: int
+    queued: int
+    append_errors: int
+    last_error: str | None
+    degraded: bool
+    skipped: int
+    torn: int
+    truncated: int
+    redactions: int
+    pruned: int
+    carried_forward: int
+    bytes: int
+    oldest_day: str | None
+    feed_missed: dict[str, int]
+    records_in_memory: int
+
+
+class RunLedger:
+    """Open a run ledger directory for writing; one per daemon."""
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        files: FileLayer | None = None,
+        clock: Callable[[], int] = now_ns,
+        window_ns: int = WINDOW_NS,
+        tail: int = 20,
+        sync_timeout: float = 2.0,
+        flush_every: float = 30.0,
+        retry_min: float = 0.25,
+        retry_max: float = 30.0,
+        retention_ns: int = 90 * DAY_NS,
+        max_bytes: int = 256 * 1024 * 1024,
+    ) -> None:
+        self.directory = directory
+        self.clock = clock
+        self.retention_ns = retention_ns
+        self.max_bytes = max_bytes
+        self._lock = threading.RLock()
+        self._index = Index(window_ns=window_ns, tail=tail)
+        self._ring: collections.deque[dict[str, Any]] = collections.deque(maxlen=RING)
+        self._feed = Feed()
+        self._truncated = 0
+        self._redactions = 0
+        self._skipped = 0
+        self._torn = 0
+        self._pruned = 0
+        self._carried = 0
+        self._trimmed_day = ""
+        self.created = make_private_dir(directory)
+        next_seq, head = self._recover()
+        self._load(window_ns, next_seq)
+        self._writer = Writer(
+            _DaySealer(directory),
+            next_seq=next_seq,
+            head_hash=head,
+            files=files,
+            on_commit=self._commit,
+            sync_timeout=sync_timeout,
+            flush_every=flush_every,
+            retry_min=retry_min,
+            retry_max=retry_max,
+        )
+
+    # -- boot --------------------------------------------------------------------------
+
+    def _recover(self) -> tuple[int, str]:
+        """The next seq and the chain head, from the tails of every day file."""
+        best: tuple[int, str] = (0, ZERO_HASH)
+        chain = read_chain_file(self.directory)
+        if chain is not None:
+            best = chain
+        tails = []
+        for _day, path in list_day_files(self.directory).days:
+            t = read_tail(path)
+            tails.append((path, t))
+            if t.last_seq is not None and t.last_seq > best[0]:
+                best = (t.last_seq, t.last_hash or ZERO_HASH)
+        for path, t in tails:
+            if t.torn is None:
+                continue
+            self._torn += 1
+            # A fragment that is a whole sealed line missing only its "\n" was fully
+            # written: adopt it, so its seq is never issued twice.
+            try:
+                obj = _any.decode(t.torn)
+            except msgspec.DecodeError:
+                continue
+            if (valid_line(obj) and obj["seq"] == best[0] + 1 and obj.get("prev") == best[1]
+                    and isinstance(obj.get("hash"), str)
+                    and hash_of_line_bytes(t.torn, obj["hash"])):
+                log.warning("ledger: %s ends in a complete line without its newline; kept", path)
+                best = (obj["seq"], obj["hash"])
+                self._torn -= 1
+        return best[0] + 1, best[1]
+
+    def _load(self, window_ns: int, next_seq: int) -> None:
+        """Fold the window's files into the index and find every open record, however old."""
+        listing = list_day_files(self.directory)
+        now = self.clock()
+        first_day = utc_day(now - window_ns)
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            opened: dict[tuple[str, int], int] = {}
+            closed: set[tuple[str, int]] = set()
+            old = [(d, p) for d, p in listing.days if d < first_day]
+            for _day, path in old:  # envelope only: which records are still open
+                for _first, lines, torn in iter_chunks(path):
+                    if torn:
+                        continue
+                    for raw in lines:
+                        try:
+                            e = _env.decode(raw)
+                        except (msgspec.DecodeError, msgspec.ValidationError):
+                            if raw:
+                                self._skipped += 1
+                            continue
+                        key = (e.harness, e.run_id)
+                        if e.type == "opened":
+                            opened.setdefault(key, e.seq)
+                        elif e.type in ("closed", "decided"):
+                            closed.add(key)
+            window = [(d, p) for d, p in listing.days if d >= first_day]
+            for _day, path in window:
+                for raw in self._file_lines(path):
+                    obj = self._decode(raw)
+                    if obj is not None:
+                        self._index.apply(obj)
+            still_open = {k for k in opened if k not in closed}
+            for k in still_open:
+                r = self._index.get(*k)
+                if r is not None and r.closed:
+                    still_open.discard(k)
+            if still_open:
+                self._backfill_keys(old, still_open)
+            if old:
+                first_seq = self._first_seq(window)
+                self._index.floor = first_seq if first_seq is not None else next_seq
+                self._index.floor_at = format_ns(day_start_ns(window[0][0])) if window else (
+                    format_ns(now))
+        finally:
+            if gc_was:
+                gc.enable()
+
+    def _first_seq(self, files: list[tuple[str, str]]) -> int | None:
+        for _day, path in files:
+            for raw in self._file_lines(path):
+                try:
+                    return _env.decode(raw).seq
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    continue
+        return None
+
+    def _backfill_keys(self, files: list[tuple[str, str]], keys: set[tuple[str, int]]) -> None:
+        """Fold every line of the given records from older files into the index."""
+        for _day, path in files:
+            for raw in self._file_lines(path):
+                try:
+                    e = _env.decode(raw)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    continue
+                if (e.harness, e.run_id) in keys:
+                    obj = self._decode(raw, count=False)
+                    if obj is not None:
+                        self._index.apply(obj)
+
+    def backfill(self, names: list[str]) -> None:
+        """Read older files newest-first until each named harness has `tail` records in
+        memory, so `harness runs NAME` and jobs answer from memory for weekly jobs."""
+        with self._lock:
+            want = {n for n in names if self._count(n) < self._index.tail}
+            if not want:
+                return
+            days = list_day_files(self.directory).days
+            loaded_from = self._index.floor
+            for _day, path in reversed(days):
+                first = None
+                lines = list(self._file_lines(path))
+                for raw in lines:
+                    obj = self._decode(raw, count=False)
+                    if obj is None:
+                        continue
+                    if first is None:
+                        first = obj["seq"]
+                    if obj["seq"] >= loaded_from:
+                        break
+                    if obj["harness"] in want:
+                        self._index.apply(obj)
+                if first is not None:
+                    for n in want:
+                        self._index.harness_floor[n] = min(
+                            self._index.harness_floor.get(n, loaded_from), first)
+                want = {n for n in want if self._count(n) < self._index.tail}
+                if not want:
+                    break
+            else:
+                for n in want:
+                    self._index.harness_floor[n] = 1
+
+    def _count(self, name: str) -> int:
+        return sum(1 for (h, _), _r in self._index.records.items() if h == name)
+
+    def _file_lines(self, path: str) -> Iterator[bytes]:
+        for _first, lines, torn in iter_chunks(path):
+            if torn:
+                continue
+            yield from (raw for raw in lines if raw)
+
+    def _decode(self, raw: bytes, count: bool = True) -> dict[str, Any] | None:
+        try:
+            obj = _any.decode(raw)
+        except msgspec.DecodeError:
+            obj = None
+        if obj is None or not valid_line(obj):
+            if count:
+                self._skipped += 1
+            return None
+        return obj
+
+    # -- writing ---------------------------------------------------------------------
+
+    def _prepare(self, line: dict[str, Any]) -> dict[str, Any]:
+        out, cuts = prepare_line(line, self.clock())
+        if cuts.truncations or cuts.redactions:
+            with self._lock:
+                self._truncated += cuts.truncations
+                self._redactions += cuts.redactions
+        return out
+
+    def enqueue(self, line: dict[str, Any], *, sync: bool = True) -> Entry:
+        """Validate and queue `line`; wait for it with `wait` (sync) or not at all."""
+        out = self._prepare(line)
+        return self._writer.enqueue(out, sync=sync, harness=out["harness"], run_id=out["run_id"])
+
+    def wait(self, entry: Entry) -> int:
+        return self._writer.wait(entry)
+
+    def append(self, line: dict[str, Any], *, sync: bool = True) -> int:
+        """Append a line; with sync=True return its seq once it is on stable storage."""
+        e = self.enqueue(line, sync=sync)
+        return self._writer.wait(e) if sync else e.seq
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def _commit(self, entries: list[Entry]) -> None:
+        published = []
+        with self._lock:
+            for e in entries:
+                obj = dict(e.obj)
+                self._ring.append(obj)
+                r = self._index.apply(dict(obj))
+                if obj["type"] != "updated":
+                    published.append(Committed(e.seq, obj["type"], r.to_json(check_log=False)))
+            day = utc_day(self.clock())
+            if day != self._trimmed_day:
+                self._trimmed_day = day
+                self._index.trim(self.clock())
+        for c in published:
+            self._feed.publish(c)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def query(self, q: Query) -> tuple[list[dict[str, Any]], int | None]:
+        """Records newest first and the oldest seq: from memory when that is provably
+        complete, else from the day files (every committed line is in them)."""
+        with self._lock:
+            recs, oldest, complete = self._index.query(q)
+            if complete:
+                return [r.to_json() for r in recs], oldest
+        recs, oldest, _stats = scan(self.directory, q, offline=False)
+        return [r.to_json() for r in recs], oldest
+
+    def get(self, harness: str, run_id: int) -> dict[str, Any] | None:
+        with self._lock:
+            r = self._index.get(harness, run_id)
+            return r.to_json() if r is not None else None
+
+    def open_records(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [r.to_json(check_log=False) for r in self._index.open_records()]
+
+    def max_run_id(self, harness: str) -> int:
+        with self._lock:
+            return self._index.max_ids.get(harness, 0)
+
+    def subscribe(self, name: str, size: int = 1024) -> Subscription:
+        return self._feed.subscribe(name, size)
+
+    def since(self, seq: int) -> Iterator[dict[str, Any]]:
+        """Every committed line after `seq`, in seq order, from memory or the files."""
+        with self._lock:
+            ring = list(self._ring)
+        if ring and ring[0]["seq"] <= seq + 1:
+            yield from (o for o in ring if o["seq"] > seq)
+            return
+        upto = ring[0]["seq"] if ring else None
+        last = seq
+        streams = [self._file_stream(p, seq, upto) for _d, p in
+                   list_day_files(self.directory).days]
+        for obj in heapq.merge(*streams, key=lambda o: o["seq"]):
+            last = obj["seq"]
+            yield obj
+        yield from (o for o in ring if o["seq"] > last)
+
+    def _file_stream(self, path: str, after: int, upto: int | None) -> Iterator[dict[str, Any]]:
+        for raw in self._file_lines(path):
+            obj = self._decode(raw, count=False)
+            if obj is not None and obj["seq"] > after and (upto is None or obj["seq"] < upto):
+                yield obj
+
+    # -- retention ---------------------------------------------------------------------
+
+    def prune(self) -> PruneResult:
+        """Apply REQ-12 now (the daemon calls this at boot and at each UTC day rollover)."""
+        res = prune(self.directory, self.clock(), self.retention_ns, self.max_bytes,
+                    self._carry_forward)
+        with self._lock:
+            self._pruned += len(res.deleted)
+            self._carried += res.carried_forward
+        return res
+
+    def _carry_forward(self, day: str) -> int:
+        with self._lock:
+            doomed = [r for r in self._index.open_records() if r.opened_at[:10] == day]
+        n = 0
+        for r in doomed:
+            line = {k: v for k, v in r.fields.items() if k != "log_pruned"}
+            line.update(type="opened", harness=r.harness, run_id=r.run_id, at=None)
+            self.append(line, sync=True)
+            n += 1
+        return n
+
+    # -- state -------------------------------------------------------------------------
+
+    def stats(self) -> LedgerStats:
+        w = self._writer.stats()
+        listing = list_day_files(self.directory)
+        size = 0
+        for _d, p in listing.days:
+            try:
+                size += os.path.getsize(p)
+            except OSError:
+                continue
+        with self._lock:
+            return LedgerStats(
+                dir=self.directory,
+                next_seq=w.next_seq,
+                queued=w.queued,
+                append_errors=w.append_errors,
+                last_error=w.last_error,
+                degraded=w.degraded,
+                skipped=self._skipped,
+                torn=self._torn,
+                truncated=self._truncated,
+                redactions=self._redactions,
+                pruned=self._pruned,
+                carried_forward=self._carried,
+                bytes=size,
+                oldest_day=listing.days[0][0] if listing.days else None,
+                feed_missed=self._feed.missed(),
+                records_in_memory=len(self._index),
+            )
+
+    @property
+    def writer(self) -> Writer:
+        return self._writer
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Drain every queued line to disk (or report what could not be) and stop."""
+        self._writer.close(timeout)
+
+
+__all__ = ["LedgerCorrupt", "LedgerStats", "Record", "RunLedger"]

@@ -1,0 +1,235 @@
+"""The run ledger's line schema (SPEC-0022 REQ-1, REQ-2, REQ-4, REQ-5, REQ-13, REQ-17).
+
+`prepare_line` is the only way a line enters the run ledger. It accepts the
+envelope, the REQ-4 record fields, ``imported`` and the chain fields, and nothing
+else (an unknown field or a wrong type is a caller's bug: `LineRejected`). It then
+scrubs every string of secrets and cuts strings to 256 bytes on a UTF-8 boundary
+and ``models``/``sessions``/``errors`` to 16 entries, counting every cut.
+Invariant: what it returns is a plain JSON object that canonical JSON can encode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..timefmt import format_ns, is_rfc3339, now_ns, parse_ns
+from .canonical import cap_utf8
+from .errors import LineRejected
+from .scrub import scrub_value
+
+SCHEMA_VERSION = 1
+MAX_STR = 256
+MAX_LIST = 16
+
+LINE_TYPES = ("opened", "updated", "closed", "decided")
+OUTCOMES = (
+    "running",
+    "success",
+    "failed",
+    "timed_out",
+    "skipped",
+    "replaced",
+    "missed",
+    "cancelled",
+    "interrupted",
+    "budget_exceeded",
+    "quota_parked",
+    "model_mismatch",
+    "model_unattested",
+    "stalled",
+)
+TRIGGERS = (
+    "schedule",
+    "manual",
+    "catch_up",
+    "channel",
+    "webhook",
+    "autostart",
+    "restart",
+    "release",
+    "lease",
+)
+KINDS = ("oneshot", "resident")
+COST_SOURCES = ("recorded", "priced", "unknown")
+# REQ-5's verdict for consecutive failures and harness_scheduled_runs_total.
+FAILURE_OUTCOMES = frozenset(
+    {"failed", "timed_out", "budget_exceeded", "model_mismatch", "model_unattested"}
+)
+
+ENVELOPE = ("v", "seq", "type", "at", "harness", "run_id")
+CHAIN = ("prev", "hash")
+
+_S, _I, _B, _T, _N = "str", "int", "bool", "time", "number"
+# REQ-4 record fields (plus `imported`, REQ-13) and their JSON types.
+RECORD_FIELDS: dict[str, str] = {
+    "kind": _S,
+    "trigger": _S,
+    "source": _S,
+    "event_id": _S,
+    "todo_id": _S,
+    "attempt": _I,
+    "started_at": _T,
+    "ended_at": _T,
+    "duration_ms": _I,
+    "exit_code": _I,
+    "outcome": _S,
+    "reason": _S,
+    "model": _S,
+    "models": "models",
+    "tokens": "tokens",
+    "cost_usd": _N,
+    "cost_source": _S,
+    "model_calls": _I,
+    "errors": "errors",
+    "usage_complete": _B,
+    "sessions": "sessions",
+    "trace_url": _S,
+    "log": _S,
+    "log_pruned": _B,
+    "override": _B,
+    "mismatch": "mismatch",
+    "window": _T,
+    "first_window": _T,
+    "windows": _I,
+    "coalesced": _I,
+    "missing_path": _S,
+    "imported": _B,
+}
+_NESTED: dict[str, dict[str, str]] = {
+    "models": {"model": _S, "provider": _S, "output_tokens": _I},
+    "sessions": {"id": _S, "adapter": _S, "trace_id": _S},
+    "tokens": {"input": _I, "output": _I, "cache_read": _I, "cache_write": _I},
+    "mismatch": {"kind": _S, "served_model": _S, "served_provider": _S, "at": _T},
+}
+_ENUMS = {"kind": KINDS, "cost_source": COST_SOURCES, "outcome": OUTCOMES}
+
+
+@dataclass
+class Cuts:
+    """What `prepare_line` changed: secrets redacted and values cut to their caps."""
+
+    redactions: int = 0
+    truncations: int = 0
+
+
+def _check(kind: str, key: str, v: Any) -> None:
+    ok = {
+        _S: lambda x: type(x) is str,
+        _I: lambda x: type(x) is int,
+        _B: lambda x: type(x) is bool,
+        _T: is_rfc3339,
+        _N: lambda x: type(x) in (int, float),
+    }[kind](v)
+    if not ok:
+        want = {_S: "a string", _I: "an integer", _B: "a boolean", _T: "an RFC 3339 time",
+                _N: "a number"}[kind]
+        raise LineRejected(f"field {key!r} must be {want}, got {v!r:.80}")
+
+
+def _check_obj(key: str, v: Any, spec: dict[str, str]) -> None:
+    if type(v) is not dict:
+        raise LineRejected(f"field {key!r} must be an object, got {v!r:.80}")
+    for k, x in v.items():
+        if k not in spec:
+            raise LineRejected(f"field {key}.{k} is not part of the run ledger schema")
+        _check(spec[k], f"{key}.{k}", x)
+
+
+def _validate(obj: dict[str, Any]) -> None:
+    for k, v in obj.items():
+        if v is None:
+            continue
+        t = RECORD_FIELDS.get(k)
+        if t is None:
+            if k in ENVELOPE or k in CHAIN:
+                continue
+            raise LineRejected(f"field {k!r} is not part of the run ledger schema")
+        if t in (_S, _I, _B, _T, _N):
+            _check(t, k, v)
+        elif t in ("models", "sessions"):
+            if type(v) is not list:
+                raise LineRejected(f"field {k!r} must be a list, got {v!r:.80}")
+            for item in v:
+                _check_obj(k, item, _NESTED[t])
+        elif t == "errors":
+            if type(v) is not dict or any(
+                type(c) is not str or type(n) is not int for c, n in v.items()
+            ):
+                raise LineRejected(f"field 'errors' must map class names to counts, got {v!r:.80}")
+        else:
+            _check_obj(k, v, _NESTED[t])
+        allowed = _ENUMS.get(k)
+        if allowed is not None and v not in allowed:
+            raise LineRejected(
+                f"field {k!r} has unknown value {v!r:.80} (valid: {', '.join(allowed)})"
+            )
+
+
+def _cap(v: Any, cuts: Cuts) -> Any:
+    if type(v) is str:
+        s, cut = cap_utf8(v, MAX_STR)
+        cuts.truncations += cut
+        return s
+    if type(v) is dict:
+        return {_cap(k, cuts): _cap(x, cuts) for k, x in v.items()}
+    if type(v) is list:
+        return [_cap(x, cuts) for x in v]
+    return v
+
+
+def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str, Any], Cuts]:
+    """Validate, scrub and cap a run-ledger line; return the line to seal and what changed.
+
+    The envelope's ``v`` is set to 1 and ``at`` defaults to now; ``seq`` and the chain
+    fields are the writer's. ``log_pruned`` is never written: readers compute it.
+    """
+    if type(line) is not dict:
+        raise LineRejected(f"a ledger line must be an object, got {type(line).__name__}")
+    typ = line.get("type")
+    if typ not in LINE_TYPES:
+        raise LineRejected(f"unknown line type {typ!r} (valid: {', '.join(LINE_TYPES)})")
+    harness = line.get("harness")
+    run_id = line.get("run_id")
+    if type(harness) is not str or not harness:
+        raise LineRejected(f"harness must be a non-empty string, got {harness!r:.80}")
+    if type(run_id) is not int or run_id <= 0:
+        raise LineRejected(f"run_id must be an integer ≥ 1, got {run_id!r:.80}", harness=harness)
+    try:
+        _validate(line)
+    except LineRejected as exc:
+        exc.harness, exc.run_id = harness, run_id
+        raise
+    at = line.get("at")
+    if at is None:
+        at = format_ns(now if now is not None else now_ns())
+    else:
+        try:
+            at = format_ns(parse_ns(at))  # the file is chosen by the UTC day of `at`
+        except ValueError:
+            raise LineRejected(f"at must be an RFC 3339 time, got {at!r:.80}", harness=harness,
+                               run_id=run_id) from None
+    out: dict[str, Any] = {"v": SCHEMA_VERSION, "type": typ, "at": at, "harness": harness,
+                           "run_id": run_id}
+    for k, v in line.items():
+        if v is None or k in ENVELOPE or k in CHAIN or k == "log_pruned":
+            continue
+        out[k] = v
+    for k, v in out.items():
+        if RECORD_FIELDS.get(k) == _T:
+            out[k] = format_ns(parse_ns(v))
+    if "mismatch" in out and "at" in out["mismatch"]:
+        out["mismatch"] = {**out["mismatch"], "at": format_ns(parse_ns(out["mismatch"]["at"]))}
+    cuts = Cuts()
+    scrubbed, cuts.redactions = scrub_value(out)
+    assert isinstance(scrubbed, dict)
+    out = scrubbed
+    for k in ("models", "sessions"):
+        if k in out and len(out[k]) > MAX_LIST:
+            out[k] = out[k][:MAX_LIST]
+            cuts.truncations += 1
+    if "errors" in out and len(out["errors"]) > MAX_LIST:
+        out["errors"] = dict(sorted(out["errors"].items())[:MAX_LIST])
+        cuts.truncations += 1
+    out = _cap(out, cuts)
+    return out, cuts

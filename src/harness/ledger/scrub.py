@@ -1,0 +1,248 @@
+"""The secret scrubber: every string passes through it before a ledger line is hashed.
+
+It owns the list of secret forms the ledger recognises (vendor API keys and tokens,
+``key=value`` credential assignments, Authorization and Bearer values, passwords and
+tokens in URL userinfo, PEM private keys, JWTs) and the rule for redacting each: the
+secret itself becomes ``[REDACTED]`` while harmless context (the key name, the URL
+scheme and user, the word ``Bearer``) stays, so a redacted line still says what it was.
+
+Invariant: a scrubbed string contains none of the recognised secret forms; scrubbing is
+idempotent (``scrub_text(scrub_text(x)[0]) == (scrub_text(x)[0], 0)``); and text with
+no secret comes back unchanged as the very same object. Hash-chain values, git SHAs,
+UUIDs, timestamps, paths and model names are deliberately outside every form.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+__all__ = ["REDACTED", "scrub_text", "scrub_value"]
+
+REDACTED: Final = "[REDACTED]"
+
+# Almost every ledger string is short and clean, so a cheap scan for a fragment that
+# every secret form must contain gates the full pattern. Each branch opens with a
+# case-sensitive literal, which lets the engine skip ahead to the next plausible first
+# character instead of trying every branch at every position; fragments are chosen to
+# open on characters that are rare in prose ("ken" for token, "zation" for
+# authorization) so that plain text skips ahead further.
+_CASELESS_FRAGMENTS = (
+    ("k", "e[ny]"),  # token, key: api_key, access_key, private_key, secret_key
+    ("c", "ret"),  # secret
+    ("p", "ass[wp]"),  # password, passwd, passphrase
+    ("z", "ation"),  # authorization
+    ("b", "earer"),
+)
+_TRIGGER: Final = re.compile(
+    "|".join(
+        [
+            "-----BEGIN",
+            "://",
+            "yJ",  # eyJ, the base64 of '{"' that opens a JWT
+            "k-",  # sk-
+            "k_",  # sk_live_, rk_live_
+            "gh[pousr]_",
+            "_pat_",  # github_pat_
+            "xox[abprs]-",
+            "A[KS]IA",
+            "AIza",
+        ]
+        + [f"{first}(?i:{rest})" for first, rest in _CASELESS_FRAGMENTS]
+        + [f"{first.upper()}(?i:{rest})" for first, rest in _CASELESS_FRAGMENTS]
+    ),
+    re.ASCII,
+)
+
+# Characters of the tokens vendors issue (base64url plus the separators they use).
+_TOK = r"[A-Za-z0-9_-]"
+# A key=value value ends at whitespace, a quote, or a list/query separator; a backslash
+# is part of it unless it escapes the closing quote of a JSON-in-a-string value.
+_VALUE = r"""(?:[^\s"'&;,\\]|\\(?!["']))+"""
+_QUOTE = r"""(?:\\?["'])?"""
+_ASSIGN = _QUOTE + r"[ \t]*[:=][ \t]*" + _QUOTE
+# The scheme must start a word: without the lookbehind, a long run of letters would be
+# rescanned for "://" from every position in it.
+_SCHEME = r"[A-Za-z](?<![A-Za-z0-9+.-][A-Za-z])[A-Za-z0-9+.-]*://"
+
+
+def _credential_key(name: str, first: str, rest: str) -> tuple[str, str]:
+    # The key must end right before the separator: "max_tokens=4096" and "token_count: 3"
+    # are usage figures, not credentials.
+    return (
+        name,
+        f"[{first}{first.upper()}](?i:{rest})" + _ASSIGN
+        + r"(?:(?i:bearer|basic|token)[ \t]+)?"
+        + f"(?P<s_{name}>{_VALUE})",
+    )
+
+
+# A rule is a name and a pattern; a group named "s_<name>" (or "s_<name>_<n>") holds the
+# secret and the rest of the match is context that is kept; without one the whole match
+# is the secret. Every pattern opens with a literal or a character class, and any
+# lookbehind comes after it: the engine then dismisses a rule with one character test,
+# which keeps the full scan affordable on a long string. Order matters only between
+# rules that can start at the same position; otherwise the leftmost match wins, which
+# is what makes "token=" take its whole value even when the value is itself a token.
+_RULES: Final[tuple[tuple[str, str], ...]] = (
+    # A cut-off block (ledger strings are capped) still leaks key material, so an
+    # unterminated BEGIN redacts to the end of the string.
+    (
+        "pem",
+        r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?s:.*?)"
+        r"(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+    ),
+    # An Authorization value runs to the end of the header (its line or its closing
+    # quote): schemes such as AWS SigV4 spread the credential over comma-separated
+    # parameters. The scheme is kept only when it is short enough that it cannot be a
+    # credential itself (the longest common one is "AWS4-HMAC-SHA256").
+    (
+        "auth",
+        r"[Aa](?i:uthorization)" + _ASSIGN
+        + r"(?:(?P<auth_scheme>[A-Za-z][A-Za-z0-9_-]{0,15})[ \t]+)?"
+        + r"""(?P<s_auth>(?:[^\r\n"'\\]|\\(?!["']))+)""",
+    ),
+    _credential_key("kv_a", "a", r"pi[_-]?key|ccess[_-]?key"),
+    _credential_key("kv_p", "p", r"assw(?:or)?d|assphrase|rivate[_-]?key"),
+    _credential_key("kv_s", "s", r"ecret(?:[_-]?key)?"),
+    _credential_key("kv_t", "t", r"oken"),
+    # A bare userinfo is usually a login name ("git@", "alice@"); only a long run holding
+    # a digit or a capital looks like a token put there to authenticate.
+    (
+        "url",
+        _SCHEME + r"(?:[^\s/?#@:]*:(?P<s_url_0>[^\s/?#@]+)"
+        r"|(?P<s_url_1>(?=[a-z_.~-]*[A-Z0-9])[A-Za-z0-9_.~-]{20,}))(?=@)",
+    ),
+    # Header and payload are base64url JSON objects, so both open with "eyJ"; the
+    # signature may be cut off or empty (alg "none").
+    (
+        "jwt",
+        r"eyJ(?<![A-Za-z0-9_-]eyJ)" + _TOK + r"{4,}\.eyJ" + _TOK + r"{4,}(?:\." + _TOK + r"*)?",
+    ),
+    # Prefixed OpenAI/Anthropic keys are unmistakable; a bare "sk-" needs a long run of
+    # alphanumerics holding a digit, so that kebab-case names ("sk-drain",
+    # "sk-nightly-build-2025-10-01") stay readable. No key starts mid-identifier
+    # ("task-…", "mask_…").
+    (
+        "sk",
+        r"sk-(?<![A-Za-z0-9_-]sk-)(?:(?:ant|proj|svcacct|admin|None)-" + _TOK + r"{20,}"
+        r"|(?=[A-Za-z]*[0-9])[A-Za-z0-9]{20,}" + _TOK + r"*)",
+    ),
+    ("stripe", r"[sr]k_(?<![A-Za-z0-9_][sr]k_)(?:live|test)_[A-Za-z0-9]{16,}"),
+    (
+        "github",
+        r"g(?<![A-Za-z0-9_]g)(?:h[pousr]_[A-Za-z0-9]{20,}|ithub_pat_[A-Za-z0-9_]{20,})",
+    ),
+    ("slack", r"x(?<![A-Za-z0-9_-]x)ox[abprs]-[A-Za-z0-9-]{15,}"),
+    ("aws", r"A(?<![A-Za-z0-9]A)(?:KIA|SIA)[A-Z0-9]{16}(?![A-Z0-9])"),
+    ("google", r"A(?<![A-Za-z0-9_-]A)Iza" + _TOK + r"{35,}"),
+    # Outside an Authorization header "bearer" is also an English word, so the value
+    # must look like a token: a digit in it, or too long to be a word.
+    (
+        "bearer",
+        r"[Bb](?<![A-Za-z][Bb])earer[ \t]+(?P<s_bearer>"
+        r"(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{8,}=*"
+        r"|[A-Za-z._~+/-]{32,}=*)",
+    ),
+)
+
+# An empty group closes each rule: being the last group closed, it names the rule in
+# `lastgroup` without putting a group marker in front of the rule's first character.
+# ASCII mode: Unicode case folding would let "\u212a" (KELVIN SIGN) spell "key" past the
+# trigger, whose branches open with case-sensitive ASCII letters.
+_SECRET_RX: Final = re.compile(
+    "|".join(f"(?:{pat})(?P<r_{name}>)" for name, pat in _RULES), re.ASCII
+)
+_SECRET_GROUPS: Final = {
+    f"r_{name}": tuple(g for g in _SECRET_RX.groupindex if g.startswith(f"s_{name}"))
+    for name, _ in _RULES
+}
+# "Authorization: Bearer" with the token already gone is a scheme, not a credential.
+_AUTH_SCHEMES: Final = frozenset({"basic", "bearer", "digest", "negotiate", "token"})
+# One pass can uncover a secret whose lookbehind was blocked by a neighbour it just
+# redacted ("AKIA…sk-…"); passes repeat until none changes anything. Two suffice in
+# practice; the bound only guards against a rule set that would never settle.
+_MAX_PASSES: Final = 8
+
+
+def _redaction(m: re.Match[str]) -> str | None:
+    """The replacement for one match, or None when the match holds no live secret."""
+    rule = m.lastgroup
+    assert rule is not None
+    group = next((g for g in _SECRET_GROUPS[rule] if m.group(g) is not None), None)
+    if group is None:
+        return REDACTED
+    secret = m.group(group)
+    if secret == REDACTED:
+        return None
+    if (
+        rule == "r_auth"
+        and m.group("auth_scheme") is None
+        and secret.strip().lower() in _AUTH_SCHEMES
+    ):
+        return None
+    start, end = m.span(group)
+    text = m.group()
+    base = m.start()
+    return text[: start - base] + REDACTED + text[end - base :]
+
+
+def _one_pass(s: str) -> tuple[str, int]:
+    hits = 0
+
+    def replace(m: re.Match[str]) -> str:
+        nonlocal hits
+        out = _redaction(m)
+        if out is None:
+            return m.group()
+        hits += 1
+        return out
+
+    return _SECRET_RX.sub(replace, s), hits
+
+
+def scrub_text(s: str) -> tuple[str, int]:
+    """Return `s` with every recognised secret replaced by REDACTED, and how many were.
+
+    When nothing is replaced the result is `s` itself.
+    """
+    if _TRIGGER.search(s) is None:
+        return s, 0
+    total = 0
+    out = s
+    for _ in range(_MAX_PASSES):
+        out, hits = _one_pass(out)
+        if not hits:
+            break
+        total += hits
+    return (out, total) if total else (s, 0)
+
+
+def scrub_value(obj: object) -> tuple[object, int]:
+    """Scrub every string in a JSON-like value; return it and how many secrets were replaced.
+
+    Dicts (string keys and values), lists and tuples are walked; other values are left
+    alone. A container comes back as the same object when nothing in it changed, and as
+    a new one otherwise (a tuple then becomes a list, its JSON form). Two keys that
+    scrub to the same text collapse into one, keeping the later value.
+    """
+    if isinstance(obj, str):
+        return scrub_text(obj)
+    if isinstance(obj, dict):
+        total = 0
+        items: list[tuple[object, object]] = []
+        for k, v in obj.items():
+            nk, kn = scrub_text(k) if isinstance(k, str) else (k, 0)
+            nv, vn = scrub_value(v)
+            total += kn + vn
+            items.append((nk, nv))
+        return (dict(items), total) if total else (obj, 0)
+    if isinstance(obj, list | tuple):
+        total = 0
+        values: list[object] = []
+        for v in obj:
+            nv, n = scrub_value(v)
+            total += n
+            values.append(nv)
+        return (values, total) if total else (obj, 0)
+    return obj, 0

@@ -1,0 +1,499 @@
+"""The single ledger writer: a queue of sealed lines and one thread that makes them durable.
+
+Both ledgers write through this. Invariants:
+
+* ``seq`` is assigned and the chain link computed at enqueue, under one lock, so
+  queue order is seq order is chain order, and lines reach the files in that order.
+* A line is *committed* — handed to ``on_commit`` (index, feed) and acknowledged to
+  a synced caller — only after it is written and fdatasync'd. Nothing is visible
+  before it is durable.
+* A line is written to a file at most once per seq: a failed write is cut back
+  (ftruncate) or, where that fails too, what reached the file is read back and
+  matched, so a retry never duplicates a line. A failed or timed-out write/sync
+  keeps the line queued; the writer retries in order with backoff.
+* Synced appends wait at most ``sync_timeout``; while the queue's head is failing
+  they fail fast instead of each waiting out the bound.
+* Concurrent synced appends share one fdatasync per file (group commit); lines
+  appended with ``sync=False`` are synced within ``flush_every`` and always before
+  (with) any later synced line.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .errors import LedgerClosed, LedgerError, LedgerUnavailable, LineRejected
+from .files import FileLayer, read_range
+
+log = logging.getLogger("harness.ledger")
+
+MAX_LINE = 16 * 1024
+
+
+class Sealer(Protocol):
+    """Turns an accepted object into its durable form for a given seq and chain head."""
+
+    def seal(self, obj: dict[str, Any], seq: int, prev: str) -> tuple[bytes, str, str]:
+        """Return (canonical line without newline, its chain hash, target file path)."""
+        ...
+
+
+class _Waiter:
+    """A one-shot wake-up for one synced append (a bare lock is the cheapest handoff)."""
+
+    __slots__ = ("_lock", "error", "woken")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self.error: LedgerError | None = None
+        self.woken = False
+
+    def wake(self, error: LedgerError | None = None) -> None:
+        # Only the writer thread wakes, so the first wake decides; a line that fails,
+        # is reported, and later commits has already told its caller.
+        if not self.woken:
+            self.error = error
+            self.woken = True
+            self._lock.release()
+
+    def wait(self, timeout: float) -> bool:
+        return self.woken or self._lock.acquire(timeout=timeout)
+
+
+@dataclass(eq=False)
+class Entry:
+    """One sealed line in the queue."""
+
+    seq: int
+    obj: dict[str, Any]
+    data: bytes  # canonical bytes + b"\n"
+    hash: str
+    path: str
+    sync: bool
+    enqueued: float
+    harness: str | None = None
+    run_id: int | None = None
+    written: bool = False
+    waiter: _Waiter | None = field(default=None, repr=False)
+
+
+@dataclass
+class _File:
+    fd: int
+    size: int  # bytes in the file that we account for (complete lines)
+    synced: int  # bytes known durable
+    created: bool
+    newline: bool = False  # the file ends in a fragment: start the next write with "\n"
+
+
+@dataclass
+class WriterStats:
+    next_seq: int
+    queued: int
+    append_errors: int
+    last_error: str | None
+    last_error_at: float | None
+    degraded: bool
+    lines_written: int
+    syncs: int
+
+
+class Writer:
+    """Owns the queue, the chain head and the writer thread of one ledger."""
+
+    def __init__(
+        self,
+        sealer: Sealer,
+        *,
+        next_seq: int,
+        head_hash: str,
+        files: FileLayer | None = None,
+        on_commit: Callable[[list[Entry]], None] | None = None,
+        sync_timeout: float = 2.0,
+        flush_every: float = 30.0,
+        retry_min: float = 0.25,
+        retry_max: float = 30.0,
+        max_line: int = MAX_LINE,
+        name: str = "ledger-writer",
+    ) -> None:
+        self._sealer = sealer
+        self._files = files or FileLayer()
+        self._on_commit = on_commit
+        self.sync_timeout = sync_timeout
+        self.flush_every = flush_every
+        self.retry_min = retry_min
+        self.retry_max = retry_max
+        self.max_line = max_line
+        self._cv = threading.Condition(threading.Lock())
+        self._queue: deque[Entry] = deque()
+        self._next_seq = next_seq
+        self._head = head_hash
+        self._open: dict[str, _File] = {}
+        self._closing = False
+        self._closed = False
+        self._failing: LedgerError | None = None
+        self._sync_started: float | None = None
+        self._errors = 0
+        self._last_error: str | None = None
+        self._last_error_at: float | None = None
+        self._lines_written = 0
+        self._syncs = 0
+        self._flush_now = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    # -- callers -------------------------------------------------------------------
+
+    @property
+    def head(self) -> tuple[int, str]:
+        """(last assigned seq, its hash): the chain head including queued lines."""
+        with self._cv:
+            return self._next_seq - 1, self._head
+
+    def enqueue(
+        self,
+        obj: dict[str, Any],
+        *,
+        sync: bool,
+        harness: str | None = None,
+        run_id: int | None = None,
+    ) -> Entry:
+        """Seal `obj` with the next seq and queue it; never blocks on the disk."""
+        with self._cv:
+            if self._closing:
+                raise LedgerClosed("the ledger is closed", harness=harness, run_id=run_id)
+            seq = self._next_seq
+            data, digest, path = self._sealer.seal(obj, seq, self._head)
+            if len(data) + 1 > self.max_line:
+                raise LineRejected(
+                    f"line of {len(data) + 1} bytes exceeds the {self.max_line}-byte limit",
+                    harness=harness,
+                    run_id=run_id,
+                )
+            e = Entry(seq, obj, data + b"\n", digest, path, sync, time.monotonic(), harness, run_id)
+            if sync:
+                e.waiter = _Waiter()
+            self._next_seq = seq + 1
+            self._head = digest
+            self._queue.append(e)
+            self._cv.notify()
+            return e
+
+    def wait(self, e: Entry) -> int:
+        """Wait until a synced entry is durable; raise LedgerUnavailable on failure or timeout."""
+        assert e.waiter is not None, "only synced entries can be waited for"
+        with self._cv:
+            fast_fail = self._failing is not None or (
+                self._sync_started is not None
+                and time.monotonic() - self._sync_started > self.sync_timeout
+            )
+        if fast_fail and not e.waiter.woken:
+            raise LedgerUnavailable(
+                "queued behind a failing write; it will be retried in order",
+                harness=e.harness,
+                run_id=e.run_id,
+                seq=e.seq,
+            )
+        if e.waiter.wait(self.sync_timeout):
+            if e.waiter.error is not None:
+                err = e.waiter.error
+                raise LedgerUnavailable(
+                    f"{err.message}; the line stays queued and will be retried in order",
+                    harness=e.harness,
+                    run_id=e.run_id,
+                    seq=e.seq,
+                ) from err
+            return e.seq
+        raise LedgerUnavailable(
+            f"not synced within {self.sync_timeout:g}s; the line stays queued",
+            harness=e.harness,
+            run_id=e.run_id,
+            seq=e.seq,
+        )
+
+    def append(
+        self,
+        obj: dict[str, Any],
+        *,
+        sync: bool = True,
+        harness: str | None = None,
+        run_id: int | None = None,
+    ) -> int:
+        """Queue `obj`; with sync=True return only once it is durable (or raise)."""
+        e = self.enqueue(obj, sync=sync, harness=harness, run_id=run_id)
+        return self.wait(e) if sync else e.seq
+
+    def flush(self) -> None:
+        """Ask the writer to sync buffered lines now (used by tests and shutdown)."""
+        with self._cv:
+            self._flush_now = True
+            self._cv.notify()
+
+    def stats(self) -> WriterStats:
+        with self._cv:
+            return WriterStats(
+                next_seq=self._next_seq,
+                queued=len(self._queue),
+                append_errors=self._errors,
+                last_error=self._last_error,
+                last_error_at=self._last_error_at,
+                degraded=self._failing is not None,
+                lines_written=self._lines_written,
+                syncs=self._syncs,
+            )
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop accepting lines, drain the queue, close files.
+
+        Raises LedgerUnavailable naming how many lines were still queued when the
+        timeout passed (they are lost to this process; the caller logs it).
+        """
+        with self._cv:
+            if self._closed:
+                return
+            self._closing = True
+            self._deadline = time.monotonic() + timeout
+            self._cv.notify()
+        self._thread.join(timeout + 1.0)
+        with self._cv:
+            self._closed = True
+            left = len(self._queue)
+        if left:
+            raise LedgerUnavailable(
+                f"closed with {left} line(s) still queued (not durable)", seq=self._queue[0].seq
+            )
+
+    # -- the writer thread -----------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = self.retry_min
+        retry_at = 0.0
+        while True:
+            with self._cv:
+                while True:
+                    now = time.monotonic()
+                    if self._closing and (not self._queue or now >= self._deadline):
+                        self._shutdown_files()
+                        return
+                    pending = any(not e.written for e in self._queue)
+                    waiting_sync = any(e.sync for e in self._queue)
+                    oldest = self._queue[0].enqueued if self._queue else None
+                    due = oldest is not None and (
+                        now - oldest >= self.flush_every or self._flush_now or self._closing
+                    )
+                    if now >= retry_at and (pending or waiting_sync or due):
+                        break
+                    timeout: float | None = None
+                    if now < retry_at:
+                        timeout = retry_at - now
+                    elif oldest is not None:
+                        timeout = max(0.0, oldest + self.flush_every - now)
+                    if self._closing:
+                        timeout = min(timeout or 0.05, max(0.0, self._deadline - now), 0.05)
+                    self._cv.wait(timeout)
+                batch = list(self._queue)
+                force = self._flush_now or self._closing
+                self._flush_now = False
+            err = self._write_and_sync(batch, force)
+            if err is None:
+                backoff = self.retry_min
+                retry_at = 0.0
+            else:
+                retry_at = time.monotonic() + (min(backoff, 0.05) if self._closing else backoff)
+                backoff = min(backoff * 2, self.retry_max)
+
+    def _file(self, path: str) -> _File:
+        f = self._open.get(path)
+        if f is None:
+            fd, created = self._files.open_append(path)
+            size = self._files.size(fd)
+            f = _File(fd, size, size, created)
+            if size > 0 and self._files.last_byte(fd, size) != b"\n":
+                # A torn fragment from a crash: leave it (readers skip it), start clean.
+                f.newline = True
+            self._open[path] = f
+        return f
+
+    def _drop(self, path: str) -> None:
+        f = self._open.pop(path, None)
+        if f is not None:
+            try:
+                self._files.close(f.fd)
+            except OSError as exc:  # the fd is gone either way; the reopen re-checks the file
+                log.warning("ledger: closing %s failed: %s", path, exc)
+
+    def _write_group(self, path: str, group: list[Entry]) -> None:
+        f = self._file(path)
+        data = (b"\n" if f.newline else b"") + b"".join(e.data for e in group)
+        before = f.size
+        done = 0
+        try:
+            while done < len(data):
+                done += self._files.write(f.fd, data[done:] if done else data)
+        except OSError:
+            self._undo_write(path, f, before, group)
+            raise
+        f.newline = False
+        f.size = before + len(data)
+        for e in group:
+            e.written = True
+        self._lines_written += len(group)
+
+    def _undo_write(self, path: str, f: _File, before: int, group: list[Entry]) -> None:
+        """After a failed write, leave the file with no line half-counted."""
+        try:
+            self._files.truncate(f.fd, before)
+            return
+        except OSError as exc:
+            log.warning("ledger: cannot cut back %s after a failed write: %s", path, exc)
+        # The bytes may be partly down: learn which whole lines reached the file so a
+        # retry never writes a seq twice; whatever fragment follows is left for readers
+        # to skip, and the next write starts on a new line.
+        self._drop(path)
+        try:
+            tail = read_range(path, before)
+        except OSError as exc:
+            log.warning("ledger: cannot read back %s: %s", path, exc)
+            return
+        pos = 1 if tail.startswith(b"\n") and f.newline else 0
+        for e in group:
+            if tail.startswith(e.data, pos):
+                e.written = True
+                pos += len(e.data)
+                self._lines_written += 1
+            else:
+                break
+
+    def _write_and_sync(self, batch: list[Entry], force: bool) -> LedgerError | None:
+        error: LedgerError | None = None
+        failed_at: Entry | None = None
+        # Write every unwritten line in seq order, one write per run of same-file lines.
+        i = 0
+        todo = [e for e in batch if not e.written]
+        while i < len(todo):
+            j = i
+            while j < len(todo) and todo[j].path == todo[i].path:
+                j += 1
+            try:
+                self._write_group(todo[i].path, todo[i:j])
+            except OSError as exc:
+                failed_at = next((e for e in todo[i:j] if not e.written), todo[i])
+                error = self._error("write", exc, failed_at)
+                break
+            i = j
+        written = [e for e in batch if e.written]
+        if not written:
+            return self._fail(error) if error else None
+        wants_sync = (
+            error is not None
+            or any(e.sync for e in written)
+            or force
+            or time.monotonic() - written[0].enqueued >= self.flush_every
+        )
+        if not wants_sync:
+            return None
+        # Sync every file touched by a written-but-uncommitted line (group commit).
+        paths = list(dict.fromkeys(e.path for e in written))
+        with self._cv:
+            self._sync_started = time.monotonic()
+        synced: set[str] = set()
+        try:
+            for p in paths:
+                f = self._file(p)
+                self._files.sync(f.fd)
+                if f.created:
+                    self._files.sync_dir(p.rsplit("/", 1)[0] or "/")
+                    f.created = False
+                f.synced = f.size
+                self._syncs += 1
+                synced.add(p)
+        except OSError as exc:
+            bad = next(e for e in written if e.path not in synced)
+            error = error or self._error("sync", exc, bad)
+            self._after_failed_sync(p, written)
+        finally:
+            with self._cv:
+                self._sync_started = None
+        # Commit the durable prefix: lines before the first one not known synced.
+        commit: list[Entry] = []
+        for e in batch:
+            if e.written and e.path in synced:
+                commit.append(e)
+            else:
+                break
+        if commit:
+            with self._cv:
+                for _ in commit:
+                    self._queue.popleft()
+                if error is None:
+                    self._failing = None
+            if self._on_commit is not None:
+                try:
+                    self._on_commit(commit)
+                except Exception:  # a reader-side bug must not stop durability
+                    log.exception("ledger: commit callback failed (seq %d)", commit[0].seq)
+            for e in commit:
+                if e.waiter is not None:
+                    e.waiter.wake()
+        if len(self._open) > 2:
+            # Day rollover leaves yesterday's handle open; keep only the newest.
+            for p in list(self._open)[:-1]:
+                self._drop(p)
+        if error is not None:
+            return self._fail(error)
+        return None
+
+    def _after_failed_sync(self, path: str, written: list[Entry]) -> None:
+        """A failed fdatasync may have dropped dirty pages: cut back to what is durable and
+        rewrite, or, where the cut fails, retry the sync alone (never rewrite: no duplicates)."""
+        f = self._open.get(path)
+        if f is None:
+            return
+        try:
+            self._files.truncate(f.fd, f.synced)
+        except OSError as exc:
+            log.warning("ledger: cannot cut back %s after a failed sync: %s", path, exc)
+            self._drop(path)
+            return
+        f.size = f.synced
+        for e in written:
+            if e.path == path:
+                e.written = False
+                self._lines_written -= 1
+        self._drop(path)
+
+    def _error(self, op: str, exc: OSError, e: Entry) -> LedgerError:
+        err = LedgerUnavailable(
+            f"ledger {op} of {e.path} failed: {exc.strerror or exc}",
+            harness=e.harness,
+            run_id=e.run_id,
+            seq=e.seq,
+        )
+        return err
+
+    def _fail(self, err: LedgerError) -> LedgerError:
+        with self._cv:
+            self._errors += 1
+            self._last_error = str(err)
+            self._last_error_at = time.time()
+            self._failing = err
+            queued = len(self._queue)
+        log.error("%s; %d line(s) queued, retrying in order", err, queued)
+        # Every synced caller still queued hears of it at once, not after its own timeout.
+        with self._cv:
+            still_queued = list(self._queue)
+        for e in still_queued:
+            if e.waiter is not None:
+                e.waiter.wake(err)
+        return err
+
+    def _shutdown_files(self) -> None:
+        for p in list(self._open):
+            self._drop(p)

@@ -1,0 +1,43 @@
+"""Where harness keeps things (DESIGN.md §2): XDG config, state and runtime paths.
+
+Invariant: every path is derived here and nowhere else; an unset or empty XDG
+variable means the XDG default under $HOME.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _xdg(var: str, default: str) -> str:
+    v = os.environ.get(var)
+    return v if v else os.path.join(os.path.expanduser("~"), default)
+
+
+def config_path(override: str | None = None) -> str:
+    if override:
+        return override
+    env = os.environ.get("HARNESS_CONFIG")
+    if env:
+        return env
+    return os.path.join(_xdg("XDG_CONFIG_HOME", ".config"), "harness", "harness.toml")
+
+
+def state_dir() -> str:
+    return os.path.join(_xdg("XDG_STATE_HOME", ".local/state"), "harness")
+
+
+def ledger_dir() -> str:
+    return os.path.join(state_dir(), "ledger")
+
+
+def socket_path(override: str | None = None) -> str:
+    if override:
+        return override
+    env = os.environ.get("HARNESS_SOCKET")
+    if env:
+        return env
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return os.path.join(runtime, "harness.sock")
+    return os.path.join(state_dir(), "harness.sock")

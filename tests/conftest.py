@@ -1,0 +1,53 @@
+"""Shared fixtures: a throwaway XDG world per test, and a way to run the real CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+@dataclass
+class World:
+    root: Path
+    env: dict[str, str]
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state" / "harness"
+
+    @property
+    def ledger(self) -> Path:
+        return self.state / "ledger"
+
+    def harness(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        """Run the real `harness` CLI in this world."""
+        return subprocess.run(
+            [sys.executable, "-m", "harness.cli", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=check,
+        )
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    env = dict(os.environ)
+    env.update(
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        XDG_RUNTIME_DIR=str(tmp_path / "run"),
+        HOME=str(tmp_path / "home"),
+        TZ="UTC",
+    )
+    env.pop("HARNESS_SOCKET", None)
+    env.pop("HARNESS_CONFIG", None)
+    (tmp_path / "run").mkdir(mode=0o700)
+    yield World(tmp_path, env)
