@@ -77,8 +77,8 @@ def _credential_key(name: str, first: str, rest: str) -> tuple[str, str]:
     )
 
 
-# A rule is a name and a pattern; a group named "s_<name>" (or "s_<name>_<n>") holds the
-# secret and the rest of the match is context that is kept; without one the whole match
+# A rule is a name and a pattern; a group named "s_<name>" (or "s_<name>__<part>") holds
+# the secret and the rest of the match is context that is kept; without one the whole match
 # is the secret. Every pattern opens with a literal or a character class, and any
 # lookbehind comes after it: the engine then dismisses a rule with one character test,
 # which keeps the full scan affordable on a long string. Order matters only between
@@ -106,12 +106,14 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     _credential_key("kv_p", "p", r"assw(?:or)?d|assphrase|rivate[_-]?key"),
     _credential_key("kv_s", "s", r"ecret(?:[_-]?key)?"),
     _credential_key("kv_t", "t", r"oken"),
-    # A bare userinfo is usually a login name ("git@", "alice@"); only a long run holding
-    # a digit or a capital looks like a token put there to authenticate.
+    # The password runs to the last "@" of the authority, so an unescaped "@" in it
+    # cannot leave a tail behind. A bare userinfo is usually a login name ("git@",
+    # "alice@"); only a long run holding a digit or a capital looks like a token put
+    # there to authenticate.
     (
         "url",
-        _SCHEME + r"(?:[^\s/?#@:]*:(?P<s_url_0>[^\s/?#@]+)"
-        r"|(?P<s_url_1>(?=[a-z_.~-]*[A-Z0-9])[A-Za-z0-9_.~-]{20,}))(?=@)",
+        _SCHEME + r"(?:[^\s/?#@:]*:(?P<s_url__password>[^\s/?#]+)"
+        r"|(?P<s_url__token>(?=[a-z_.~-]*[A-Z0-9])[A-Za-z0-9_.~-]{20,}))(?=@)",
     ),
     # Header and payload are base64url JSON objects, so both open with "eyJ"; the
     # signature may be cut off or empty (alg "none").
@@ -154,7 +156,9 @@ _SECRET_RX: Final = re.compile(
     "|".join(f"(?:{pat})(?P<r_{name}>)" for name, pat in _RULES), re.ASCII
 )
 _SECRET_GROUPS: Final = {
-    f"r_{name}": tuple(g for g in _SECRET_RX.groupindex if g.startswith(f"s_{name}"))
+    f"r_{name}": tuple(
+        g for g in _SECRET_RX.groupindex if g == f"s_{name}" or g.startswith(f"s_{name}__")
+    )
     for name, _ in _RULES
 }
 # "Authorization: Bearer" with the token already gone is a scheme, not a credential.

@@ -12,8 +12,11 @@ does not match (a line that is not canonical).
 from __future__ import annotations
 
 import gc
+import hashlib
 import heapq
+import itertools
 import json
+import multiprocessing
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,7 +24,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from .chain import ZERO_HASH, hash_of_line_bytes, hash_of_object
-from .dayfiles import CHAIN_FILE, iter_chunks, list_day_files
+from .dayfiles import CHAIN_FILE, Listing, iter_chunks, list_day_files
 
 
 class _Link(msgspec.Struct):
@@ -93,14 +96,183 @@ def read_chain_file(directory: str) -> tuple[int, str] | None:
     return seq, digest
 
 
-# (seq, file index, line number, raw bytes, decoded link or None for a fragment)
+@dataclass
+class FileCheck:
+    """One day file checked on its own: its ends, its count and its first inner fault."""
+
+    name: str
+    first_seq: int | None = None
+    first_prev: str | None = None
+    first_line: int = 0
+    last_seq: int | None = None
+    last_hash: str | None = None
+    lines: int = 0
+    torn_at: list[str] = field(default_factory=list)
+    error: Break | None = None
+
+
+def check_file(path: str, name: str, skip_upto: int = 0) -> FileCheck:
+    """Verify the links and hashes inside one file (lines are seq-ordered within a file)."""
+    fc = FileCheck(name)
+    decode = _link.decode
+    verifies = hash_of_line_bytes
+    prev_seq = prev_hash = None
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for first, lines, torn in iter_chunks(path):
+            if torn:
+                fc.torn_at.append(f"{name}:{first}")
+                continue
+            n = first - 1
+            for raw in lines:
+                n += 1
+                try:
+                    link = decode(raw)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    if raw:  # a fragment a crash left before later appends: not chained
+                        fc.torn_at.append(f"{name}:{n}")
+                    continue
+                seq = link.seq
+                if seq <= skip_upto:
+                    continue  # pruned-to-be lines a crash left behind CHAIN
+                digest = link.hash
+                if link.prev is None or digest is None:
+                    fc.error = Break(seq, name, n, "line has no prev/hash chain fields")
+                    return fc
+                if prev_seq is None:
+                    fc.first_seq, fc.first_prev, fc.first_line = seq, link.prev, n
+                else:
+                    err = _link_error(seq, link.prev, prev_seq, prev_hash)
+                    if err:
+                        fc.error = Break(seq, name, n, err)
+                        return fc
+                if not _fast_ok(raw, digest) and not verifies(raw, digest) and (
+                    not _reencoded_ok(raw, digest)
+                ):
+                    fc.error = Break(seq, name, n,
+                                     "hash does not match the line's content (the line was edited)")
+                    return fc
+                prev_seq, prev_hash = seq, digest
+                fc.lines += 1
+    finally:
+        if gc_was:
+            gc.enable()
+    fc.last_seq, fc.last_hash = prev_seq, prev_hash
+    return fc
+
+
+_sha256 = hashlib.sha256
+
+
+def _fast_ok(raw: bytes, digest: str) -> bool:
+    """The common case, inlined for speed: the first "hash" member is the top-level one and
+    is followed by another member. Anything else falls through to `hash_of_line_bytes`."""
+    i = raw.find(b'"hash":"')
+    if i < 0 or raw[i + 72 : i + 74] != b'",' or raw[i + 8 : i + 72].decode("ascii",
+                                                                          "replace") != digest:
+        return False
+    h = _sha256(raw[:i])
+    h.update(raw[i + 74 :])
+    return h.hexdigest() == digest
+
+
+def _link_error(seq: int, prev: str, prev_seq: int, prev_hash: str | None) -> str | None:
+    if seq <= prev_seq:
+        return f"seq {seq} does not follow seq {prev_seq} (duplicated or reordered line)"
+    if prev != prev_hash:
+        return (f"prev does not match the hash of the line before (seq {prev_seq}):"
+                " a line was removed, inserted or edited")
+    return None
+
+
+def _reencoded_ok(raw: bytes, digest: str) -> bool:
+    """The slow path, for a line that is not in canonical form: re-encode and hash."""
+    try:
+        obj = _any.decode(raw)
+        return isinstance(obj, dict) and hash_of_object(obj) == digest
+    except (msgspec.DecodeError, ValueError):
+        return False
+
+
+def _check_job(args: tuple[str, str, int]) -> FileCheck:
+    return check_file(*args)
+
+
+# Below this many bytes the fork costs more than the second core saves.
+PARALLEL_BYTES = 16 << 20
+
+
+def _check_all(jobs: list[tuple[str, str, int]], parallel: bool) -> list[FileCheck]:
+    procs = os.cpu_count() or 1
+    if parallel and procs > 1 and len(jobs) > 1:
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(min(procs, len(jobs))) as pool:
+            return pool.map(_check_job, jobs, chunksize=1)
+    return [check_file(*j) for j in jobs]
+
+
+def verify_run_ledger(directory: str, parallel: bool | None = None) -> VerifyResult:
+    """Check the chain from CHAIN (or genesis) to the head.
+
+    Each day file is checked on its own — on every core when the ledger is large —
+    and the files are then stitched: each file's first line must link to the
+    previous file's last. Files whose seq ranges overlap (a clock jump wrote a later
+    line into an earlier day's file) are checked as one seq-ordered merge instead.
+    """
+    listing = list_day_files(directory)
+    exists = os.path.isdir(directory)
+    res = VerifyResult(ok=False, exists=exists, strays=listing.strays)
+    if not exists:
+        return res
+    res.files = len(listing.days)
+    anchor = read_chain_file(directory)
+    if anchor:
+        res.anchor = f"CHAIN seq {anchor[0]}"
+    skip = anchor[0] if anchor else 0
+    jobs = [(p, os.path.basename(p), skip) for _, p in listing.days]
+    if parallel is None:
+        parallel = sum(os.path.getsize(p) for p, _, _ in jobs) >= PARALLEL_BYTES
+    checks = _check_all(jobs, parallel)
+    spans = [(c.first_seq, c.last_seq if c.error is None else None) for c in checks
+             if c.first_seq is not None]
+    ordered = all(
+        a_last is not None and b_first is not None and b_first > a_last
+        for (_, a_last), (b_first, _) in itertools.pairwise(spans)
+    )
+    if not ordered and any(c.error is None for c in checks):
+        return _verify_merged(listing, anchor, res)
+    prev_seq, prev_hash = anchor if anchor else (0, ZERO_HASH)
+    for c in checks:
+        res.torn_at.extend(c.torn_at)
+        if c.first_seq is None:
+            if c.error is not None:
+                res.error = c.error
+                break
+            continue
+        err = _link_error(c.first_seq, c.first_prev or "", prev_seq, prev_hash)
+        if err:
+            res.error = Break(c.first_seq, c.name, c.first_line, err)
+            break
+        if res.start_seq is None:
+            res.start_seq = c.first_seq
+        res.lines += c.lines
+        if c.error is not None:
+            res.error = c.error
+            break
+        prev_seq, prev_hash = c.last_seq or prev_seq, c.last_hash or prev_hash
+    res.torn = len(res.torn_at)
+    res.ok = res.error is None
+    res.head_seq = prev_seq if prev_seq else None
+    res.head_hash = prev_hash if prev_seq else None
+    return res
+
+
+# (seq, file index, line number, raw bytes, decoded link)
 _Item = tuple[int, int, int, bytes, "_Link"]
-
-
 def _file_items(fi: int, path: str, res: VerifyResult, name: str) -> Iterator[_Item]:
     for first, lines, torn in iter_chunks(path):
         if torn:
-            res.torn += 1
             res.torn_at.append(f"{name}:{first}")
             continue
         n = first - 1
@@ -111,24 +283,18 @@ def _file_items(fi: int, path: str, res: VerifyResult, name: str) -> Iterator[_I
             except (msgspec.DecodeError, msgspec.ValidationError):
                 # An unparseable line: a fragment a crash left before later appends.
                 if raw:
-                    res.torn += 1
                     res.torn_at.append(f"{name}:{n}")
                 continue
             yield link.seq, fi, n, raw, link
 
 
-def verify_run_ledger(directory: str) -> VerifyResult:
-    """Check the chain from CHAIN (or genesis) to the head."""
-    listing = list_day_files(directory)
-    exists = os.path.isdir(directory)
-    res = VerifyResult(ok=False, exists=exists, strays=listing.strays)
-    if not exists:
-        return res
-    res.files = len(listing.days)
-    anchor = read_chain_file(directory)
+def _verify_merged(listing: Listing, anchor: tuple[int, str] | None,
+                   res: VerifyResult) -> VerifyResult:
+    """Follow the chain through every file at once, in seq order (the clock-jump case)."""
+    res.torn_at = []
+    res.lines = 0
+    res.start_seq = None
     prev_seq, prev_hash = anchor if anchor else (0, ZERO_HASH)
-    if anchor:
-        res.anchor = f"CHAIN seq {anchor[0]}"
     names = [os.path.basename(p) for _, p in listing.days]
     streams = [_file_items(i, p, res, names[i]) for i, (_, p) in enumerate(listing.days)]
     # Day files are seq-ordered inside; merging by seq also orders lines a clock jump
@@ -145,24 +311,14 @@ def verify_run_ledger(directory: str) -> VerifyResult:
             if link.prev is None or link.hash is None:
                 res.error = Break(seq, *where, "line has no prev/hash chain fields")
                 break
-            if seq <= prev_seq:
-                res.error = Break(seq, *where, f"seq {seq} does not follow seq {prev_seq}"
-                                  " (duplicated or reordered line)")
+            err = _link_error(seq, link.prev, prev_seq, prev_hash)
+            if err:
+                res.error = Break(seq, *where, err)
                 break
-            if link.prev != prev_hash:
-                res.error = Break(seq, *where, "prev does not match the hash of the line before"
-                                  f" (seq {prev_seq}): a line was removed, inserted or edited")
+            if not hash_of_line_bytes(raw, link.hash) and not _reencoded_ok(raw, link.hash):
+                res.error = Break(seq, *where,
+                                  "hash does not match the line's content (the line was edited)")
                 break
-            if not hash_of_line_bytes(raw, link.hash):
-                obj = _any.decode(raw)
-                try:
-                    good = hash_of_object(obj) == link.hash
-                except ValueError:
-                    good = False
-                if not good:
-                    res.error = Break(seq, *where, "hash does not match the line's content"
-                                      " (the line was edited)")
-                    break
             if res.start_seq is None:
                 res.start_seq = seq
             res.lines += 1
@@ -170,6 +326,7 @@ def verify_run_ledger(directory: str) -> VerifyResult:
     finally:
         if gc_was:
             gc.enable()
+    res.torn = len(res.torn_at)
     res.ok = res.error is None
     res.head_seq = prev_seq if prev_seq else None
     res.head_hash = prev_hash if prev_seq else None

@@ -1,0 +1,264 @@
+"""The secret scrubber: exact redactions, exact counts, no false positives, idempotence."""
+
+from __future__ import annotations
+
+import string
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from harness.ledger.scrub import _TRIGGER, REDACTED, _one_pass, scrub_text, scrub_value
+
+# Fake credentials are assembled from parts so that secret scanners run over this
+# repository do not mistake the fixtures for leaked keys.
+BODY = "AbCdEfGhIj0123456789"  # 20 token characters, the shortest body most rules take
+OPENAI = "sk-" + BODY + "klmNOP"
+OPENAI_PROJ = "sk-" + "proj-" + "Ab_Cd-Ef" + BODY
+ANTHROPIC = "sk-" + "ant-" + "api03-" + BODY + "_-xyz"
+GITHUB = "ghp" + "_" + BODY + "QRSTUVWXYZabcdef"
+GITHUB_PAT = "github" + "_pat_" + "11ABCDEFG0_" + BODY + BODY
+SLACK = "xoxb" + "-123456789012-1234567890123-" + BODY
+AWS = "AKIA" + "IOSFODNN7EXAMPLE"
+AWS_TEMP = "ASIA" + "Y34FZKBOKMUTVV7A"
+GOOGLE = "AIza" + "Sy" + BODY + "abcdefghijklm"
+STRIPE = "sk" + "_live_" + BODY
+STRIPE_RESTRICTED = "rk" + "_live_" + BODY
+JWT = (
+    "eyJ" + "hbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
+    + ".eyJ" + "zdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ"
+    + "." + "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+)
+PEM = (
+    "-----BEGIN RSA " + "PRIVATE KEY-----\n"
+    "MIIEowIBAAKCAQEAx4Uh1HmnbLq0\nb3BlbnNzaC1rZXktdjEAAAAABG5v\n"
+    "-----END RSA " + "PRIVATE KEY-----"
+)
+
+REDACTED_CASES = [
+    # vendor keys and tokens
+    pytest.param(f"key {OPENAI} end", "key [REDACTED] end", id="openai"),
+    pytest.param(f"OPENAI_API_KEY={OPENAI}", "OPENAI_API_KEY=[REDACTED]", id="openai-env"),
+    pytest.param(OPENAI_PROJ, REDACTED, id="openai-proj"),
+    pytest.param(f"using {ANTHROPIC}.", "using [REDACTED].", id="anthropic"),
+    pytest.param(f"push with {GITHUB}", "push with [REDACTED]", id="ghp"),
+    pytest.param("gho_" + BODY, REDACTED, id="gho"),
+    pytest.param("ghu_" + BODY, REDACTED, id="ghu"),
+    pytest.param("ghs_" + BODY, REDACTED, id="ghs"),
+    pytest.param("ghr_" + BODY, REDACTED, id="ghr"),
+    pytest.param(f"({GITHUB_PAT})", "([REDACTED])", id="github-pat"),
+    pytest.param(f"slack {SLACK} ok", "slack [REDACTED] ok", id="slack-bot"),
+    pytest.param("xoxp-" + BODY, REDACTED, id="slack-user"),
+    pytest.param(f"id={AWS}", "id=[REDACTED]", id="aws"),
+    pytest.param(f"[{AWS_TEMP}]", "[[REDACTED]]", id="aws-temporary"),
+    pytest.param(f"maps {GOOGLE}", "maps [REDACTED]", id="google"),
+    pytest.param(f"charge {STRIPE}", "charge [REDACTED]", id="stripe"),
+    pytest.param(STRIPE_RESTRICTED, REDACTED, id="stripe-restricted"),
+    # credential assignments: the key name stays
+    pytest.param("api_key=abc123", "api_key=[REDACTED]", id="api_key"),
+    pytest.param("apikey: xyz789 next", "apikey: [REDACTED] next", id="apikey-colon"),
+    pytest.param("X-Api-Key: v4lue", "X-Api-Key: [REDACTED]", id="api-key-header"),
+    pytest.param("TOKEN=t0k3n", "TOKEN=[REDACTED]", id="token-upper"),
+    pytest.param("export GITHUB_TOKEN='abc'", "export GITHUB_TOKEN='[REDACTED]'", id="env-quoted"),
+    pytest.param("?access_token=abc&x=1", "?access_token=[REDACTED]&x=1", id="query"),
+    pytest.param("secret=s3cr3t;next", "secret=[REDACTED];next", id="secret"),
+    pytest.param("client_secret = s3,x", "client_secret = [REDACTED],x", id="client-secret"),
+    pytest.param("password=hunter2 user=bob", "password=[REDACTED] user=bob", id="password"),
+    pytest.param("PASSWD: hunter2", "PASSWD: [REDACTED]", id="passwd"),
+    pytest.param('{"password": "hunter2", "n": 1}', '{"password": "[REDACTED]", "n": 1}',
+                 id="json"),
+    pytest.param('{\\"password\\": \\"hunter2\\"}', '{\\"password\\": \\"[REDACTED]\\"}',
+                 id="json-in-string"),
+    pytest.param("token: Bearer abc", "token: Bearer [REDACTED]", id="token-bearer"),
+    # Authorization and Bearer: the scheme stays
+    pytest.param("curl -H 'Authorization: Bearer abc.def' -X POST",
+                 "curl -H 'Authorization: Bearer [REDACTED]' -X POST", id="authorization-bearer"),
+    pytest.param("Authorization: Basic dXNlcjpwYXNzd29yZA==", "Authorization: Basic [REDACTED]",
+                 id="authorization-basic"),
+    pytest.param('{"authorization": "opaque-value-1"}', '{"authorization": "[REDACTED]"}',
+                 id="authorization-bare"),
+    pytest.param("Authorization: AWS4-HMAC-SHA256 Credential=x/y, Signature=abc",
+                 "Authorization: AWS4-HMAC-SHA256 [REDACTED]", id="authorization-sigv4"),
+    pytest.param("sent Bearer abcd1234efgh5678 upstream", "sent Bearer [REDACTED] upstream",
+                 id="bearer"),
+    # URL credentials: scheme and user stay
+    pytest.param("postgres://alice:s3cr3t@db.example.com:5432/app",
+                 "postgres://alice:[REDACTED]@db.example.com:5432/app", id="url-password"),
+    pytest.param("redis://:pw@cache:6379", "redis://:[REDACTED]@cache:6379", id="url-no-user"),
+    pytest.param("https://u:p@ss@host/x", "https://u:[REDACTED]@host/x", id="url-at-in-password"),
+    pytest.param(f"https://x-access-token:{GITHUB}@github.com/o/r.git",
+                 "https://x-access-token:[REDACTED]@github.com/o/r.git", id="url-token-password"),
+    pytest.param(f"git clone https://{BODY}xyz@github.com/o/r",
+                 "git clone https://[REDACTED]@github.com/o/r", id="url-token-only"),
+    # PEM private keys and JWTs
+    pytest.param(f"key: {PEM} after", "key: [REDACTED] after", id="pem"),
+    pytest.param("-----BEGIN " + "PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
+                 REDACTED, id="pem-cut-off"),
+    pytest.param("x -----BEGIN OPENSSH " + "PRIVATE KEY", "x [REDACTED]", id="pem-cut-in-header"),
+    pytest.param(f"got {JWT} ok", "got [REDACTED] ok", id="jwt"),
+    pytest.param("Bearer " + JWT, "Bearer [REDACTED]", id="jwt-bearer"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), REDACTED_CASES)
+def test_each_form_is_redacted_with_its_context_kept(text: str, expected: str) -> None:
+    assert scrub_text(text) == (expected, 1)
+
+
+@pytest.mark.parametrize(("text", "expected"), REDACTED_CASES)
+def test_scrubbed_text_is_a_fixed_point(text: str, expected: str) -> None:
+    out, _ = scrub_text(text)
+    again, n = scrub_text(out)
+    assert (again, n) == (out, 0)
+    assert again is out
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "count"),
+    [
+        (f"a {ANTHROPIC} b {GITHUB} c", "a [REDACTED] b [REDACTED] c", 2),
+        ("password=x token=y", "password=[REDACTED] token=[REDACTED]", 2),
+        (f"{AWS}:{STRIPE}", "[REDACTED]:[REDACTED]", 2),
+        (f"Authorization: Bearer {ANTHROPIC}", "Authorization: Bearer [REDACTED]", 1),
+        (f"token={JWT}", "token=[REDACTED]", 1),
+        # The AWS key ends where its 16 characters do, so the key glued behind it is a
+        # second secret.
+        (AWS + OPENAI, "[REDACTED][REDACTED]", 2),
+        (f"{PEM}\n{PEM}", "[REDACTED]\n[REDACTED]", 2),
+    ],
+)
+def test_counts_are_exact(text: str, expected: str, count: int) -> None:
+    assert scrub_text(text) == (expected, count)
+
+
+FALSE_POSITIVES = [
+    "task skip sketch",
+    "sk-drain",
+    "harness sk-nightly-build-2025-10-01 finished",
+    "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678",
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    "prev=sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    "123e4567-e89b-12d3-a456-426614174000",
+    "2025-10-01T12:34:56.789012Z",
+    "2025-10-01T12:34:56+02:00",
+    "/home/u/.local/state/harness/jobs/pr-review/4.log",
+    "claude-sonnet-4-5-20250929",
+    "gpt-5-codex",
+    "git@github.com:owner/repo.git",
+    "ssh://git@github.com/owner/repo.git",
+    "https://alice@example.com/x",
+    "https://github.com/owner/repo/pull/42",
+    "http://localhost:8080/health",
+    "https://cloud.langfuse.com/project/cm1abc/traces/0123456789abcdef0123456789abcdef",
+    "max_tokens=4096 input_tokens: 1523 token_count=3",
+    "the bearer of this note; Bearer tokens expire; bearer responsibilities",
+    "Authorization: Bearer",
+    "a monkey on the keyboard, a broken token, a secret sauce",
+    "password reset link sent",
+    "ghp_short gho_ xoxb-1 AKIASHORT sk-ant-short eyJustAWord",
+    "risk-assessment-2025-10-01-0123456789abcdef",
+    "",
+    "ünïcödé ✓ 日本語",
+]
+
+
+@pytest.mark.parametrize("text", FALSE_POSITIVES)
+def test_ordinary_text_is_returned_as_the_same_object(text: str) -> None:
+    out, n = scrub_text(text)
+    assert n == 0
+    assert out is text
+
+
+def test_scrub_value_walks_nested_structures() -> None:
+    clean_models = [{"model": "claude-sonnet-4-5-20250929", "provider": "anthropic"}]
+    line = {
+        "reason": "failed: password=hunter2",
+        "models": clean_models,
+        "sessions": ("s1", f"key {OPENAI}"),
+        "errors": {f"AuthError {GITHUB}": 2, "Timeout": 1},
+        f"note {AWS}": [1, 2.5, None, True, [f"Bearer {JWT}"]],
+        "exit_code": 1,
+    }
+    out, n = scrub_value(line)
+    assert n == 5
+    assert out == {
+        "reason": "failed: password=[REDACTED]",
+        "models": clean_models,
+        "sessions": ["s1", "key [REDACTED]"],
+        "errors": {"AuthError [REDACTED]": 2, "Timeout": 1},
+        "note [REDACTED]": [1, 2.5, None, True, ["Bearer [REDACTED]"]],
+        "exit_code": 1,
+    }
+    assert isinstance(out, dict)
+    assert out["models"] is clean_models
+    assert line["reason"] == "failed: password=hunter2"  # the input is not mutated
+
+
+def test_scrub_value_returns_clean_structures_untouched() -> None:
+    line = {"outcome": "success", "models": [{"model": "gpt-5-codex"}], "pair": ("a", 1)}
+    assert scrub_value(line) == (line, 0)
+    assert scrub_value(line)[0] is line
+    pair = ("a", 1)
+    assert scrub_value(pair)[0] is pair
+
+
+@pytest.mark.parametrize("value", [0, 1.5, None, True, b"sk-bytes", 10**30])
+def test_scrub_value_leaves_non_text_alone(value: object) -> None:
+    out, n = scrub_value(value)
+    assert n == 0
+    assert out is value
+
+
+def test_scrub_value_twice_finds_nothing_new() -> None:
+    line = {"a": [f"{ANTHROPIC} and {SLACK}", {"token=x": "https://u:p@h"}]}
+    once, n = scrub_value(line)
+    assert n == 4
+    assert scrub_value(once) == (once, 0)
+
+
+# Text that is likely to contain pieces of the secret forms, so the properties below
+# exercise the rules and their seams rather than only clean text.
+FRAGMENTS = [
+    " ", "\n", "'", '"', "\\", ":", "=", "@", "/", "[REDACTED]", "[", "]",
+    "sk-", "sk-ant-", "sk_live_", "ghp_", "github_pat_", "xoxb-", "AKIA", "ASIA", "AIza",
+    "eyJ", ".", "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----",
+    "Bearer ", "Basic ", "Authorization: ", "token=", "password: ", "api_key=", "secret ",
+    "https://", "user:", "git@", "0123456789", "ABCDEFGHIJKLMNOP", "abcdefghijklmnop",
+    BODY, ANTHROPIC, AWS, JWT, GITHUB,
+]
+secretish_text = st.lists(
+    st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=8)), max_size=24
+).map("".join)
+any_text = st.one_of(st.text(), secretish_text)
+
+
+@given(any_text)
+def test_scrubbing_is_idempotent_and_total(text: str) -> None:
+    out, n = scrub_text(text)
+    assert n >= 0
+    assert (out is text) == (n == 0)
+    again, m = scrub_text(out)
+    assert m == 0
+    assert again == out
+
+
+@given(any_text)
+def test_precheck_never_hides_a_secret(text: str) -> None:
+    # The cheap pre-check may only skip text in which the full rule set finds nothing.
+    if _TRIGGER.search(text) is None:
+        assert _one_pass(text) == (text, 0)
+
+
+TOKEN_CHARS = string.ascii_letters + string.digits + "_-"
+
+
+@given(
+    before=any_text,
+    after=any_text,
+    body=st.text(alphabet=TOKEN_CHARS, min_size=30, max_size=30),
+)
+def test_an_inserted_key_never_survives(before: str, after: str, body: str) -> None:
+    assume(body not in before and body not in after)
+    out, n = scrub_text(f"{before} sk-ant-{body} {after}")
+    assert n >= 1
+    assert body not in out
