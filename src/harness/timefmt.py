@@ -26,6 +26,8 @@ def now_ns() -> int:
 def format_ns(ns: int) -> str:
     """The canonical UTC stamp of an epoch-nanosecond instant."""
     secs, frac = divmod(ns, 1_000_000_000)
+    if 0 <= secs < 253402300800:  # years 1970-9999: the C formatter, 4x faster
+        return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(secs))}.{frac:09d}Z"
     dt = _EPOCH + timedelta(seconds=secs)
     return f"{dt:%Y-%m-%dT%H:%M:%S}.{frac:09d}Z"
 
@@ -49,9 +51,31 @@ def parse_ns(s: str) -> int:
     return ns
 
 
+# The canonical spelling, with field ranges; only days 29-31 need a calendar check.
+_CANON = re.compile(
+    r"\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8]|(29|3[01]))T(?:[01]\d|2[0-3]):[0-5]\d:"
+    r"[0-5]\d\.\d{9}Z"
+)
+
+
+def _is_canonical(s: str) -> bool:
+    m = _CANON.fullmatch(s)
+    if m is None:
+        return False
+    if m.group(1) is None:
+        return True
+    try:
+        datetime(int(s[:4]), int(s[5:7]), int(s[8:10]))
+    except ValueError:
+        return False
+    return True
+
+
 def is_rfc3339(s: object) -> bool:
     if not isinstance(s, str):
         return False
+    if _is_canonical(s):
+        return True
     try:
         parse_ns(s)
     except ValueError:
@@ -75,7 +99,7 @@ def canon(s: object) -> str | None:
     """
     if type(s) is not str:
         return None
-    if len(s) == 30 and s[19] == "." and s[29] == "Z" and s[10] == "T":
+    if len(s) == 30 and _is_canonical(s):
         return s
     try:
         return format_ns(parse_ns(s))

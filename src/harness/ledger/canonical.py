@@ -47,6 +47,21 @@ def _prepare(obj: Any) -> Any:
     raise ValueError(f"canonical JSON cannot encode a {t.__name__}")
 
 
+def prepare(obj: Any) -> Any:
+    """Check `obj` and pre-render its floats once; `encode_prepared` may then run many times."""
+    return _prepare(obj)
+
+
+def encode_prepared(prepared: Any, original: Any) -> bytes:
+    """Canonical bytes of a value `prepare` returned (`original` is the value before it)."""
+    try:
+        return _encoder.encode(prepared)
+    except OverflowError:
+        return _stdlib(original)
+    except msgspec.EncodeError as exc:
+        raise ValueError(f"canonical JSON cannot encode this value: {exc}") from exc
+
+
 def canonical(obj: Any) -> bytes:
     """The canonical bytes of a JSON-compatible value (no trailing newline)."""
     try:

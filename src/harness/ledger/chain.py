@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from .canonical import canonical
+from .canonical import canonical, encode_prepared, prepare
 
 ZERO_HASH = "0" * 64
 
@@ -22,9 +22,10 @@ def seal_line(obj: dict[str, Any], seq: int, prev: str) -> tuple[bytes, str]:
     obj.pop("hash", None)
     obj["seq"] = seq
     obj["prev"] = prev
-    digest = hashlib.sha256(canonical(obj)).hexdigest()
-    obj["hash"] = digest
-    return canonical(obj), digest
+    ready = prepare(obj)  # one walk of the object serves both encodings
+    digest = hashlib.sha256(encode_prepared(ready, obj)).hexdigest()
+    obj["hash"] = ready["hash"] = digest
+    return encode_prepared(ready, obj), digest
 
 
 def hash_of_line_bytes(line: bytes, digest: str) -> bool:

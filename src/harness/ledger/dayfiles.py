@@ -106,6 +106,33 @@ def iter_chunks(path: str) -> Iterator[tuple[int, list[bytes], bool]]:
             yield lineno + 1, [], True
 
 
+def iter_blocks(path: str, start: int = 0) -> Iterator[tuple[memoryview, bool]]:
+    """Yield (view of complete lines, torn) in chunks, for batch decoders.
+
+    Each block ends in "\\n"; a final unterminated fragment comes once as (fragment, True).
+    The view is only valid until the next iteration (the buffer is reused: no copies).
+    """
+    buf = bytearray(CHUNK)
+    have = 0
+    with open(path, "rb", buffering=0) as f:
+        if start:
+            f.seek(start)
+        while True:
+            if have == len(buf):  # one line longer than the buffer: grow (a new buffer,
+                buf = buf + bytes(len(buf))  # since a caller may still hold a view of it)
+            got = f.readinto(memoryview(buf)[have:])
+            if not got:
+                break
+            have += got
+            cut = buf.rfind(b"\n", 0, have) + 1
+            if cut:
+                yield memoryview(buf)[:cut], False
+                buf[: have - cut] = buf[cut:have]
+                have -= cut
+        if have:
+            yield memoryview(buf)[:have], True
+
+
 class _Tail(msgspec.Struct):
     seq: int
     hash: str | None = None

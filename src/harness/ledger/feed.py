@@ -71,6 +71,10 @@ class Feed:
             self._missed.setdefault(name, 0)
         return sub
 
+    def active(self) -> bool:
+        """Whether anyone listens (so publishers can skip building items for nobody)."""
+        return bool(self._subs)
+
     def publish(self, item: Committed) -> None:
         for sub in self._subs:  # copy-on-write list: no lock on the hot path
             sub._offer(item)

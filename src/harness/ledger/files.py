@@ -42,7 +42,11 @@ class FileLayer:
 
     def open_append(self, path: str) -> tuple[int, bool]:
         """Open `path` for appending, creating it 0600; return (fd, created)."""
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        # O_RDWR, not O_WRONLY: the writer preads the last byte of an existing file to
+        # find a torn tail, and pread on a write-only fd fails with EBADF, which made
+        # every reopen (a restart, a retry after a dropped handle) fail for ever.
+        # O_APPEND still puts every write at the end.
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
         try:
             return os.open(path, flags | os.O_EXCL, 0o600), True
         except FileExistsError:

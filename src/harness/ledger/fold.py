@@ -45,7 +45,11 @@ class Record:
         self.opened = False
         self.closed = False
         self.fields: dict[str, Any] = {}
-        self._field_seq: dict[str, int] | None = None  # only after an out-of-order line
+        # The seq of the line that set each field. Kept from the first line on: a late
+        # line must know which fields a *newer* line set, and that cannot be rebuilt
+        # afterwards (assuming every field was set at last_seq let an older value
+        # beat a late line that is newer than the field's real setter).
+        self._field_seq: dict[str, int] = {}
 
     @property
     def is_open(self) -> bool:
@@ -67,23 +71,15 @@ class Record:
             if typ == "decided":
                 self.opened = True  # a decided record is whole: not partial
         fields = self.fields
+        fs = self._field_seq
         if seq >= self.last_seq:
-            if self._field_seq is not None:
-                fs = self._field_seq
-                for k, v in line.items():
-                    if v is not None and k in RECORD_FIELDS:
-                        fields[k] = v
-                        fs[k] = seq
-            else:
-                for k, v in line.items():
-                    if v is not None and k in RECORD_FIELDS:
-                        fields[k] = v
+            for k, v in line.items():
+                if v is not None and k in RECORD_FIELDS:
+                    fields[k] = v
+                    fs[k] = seq
             self.last_seq = seq
             return
         # An older line arriving late: keep every value a newer line set.
-        if self._field_seq is None:
-            self._field_seq = dict.fromkeys(fields, self.last_seq)
-        fs = self._field_seq
         for k, v in line.items():
             if v is not None and k in RECORD_FIELDS and fs.get(k, 0) < seq:
                 fields[k] = v

@@ -46,7 +46,7 @@ class Index:
                 self.max_ids[h] = rid
         for k in _INTERNED:  # the same few words on every record: share them
             v = line.get(k)
-            if type(v) is str:
+            if v is not None and type(v) is str:
                 line[k] = sys.intern(v)
         r.apply(line)
         return r
@@ -81,6 +81,7 @@ class Index:
         for r in self.records.values():
             per.setdefault(r.harness, []).append(r)
         dropped = 0
+        top = 0  # the highest seq dropped
         for h, recs in per.items():
             recs.sort(key=lambda r: r.seq, reverse=True)
             before = min(self.harness_floor.get(h, self.floor), self.floor)
@@ -89,6 +90,7 @@ class Index:
                 if r.closed and r.first_at < start:
                     del self.records[(h, r.run_id)]
                     gone += 1
+                    top = max(top, r.seq)
             if gone:
                 # The newest records of h down to the oldest one kept without a gap.
                 block = recs[0].seq
@@ -99,8 +101,10 @@ class Index:
                 self.harness_floor[h] = max(before, block)
                 dropped += gone
         if dropped:
-            in_window = [r.seq for r in self.records.values() if r.first_at >= start]
-            if in_window:
-                self.floor = max(self.floor, min(in_window))
-                self.floor_at = max(self.floor_at, start)
+            # The floor must clear every record dropped here. It used to be raised only to
+            # the oldest record left in the window, and not at all when the window held
+            # none: memory then claimed records it had just dropped were there, and
+            # answered queries without them.
+            self.floor = max(self.floor, top + 1)
+            self.floor_at = max(self.floor_at, start)
         return dropped

@@ -10,29 +10,37 @@ and torn fragments are skipped and counted, never raised.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+import heapq
+import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from ..timefmt import canon, format_ns
-from .dayfiles import iter_chunks, list_day_files
+from .dayfiles import iter_blocks, list_day_files
 from .fold import Record
 from .query import Query, select
 from .schema import LINE_TYPES
+from .writer import MAX_LINE
 
 _DAY_NS = 86_400 * 1_000_000_000
 
 
-class _Head(msgspec.Struct):
-    """The envelope and the three fields queries filter on; all else is skipped unread."""
+_Pos = Annotated[int, msgspec.Meta(gt=0)]
 
-    seq: int
-    type: str
+
+class _Head(msgspec.Struct):
+    """The envelope and the three fields queries filter on; all else is skipped unread.
+
+    The constraints make msgspec reject, in C, every line a reader must skip."""
+
+    seq: _Pos
+    type: Literal["opened", "updated", "closed", "decided"]
     at: str
-    harness: str
-    run_id: int
+    harness: Annotated[str, msgspec.Meta(min_length=1)]
+    run_id: _Pos
     started_at: str | None = None
     outcome: str | None = None
     trigger: str | None = None
@@ -41,6 +49,7 @@ class _Head(msgspec.Struct):
 _head = msgspec.json.Decoder(_Head)
 _full = msgspec.json.Decoder()
 _TYPES = frozenset(LINE_TYPES)
+_BAD = (msgspec.DecodeError, msgspec.ValidationError)
 
 
 @dataclass
@@ -71,38 +80,6 @@ def valid_line(obj: Any) -> bool:
     )
 
 
-class _Light:
-    """A record reduced to what filters need, for the first pass."""
-
-    __slots__ = (
-        "closed",
-        "fileno",
-        "first_at",
-        "harness",
-        "last_seq",
-        "opened",
-        "outcome",
-        "run_id",
-        "seq",
-        "started",
-        "trigger",
-    )
-
-    def __init__(self, h: _Head, fileno: int) -> None:
-        self.harness = h.harness
-        self.run_id = h.run_id
-        self.seq = h.seq
-        self.last_seq = 0
-        self.first_at = h.at
-        self.fileno = fileno
-        self.opened = self.closed = False
-        self.started = self.outcome = self.trigger = None
-
-    @property
-    def started_key(self) -> str:
-        return canon(self.started) or canon(self.first_at) or ""
-
-
 def _files_for(directory: str, q: Query, stats: ReadStats) -> list[tuple[str, str]]:
     listing = list_day_files(directory)
     stats.strays = listing.strays
@@ -115,20 +92,66 @@ def _files_for(directory: str, q: Query, stats: ReadStats) -> list[tuple[str, st
     return days
 
 
-def _decode_heads(lines: list[bytes], stats: ReadStats) -> Iterator[_Head]:
-    for raw in lines:
-        if not raw:
+def _maybe_long(buf: bytes) -> bool:
+    """Whether `buf` may hold a line over MAX_LINE (REQ-1: 16 KiB with its "\\n").
+
+    Such a line covers a whole aligned window of MAX_LINE // 2 bytes with no newline, so a
+    few hundred `find`s per block rule it out; a false alarm only costs the slow path.
+    """
+    w = MAX_LINE // 2
+    return any(buf.find(b"\n", k, k + w) < 0 for k in range(0, len(buf) - w + 1, w))
+
+
+def heads(path: str, stats: ReadStats) -> Iterator[list[_Head]]:
+    """The valid lines of a day file as `_Head`s, a block at a time; bad lines counted.
+
+    A block is decoded in one call; only a block holding a bad line (or a line with two
+    objects, which the batch decoder would accept) is redone line by line.
+    """
+    for block, torn in iter_blocks(path):
+        if torn:
+            stats.torn += 1
             continue
-        stats.lines += 1
-        try:
-            h = _head.decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            stats.skipped += 1
-            continue
-        if h.seq <= 0 or h.run_id <= 0 or not h.harness or h.type not in _TYPES:
-            stats.skipped += 1
-            continue
-        yield h
+        n = block.obj.count(b"\n", 0, len(block))  # type: ignore[attr-defined]
+        stats.lines += n
+        data = bytes(block)
+        # The batch decoder skips unknown fields unread, invalid UTF-8 included, so a
+        # block that is not valid UTF-8 as a whole is checked line by line.
+        # A line over 16 KiB is skipped like an unparseable one: the slow path counts it.
+        if (data.isascii() or _utf8(data)) and not _maybe_long(data):
+            try:
+                hs = _head.decode_lines(data)
+                if len(hs) == n:
+                    yield hs
+                    continue
+            except _BAD:
+                pass
+        good = []
+        for raw in data.split(b"\n")[:-1]:
+            if len(raw) + 1 > MAX_LINE:
+                stats.skipped += 1
+                continue
+            try:
+                h = _head.decode(raw)
+                if not raw.isascii():
+                    raw.decode("utf-8")
+                good.append(h)
+            except (*_BAD, UnicodeDecodeError):
+                stats.skipped += 1
+        yield good
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+# A record in the first pass: [seq, last_seq, when, outcome, trigger, flags, fileno]
+_SEQ, _LAST, _WHEN, _OUT, _TRIG, _FLAGS, _FILE = range(7)
+_OPENED, _CLOSED = 1, 2
 
 
 def scan(directory: str, q: Query, *, offline: bool = True) -> tuple[list[Record], int | None,
@@ -137,46 +160,51 @@ def scan(directory: str, q: Query, *, offline: bool = True) -> tuple[list[Record
     stats = ReadStats()
     files = _files_for(directory, q, stats)
     stats.files = len(files)
-    lights: dict[tuple[str, int], _Light] = {}
+    by_name: dict[str, dict[int, list[Any]]] = {}
+    words: dict[str, str] = {}  # one copy of each outcome/trigger word
     names = frozenset(q.names)
     gc_was = gc.isenabled()
     gc.disable()  # millions of short-lived objects and no cycles: collection is pure cost
     try:
         for fileno, (_day, path) in enumerate(files):
-            for _first, lines, torn in iter_chunks(path):
-                if torn:
-                    stats.torn += 1
-                    continue
-                for h in _decode_heads(lines, stats):
-                    if names and h.harness not in names:
-                        continue
-                    key = (h.harness, h.run_id)
-                    r = lights.get(key)
+            for block in heads(path, stats):
+                for h in block:
+                    name = h.harness
+                    runs = by_name.get(name)
+                    if runs is None:
+                        if names and name not in names:
+                            continue
+                        runs = by_name[name] = {}
+                    seq = h.seq
+                    r = runs.get(h.run_id)
                     if r is None:
-                        r = lights[key] = _Light(h, fileno)
-                    elif h.seq < r.seq:
-                        r.seq, r.first_at = h.seq, h.at
-                        r.fileno = min(r.fileno, fileno)
+                        r = runs[h.run_id] = [seq, 0, h.at, None, None, 0, fileno]
+                    elif seq < r[_SEQ]:
+                        r[_SEQ], r[_FILE] = seq, min(r[_FILE], fileno)
+                        if r[_WHEN] is None or not (r[_FLAGS] & 4):
+                            r[_WHEN] = h.at  # the first line's at, until a started_at
                     t = h.type
-                    if t == "opened":
-                        r.opened = True
-                    elif t != "updated":
-                        r.closed = True
-                        if t == "decided":
-                            r.opened = True
-                    if h.seq >= r.last_seq:
-                        r.last_seq = h.seq
+                    if t != "updated":
+                        r[_FLAGS] |= _OPENED if t == "opened" else (
+                            _CLOSED | _OPENED if t == "decided" else _CLOSED)
+                    if seq >= r[_LAST]:
+                        r[_LAST] = seq
                         if h.started_at is not None:
-                            r.started = h.started_at
+                            r[_WHEN] = h.started_at
+                            r[_FLAGS] |= 4
                         if h.outcome is not None:
-                            r.outcome = h.outcome
+                            r[_OUT] = words.setdefault(h.outcome, h.outcome)
                         if h.trigger is not None:
-                            r.trigger = h.trigger
+                            r[_TRIG] = words.setdefault(h.trigger, h.trigger)
                     else:  # an older line read late only fills gaps
-                        r.started = r.started or h.started_at
-                        r.outcome = r.outcome or h.outcome
-                        r.trigger = r.trigger or h.trigger
-        chosen = _choose(q, lights.values())
+                        if h.started_at is not None and not r[_FLAGS] & 4:
+                            r[_WHEN] = h.started_at
+                            r[_FLAGS] |= 4
+                        if r[_OUT] is None and h.outcome is not None:
+                            r[_OUT] = words.setdefault(h.outcome, h.outcome)
+                        if r[_TRIG] is None and h.trigger is not None:
+                            r[_TRIG] = words.setdefault(h.trigger, h.trigger)
+        chosen = _choose(q, by_name)
         records = _fold_chosen(files, chosen, stats)
     finally:
         if gc_was:
@@ -185,60 +213,76 @@ def scan(directory: str, q: Query, *, offline: bool = True) -> tuple[list[Record
     return hits, oldest, stats
 
 
-class _Probe:
-    """What `Query.matches` needs, shaped like a `Record`, built from a `_Light`."""
+def _choose(q: Query, by_name: dict[str, dict[int, list[Any]]]) -> dict[tuple[str, int], int]:
+    """The records the query returns, by key, with the first file holding their lines.
 
-    __slots__ = ("fields", "harness", "outcome", "run_id", "seq", "started_key")
+    Each harness's records were created in first-line order, which is seq order unless a
+    late line lowered a record's seq; then merging them newest first lets the choice stop
+    at the limit instead of sorting every record in range.
+    """
+    since, until, before = q.since, q.until, q.before_seq
+    outcomes, triggers = q.outcomes, q.triggers
 
-    def __init__(self, r: _Light) -> None:
-        self.harness = r.harness
-        self.run_id = r.run_id
-        self.seq = r.seq
-        self.outcome = r.outcome if r.closed else "running"
-        self.fields = {"trigger": r.trigger}
-        self.started_key = r.started_key
+    def newest_first(name: str, runs: dict[int, list[Any]]) -> Iterator[tuple[int, str, int]]:
+        return ((r[_SEQ], name, rid) for rid, r in reversed(runs.items()))
 
-
-def _choose(q: Query, lights: Any) -> dict[tuple[str, int], int]:
-    """The records the query returns, by key, with the first file holding their lines."""
-    probes = []
-    cheap = q.since is None and q.until is None and not q.outcomes and not q.triggers
-    for r in lights:
-        if q.before_seq is not None and r.seq >= q.before_seq:
+    ordered = all(
+        all(a[_SEQ] < b[_SEQ] for a, b in itertools.pairwise(runs.values()))
+        for runs in by_name.values()
+    ) if q.limit is not None else False
+    if ordered:
+        stream: Iterable[tuple[int, str, int]] = heapq.merge(
+            *(newest_first(n, runs) for n, runs in by_name.items()), reverse=True)
+    else:
+        stream = sorted(((r[_SEQ], n, rid) for n, runs in by_name.items()
+                         for rid, r in runs.items()), reverse=True)
+    picked: dict[tuple[str, int], int] = {}
+    for seq, name, run_id in stream:
+        r = by_name[name][run_id]
+        if before is not None and seq >= before:
             continue
-        if cheap:
-            probes.append(r)
-        else:
-            p = _Probe(r)
-            if q.matches(p):  # type: ignore[arg-type]
-                probes.append(r)
-    probes.sort(key=lambda r: r.seq, reverse=True)
-    if q.limit is not None:
-        probes = probes[: q.limit]
-    return {(r.harness, r.run_id): r.fileno for r in probes}
+        if since is not None or until is not None:
+            when = canon(r[_WHEN]) or ""
+            if (since is not None and when < since) or (until is not None and when > until):
+                continue
+        if outcomes and (r[_OUT] if r[_FLAGS] & _CLOSED else "running") not in outcomes:
+            continue
+        if triggers and r[_TRIG] not in triggers:
+            continue
+        picked[(name, run_id)] = r[_FILE]
+        if q.limit is not None and len(picked) >= q.limit:
+            break
+    return picked
 
 
 def _fold_chosen(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int],
                  stats: ReadStats) -> list[Record]:
+    """Second pass: fold whole lines, but only for the records the query returns."""
     if not chosen:
         return []
     records = {k: Record(*k) for k in chosen}
     start = min(chosen.values())
     for _day, path in files[start:]:
-        for _first, lines, torn in iter_chunks(path):
+        for block, torn in iter_blocks(path):
             if torn:
                 continue
-            for raw in lines:
-                if not raw:
+            for raw in bytes(block).split(b"\n"):
+                if not raw or len(raw) + 1 > MAX_LINE:  # over 16 KiB: skipped in pass one
                     continue
                 try:
                     h = _head.decode(raw)
-                except (msgspec.DecodeError, msgspec.ValidationError):
+                except _BAD:
                     continue
                 r = records.get((h.harness, h.run_id))
-                if r is None or h.type not in _TYPES or h.seq <= 0:
-                    continue
-                obj = _full.decode(raw)
-                if valid_line(obj):
-                    r.apply(obj)
-    return list(records.values())
+                if r is not None:
+                    try:
+                        obj = _full.decode(raw)
+                    except _BAD:
+                        # The envelope decoded but the rest does not (e.g. invalid UTF-8
+                        # in a field the first pass skipped): the line is unreadable.
+                        stats.skipped += 1
+                        continue
+                    if valid_line(obj):
+                        r.apply(obj)
+    # A record none of whose lines decoded whole (seq still 0) is no record: drop it.
+    return [r for r in records.values() if r.seq]

@@ -122,7 +122,7 @@ class RunLedger:
         self._torn = 0
         self._pruned = 0
         self._carried = 0
-        self._trimmed_day = ""
+        self._trimmed_day = 0
         self.created = make_private_dir(directory)
         next_seq, head = self._recover()
         self._load(window_ns, next_seq)
@@ -168,6 +168,19 @@ class RunLedger:
                 log.warning("ledger: %s ends in a complete line without its newline; kept", path)
                 best = (obj["seq"], obj["hash"])
                 self._torn -= 1
+                # Terminate it now, before anything reads: every reader (the boot fold below,
+                # since(), the file scan) skips an unterminated tail, so an adopted closed
+                # line was missing from memory and its run read as open (REQ-7 would then
+                # close it again as interrupted). Before the writer starts: still one writer.
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+                    try:
+                        os.write(fd, b"\n")
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                except OSError as exc:  # the writer still starts its next line with "\n"
+                    log.warning("ledger: cannot terminate the last line of %s: %s", path, exc)
         return best[0] + 1, best[1]
 
     def _load(self, window_ns: int, next_seq: int) -> None:
@@ -203,13 +216,14 @@ class RunLedger:
                     obj = self._decode(raw)
                     if obj is not None:
                         self._index.apply(obj)
-            still_open = {k for k in opened if k not in closed}
-            for k in still_open:
-                r = self._index.get(*k)
-                if r is not None and r.closed:
-                    still_open.discard(k)
-            if still_open:
-                self._backfill_keys(old, still_open)
+            # Fold whole, from the old files too: every record still open (REQ-7), and
+            # every record opened in an old file that has lines in the window (a run across
+            # the window's first day), else memory holds it partial, with the seq of its
+            # first window line and none of its start fields. (The old code discarded from
+            # the set it was iterating: RuntimeError at boot whenever such a run existed.)
+            wanted = {k for k in opened if k not in closed or k in self._index.records}
+            if wanted:
+                self._backfill_keys(old, wanted)
             if old:
                 first_seq = self._first_seq(window)
                 self._index.floor = first_seq if first_seq is not None else next_seq
@@ -267,7 +281,11 @@ class RunLedger:
                     for n in want:
                         self._index.harness_floor[n] = min(
                             self._index.harness_floor.get(n, loaded_from), first)
-                want = {n for n in want if self._count(n) < self._index.tail}
+                # Keep reading while a harness holds a partial record: a run that crossed
+                # into this file from an older one has only its later lines here, and
+                # stopping would claim it complete above the floor (wrong seq, no start).
+                partial = {h for (h, _), r in self._index.records.items() if not r.opened}
+                want = {n for n in want if self._count(n) < self._index.tail or n in partial}
                 if not want:
                     break
             else:
@@ -322,14 +340,15 @@ class RunLedger:
 
     def _commit(self, entries: list[Entry]) -> None:
         published = []
+        feed = self._feed.active()
         with self._lock:
             for e in entries:
-                obj = dict(e.obj)
+                obj = e.obj  # the writer is done with it: the ring keeps it as committed
                 self._ring.append(obj)
-                r = self._index.apply(dict(obj))
-                if obj["type"] != "updated":
+                r = self._index.apply(obj)
+                if feed and obj["type"] != "updated":
                     published.append(Committed(e.seq, obj["type"], r.to_json(check_log=False)))
-            day = utc_day(self.clock())
+            day = self.clock() // DAY_NS
             if day != self._trimmed_day:
                 self._trimmed_day = day
                 self._index.trim(self.clock())

@@ -10,13 +10,14 @@ Invariant: what it returns is a plain JSON object that canonical JSON can encode
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..timefmt import format_ns, is_rfc3339, now_ns, parse_ns
+from ..timefmt import canon, format_ns, is_rfc3339, now_ns, parse_ns
 from .canonical import cap_utf8
 from .errors import LineRejected
-from .scrub import scrub_value
+from .scrub import scrub_text, scrub_value
 
 SCHEMA_VERSION = 1
 MAX_STR = 256
@@ -113,18 +114,33 @@ class Cuts:
     truncations: int = 0
 
 
+def _text(x: str) -> bool:
+    """Whether `x` can be written as UTF-8 (a lone surrogate cannot)."""
+    if x.isascii():
+        return True
+    try:
+        x.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# Strings must be encodable and numbers finite: canonical JSON refuses the rest, and that
+# refusal surfaced from the writer as a bare ValueError/UnicodeEncodeError, not LineRejected.
+_VALID = {
+    _S: lambda x: type(x) is str and _text(x),
+    _I: lambda x: type(x) is int,
+    _B: lambda x: type(x) is bool,
+    _T: is_rfc3339,
+    _N: lambda x: type(x) is int or (type(x) is float and math.isfinite(x)),
+}
+_WANT = {_S: "a string (valid UTF-8)", _I: "an integer", _B: "a boolean",
+         _T: "an RFC 3339 time", _N: "a finite number"}
+
+
 def _check(kind: str, key: str, v: Any) -> None:
-    ok = {
-        _S: lambda x: type(x) is str,
-        _I: lambda x: type(x) is int,
-        _B: lambda x: type(x) is bool,
-        _T: is_rfc3339,
-        _N: lambda x: type(x) in (int, float),
-    }[kind](v)
-    if not ok:
-        want = {_S: "a string", _I: "an integer", _B: "a boolean", _T: "an RFC 3339 time",
-                _N: "a number"}[kind]
-        raise LineRejected(f"field {key!r} must be {want}, got {v!r:.80}")
+    if not _VALID[kind](v):
+        raise LineRejected(f"field {key!r} must be {_WANT[kind]}, got {v!r:.80}")
 
 
 def _check_obj(key: str, v: Any, spec: dict[str, str]) -> None:
@@ -154,7 +170,7 @@ def _validate(obj: dict[str, Any]) -> None:
                 _check_obj(k, item, _NESTED[t])
         elif t == "errors":
             if type(v) is not dict or any(
-                type(c) is not str or type(n) is not int for c, n in v.items()
+                type(c) is not str or not _text(c) or type(n) is not int for c, n in v.items()
             ):
                 raise LineRejected(f"field 'errors' must map class names to counts, got {v!r:.80}")
         else:
@@ -168,6 +184,8 @@ def _validate(obj: dict[str, Any]) -> None:
 
 def _cap(v: Any, cuts: Cuts) -> Any:
     if type(v) is str:
+        if len(v) <= MAX_STR // 4:  # cannot exceed the cap even at 4 bytes a character
+            return v
         s, cut = cap_utf8(v, MAX_STR)
         cuts.truncations += cut
         return s
@@ -191,7 +209,7 @@ def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str
         raise LineRejected(f"unknown line type {typ!r} (valid: {', '.join(LINE_TYPES)})")
     harness = line.get("harness")
     run_id = line.get("run_id")
-    if type(harness) is not str or not harness:
+    if type(harness) is not str or not harness or not _text(harness):
         raise LineRejected(f"harness must be a non-empty string, got {harness!r:.80}")
     if type(run_id) is not int or run_id <= 0:
         raise LineRejected(f"run_id must be an integer ≥ 1, got {run_id!r:.80}", harness=harness)
@@ -205,7 +223,7 @@ def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str
         at = format_ns(now if now is not None else now_ns())
     else:
         try:
-            at = format_ns(parse_ns(at))  # the file is chosen by the UTC day of `at`
+            at = canon(at) or format_ns(parse_ns(at))  # the file is the UTC day of `at`
         except ValueError:
             raise LineRejected(f"at must be an RFC 3339 time, got {at!r:.80}", harness=harness,
                                run_id=run_id) from None
@@ -215,15 +233,22 @@ def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str
         if v is None or k in ENVELOPE or k in CHAIN or k == "log_pruned":
             continue
         out[k] = v
-    for k, v in out.items():
-        if RECORD_FIELDS.get(k) == _T:
-            out[k] = format_ns(parse_ns(v))
-    if "mismatch" in out and "at" in out["mismatch"]:
-        out["mismatch"] = {**out["mismatch"], "at": format_ns(parse_ns(out["mismatch"]["at"]))}
     cuts = Cuts()
-    scrubbed, cuts.redactions = scrub_value(out)
-    assert isinstance(scrubbed, dict)
-    out = scrubbed
+    for k, v in out.items():
+        t = RECORD_FIELDS.get(k)
+        if t == _T:
+            out[k] = canon(v)
+        elif type(v) is str:
+            if k != "at" and k != "type":  # validated formats cannot hold a secret
+                v, n = scrub_text(v)
+                cuts.redactions += n
+            out[k] = _cap(v, cuts)
+        elif type(v) is not int and type(v) is not bool and type(v) is not float:
+            v, n = scrub_value(v)  # the nested objects: models, sessions, errors, mismatch
+            cuts.redactions += n
+            out[k] = _cap(v, cuts)
+    if "mismatch" in out and "at" in out["mismatch"]:
+        out["mismatch"] = {**out["mismatch"], "at": canon(out["mismatch"]["at"])}
     for k in ("models", "sessions"):
         if k in out and len(out[k]) > MAX_LIST:
             out[k] = out[k][:MAX_LIST]
@@ -231,5 +256,4 @@ def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str
     if "errors" in out and len(out["errors"]) > MAX_LIST:
         out["errors"] = dict(sorted(out["errors"].items())[:MAX_LIST])
         cuts.truncations += 1
-    out = _cap(out, cuts)
     return out, cuts

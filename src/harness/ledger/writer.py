@@ -81,6 +81,7 @@ class Entry:
     harness: str | None = None
     run_id: int | None = None
     written: bool = False
+    end: int = 0  # offset just past this line in its file, once written
     waiter: _Waiter | None = field(default=None, repr=False)
 
 
@@ -140,6 +141,8 @@ class Writer:
         self._closed = False
         self._failing: LedgerError | None = None
         self._sync_started: float | None = None
+        self._overdue = 0  # highest seq whose synced caller timed out
+        self._dir_unsynced: set[str] = set()  # files we created whose directory entry is not synced
         self._errors = 0
         self._last_error: str | None = None
         self._last_error_at: float | None = None
@@ -190,9 +193,17 @@ class Writer:
         """Wait until a synced entry is durable; raise LedgerUnavailable on failure or timeout."""
         assert e.waiter is not None, "only synced entries can be waited for"
         with self._cv:
-            fast_fail = self._failing is not None or (
-                self._sync_started is not None
-                and time.monotonic() - self._sync_started > self.sync_timeout
+            fast_fail = (
+                self._failing is not None
+                or (
+                    self._sync_started is not None
+                    and time.monotonic() - self._sync_started > self.sync_timeout
+                )
+                # An earlier caller timed out and its line is still queued ahead of this
+                # one. The clock test above cannot see that reliably: the stuck sync may
+                # have started a moment after that caller began its wait, so a caller
+                # arriving right after the timeout would wait out a whole bound again.
+                or (bool(self._queue) and self._queue[0].seq <= self._overdue)
             )
         if fast_fail and not e.waiter.woken:
             raise LedgerUnavailable(
@@ -211,6 +222,8 @@ class Writer:
                     seq=e.seq,
                 ) from err
             return e.seq
+        with self._cv:
+            self._overdue = max(self._overdue, e.seq)
         raise LedgerUnavailable(
             f"not synced within {self.sync_timeout:g}s; the line stays queued",
             harness=e.harness,
@@ -265,9 +278,12 @@ class Writer:
         with self._cv:
             self._closed = True
             left = len(self._queue)
+            # Read under the lock: a writer thread that outlived the join (a hung sync)
+            # may pop the queue the moment it is released.
+            first = self._queue[0].seq if left else None
         if left:
             raise LedgerUnavailable(
-                f"closed with {left} line(s) still queued (not durable)", seq=self._queue[0].seq
+                f"closed with {left} line(s) still queued (not durable)", seq=first
             )
 
     # -- the writer thread -----------------------------------------------------------
@@ -305,6 +321,11 @@ class Writer:
             if err is None:
                 backoff = self.retry_min
                 retry_at = 0.0
+                # A clean pass means the head is no longer failing, even when it only
+                # wrote buffered lines that are synced later: otherwise synced callers
+                # would keep failing fast for up to flush_every after the disk recovered.
+                with self._cv:
+                    self._failing = None
             else:
                 retry_at = time.monotonic() + (min(backoff, 0.05) if self._closing else backoff)
                 backoff = min(backoff * 2, self.retry_max)
@@ -314,6 +335,10 @@ class Writer:
         if f is None:
             fd, created = self._files.open_append(path)
             size = self._files.size(fd)
+            # A handle dropped after a failure may have created the file: its directory
+            # entry still needs the sync the reopened handle would otherwise skip.
+            created = created or path in self._dir_unsynced
+            self._dir_unsynced.discard(path)
             f = _File(fd, size, size, created)
             if size > 0 and self._files.last_byte(fd, size) != b"\n":
                 # A torn fragment from a crash: leave it (readers skip it), start clean.
@@ -324,6 +349,8 @@ class Writer:
     def _drop(self, path: str) -> None:
         f = self._open.pop(path, None)
         if f is not None:
+            if f.created:
+                self._dir_unsynced.add(path)
             try:
                 self._files.close(f.fd)
             except OSError as exc:  # the fd is gone either way; the reopen re-checks the file
@@ -342,7 +369,10 @@ class Writer:
             raise
         f.newline = False
         f.size = before + len(data)
+        end = f.size - sum(len(e.data) for e in group)
         for e in group:
+            end += len(e.data)
+            e.end = end
             e.written = True
         self._lines_written += len(group)
 
@@ -367,6 +397,7 @@ class Writer:
             if tail.startswith(e.data, pos):
                 e.written = True
                 pos += len(e.data)
+                e.end = before + pos
                 self._lines_written += 1
             else:
                 break
@@ -402,7 +433,7 @@ class Writer:
         # Sync every file touched by a written-but-uncommitted line (group commit).
         paths = list(dict.fromkeys(e.path for e in written))
         with self._cv:
-            self._sync_started = time.monotonic()
+            self._sync_started = started = time.monotonic()
         synced: set[str] = set()
         try:
             for p in paths:
@@ -421,6 +452,24 @@ class Writer:
         finally:
             with self._cv:
                 self._sync_started = None
+        took = time.monotonic() - started
+        if error is None and took > self.sync_timeout:
+            # REQ-6: a sync past its bound is an append error even when it then succeeds
+            # (and even when nobody waited for it); otherwise the counter never sees a
+            # stalled disk. It is not a failing head, so `_failing` is left alone.
+            first = written[0]
+            late = LedgerUnavailable(
+                f"ledger sync of {first.path} took {took:.3f}s, over the "
+                f"{self.sync_timeout:g}s bound; the lines are now durable",
+                harness=first.harness,
+                run_id=first.run_id,
+                seq=first.seq,
+            )
+            with self._cv:
+                self._errors += 1
+                self._last_error = str(late)
+                self._last_error_at = time.time()
+            log.error("%s", late)
         # Commit the durable prefix: lines before the first one not known synced.
         commit: list[Entry] = []
         for e in batch:
@@ -464,7 +513,10 @@ class Writer:
             return
         f.size = f.synced
         for e in written:
-            if e.path == path:
+            # Only lines the cut removed are rewritten. A reopened handle counts lines
+            # an earlier handle left in place (a failed cut) below `synced`; rewriting
+            # them too would put their seqs in the file twice.
+            if e.path == path and e.end > f.synced:
                 e.written = False
                 self._lines_written -= 1
         self._drop(path)

@@ -1,0 +1,269 @@
+"""The ledger benchmarks of issue #2, each measured against a raw baseline in the same run.
+
+    make bench            # or: .venv/bin/python bench/run.py [--quick]
+
+Figures (ratios are what the targets bind; absolute numbers depend on the disk):
+  1. synced append latency p50/p99   vs raw os.write + os.fdatasync of the same line (≤ 1.5×)
+  2. 16 threads of synced appends    vs one thread of raw write + fdatasync per line (≥ 5×)
+  3. `harness runs --since 7d --json` over 1,000,000 lines (250k runs)
+                                     vs decoding the same lines with msgspec (≤ 2×)
+  4. `harness ledger verify` over that ledger: lines/s (≥ 500,000)
+  5. RSS of a ledger whose index holds 7 days × 10,000 runs (≤ 150 MB)
+  6. peak RSS of verify (≤ 100 MB) and of the runs query (≤ 200 MB) on the 1M-line ledger
+The generated ledgers are cached in bench/out/ (regenerated when missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+import msgspec
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from harness.ledger import RunLedger  # noqa: E402
+from harness.ledger.canonical import canonical  # noqa: E402
+from harness.ledger.dayfiles import iter_chunks, list_day_files  # noqa: E402
+from harness.timefmt import format_ns, now_ns  # noqa: E402
+
+DAY = 86_400 * 1_000_000_000
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p))]
+
+
+def opened_line(rid: int) -> dict[str, Any]:
+    return {"type": "opened", "harness": "bench", "run_id": rid, "kind": "oneshot",
+            "trigger": "schedule", "started_at": format_ns(now_ns()), "outcome": "running",
+            "log": f"/home/u/.local/state/harness/jobs/bench/{rid}.log"}
+
+
+def raw_latencies(path: str, data: bytes, n: int) -> list[float]:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    out = []
+    try:
+        for _ in range(n):
+            t = time.perf_counter()
+            os.write(fd, data)
+            os.fdatasync(fd)
+            out.append(time.perf_counter() - t)
+    finally:
+        os.close(fd)
+    return out
+
+
+def bench_latency(work: str, n: int) -> dict[str, Any]:
+    led = RunLedger(os.path.join(work, "lat-ledger"))
+    sample = canonical({**opened_line(1), "v": 1, "seq": 1, "at": format_ns(now_ns()),
+                        "prev": "0" * 64, "hash": "0" * 64}) + b"\n"
+    ours: list[float] = []
+    raw: list[float] = []
+    rid = 0
+    # Alternate blocks so both sides see the same disk weather.
+    for _ in range(10):
+        raw += raw_latencies(os.path.join(work, "raw.bin"), sample, n // 10)
+        for _ in range(n // 10):
+            rid += 1
+            line = opened_line(rid)
+            t = time.perf_counter()
+            led.append(line, sync=True)
+            ours.append(time.perf_counter() - t)
+    led.close()
+    r50, r99, o50, o99 = pct(raw, .5), pct(raw, .99), pct(ours, .5), pct(ours, .99)
+    return {"n": n, "line_bytes": len(sample), "raw_p50_us": r50 * 1e6, "raw_p99_us": r99 * 1e6,
+            "append_p50_us": o50 * 1e6, "append_p99_us": o99 * 1e6, "ratio_p50": o50 / r50,
+            "ratio_p99": o99 / r99}
+
+
+def bench_group_commit(work: str, per_thread: int, threads: int = 16) -> dict[str, Any]:
+    sample = canonical({**opened_line(1), "v": 1, "seq": 1, "at": format_ns(now_ns()),
+                        "prev": "0" * 64, "hash": "0" * 64}) + b"\n"
+    n_raw = threads * per_thread // 4
+    t = time.perf_counter()
+    raw_latencies(os.path.join(work, "raw-gc.bin"), sample, n_raw)
+    raw_rate = n_raw / (time.perf_counter() - t)
+    led = RunLedger(os.path.join(work, "gc-ledger"))
+    start = threading.Barrier(threads + 1)
+
+    def worker(k: int) -> None:
+        start.wait()
+        for i in range(per_thread):
+            led.append(opened_line(k * per_thread + i + 1), sync=True)
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for th in ts:
+        th.start()
+    start.wait()
+    t = time.perf_counter()
+    for th in ts:
+        th.join()
+    el = time.perf_counter() - t
+    syncs = led.writer.stats().syncs
+    led.close()
+    rate = threads * per_thread / el
+    return {"threads": threads, "lines": threads * per_thread, "lines_per_s": rate,
+            "raw_one_thread_lines_per_s": raw_rate, "ratio": rate / raw_rate,
+            "lines_per_sync": threads * per_thread / max(1, syncs)}
+
+
+def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float, int]:
+    """(wall seconds, peak RSS MB of the process, peak RSS MB of its children, exit code)."""
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _pid, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return wall, ru.ru_maxrss / 1024, 0.0, p.returncode
+
+
+def decode_baseline(directory: str) -> tuple[float, int]:
+    dec = msgspec.json.Decoder()
+    gc.disable()
+    try:
+        t = time.perf_counter()
+        n = 0
+        for _d, path in list_day_files(directory).days:
+            for _first, lines, _torn in iter_chunks(path):
+                for raw in lines:
+                    dec.decode(raw)
+                n += len(lines)
+        return time.perf_counter() - t, n
+    finally:
+        gc.enable()
+
+
+def ensure_ledger(out: str, name: str, runs: int, span: int) -> tuple[str, str]:
+    state = os.path.join(out, name)
+    ledger = os.path.join(state, "harness", "ledger")
+    stamp = os.path.join(state, "generated.json")
+    # The ledger must lie within the last 7 days *now*: regenerate when it has aged.
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            meta = json.load(f)
+        if meta.get("runs") == runs and now_ns() - meta["end_ns"] < DAY // 2:
+            return state, ledger
+    shutil.rmtree(state, ignore_errors=True)
+    t = time.perf_counter()
+    end = now_ns()
+    # In a child, so this process stays small: RSS high-water marks are inherited across
+    # fork+exec, and the children whose RSS we measure are spawned from here.
+    lines = int(subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {HERE!r}); "
+         f"from gen import generate; print(generate({ledger!r}, {runs}, {span}, {end}))"],
+        check=True, capture_output=True, text=True).stdout)
+    print(f"  generated {lines:,} lines in {time.perf_counter() - t:.1f}s", flush=True)
+    with open(stamp, "w") as f:
+        json.dump({"runs": runs, "lines": lines, "end_ns": end}, f)
+    return state, ledger
+
+
+def bench_reads(out: str, runs: int) -> dict[str, Any]:
+    state, ledger = ensure_ledger(out, f"ledger-{runs}", runs, 6 * DAY + 20 * 3600 * 10**9)
+    env = dict(os.environ, XDG_STATE_HOME=state, HARNESS_SOCKET=os.path.join(state, "no.sock"))
+    harness = [sys.executable, "-m", "harness.cli"]
+    base, n = min(decode_baseline(ledger) for _ in range(2))
+    base_cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {HERE!r}); import run; "
+                f"print(run.decode_baseline({ledger!r}))"]
+    base_proc = min(run_measured(base_cmd, env)[0] for _ in range(2))
+    q = min((run_measured([*harness, "runs", "--since", "7d", "--json"], env)
+             for _ in range(3)), key=lambda r: r[0])
+    v = min((run_measured([*harness, "ledger", "verify"], env) for _ in range(3)),
+            key=lambda r: r[0])
+    # The verify children (one per core) report through RUSAGE_CHILDREN of a wrapper.
+    wrapper = [sys.executable, "-c", "import resource, subprocess, sys; "
+               "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); "
+               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)",
+               *harness, "ledger", "verify"]
+    child_rss = int(subprocess.run(wrapper, env=env, capture_output=True, text=True).stdout
+                    .split()[-1]) / 1024
+    return {
+        "lines": n, "runs": runs,
+        "decode_baseline_s": base, "decode_baseline_process_s": base_proc,
+        "runs_query_s": q[0], "runs_query_rss_mb": q[1], "runs_query_exit": q[3],
+        "runs_ratio_vs_decode": q[0] / base, "runs_ratio_vs_decode_process": q[0] / base_proc,
+        "verify_s": v[0], "verify_lines_per_s": n / v[0], "verify_rss_mb": v[1],
+        "verify_worker_rss_mb": child_rss, "verify_exit": v[3],
+    }
+
+
+def bench_index(out: str, runs: int) -> dict[str, Any]:
+    _state, ledger = ensure_ledger(out, f"index-{runs}", runs, 7 * DAY - 3600 * 10**9)
+    code = ("import resource, sys; from harness.ledger import RunLedger; "
+            f"L = RunLedger({ledger!r}); n = L.stats().records_in_memory; L.close(); "
+            "print(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    outp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.split()
+    empty = subprocess.run([sys.executable, "-c", "import resource; import harness.ledger; "
+                            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    return {"runs": runs, "records_in_memory": int(outp[0]), "rss_mb": int(outp[1]) / 1024,
+            "rss_without_index_mb": int(empty[0]) / 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    ap.add_argument("--out", default=os.path.join(HERE, "out"))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="bench-", dir=args.out)
+    res: dict[str, Any] = {"machine": {"python": platform.python_version(),
+                                       "cpus": os.cpu_count(), "platform": platform.platform()}}
+    try:
+        print("1. synced append latency", flush=True)
+        res["latency"] = bench_latency(work, 400 if args.quick else 3000)
+        print(json.dumps(res["latency"], indent=1), flush=True)
+        print("2. group commit, 16 threads", flush=True)
+        res["group_commit"] = bench_group_commit(work, 20 if args.quick else 200)
+        print(json.dumps(res["group_commit"], indent=1), flush=True)
+        print("3/4/6. runs query and verify over the big ledger", flush=True)
+        res["reads"] = bench_reads(args.out, 10_000 if args.quick else 250_000)
+        print(json.dumps(res["reads"], indent=1), flush=True)
+        print("5. index memory", flush=True)
+        res["index"] = bench_index(args.out, 7_000 if args.quick else 70_000)
+        print(json.dumps(res["index"], indent=1), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    lat, gcm, rd, ix = res["latency"], res["group_commit"], res["reads"], res["index"]
+    print("\n| figure | ours | raw baseline (same run) | ratio | target |")
+    print("| --- | --- | --- | --- | --- |")
+    print(f"| synced append p50 | {lat['append_p50_us']:.0f} µs | {lat['raw_p50_us']:.0f} µs "
+          f"| {lat['ratio_p50']:.2f}× | ≤ 1.5× |")
+    print(f"| synced append p99 | {lat['append_p99_us']:.0f} µs | {lat['raw_p99_us']:.0f} µs "
+          f"| {lat['ratio_p99']:.2f}× | ≤ 1.5× |")
+    print(f"| 16 threads synced appends | {gcm['lines_per_s']:,.0f} lines/s | "
+          f"{gcm['raw_one_thread_lines_per_s']:,.0f} lines/s (1 thread) | {gcm['ratio']:.1f}× "
+          f"| ≥ 5× |")
+    print(f"| `runs --since 7d --json`, {rd['lines']:,} lines | {rd['runs_query_s']:.2f} s | "
+          f"{rd['decode_baseline_s']:.2f} s msgspec decode | {rd['runs_ratio_vs_decode']:.2f}× "
+          f"| ≤ 2× |")
+    print(f"| `ledger verify`, {rd['lines']:,} lines | {rd['verify_lines_per_s']:,.0f} lines/s "
+          f"| — | — | ≥ 500,000/s |")
+    print(f"| index, {ix['records_in_memory']:,} records | {ix['rss_mb']:.0f} MB RSS | "
+          f"{ix['rss_without_index_mb']:.0f} MB without | — | ≤ 150 MB |")
+    print(f"| peak RSS verify | {rd['verify_rss_mb']:.0f} MB (+ {rd['verify_worker_rss_mb']:.0f}"
+          f" MB per worker) | — | — | ≤ 100 MB |")
+    print(f"| peak RSS runs query | {rd['runs_query_rss_mb']:.0f} MB | — | — | ≤ 200 MB |")
+    print(f"\nmachine: {res['machine']}; median of the raw decode "
+          f"{statistics.median([rd['decode_baseline_s']]):.2f}s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,754 @@
+"""End-to-end tests of `harness runs` (SPEC-0022 REQ-14, REQ-16, REQ-2) through the real CLI.
+
+Every test writes a run ledger (through `RunLedger`, or by hand where the input must be
+malformed) into a throwaway XDG world with no daemon running, then runs
+`python -m harness.cli runs …` as a subprocess and checks its exact stdout, stderr and exit
+code. With no daemon the CLI reads the day files itself (REQ-16), so these tests also pin
+that the offline read is read-only and survives damaged input without a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import World
+from harness.ledger import RunLedger
+from harness.timefmt import format_ns, now_ns, parse_ns
+
+HOUR = 3_600_000_000_000
+DAY = 24 * HOUR
+SEC = 1_000_000_000
+
+OUTCOMES_LISTED = (
+    "running, success, failed, timed_out, skipped, replaced, missed, cancelled, interrupted, "
+    "budget_exceeded, quota_parked, model_mismatch, model_unattested, stalled"
+)
+TRIGGERS_LISTED = "schedule, manual, catch_up, channel, webhook, autostart, restart, release, lease"
+OFFLINE = "harness: daemon not running; read the ledger from disk ({})\n"
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def run_lines(harness: str, run_id: int, start: int, *, outcome: str = "success",
+              took_ms: int = 5000, trigger: str = "schedule", exit_code: int | None = 0,
+              kind: str = "oneshot", **extra: Any) -> list[dict[str, Any]]:
+    """The opened and closed lines of one finished run that started at `start` (epoch ns)."""
+    end = start + took_ms * 1_000_000
+    opened = {"type": "opened", "harness": harness, "run_id": run_id, "at": format_ns(start),
+              "kind": kind, "trigger": trigger, "started_at": format_ns(start),
+              "outcome": "running"}
+    closed: dict[str, Any] = {"type": "closed", "harness": harness, "run_id": run_id,
+                              "at": format_ns(end), "outcome": outcome,
+                              "ended_at": format_ns(end), "duration_ms": took_ms, **extra}
+    if exit_code is not None:
+        closed["exit_code"] = exit_code
+    return [opened, closed]
+
+
+def open_line(harness: str, run_id: int, start: int, trigger: str = "autostart",
+              **extra: Any) -> dict[str, Any]:
+    """The opened line of a run that never closed (in flight, or left by a crash)."""
+    return {"type": "opened", "harness": harness, "run_id": run_id, "at": format_ns(start),
+            "kind": "resident", "trigger": trigger, "started_at": format_ns(start),
+            "outcome": "running", **extra}
+
+
+def seed(world: World, lines: list[dict[str, Any]]) -> None:
+    """Append `lines` through the real writer, synced, then close it."""
+    led = RunLedger(str(world.ledger))
+    try:
+        for line in lines:
+            led.append(line, sync=True)
+    finally:
+        led.close()
+
+
+def day_files(world: World) -> list[Path]:
+    return sorted(world.ledger.glob("*.jsonl"))
+
+
+def only_file(world: World) -> Path:
+    files = day_files(world)
+    assert len(files) == 1, files
+    return files[0]
+
+
+def runs(world: World, *args: str, env: dict[str, str] | None = None
+         ) -> subprocess.CompletedProcess[str]:
+    """`harness runs ARGS…`; asserts the CLI never shows a traceback."""
+    if env is None:
+        res = world.harness("runs", *args)
+    else:
+        saved = world.env
+        world.env = {**saved, **env}
+        try:
+            res = world.harness("runs", *args)
+        finally:
+            world.env = saved
+    assert "Traceback" not in res.stderr, res.stderr
+    assert "Traceback" not in res.stdout, res.stdout
+    return res
+
+
+def runs_json(world: World, *args: str) -> list[dict[str, Any]]:
+    res = runs(world, *args, "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert isinstance(out, list)
+    return out
+
+
+def ids(records: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    return [(r["harness"], r["run_id"]) for r in records]
+
+
+def offline_warning(world: World) -> str:
+    return OFFLINE.format(world.ledger)
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, int, int]]:
+    """Every path under `root`: its kind, mode and (files) sha256 + mtime, to prove no write."""
+    out: dict[str, tuple[str, int, int]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            p = os.path.join(dirpath, name)
+            st = os.stat(p)
+            out[p] = ("dir", st.st_mode, st.st_mtime_ns)
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            st = os.stat(p)
+            with open(p, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            out[p] = (digest, st.st_mode, st.st_mtime_ns)
+    return out
+
+
+# -- REQ-14: which records, in which order -------------------------------------------------
+
+
+def test_single_name_lists_newest_first_with_default_limit_20(world: World) -> None:
+    base = now_ns() - 10 * DAY  # older than 24 h: the single-NAME form has no time window
+    lines: list[dict[str, Any]] = []
+    for i in range(1, 26):
+        lines += run_lines("nightly", i, base + i * HOUR)
+        if i % 5 == 0:
+            lines += run_lines("other", i, base + i * HOUR)
+    seed(world, lines)
+    recs = runs_json(world, "nightly")
+    assert ids(recs) == [("nightly", i) for i in range(25, 5, -1)]
+    seqs = [r["seq"] for r in recs]
+    assert seqs == sorted(seqs, reverse=True)
+    table = runs(world, "nightly")
+    assert table.returncode == 0
+    body = table.stdout.splitlines()
+    assert body[0].split() == ["HARNESS", "RUN", "STARTED", "TOOK", "TRIGGER", "OUTCOME", "EXIT"]
+    assert [int(line.split()[1]) for line in body[1:]] == list(range(25, 5, -1))
+
+
+def test_no_name_lists_every_harness_of_the_last_24h(world: World) -> None:
+    now = now_ns()
+    seed(world, [
+        *run_lines("alpha", 1, now - 30 * HOUR),
+        *run_lines("beta", 1, now - 30 * HOUR, outcome="failed", exit_code=1),
+        *run_lines("alpha", 2, now - 2 * HOUR),
+        *run_lines("beta", 2, now - 2 * HOUR + SEC, outcome="failed", exit_code=1),
+        *run_lines("gamma", 7, now - HOUR),
+    ])
+    recs = runs_json(world)
+    assert ids(recs) == [("gamma", 7), ("beta", 2), ("alpha", 2)]
+    table = runs(world)
+    assert table.returncode == 0
+    assert [line.split()[:2] for line in table.stdout.splitlines()[1:]] == [
+        ["gamma", "7"], ["beta", "2"], ["alpha", "2"]]
+
+
+def test_no_name_default_limit_is_50(world: World) -> None:
+    now = now_ns()
+    lines: list[dict[str, Any]] = []
+    for i in range(1, 56):
+        lines += run_lines(f"h{i % 3}", i, now - 3 * HOUR + i * SEC)
+    seed(world, lines)
+    recs = runs_json(world)
+    assert [r["run_id"] for r in recs] == list(range(55, 5, -1))
+    assert len(runs(world).stdout.splitlines()) == 51  # header + 50 rows
+
+
+def test_since_durations_and_instants_and_until(world: World) -> None:
+    now = now_ns()
+    seed(world, [
+        *run_lines("job", 1, now - 8 * DAY),
+        *run_lines("job", 2, now - 50 * HOUR),
+        *run_lines("job", 3, now - 30 * HOUR),
+        *run_lines("job", 4, now - 2 * HOUR),
+    ])
+    assert [r["run_id"] for r in runs_json(world, "--since", "36h")] == [4, 3]
+    assert [r["run_id"] for r in runs_json(world, "--since", "7d")] == [4, 3, 2]
+    assert [r["run_id"] for r in runs_json(world, "--since", "30d")] == [4, 3, 2, 1]
+    # --since with a single NAME is a query, not the SPEC-0008 form.
+    assert [r["run_id"] for r in runs_json(world, "job", "--since", "36h")] == [4, 3]
+
+
+def test_since_and_until_instants_are_inclusive_on_started_at(world: World) -> None:
+    t1, t2, t3 = (parse_ns(s) for s in ("2025-11-01T10:00:00Z", "2025-11-02T10:00:00Z",
+                                         "2025-11-03T10:00:00Z"))
+    seed(world, [*run_lines("job", 1, t1), *run_lines("job", 2, t2), *run_lines("job", 3, t3)])
+
+    def q(*args: str) -> list[int]:
+        return [r["run_id"] for r in runs_json(world, *args)]
+
+    assert q("--since", "2025-11-02T10:00:00Z") == [3, 2]
+    assert q("--since", "2025-11-02T10:00:00.000000001Z") == [3]
+    assert q("--since", "2025-11-02T12:00:00+02:00") == [3, 2]  # an offset, same instant
+    assert q("--since", "2025-10-01T00:00:00Z", "--until", "2025-11-02T10:00:00Z") == [2, 1]
+    assert q("--since", "2025-10-01T00:00:00Z", "--until", "2025-11-02T09:59:59Z") == [1]
+    assert q("--since", "2025-11-01T10:00:00Z", "--until", "2025-11-01T10:00:00Z") == [1]
+    assert q("--since", "2025-11-04T00:00:00Z") == []
+
+
+def test_morning_sweep_finds_every_failure_across_harnesses(world: World) -> None:
+    now = now_ns()
+    seed(world, [
+        *run_lines("sb-drain", 1, now - 30 * HOUR, outcome="failed", exit_code=1,
+                   todo_id="t-old"),
+        *run_lines("sb-drain", 2, now - 20 * HOUR, outcome="failed", exit_code=1,
+                   todo_id="t1", trigger="channel"),
+        *run_lines("pr-review", 5, now - 15 * HOUR, outcome="success"),
+        *run_lines("pr-review", 6, now - 10 * HOUR, outcome="timed_out", exit_code=-1,
+                   todo_id="t2"),
+        *run_lines("nightly", 3, now - 8 * HOUR, outcome="interrupted", exit_code=None,
+                   reason="daemon_crash"),
+        *run_lines("nightly", 4, now - 6 * HOUR, outcome="cancelled", exit_code=None,
+                   reason="operator"),
+        open_line("worker", 9, now - HOUR),
+    ])
+    recs = runs_json(world, "--since", "24h", "--outcome", "failed,timed_out,interrupted")
+    assert [(r["harness"], r["run_id"], r["outcome"], r.get("todo_id")) for r in recs] == [
+        ("nightly", 3, "interrupted", None),
+        ("pr-review", 6, "timed_out", "t2"),
+        ("sb-drain", 2, "failed", "t1"),
+    ]
+    assert recs[0]["reason"] == "daemon_crash"
+    # Repeating the flag means the same as a comma list.
+    again = runs_json(world, "--since", "24h", "--outcome", "failed", "--outcome",
+                      "timed_out,interrupted")
+    assert again == recs
+
+
+def test_trigger_and_harness_filters(world: World) -> None:
+    now = now_ns()
+    seed(world, [
+        *run_lines("a", 1, now - 3 * HOUR, trigger="manual"),
+        *run_lines("b", 1, now - 2 * HOUR, trigger="webhook"),
+        *run_lines("a", 2, now - HOUR, trigger="webhook"),
+    ])
+    assert ids(runs_json(world, "--trigger", "webhook")) == [("a", 2), ("b", 1)]
+    assert ids(runs_json(world, "--harness", "a")) == [("a", 2), ("a", 1)]
+    assert ids(runs_json(world, "a", "b", "--trigger", "manual,webhook")) == [
+        ("a", 2), ("b", 1), ("a", 1)]
+
+
+@pytest.mark.parametrize(("args", "flag", "message"), [
+    (("--outcome", "timeout"), "--outcome",
+     f"unknown outcome 'timeout' (valid: {OUTCOMES_LISTED})"),
+    (("--outcome", "failed,timeout"), "--outcome",
+     f"unknown outcome 'timeout' (valid: {OUTCOMES_LISTED})"),
+    (("--trigger", "bogus"), "--trigger", f"unknown trigger 'bogus' (valid: {TRIGGERS_LISTED})"),
+    (("--limit", "0"), "--limit", "must be between 1 and 1000, got 0"),
+    (("--limit", "1001"), "--limit", "must be between 1 and 1000, got 1001"),
+    (("nightly", "--limit", "0"), "--limit", "must be between 1 and 1000, got 0"),
+    (("--since", "yesterday"), "--since",
+     "'yesterday' is neither a duration (e.g. 24h, 7d) nor an RFC 3339 time"),
+    (("--since", "1d", "--until", "7d"), "--until", "'7d' is not an RFC 3339 time"),
+])
+def test_bad_flag_values_are_refused_with_the_valid_ones(
+        world: World, args: tuple[str, ...], flag: str, message: str) -> None:
+    seed(world, run_lines("nightly", 1, now_ns() - HOUR))
+    for extra in ((), ("--json",)):
+        res = runs(world, *args, *extra)
+        assert res.returncode == 2, res
+        assert res.stdout == ""
+        assert f"Error: Invalid value for {flag}: {message}\n" in res.stderr
+    assert "timed_out" in OUTCOMES_LISTED
+
+
+def test_back_compat_name_limit_json(world: World) -> None:
+    base = now_ns() - 3 * DAY
+    lines: list[dict[str, Any]] = []
+    for i in range(1, 9):
+        lines += run_lines("nightly", i, base + i * HOUR, outcome="failed" if i % 2 else "success",
+                           exit_code=i % 2)
+        lines += run_lines("noise", i, base + i * HOUR + SEC)
+    seed(world, lines)
+    res = runs(world, "nightly", "--limit", "5", "--json")
+    assert res.returncode == 0, res.stderr
+    recs = json.loads(res.stdout)
+    assert isinstance(recs, list)
+    # Each run wrote 4 lines (nightly opened+closed, then noise opened+closed): nightly run i
+    # opened at seq 4i-3.
+    assert [(r["seq"], r["run_id"]) for r in recs] == [(4 * i - 3, i) for i in range(8, 3, -1)]
+    for r in recs:
+        assert {"harness", "run_id", "seq", "trigger", "outcome", "started_at", "ended_at",
+                "exit_code", "duration_ms", "kind"} <= set(r)
+        assert r["harness"] == "nightly"
+    assert recs[0]["outcome"] == "success" and recs[0]["exit_code"] == 0
+    assert recs[1]["outcome"] == "failed" and recs[1]["exit_code"] == 1
+
+
+def test_json_record_carries_the_seq_of_its_first_line(world: World) -> None:
+    t = now_ns() - HOUR
+    a_open, a_close = run_lines("a", 1, t, outcome="failed", exit_code=3)
+    b_open, b_close = run_lines("b", 1, t + SEC)
+    upd = {"type": "updated", "harness": "a", "run_id": 1, "at": format_ns(t + 2 * SEC),
+           "tokens": {"input": 10, "output": 5, "cache_read": 0, "cache_write": 0}}
+    upd2 = {**upd, "at": format_ns(t + 3 * SEC),
+            "tokens": {"input": 20, "output": 9, "cache_read": 1, "cache_write": 0}}
+    # seq: a opened 1, b opened 2, a updated 3, b closed 4, a updated 5, a closed 6
+    seed(world, [a_open, b_open, upd, b_close, upd2, a_close])
+    recs = runs_json(world)
+    assert [(r["harness"], r["seq"]) for r in recs] == [("b", 2), ("a", 1)]
+    a = recs[1]
+    assert a["outcome"] == "failed" and a["exit_code"] == 3
+    assert a["tokens"] == {"input": 20, "output": 9, "cache_read": 1, "cache_write": 0}
+    assert [r["seq"] for r in runs_json(world, "a")] == [1]
+
+
+# -- REQ-14: the table -------------------------------------------------------------------------
+
+LONG = "nightly-dependency-upgrade-reviewer"  # 35 characters
+
+
+def test_table_longest_row_fits_80_columns_cutting_only_the_name(world: World) -> None:
+    assert len(LONG) == 35
+    seed(world, run_lines(LONG, 99999, parse_ns("2025-11-03T09:05:00Z"), took_ms=90_000,
+                          trigger="autostart", outcome="model_unattested", exit_code=1,
+                          kind="resident"))
+    res = runs(world, LONG)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (
+        "HARNESS                   RUN STARTED      TOOK  TRIGGER   OUTCOME          EXIT\n"
+        "nightly-dependency-upg… 99999 Nov  3 09:05 1m30s autostart model_unattested 1\n"
+    )
+    assert res.stderr == offline_warning(world)
+    for line in res.stdout.splitlines():
+        assert len(line) <= 80
+
+
+def test_table_name_not_cut_when_it_fits(world: World) -> None:
+    name = "weekly-report-for-the-whole-team"  # 32 characters
+    seed(world, run_lines(name, 12, parse_ns("2025-11-03T09:05:00Z"), took_ms=42_000))
+    res = runs(world, name)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (
+        "HARNESS                          RUN STARTED      TOOK TRIGGER  OUTCOME EXIT\n"
+        "weekly-report-for-the-whole-team  12 Nov  3 09:05 42s  schedule success 0\n"
+    )
+    assert "…" not in res.stdout
+
+
+def test_table_columns_and_several_rows(world: World) -> None:
+    t = parse_ns("2025-11-03T09:05:00Z")
+    seed(world, [
+        *run_lines("nightly", 1, t, took_ms=850, outcome="failed", exit_code=3),
+        *run_lines("pr-review", 12, t + 3 * HOUR + 30 * 60 * SEC, took_ms=45_000_000,
+                   trigger="webhook", outcome="timed_out", exit_code=-1),
+        open_line("worker", 4, parse_ns("2025-11-04T23:59:00Z")),
+    ])
+    res = runs(world, "--since", "2025-11-01T00:00:00Z")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (
+        "HARNESS    RUN  STARTED       TOOK      TRIGGER    OUTCOME    EXIT\n"
+        "worker       4  Nov  4 23:59  running?  autostart  running?   —\n"
+        "pr-review   12  Nov  3 12:35  12h30m    webhook    timed_out  -1\n"
+        "nightly      1  Nov  3 09:05  850ms     schedule   failed     3\n"
+    )
+
+
+def test_table_started_is_local_time(world: World) -> None:
+    # POSIX TZ "XST-2" is UTC+2 (no tz database needed); the 23:30 UTC start is the next day.
+    seed(world, [*run_lines("nightly", 1, parse_ns("2025-11-03T09:05:00Z")),
+                 *run_lines("nightly", 2, parse_ns("2025-11-03T23:30:00Z"))])
+    res = runs(world, "nightly", env={"TZ": "XST-2"})
+    assert res.returncode == 0, res.stderr
+    assert [line[line.index("Nov"):][:12] for line in res.stdout.splitlines()[1:]] == [
+        "Nov  4 01:30", "Nov  3 11:05"]
+    utc = runs(world, "nightly")
+    assert [line[line.index("Nov"):][:12] for line in utc.stdout.splitlines()[1:]] == [
+        "Nov  3 23:30", "Nov  3 09:05"]
+
+
+def test_wide_adds_model_tokens_cost_todo_and_never_cuts(world: World) -> None:
+    model = "claude-opus-4-1-20250805-extended-context-preview-with-a-long-name"
+    seed(world, [
+        *run_lines(LONG, 99999, parse_ns("2025-11-03T09:05:00Z"), took_ms=90_000,
+                   trigger="channel", outcome="model_unattested", exit_code=1, model=model,
+                   tokens={"input": 1200, "output": 34, "cache_read": 5000, "cache_write": 0},
+                   cost_usd=0.4567, cost_source="recorded", todo_id="todo-1234"),
+        *run_lines(LONG, 100000, parse_ns("2025-11-03T10:05:00Z"), took_ms=1000,
+                   model="gpt-5", tokens={"input": 1, "output": 2, "cache_read": 0,
+                                          "cache_write": 0},
+                   cost_usd=1.5, cost_source="priced"),
+        *run_lines(LONG, 100001, parse_ns("2025-11-03T11:05:00Z"), took_ms=1000,
+                   cost_source="unknown"),
+    ])
+    res = runs(world, LONG, "--wide")
+    assert res.returncode == 0, res.stderr
+    name = LONG.ljust(35)
+    assert res.stdout == (
+        f"{'HARNESS'.ljust(35)}     RUN  STARTED       TOOK   TRIGGER   OUTCOME           EXIT"
+        f"  MODEL{' ' * (len(model) - 3)}TOKENS  COST          TODO\n"
+        f"{name}  100001  Nov  3 11:05  1s     schedule  success           0     —"
+        f"{' ' * (len(model) + 1)}—       ?             —\n"
+        f"{name}  100000  Nov  3 10:05  1s     schedule  success           0     gpt-5"
+        f"{' ' * (len(model) - 3)}3       $1.50 priced  —\n"
+        f"{name}   99999  Nov  3 09:05  1m30s  channel   model_unattested  1     {model}"
+        f"  1,234   $0.46         todo-1234\n"
+    )
+    assert "…" not in res.stdout
+    assert max(len(line) for line in res.stdout.splitlines()) > 80
+
+
+def test_missed_windows_and_pruned_log(world: World, tmp_path: Path) -> None:
+    t = parse_ns("2025-11-03T09:00:00Z")
+    kept = tmp_path / "kept.log"
+    kept.write_text("x")
+    zst = tmp_path / "zipped.log"
+    (tmp_path / "zipped.log.zst").write_bytes(b"x")
+    seed(world, [
+        {"type": "decided", "harness": "nightly", "run_id": 1, "at": format_ns(t),
+         "kind": "oneshot", "trigger": "schedule", "outcome": "missed",
+         "started_at": format_ns(t), "window": format_ns(t),
+         "first_window": format_ns(t - HOUR), "windows": 2},
+        {"type": "decided", "harness": "nightly", "run_id": 2, "at": format_ns(t + HOUR),
+         "kind": "oneshot", "trigger": "schedule", "outcome": "missed",
+         "started_at": format_ns(t + HOUR), "window": format_ns(t + HOUR), "windows": 1},
+        *run_lines("nightly", 3, t + 2 * HOUR, outcome="failed", exit_code=1,
+                   log=str(tmp_path / "gone.log")),
+        *run_lines("nightly", 4, t + 3 * HOUR, log=str(kept)),
+        *run_lines("nightly", 5, t + 4 * HOUR, log=str(zst)),
+    ])
+    res = runs(world, "nightly")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (
+        "HARNESS  RUN  STARTED       TOOK  TRIGGER   OUTCOME              EXIT\n"
+        "nightly    5  Nov  3 13:00  5s    schedule  success              0\n"
+        "nightly    4  Nov  3 12:00  5s    schedule  success              0\n"
+        "nightly    3  Nov  3 11:00  5s    schedule  failed (log pruned)  1\n"
+        "nightly    2  Nov  3 10:00  —     schedule  missed               —\n"
+        "nightly    1  Nov  3 09:00  —     schedule  missed ×2            —\n"
+    )
+    recs = {r["run_id"]: r for r in runs_json(world, "nightly")}
+    assert recs[3]["log_pruned"] is True
+    assert "log_pruned" not in recs[4] and "log_pruned" not in recs[5]
+    assert recs[1]["windows"] == 2 and recs[1]["outcome"] == "missed"
+
+
+def test_empty_results(world: World) -> None:
+    res = runs(world)
+    assert (res.returncode, res.stdout) == (0, "no runs match\n")
+    res = runs(world, "nightly")
+    assert (res.returncode, res.stdout) == (0, "nightly has no runs yet\n")
+    seed(world, run_lines("nightly", 1, now_ns() - 3 * DAY))
+    res = runs(world)  # only older than 24 h
+    assert (res.returncode, res.stdout) == (0, "no runs match\n")
+    res = runs(world, "ghost")
+    assert (res.returncode, res.stdout) == (0, "ghost has no runs yet\n")
+    res = runs(world, "nightly", "--outcome", "failed")
+    assert (res.returncode, res.stdout) == (0, "no runs match\n")
+    assert runs_json(world, "ghost") == []
+
+
+# -- REQ-16: the offline read ---------------------------------------------------------------
+
+
+def test_offline_read_warns_shows_running_and_changes_nothing(world: World) -> None:
+    now = now_ns()
+    seed(world, [
+        *run_lines("nightly", 3, now - 3 * HOUR, outcome="success"),
+        open_line("nightly", 4, now - HOUR, trigger="schedule"),
+    ])
+    # A torn tail, as a daemon killed mid-write leaves it: the read must not repair it.
+    with open(only_file(world), "ab") as f:
+        f.write(b'{"v":1,"seq":3,"type":"clo')
+    before = snapshot(world.root)
+    listing = sorted(os.listdir(world.ledger))
+
+    table = runs(world, "nightly")
+    assert table.returncode == 0
+    assert table.stderr == offline_warning(world) + (
+        "harness: skipped 0 unparseable line(s) and 1 torn fragment(s)\n")
+    rows = [line.split() for line in table.stdout.splitlines()]
+    assert rows[1][:2] == ["nightly", "4"]
+    assert rows[1][-4:] == ["running?", "schedule", "running?", "—"]
+    assert rows[2][-4:] == ["5s", "schedule", "success", "0"]
+
+    recs = runs_json(world, "nightly")
+    assert [(r["run_id"], r["outcome"]) for r in recs] == [(4, "running?"), (3, "success")]
+    assert "ended_at" not in recs[0]
+    assert [r["run_id"] for r in runs_json(world, "--outcome", "running")] == [4]
+    for args in ((), ("--wide",), ("--since", "7d"), ("--json",)):
+        assert runs(world, *args).returncode == 0
+
+    assert snapshot(world.root) == before
+    assert sorted(os.listdir(world.ledger)) == listing
+
+
+def test_stale_socket_is_not_running(world: World) -> None:
+    """A socket file nobody listens on (a crashed daemon's) is "not running"."""
+    seed(world, run_lines("nightly", 1, now_ns() - HOUR))
+    path = world.root / "run" / "harness.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    sock.close()
+    res = runs(world, "nightly", "--json")
+    assert res.returncode == 0
+    assert res.stderr == offline_warning(world)
+    assert [r["run_id"] for r in json.loads(res.stdout)] == [1]
+
+
+def test_unresponsive_daemon_falls_back_to_disk(world: World) -> None:
+    """Something holds the socket but never answers hello: read the files instead."""
+    seed(world, [*run_lines("nightly", 1, now_ns() - 2 * HOUR),
+                 open_line("nightly", 2, now_ns() - HOUR)])
+    path = world.root / "run" / "harness.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind(str(path))
+        sock.listen(4)  # connections queue in the backlog; nobody ever replies
+        res = runs(world, "--json")
+    assert res.returncode == 0
+    assert res.stderr == (
+        f"harness: daemon not responding; read the ledger from disk ({world.ledger})\n")
+    assert [(r["run_id"], r["outcome"]) for r in json.loads(res.stdout)] == [
+        (2, "running?"), (1, "success")]
+
+
+def test_partial_records_whose_start_was_pruned(world: World) -> None:
+    """REQ-2: a closed or updated line with no opened line still reads, as a partial record."""
+    t = now_ns() - HOUR
+    _opened, closed = run_lines("nightly", 1, t, outcome="failed", exit_code=2)
+    update = {"type": "updated", "harness": "nightly", "run_id": 2, "at": format_ns(t + SEC),
+              "model_calls": 3}
+    seed(world, [closed, update, *run_lines("nightly", 3, t + 10 * SEC)])
+    recs = runs_json(world, "nightly")
+    assert [(r["run_id"], r["seq"], r["outcome"]) for r in recs] == [
+        (3, 3, "success"), (2, 2, "running?"), (1, 1, "failed")]
+    assert recs[2]["exit_code"] == 2 and recs[1]["model_calls"] == 3
+    assert "started_at" not in recs[2] and "started_at" not in recs[1]
+    # With no started_at, --since filters on the first line's `at` (run 1: t+5s, run 2: t+1s).
+    assert [r["run_id"] for r in runs_json(world, "--since", format_ns(t + 3 * SEC))] == [3, 1]
+    assert [r["run_id"] for r in runs_json(world, "--since", format_ns(t + SEC))] == [3, 2, 1]
+
+
+def test_missing_ledger_dir_is_an_empty_ledger_and_is_not_created(world: World) -> None:
+    before = snapshot(world.root)
+    assert not world.state.exists()
+    res = runs(world, "--json")
+    assert (res.returncode, res.stdout) == (0, "[]\n")
+    assert res.stderr == offline_warning(world)
+    res = runs(world, "nightly", "--json")
+    assert (res.returncode, res.stdout) == (0, "[]\n")
+    assert (runs(world, "nightly").returncode, runs(world).returncode) == (0, 0)
+    assert not world.ledger.exists()
+    assert not world.state.exists()
+    assert snapshot(world.root) == before
+
+
+def test_ledger_path_that_is_a_file_fails_naming_it(world: World) -> None:
+    world.state.mkdir(parents=True)
+    world.ledger.write_text("not a directory\n")
+    for args in ((), ("nightly",), ("--json",)):
+        res = runs(world, *args)
+        assert res.returncode == 1, res
+        assert res.stdout == ""
+        assert res.stderr == (
+            "harness: daemon not running, and the run ledger could not be read: "
+            f"ledger path {world.ledger} is not a directory\n")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a 0000 directory anyway")
+def test_unreadable_ledger_dir_fails(world: World) -> None:
+    seed(world, run_lines("nightly", 1, now_ns() - HOUR))
+    world.ledger.chmod(0)
+    try:
+        res = runs(world, "nightly")
+    finally:
+        world.ledger.chmod(0o700)
+    assert res.returncode == 1, res
+    assert res.stdout == ""
+    assert f"ledger directory {world.ledger} cannot be read: permission denied" in res.stderr
+
+
+# -- REQ-2: damaged input is skipped and counted ----------------------------------------------
+
+
+def _three_runs(world: World) -> tuple[Path, list[bytes]]:
+    t = now_ns() - HOUR
+    seed(world, [*run_lines("nightly", 1, t), *run_lines("nightly", 2, t + SEC),
+                 *run_lines("nightly", 3, t + 2 * SEC)])
+    path = only_file(world)
+    return path, path.read_bytes().splitlines()
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _check_skips(world: World, skipped: int, torn: int = 0, strays: str = "") -> None:
+    expected = offline_warning(world)
+    if skipped or torn:
+        expected += (f"harness: skipped {skipped} unparseable line(s) and {torn} "
+                     "torn fragment(s)\n")
+    if strays:
+        expected += f"harness: ignored file(s) that are not day files: {strays}\n"
+    for args in (("nightly",), ("nightly", "--json"), (), ("--json",), ("--since", "7d")):
+        res = runs(world, *args)
+        assert res.returncode == 0, res
+        assert res.stderr == expected, args
+    assert [r["run_id"] for r in runs_json(world, "nightly")] == [3, 2, 1]
+    assert [r["outcome"] for r in runs_json(world)] == ["success"] * 3
+
+
+def _inject(path: Path, lines: list[bytes], at: int, *bad: bytes) -> None:
+    path.write_bytes(b"\n".join(lines[:at] + list(bad) + lines[at:]) + b"\n")
+
+
+def test_malformed_line_in_the_middle(world: World) -> None:
+    path, lines = _three_runs(world)
+    _inject(path, lines, 3, b'{"v":1,"seq":4,"type":"closed","harness":"nightly",garbage')
+    _check_skips(world, skipped=1)
+
+
+def test_non_json_and_non_object_lines(world: World) -> None:
+    path, lines = _three_runs(world)
+    _inject(path, lines, 2, b"hello", b"[1,2,3]", b"42", b'"str"', b"{}")
+    _check_skips(world, skipped=5)
+
+
+def test_non_utf8_bytes_in_a_line(world: World) -> None:
+    path, lines = _three_runs(world)
+    obj = json.loads(lines[0])
+    obj.update(run_id=50, seq=100)
+    bad = _line(obj)[:-1] + b',"reason":"\xff\xfe\xc3"}'
+    _inject(path, lines, 2, bad)
+    _check_skips(world, skipped=1)
+
+
+def test_out_of_range_number_in_a_line(world: World) -> None:
+    path, lines = _three_runs(world)
+    obj = json.loads(lines[0])
+    obj.update(run_id=52, seq=100)
+    _inject(path, lines, 2, _line(obj)[:-1] + b',"cost_usd":1e999}')
+    _check_skips(world, skipped=1)
+
+
+def test_line_over_16_kib_is_skipped(world: World) -> None:
+    path, lines = _three_runs(world)
+    big = json.loads(lines[0])
+    big.update(run_id=50, seq=100, reason="y" * 17_000)
+    _inject(path, lines, 2, _line(big))
+    _check_skips(world, skipped=1)
+
+
+def test_line_length_limit_is_16_kib_with_its_newline(world: World) -> None:
+    path, lines = _three_runs(world)
+    at_limit = json.loads(lines[0])
+    at_limit.update(run_id=60, seq=200, reason="")
+    pad = 16 * 1024 - 1 - len(_line(at_limit))  # the line plus "\n" is exactly 16 KiB
+    at_limit["reason"] = "y" * pad
+    over = {**at_limit, "run_id": 61, "seq": 201, "reason": "y" * (pad + 1)}
+    assert len(_line(at_limit)) + 1 == 16 * 1024
+    _inject(path, lines, 6, _line(at_limit), _line(over))
+    res = runs(world, "nightly", "--json")
+    assert res.returncode == 0
+    assert [r["run_id"] for r in json.loads(res.stdout)] == [60, 3, 2, 1]
+    assert "skipped 1 unparseable line(s)" in res.stderr
+
+
+def test_torn_tail(world: World) -> None:
+    path, lines = _three_runs(world)
+    path.write_bytes(b"\n".join(lines) + b"\n" + lines[-1][: len(lines[-1]) // 2])
+    _check_skips(world, skipped=0, torn=1)
+
+
+def test_torn_tail_in_an_older_day_file(world: World) -> None:
+    t = now_ns() - HOUR
+    old = parse_ns("2025-11-03T09:00:00Z")
+    seed(world, [*run_lines("nightly", 1, old), *run_lines("nightly", 2, t),
+                 *run_lines("nightly", 3, t + SEC)])
+    first = world.ledger / "2025-11-03.jsonl"
+    with open(first, "ab") as f:
+        f.write(b'{"v":1,"seq":3,"ty')
+    res = runs(world, "nightly", "--json")
+    assert res.returncode == 0
+    assert [r["run_id"] for r in json.loads(res.stdout)] == [3, 2, 1]
+    assert "0 unparseable line(s) and 1 torn fragment(s)" in res.stderr
+
+
+def test_unknown_line_type(world: World) -> None:
+    path, lines = _three_runs(world)
+    weird = json.loads(lines[0])
+    weird.update(type="exploded", run_id=51, seq=100)
+    _inject(path, lines, 2, _line(weird))
+    _check_skips(world, skipped=1)
+
+
+def test_run_id_zero_or_negative(world: World) -> None:
+    path, lines = _three_runs(world)
+    zero, neg, text = (json.loads(lines[0]) for _ in range(3))
+    zero.update(run_id=0, seq=100)
+    neg.update(run_id=-3, seq=101)
+    text.update(run_id="7", seq=102)
+    _inject(path, lines, 4, _line(zero), _line(neg), _line(text))
+    _check_skips(world, skipped=3)
+
+
+def test_bad_envelope_values(world: World) -> None:
+    path, lines = _three_runs(world)
+    no_seq, zero_seq, no_harness, no_at = (json.loads(lines[0]) for _ in range(4))
+    del no_seq["seq"]
+    zero_seq.update(seq=0, run_id=70)
+    no_harness.update(harness="", run_id=71, seq=103)
+    del no_at["at"]
+    no_at.update(run_id=72, seq=104)
+    _inject(path, lines, 1, *(_line(o) for o in (no_seq, zero_seq, no_harness, no_at)))
+    _check_skips(world, skipped=4)
+
+
+def test_unknown_fields_are_ignored(world: World) -> None:
+    path, lines = _three_runs(world)
+    last = json.loads(lines[-1])
+    last.update(future_field={"x": 1}, outcome="failed", exit_code=9)
+    lines[-1] = _line(last)
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    res = runs(world, "nightly", "--json")
+    assert res.stderr == offline_warning(world)
+    rec = json.loads(res.stdout)[0]
+    assert (rec["run_id"], rec["outcome"], rec["exit_code"]) == (3, "failed", 9)
+    assert "future_field" not in rec
+
+
+def test_stray_files_are_named_and_ignored(world: World) -> None:
+    _path, _lines = _three_runs(world)
+    (world.ledger / "notes.txt").write_text('{"seq":1}\n')
+    (world.ledger / "2026-13-99.jsonl.bak").write_text("junk\n")
+    _check_skips(world, skipped=0, strays="2026-13-99.jsonl.bak, notes.txt")
+
+
+def test_all_damage_at_once(world: World) -> None:
+    path, lines = _three_runs(world)
+    weird = json.loads(lines[0])
+    weird.update(type="exploded", run_id=51, seq=100)
+    big = {**weird, "type": "closed", "reason": "z" * 20_000}
+    _inject(path, lines, 3, b"{oops", b'{"a":"\xff"}', _line(weird), _line(big))
+    with open(path, "ab") as f:
+        f.write(b'{"v":1,"seq":7')
+    (world.ledger / "notes.txt").write_text("x")
+    _check_skips(world, skipped=4, torn=1, strays="notes.txt")

@@ -1,0 +1,277 @@
+"""Retention (SPEC-0022 REQ-12) through `RunLedger.prune`, with an injected clock.
+
+Old day files go, the rest stay byte-identical, today's file is never deleted, the size
+cap deletes oldest first, a run still open is re-opened in today's file before the file
+holding its opened line is deleted, and `CHAIN` (0600) keeps the pruned tail's last
+seq/hash so the chain still verifies from there. Everything is checked on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harness.ledger.retention as retention_mod
+from harness.ledger.query import Query
+from harness.ledger.reader import scan
+from harness.ledger.runledger import RunLedger
+from harness.ledger.verify import verify_run_ledger
+from harness.timefmt import format_ns, parse_ns
+
+NS = 1_000_000_000
+HOUR = 3600 * NS
+DAY = 24 * HOUR
+T0 = parse_ns("2026-06-15T12:00:00Z")
+
+
+class Clock:
+    """An injectable wall clock (epoch ns) that tests move by hand."""
+
+    def __init__(self, ns: int) -> None:
+        self.ns = ns
+
+    def __call__(self) -> int:
+        return self.ns
+
+
+def day(ns: int) -> str:
+    return format_ns(ns)[:10]
+
+
+def lines_of(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in path.read_bytes().split(b"\n")[:-1] if raw]
+
+
+def digests(directory: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.glob("*.jsonl"))}
+
+
+@pytest.fixture
+def opened_ledgers() -> Iterator[list[RunLedger]]:
+    ledgers: list[RunLedger] = []
+    yield ledgers
+    for led in ledgers:
+        led.close(timeout=10.0)
+
+
+OpenLedger = Callable[..., RunLedger]
+
+
+@pytest.fixture
+def open_ledger(opened_ledgers: list[RunLedger]) -> OpenLedger:
+    def _open(directory: Path, **kw: Any) -> RunLedger:
+        led = RunLedger(str(directory), **kw)
+        opened_ledgers.append(led)
+        return led
+
+    return _open
+
+
+def fill_days(led: RunLedger, clock: Clock, ages: range, per_day: int = 2) -> None:
+    """`per_day` decided lines on each day `T0 - age days`, oldest first."""
+    run = 0
+    for age in ages:
+        clock.ns = T0 - age * DAY
+        for _ in range(per_day):
+            run += 1
+            led.append({"type": "decided", "harness": "nightly", "run_id": run,
+                        "trigger": "schedule", "outcome": "missed"}, sync=False)
+    led.flush()
+    led.append({"type": "decided", "harness": "nightly", "run_id": run + 1,
+                "trigger": "schedule", "outcome": "missed"})
+
+
+def test_files_older_than_retention_go_and_the_rest_are_intact(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    d = tmp_path / "ledger"
+    clock = Clock(0)
+    led = open_ledger(d, clock=clock)
+    fill_days(led, clock, range(44, -1, -1))
+    led.close()
+    assert len(digests(d)) == 45
+    before = digests(d)
+    # The day 31 days back ended 30.5 days ago: past retention. 30 days back ended 29.5 ago.
+    gone = [day(T0 - age * DAY) for age in range(44, 30, -1)]
+    kept = [day(T0 - age * DAY) for age in range(30, -1, -1)]
+    last_gone = lines_of(d / f"{gone[-1]}.jsonl")[-1]
+
+    led = open_ledger(d, clock=Clock(T0), retention_ns=30 * DAY)
+    res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == (gone, 0, None)
+    after = digests(d)
+    assert sorted(after) == [f"{k}.jsonl" for k in kept]
+    assert after == {k: v for k, v in before.items() if k in after}  # byte-identical
+    chain = d / "CHAIN"
+    assert stat.S_IMODE(chain.stat().st_mode) == 0o600
+    assert json.loads(chain.read_bytes()) == {"seq": last_gone["seq"], "hash": last_gone["hash"]}
+    res_v = verify_run_ledger(str(d))
+    assert res_v.ok, res_v.to_json()
+    assert res_v.anchor == f"CHAIN seq {last_gone['seq']}"
+    assert res_v.start_seq == last_gone["seq"] + 1
+    assert res_v.lines == 2 * 31 + 1
+    st = led.stats()
+    assert (st.pruned, st.oldest_day) == (14, kept[0])
+
+    again = led.prune()  # nothing more to do
+    assert (again.deleted, again.error) == ([], None)
+    assert digests(d) == after
+    # The next line continues the chain from the kept files.
+    assert led.append({"type": "decided", "harness": "nightly", "run_id": 999,
+                       "outcome": "missed"}) == res_v.head_seq + 1  # type: ignore[operator]
+    assert verify_run_ledger(str(d)).ok
+
+
+def test_today_is_never_deleted_even_over_the_size_cap(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    d = tmp_path / "ledger"
+    clock = Clock(0)
+    led = open_ledger(d, clock=clock, max_bytes=1)
+    fill_days(led, clock, range(3, -1, -1))
+    today = d / f"{day(T0)}.jsonl"
+    today_bytes = today.read_bytes()
+    clock.ns = T0
+    res = led.prune()
+    assert res.deleted == [day(T0 - age * DAY) for age in (3, 2, 1)]
+    assert sorted(os.listdir(d)) == sorted(["CHAIN", today.name])
+    assert today.read_bytes() == today_bytes
+    assert led.prune().deleted == []  # over the cap, and still kept
+    assert today.exists()
+    assert verify_run_ledger(str(d)).ok
+
+
+def test_the_size_cap_deletes_the_oldest_files_first(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    d = tmp_path / "ledger"
+    clock = Clock(0)
+    led = open_ledger(d, clock=clock)
+    fill_days(led, clock, range(5, -1, -1))
+    led.close()
+    sizes = {p.name[:10]: p.stat().st_size for p in sorted(d.glob("*.jsonl"))}
+    names = sorted(sizes)
+    assert len(names) == 6
+    cap = sum(sizes[n] for n in names[2:])  # room for the newest four exactly
+    led = open_ledger(d, clock=Clock(T0), max_bytes=cap)
+    before = digests(d)
+    res = led.prune()
+    assert res.deleted == names[:2]
+    assert sorted(digests(d)) == [f"{n}.jsonl" for n in names[2:]]
+    assert all(before[k] == v for k, v in digests(d).items())
+    led.max_bytes = cap - 1  # one byte less: the next oldest goes too
+    assert led.prune().deleted == [names[2]]
+    assert verify_run_ledger(str(d)).ok
+
+
+def test_a_run_open_across_the_prune_is_carried_forward_before_its_file_goes(
+    tmp_path: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = tmp_path / "ledger"
+    old = T0 - 100 * DAY
+    clock = Clock(old)
+    led = open_ledger(d, clock=clock)
+    log = str(tmp_path / "logs" / "worker.log")
+    led.append({"type": "opened", "harness": "worker", "run_id": 1, "kind": "resident",
+                "trigger": "autostart", "started_at": format_ns(old), "log": log})
+    led.append({"type": "opened", "harness": "cron", "run_id": 1, "kind": "oneshot"})
+    led.append({"type": "closed", "harness": "cron", "run_id": 1, "outcome": "success"})
+    clock.ns = T0 - 50 * DAY
+    led.append({"type": "updated", "harness": "worker", "run_id": 1, "model_calls": 7,
+                "tokens": {"input": 70, "output": 7, "cache_read": 0, "cache_write": 0}})
+    led.close()
+    old_file = d / f"{day(old)}.jsonl"
+    today = d / f"{day(T0)}.jsonl"
+    assert not today.exists()
+
+    led = open_ledger(d, clock=Clock(T0), retention_ns=90 * DAY)
+    assert [(r["harness"], r["run_id"]) for r in led.open_records()] == [("worker", 1)]
+    seen: list[tuple[str, list[dict[str, Any]], bool]] = []
+    real_unlink = os.unlink
+
+    def watching_unlink(path: Any, *a: Any, **kw: Any) -> None:
+        # At the moment the old file goes, today's file must already hold the new line.
+        seen.append((os.path.basename(path), lines_of(today) if today.exists() else [],
+                     (d / "CHAIN").exists()))
+        real_unlink(path, *a, **kw)
+
+    monkeypatch.setattr(retention_mod.os, "unlink", watching_unlink)
+    res = led.prune()
+    monkeypatch.undo()
+    assert (res.deleted, res.carried_forward, res.error) == ([day(old)], 1, None)
+    assert not old_file.exists()
+    carried = {"v": 1, "seq": 5, "type": "opened", "at": format_ns(T0), "harness": "worker",
+               "run_id": 1, "kind": "resident", "trigger": "autostart",
+               "started_at": format_ns(old), "log": log, "model_calls": 7,
+               "tokens": {"input": 70, "output": 7, "cache_read": 0, "cache_write": 0}}
+    (on_disk,) = lines_of(today)
+    assert {k: v for k, v in on_disk.items() if k not in ("prev", "hash")} == carried
+    assert seen == [(old_file.name, [on_disk], True)]
+    assert led.stats().carried_forward == 1
+
+    chain = json.loads((d / "CHAIN").read_bytes())
+    assert chain["seq"] == 3  # the last line of the deleted file
+    assert stat.S_IMODE((d / "CHAIN").stat().st_mode) == 0o600
+    v = verify_run_ledger(str(d))
+    assert (v.ok, v.anchor, v.start_seq, v.lines) == (True, "CHAIN seq 3", 4, 2)
+
+    want = {"harness": "worker", "run_id": 1, "seq": 4, "kind": "resident",
+            "trigger": "autostart", "started_at": format_ns(old), "log": log,
+            "model_calls": 7,
+            "tokens": {"input": 70, "output": 7, "cache_read": 0, "cache_write": 0}}
+    recs, _, _ = scan(str(d), Query(names=("worker",), limit=5))
+    assert [r.to_json(offline=True) for r in recs] == [{**want, "outcome": "running?"}]
+    led.close()
+    led = open_ledger(d, clock=Clock(T0 + HOUR))
+    (rec,) = led.open_records()
+    assert {k: v for k, v in rec.items() if k != "seq"} == {
+        **{k: v for k, v in want.items() if k != "seq"}, "outcome": "running"}
+    assert led.prune().carried_forward == 0  # it now lives in today's file
+
+
+def test_a_ledger_pruned_to_nothing_continues_its_chain_from_chain(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    d = tmp_path / "ledger"
+    clock = Clock(0)
+    led = open_ledger(d, clock=clock)
+    fill_days(led, clock, range(120, 95, -5), per_day=1)
+    led.close()
+    last = lines_of(sorted(d.glob("*.jsonl"))[-1])[-1]
+
+    led = open_ledger(d, clock=Clock(T0))
+    res = led.prune()
+    assert len(res.deleted) == 5 and res.error is None
+    assert sorted(os.listdir(d)) == ["CHAIN"]
+    led.close()
+
+    led = open_ledger(d, clock=Clock(T0))  # seq and chain head come from CHAIN alone
+    assert led.append({"type": "decided", "harness": "nightly", "run_id": 50,
+                       "outcome": "missed"}) == last["seq"] + 1
+    (first,) = lines_of(d / f"{day(T0)}.jsonl")
+    assert first["prev"] == last["hash"]
+    v = verify_run_ledger(str(d))
+    assert (v.ok, v.anchor, v.lines) == (True, f"CHAIN seq {last['seq']}", 1)
+
+
+def test_a_failed_carry_forward_keeps_the_file(tmp_path: Path, open_ledger: OpenLedger) -> None:
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 100 * DAY)
+    led = open_ledger(d, clock=clock)
+    led.append({"type": "opened", "harness": "worker", "run_id": 1, "kind": "resident"})
+    clock.ns = T0
+    before = digests(d)
+    led.close()  # appends now fail: the carry-forward cannot be written
+    res = led.prune()
+    assert res.deleted == [] and res.carried_forward == 0
+    assert res.error is not None and day(T0 - 100 * DAY) in res.error
+    assert digests(d) == before
+    assert not (d / "CHAIN").exists()

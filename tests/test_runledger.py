@@ -1,0 +1,767 @@
+"""The run ledger (SPEC-0022) as the daemon drives it: `harness.ledger.runledger.RunLedger`.
+
+Covers REQ-1 (location, modes, envelope, seq across restarts), REQ-2 (folding, unknown
+fields, partial records, torn lines), REQ-4 (caps and validation), REQ-17 (secrets never
+reach a file byte), REQ-10 (the run feed and `since`), the boot index (every open record
+is found whatever its age, runs across the window's edge fold whole, backfill) and
+REQ-12's `log_pruned`. On-disk claims are checked by reading the day files themselves.
+Time is injected (`Clock`) so day files and stamps are exact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harness.ledger.runledger as runledger_mod
+from harness.ledger.errors import LineRejected
+from harness.ledger.query import Query
+from harness.ledger.reader import scan
+from harness.ledger.runledger import RunLedger
+from harness.ledger.verify import verify_run_ledger
+from harness.timefmt import format_ns, parse_ns
+
+NS = 1_000_000_000
+HOUR = 3600 * NS
+DAY = 24 * HOUR
+T0 = parse_ns("2026-06-15T12:00:00Z")
+ZERO = "0" * 64
+STAMP = re.compile(r"\A\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z\Z")
+
+
+class Clock:
+    """An injectable wall clock (epoch ns) that tests move by hand."""
+
+    def __init__(self, ns: int) -> None:
+        self.ns = ns
+
+    def __call__(self) -> int:
+        return self.ns
+
+
+def canonical(obj: dict[str, Any]) -> bytes:
+    """DESIGN.md §2's canonical JSON, written independently of the code under test."""
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def seal(obj: dict[str, Any], prev: str) -> bytes:
+    """A hand-sealed line (with its newline) that continues a chain whose head is `prev`."""
+    body = {**obj, "prev": prev}
+    body["hash"] = hashlib.sha256(canonical(body)).hexdigest()
+    return canonical(body) + b"\n"
+
+
+def lines_of(path: Path) -> list[dict[str, Any]]:
+    """Every complete line of a day file, parsed."""
+    data = path.read_bytes()
+    return [json.loads(raw) for raw in data.split(b"\n")[:-1] if raw]
+
+
+def all_lines(directory: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for p in sorted(directory.glob("*.jsonl")):
+        out.extend(lines_of(p))
+    return out
+
+
+def day_file(directory: Path, ns: int) -> Path:
+    return directory / f"{format_ns(ns)[:10]}.jsonl"
+
+
+@pytest.fixture
+def ledger_dir(tmp_path: Path) -> Path:
+    return tmp_path / "state" / "harness" / "ledger"
+
+
+@pytest.fixture
+def opened_ledgers() -> Iterator[list[RunLedger]]:
+    """Ledgers a test opened; closed at teardown so no writer thread outlives its test."""
+    ledgers: list[RunLedger] = []
+    yield ledgers
+    for led in ledgers:
+        led.close(timeout=10.0)
+
+
+OpenLedger = Callable[..., RunLedger]
+
+
+@pytest.fixture
+def open_ledger(opened_ledgers: list[RunLedger]) -> OpenLedger:
+    def _open(directory: Path, **kw: Any) -> RunLedger:
+        led = RunLedger(str(directory), **kw)
+        opened_ledgers.append(led)
+        return led
+
+    return _open
+
+
+def decided(harness: str, run_id: int, **kw: Any) -> dict[str, Any]:
+    return {"type": "decided", "harness": harness, "run_id": run_id, "outcome": "skipped",
+            "reason": "overlap", "trigger": "schedule", **kw}
+
+
+def write_many(led: RunLedger, n: int, harness: str = "nightly", first_run: int = 1) -> None:
+    """Append n decided lines quickly: unsynced, then one synced line commits them all."""
+    for i in range(first_run, first_run + n - 1):
+        led.append(decided(harness, i), sync=False)
+    led.append(decided(harness, first_run + n - 1))
+
+
+# -- REQ-1: location, modes, envelope, seq ----------------------------------------------
+
+
+def test_first_run_creates_private_ledger_with_an_opened_line_seq_1(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    assert not ledger_dir.exists()
+    clock = Clock(T0 + 123_456_789)
+    led = open_ledger(ledger_dir, clock=clock)
+    seq = led.append({"type": "opened", "harness": "nightly", "run_id": 1, "kind": "oneshot",
+                      "trigger": "schedule", "started_at": format_ns(T0)})
+    assert seq == 1
+    assert stat.S_IMODE(ledger_dir.stat().st_mode) == 0o700
+    path = ledger_dir / "2026-06-15.jsonl"
+    assert sorted(os.listdir(ledger_dir)) == ["2026-06-15.jsonl"]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    raw = path.read_bytes()
+    assert raw.endswith(b"\n") and raw.count(b"\n") == 1
+    line = json.loads(raw)
+    body = {"v": 1, "seq": 1, "type": "opened", "at": "2026-06-15T12:00:00.123456789Z",
+            "harness": "nightly", "run_id": 1, "kind": "oneshot", "trigger": "schedule",
+            "started_at": "2026-06-15T12:00:00.000000000Z", "prev": ZERO}
+    expected_hash = hashlib.sha256(canonical(body)).hexdigest()
+    assert line == {**body, "hash": expected_hash}
+    assert raw == canonical(line) + b"\n"  # the line on disk is canonical JSON
+    assert STAMP.match(line["at"])
+
+
+def test_at_defaults_to_now_and_routes_the_line_to_its_utc_day(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    led = open_ledger(ledger_dir, clock=Clock(T0 + 7))
+    led.append({"type": "opened", "harness": "h", "run_id": 1})
+    # An offset stamp: 01:30+02:00 on the 17th is 23:30Z on the 16th.
+    led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "success",
+                "at": "2026-06-17T01:30:00.5+02:00"})
+    assert sorted(os.listdir(ledger_dir)) == ["2026-06-15.jsonl", "2026-06-16.jsonl"]
+    (first,) = lines_of(ledger_dir / "2026-06-15.jsonl")
+    (second,) = lines_of(ledger_dir / "2026-06-16.jsonl")
+    assert (first["seq"], first["at"]) == (1, "2026-06-15T12:00:00.000000007Z")
+    assert (second["seq"], second["at"]) == (2, "2026-06-16T23:30:00.500000000Z")
+    assert second["prev"] == first["hash"]
+
+
+def test_the_real_clock_stamps_rfc3339_utc_nanoseconds(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    led = open_ledger(ledger_dir)
+    led.append({"type": "opened", "harness": "h", "run_id": 1})
+    (path,) = ledger_dir.glob("*.jsonl")
+    (line,) = lines_of(path)
+    assert STAMP.match(line["at"])
+    assert path.name == line["at"][:10] + ".jsonl"
+
+
+def test_seq_survives_a_restart(ledger_dir: Path, open_ledger: OpenLedger) -> None:
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    write_many(led, 812)
+    led.close()
+    path = ledger_dir / "2026-06-15.jsonl"
+    before = lines_of(path)
+    assert [x["seq"] for x in before] == list(range(1, 813))
+
+    led = open_ledger(ledger_dir, clock=Clock(T0 + HOUR))
+    assert led.stats().next_seq == 813
+    assert led.append(decided("nightly", 813)) == 813
+    after = lines_of(path)
+    assert after[:812] == before
+    assert after[812]["seq"] == 813
+    assert after[812]["prev"] == before[-1]["hash"]
+    res = verify_run_ledger(str(ledger_dir))
+    assert (res.ok, res.lines, res.head_seq, res.torn) == (True, 813, 813, 0)
+
+
+def test_seq_is_recovered_from_files_outside_the_window(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    old = T0 - 40 * DAY
+    led = open_ledger(ledger_dir, clock=Clock(old))
+    write_many(led, 5)
+    led.close()
+    old_path = day_file(ledger_dir, old)
+    old_bytes = old_path.read_bytes()
+
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    assert led.append(decided("nightly", 6)) == 6
+    assert old_path.read_bytes() == old_bytes
+    today = lines_of(day_file(ledger_dir, T0))
+    assert [x["seq"] for x in today] == [6]
+    assert today[0]["prev"] == lines_of(old_path)[-1]["hash"]
+    assert verify_run_ledger(str(ledger_dir)).ok
+
+
+# -- REQ-2: folding ---------------------------------------------------------------------
+
+
+PR_REVIEW_7 = {
+    "harness": "pr-review", "run_id": 7, "seq": 1, "kind": "oneshot", "trigger": "webhook",
+    "source": "github", "event_id": "evt-1", "started_at": "2026-06-15T12:00:00.000000000Z",
+    "tokens": {"input": 900, "output": 300, "cache_read": 40, "cache_write": 2},
+    "model_calls": 5, "model": "claude-sonnet-4", "cost_usd": 0.0123, "cost_source": "priced",
+    "outcome": "success", "exit_code": 0, "ended_at": "2026-06-15T12:10:00.000000000Z",
+    "duration_ms": 600000,
+}
+
+
+def write_pr_review_7(led: RunLedger, clock: Clock) -> None:
+    led.append({"type": "opened", "harness": "pr-review", "run_id": 7, "kind": "oneshot",
+                "trigger": "webhook", "source": "github", "event_id": "evt-1",
+                "started_at": format_ns(T0)})
+    clock.ns += 60 * NS
+    led.append({"type": "updated", "harness": "pr-review", "run_id": 7,
+                "tokens": {"input": 100, "output": 20, "cache_read": 0, "cache_write": 0},
+                "model_calls": 1, "model": "claude-sonnet-4"}, sync=False)
+    clock.ns += 60 * NS
+    led.append({"type": "updated", "harness": "pr-review", "run_id": 7,
+                "tokens": {"input": 500, "output": 120, "cache_read": 10, "cache_write": 1},
+                "model_calls": 3}, sync=False)
+    clock.ns = T0 + 600 * NS
+    led.append({"type": "closed", "harness": "pr-review", "run_id": 7, "outcome": "success",
+                "exit_code": 0, "ended_at": format_ns(T0 + 600 * NS), "duration_ms": 600000,
+                "tokens": {"input": 900, "output": 300, "cache_read": 40, "cache_write": 2},
+                "model_calls": 5, "cost_usd": 0.0123, "cost_source": "priced"})
+
+
+def test_opened_updated_closed_fold_into_one_record(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    clock = Clock(T0)
+    led = open_ledger(ledger_dir, clock=clock)
+    write_pr_review_7(led, clock)
+    assert [x["type"] for x in all_lines(ledger_dir)] == ["opened", "updated", "updated",
+                                                          "closed"]
+    recs, oldest = led.query(Query(names=("pr-review",), limit=20))
+    assert (recs, oldest) == ([PR_REVIEW_7], 1)
+    assert led.get("pr-review", 7) == PR_REVIEW_7
+    assert led.open_records() == []
+    led.close()
+
+    led = open_ledger(ledger_dir, clock=clock)  # after a restart, from the files
+    assert led.query(Query(names=("pr-review",), limit=20)) == ([PR_REVIEW_7], 1)
+    offline, oldest, st = scan(str(ledger_dir), Query(names=("pr-review",), limit=20))
+    assert [r.to_json(offline=True) for r in offline] == [PR_REVIEW_7]
+    assert (oldest, st.skipped, st.torn) == (1, 0, 0)
+
+
+def test_unknown_fields_and_versions_are_ignored(ledger_dir: Path, open_ledger: OpenLedger) -> None:
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    led.append({"type": "opened", "harness": "x", "run_id": 1, "kind": "oneshot",
+                "trigger": "manual"})
+    led.close()
+    path = ledger_dir / "2026-06-15.jsonl"
+    head = lines_of(path)[-1]
+    future = {"v": 2, "seq": 2, "type": "closed", "at": format_ns(T0 + NS), "harness": "x",
+              "run_id": 1, "outcome": "success", "exit_code": 0,
+              "future": {"nested": {"deep": [1, {"x": None}]}}, "flag": True}
+    with path.open("ab") as f:
+        f.write(seal(future, head["hash"]))
+
+    led = open_ledger(ledger_dir, clock=Clock(T0 + HOUR))
+    want = {"harness": "x", "run_id": 1, "seq": 1, "kind": "oneshot", "trigger": "manual",
+            "outcome": "success", "exit_code": 0}
+    assert led.get("x", 1) == want
+    assert led.query(Query(names=("x",), limit=5)) == ([want], 1)
+    offline, _, st = scan(str(ledger_dir), Query(limit=5))
+    assert [r.to_json() for r in offline] == [want]
+    assert st.skipped == 0
+    assert led.stats().skipped == 0
+    assert led.append(decided("x", 2)) == 3  # the hand-written line's seq is taken
+    res = verify_run_ledger(str(ledger_dir))
+    assert (res.ok, res.lines) == (True, 3)
+
+
+def test_a_closed_line_without_its_opened_line_is_a_partial_record(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    led.append({"type": "closed", "harness": "p", "run_id": 3, "outcome": "failed",
+                "exit_code": 2})
+    want = {"harness": "p", "run_id": 3, "seq": 1, "outcome": "failed", "exit_code": 2}
+    assert led.query(Query(limit=5)) == ([want], 1)
+    assert led.open_records() == []  # nothing for crash reconciliation to close
+    recs, _, _ = scan(str(ledger_dir), Query(limit=5))
+    assert len(recs) == 1
+    assert (recs[0].opened, recs[0].closed) == (False, True)
+    assert recs[0].to_json(offline=True) == want
+
+
+def test_a_torn_last_line_is_skipped_counted_and_the_next_append_starts_a_new_line(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    clock = Clock(T0)
+    led = open_ledger(ledger_dir, clock=clock)
+    led.append({"type": "opened", "harness": "n", "run_id": 1, "kind": "oneshot"})
+    led.append({"type": "closed", "harness": "n", "run_id": 1, "outcome": "success"})
+    led.append({"type": "opened", "harness": "n", "run_id": 2, "kind": "oneshot"})
+    led.close()
+    path = ledger_dir / "2026-06-15.jsonl"
+    fragment = b'{"at":"2026-06-15T12:00:01.000000000Z","harness":"n","run_id":2,"seq":4,"ty'
+    with path.open("ab") as f:
+        f.write(fragment)
+    before = path.read_bytes()
+
+    led = open_ledger(ledger_dir, clock=clock)
+    assert led.stats().torn == 1
+    assert [r["run_id"] for r in led.open_records()] == [2]
+    assert led.append({"type": "closed", "harness": "n", "run_id": 2,
+                       "outcome": "failed", "exit_code": 1}) == 4
+    after = path.read_bytes()
+    assert after.startswith(before + b"\n")
+    new = after[len(before) + 1:]
+    assert new.count(b"\n") == 1 and json.loads(new)["seq"] == 4
+    recs, _ = led.query(Query(names=("n",), limit=5))
+    assert [(r["run_id"], r["outcome"], r["seq"]) for r in recs] == [(2, "failed", 3),
+                                                                     (1, "success", 1)]
+    res = verify_run_ledger(str(ledger_dir))
+    assert (res.ok, res.lines, res.torn, res.torn_at) == (True, 4, 1, ["2026-06-15.jsonl:4"])
+    led.close()
+
+    led = open_ledger(ledger_dir, clock=clock)  # the fragment is now inside the file
+    st = led.stats()
+    assert (st.torn, st.skipped, st.next_seq) == (0, 1, 5)
+    assert [r["outcome"] for r in led.query(Query(names=("n",), limit=5))[0]] == [
+        "failed", "success"]
+
+
+def test_unparseable_lines_are_skipped_and_counted(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    clock = Clock(T0)
+    led = open_ledger(ledger_dir, clock=clock)
+    led.append({"type": "opened", "harness": "n", "run_id": 1, "kind": "oneshot"})
+    led.close()
+    path = ledger_dir / "2026-06-15.jsonl"
+    with path.open("ab") as f:
+        f.write(b"not json at all\n")
+        f.write(b'{"seq":"two","type":"closed"}\n')
+        f.write(b"[1,2,3]\n")
+
+    led = open_ledger(ledger_dir, clock=clock)
+    assert (led.stats().skipped, led.stats().torn) == (3, 0)
+    assert led.append({"type": "closed", "harness": "n", "run_id": 1,
+                       "outcome": "success"}) == 2
+    assert led.get("n", 1) == {"harness": "n", "run_id": 1, "seq": 1, "kind": "oneshot",
+                               "outcome": "success"}
+    recs, _, st = scan(str(ledger_dir), Query(limit=5))
+    assert [r.to_json() for r in recs] == [led.get("n", 1)]
+    assert (st.skipped, st.torn) == (3, 0)
+    assert [x["seq"] for x in led.since(0)] == [1, 2]
+    res = verify_run_ledger(str(ledger_dir))
+    assert (res.ok, res.lines, res.torn) == (True, 2, 3)
+
+
+def test_a_whole_last_line_missing_only_its_newline_is_kept_and_folded(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    # A crash after write(2) put the line down but before its "\n": the line is whole and
+    # chained, so it is adopted. Its run closed: it must not read open after the restart.
+    clock = Clock(T0)
+    led = open_ledger(ledger_dir, clock=clock)
+    led.append({"type": "opened", "harness": "n", "run_id": 1, "kind": "oneshot"})
+    led.append({"type": "closed", "harness": "n", "run_id": 1, "outcome": "success"})
+    led.close()
+    path = ledger_dir / "2026-06-15.jsonl"
+    path.write_bytes(path.read_bytes()[:-1])
+
+    led = open_ledger(ledger_dir, clock=clock)
+    assert led.stats().torn == 0
+    assert led.open_records() == []
+    assert led.get("n", 1) == {"harness": "n", "run_id": 1, "seq": 1, "kind": "oneshot",
+                               "outcome": "success"}
+    assert [x["seq"] for x in led.since(0)] == [1, 2]
+    assert led.append(decided("n", 2)) == 3
+    assert [x["seq"] for x in lines_of(path)] == [1, 2, 3]
+    res = verify_run_ledger(str(ledger_dir))
+    assert (res.ok, res.lines, res.torn) == (True, 3, 0)
+
+
+# -- REQ-4: caps and validation ---------------------------------------------------------
+
+
+def test_long_strings_are_cut_to_256_bytes_on_a_character_boundary(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    todo = "€" * 1365 + "x"  # 4,096 bytes; byte 256 falls inside the 86th "€"
+    source = "a" + "€" * 1365  # 4,096 bytes; 256 bytes end exactly after the 85th "€"
+    assert len(todo.encode()) == len(source.encode()) == 4096
+    assert led.stats().truncated == 0
+    led.append({"type": "opened", "harness": "sb-drain", "run_id": 3, "trigger": "channel",
+                "todo_id": todo, "source": source, "event_id": "e1"})
+    line = all_lines(ledger_dir)[0]
+    assert line["todo_id"] == "€" * 85
+    assert len(line["todo_id"].encode()) == 255
+    assert line["source"] == "a" + "€" * 85
+    assert len(line["source"].encode()) == 256
+    assert line["event_id"] == "e1"
+    assert led.stats().truncated == 2
+    assert led.get("sb-drain", 3)["todo_id"] == "€" * 85  # type: ignore[index]
+
+
+def test_lists_and_error_maps_are_cut_to_16_entries(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    sessions = [{"id": f"s{i:02d}", "adapter": "claude-code", "trace_id": f"{i:032x}"}
+                for i in range(20)]
+    models = [{"model": f"m{i:02d}", "provider": "anthropic", "output_tokens": i}
+              for i in range(20)]
+    errors = {f"class{i:02d}": i + 1 for i in range(20)}
+    led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "success",
+                "sessions": sessions, "models": models, "errors": errors})
+    line = all_lines(ledger_dir)[0]
+    assert line["sessions"] == sessions[:16]
+    assert line["models"] == models[:16]
+    assert line["errors"] == {f"class{i:02d}": i + 1 for i in range(16)}
+    assert led.stats().truncated == 3
+
+
+def test_a_line_over_16_kib_is_rejected_and_nothing_is_written(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    led.append({"type": "opened", "harness": "h", "run_id": 1})
+    path = ledger_dir / "2026-06-15.jsonl"
+    before = path.read_bytes()
+    big = {"type": "closed", "harness": "h", "run_id": 1, "outcome": "success",
+           "sessions": [{"id": f"{i:x}" * 256, "adapter": "a" * 256, "trace_id": "t" * 256}
+                        for i in range(16)],
+           "models": [{"model": "m" * 256, "provider": f"{i:x}" * 256, "output_tokens": 1}
+                      for i in range(16)]}
+    with pytest.raises(LineRejected, match="exceeds the 16384-byte limit") as exc:
+        led.append(big)
+    assert exc.value.harness == "h" and exc.value.run_id == 1
+    assert path.read_bytes() == before
+    assert led.stats().next_seq == 2
+    assert led.append({"type": "closed", "harness": "h", "run_id": 1,
+                       "outcome": "success"}) == 2
+
+
+def _line(**kw: Any) -> dict[str, Any]:
+    return {"type": "closed", "harness": "h", "run_id": 4, "outcome": "failed", **kw}
+
+
+BAD_LINES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
+    ("run_id 0", _line(run_id=0), ("run_id", "0")),
+    ("run_id -1", _line(run_id=-1), ("run_id", "-1")),
+    ("run_id str", _line(run_id="3"), ("run_id", "'3'")),
+    ("run_id bool", _line(run_id=True), ("run_id", "True")),
+    ("run_id missing", {"type": "closed", "harness": "h"}, ("run_id", "None")),
+    ("unknown type", _line(type="started"), ("type", "'started'")),
+    ("no type", {"harness": "h", "run_id": 1}, ("type", "None")),
+    ("empty harness", _line(harness=""), ("harness", "''")),
+    ("harness int", _line(harness=5), ("harness", "5")),
+    ("unknown field", _line(prompt="do the thing"), ("'prompt'", "not part of")),
+    ("unknown nested", _line(tokens={"input": 1, "reasoning": 2}), ("tokens.reasoning",)),
+    ("exit_code str", _line(exit_code="1"), ("'exit_code'", "'1'", "integer")),
+    ("attempt float", _line(attempt=1.5), ("'attempt'", "1.5")),
+    ("usage_complete int", _line(usage_complete=1), ("'usage_complete'", "boolean")),
+    ("tokens str", _line(tokens={"input": "5"}), ("tokens.input", "'5'")),
+    ("sessions not list", _line(sessions={"id": "x"}), ("'sessions'", "list")),
+    ("session id int", _line(sessions=[{"id": 1}]), ("sessions.id", "1")),
+    ("errors text", _line(errors={"rate_limit": "too many"}), ("'errors'",)),
+    ("unknown outcome", _line(outcome="timeout"), ("'outcome'", "'timeout'", "timed_out")),
+    ("unknown kind", _line(kind="daemon"), ("'kind'", "'daemon'")),
+    ("bad at", _line(at="yesterday"), ("at", "'yesterday'")),
+    ("bad at month", _line(at="2026-13-01T00:00:00Z"), ("at", "2026-13-01")),
+    ("at not a string", _line(at=1718452800), ("at", "1718452800")),
+    ("bad started_at", _line(started_at="2026-06-15 noon"), ("'started_at'", "noon")),
+    ("cost NaN", _line(cost_usd=float("nan")), ("'cost_usd'", "nan")),
+    ("cost infinite", _line(cost_usd=float("-inf")), ("'cost_usd'", "-inf")),
+    ("cost bool", _line(cost_usd=True), ("'cost_usd'", "True")),
+    ("lone surrogate", _line(todo_id="t\ud800"), ("'todo_id'", "UTF-8")),
+    ("lone surrogate key", _line(errors={"rate\udfff": 1}), ("'errors'",)),
+    ("lone surrogate harness", _line(harness="h\ud800"), ("harness",)),
+    ("not an object", ["closed"], ("object", "list")),  # type: ignore[list-item]
+]
+
+
+@pytest.mark.parametrize(("line", "words"), [(b[1], b[2]) for b in BAD_LINES],
+                         ids=[b[0] for b in BAD_LINES])
+def test_invalid_lines_are_rejected_naming_the_field_and_nothing_is_written(
+    ledger_dir: Path, open_ledger: OpenLedger, line: dict[str, Any], words: tuple[str, ...]
+) -> None:
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    led.append({"type": "opened", "harness": "h", "run_id": 4})
+    path = ledger_dir / "2026-06-15.jsonl"
+    before = path.read_bytes()
+    with pytest.raises(LineRejected) as exc:
+        led.append(line)
+    assert isinstance(exc.value, ValueError)
+    for w in words:
+        assert w in str(exc.value), (w, str(exc.value))
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(ledger_dir)) == ["2026-06-15.jsonl"]
+    assert led.stats().next_seq == 2  # the seq was not consumed
+    assert led.append({"type": "closed", "harness": "h", "run_id": 4,
+                       "outcome": "success"}) == 2
+
+
+# -- REQ-17: privacy --------------------------------------------------------------------
+
+# Assembled from parts so that secret scanners do not mistake the fixtures for leaks.
+ANTHROPIC_KEY = "sk-" + "ant-" + "api03-" + "Zq9xW2vB7nM4kL1pR8tY5uI3oE6aS0dF" + "Gh7jK2"
+URL_PASSWORD = "Hunter2" + "-s3cret-Pa55"
+BEARER = "eG9yZ" + "3VpZGUtdG9rZW4tMTIzNDU2Nzg5MA"
+
+
+def test_secrets_never_reach_a_file_byte(ledger_dir: Path, open_ledger: OpenLedger) -> None:
+    assert len(ANTHROPIC_KEY) >= len("sk-ant-") + 40
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    led.append({"type": "opened", "harness": "sb-drain", "run_id": 1, "trigger": "channel",
+                "todo_id": ANTHROPIC_KEY,
+                "trace_url": f"https://alice:{URL_PASSWORD}@trace.example.com/t/4bf9"})
+    led.append({"type": "closed", "harness": "sb-drain", "run_id": 1, "outcome": "failed",
+                "reason": f"upstream 401 for Authorization: Bearer {BEARER}"})
+    st = led.stats()
+    assert st.redactions == 3
+    led.close()
+    blobs = b"".join(p.read_bytes() for p in sorted(ledger_dir.iterdir()) if p.is_file())
+    for secret in (ANTHROPIC_KEY, URL_PASSWORD, BEARER, "api03-Zq9x", "s3cret-Pa55"):
+        assert secret.encode() not in blobs
+    first, second = all_lines(ledger_dir)
+    assert first["todo_id"] == "[REDACTED]"
+    assert first["trace_url"] == "https://alice:[REDACTED]@trace.example.com/t/4bf9"
+    assert second["reason"] == "upstream 401 for Authorization: Bearer [REDACTED]"
+    res = verify_run_ledger(str(ledger_dir))
+    assert (res.ok, res.lines) == (True, 2)
+
+
+# -- REQ-10: the run feed and since() --------------------------------------------------
+
+
+def test_a_stuck_subscriber_misses_records_and_others_get_every_one(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    stuck = led.subscribe("stuck", 1)
+    reader = led.subscribe("reader", 4096)
+    for i in range(1, 1001):
+        led.append({"type": "updated", "harness": "r", "run_id": i, "model_calls": i},
+                   sync=False)
+        assert led.append({"type": "closed", "harness": "r", "run_id": i,
+                           "outcome": "success"}) == 2 * i
+    # The stuck buffer holds the first close; each of the other 999 was missed.
+    assert stuck.missed == 999
+    assert led.stats().feed_missed == {"stuck": 999, "reader": 0}
+    got = reader.drain()
+    assert [c.seq for c in got] == list(range(2, 2001, 2))  # no updated line published
+    assert {c.type for c in got} == {"closed"}
+    for i, c in enumerate(got, start=1):
+        assert c.record == {"harness": "r", "run_id": i, "seq": 2 * i - 1, "model_calls": i,
+                            "outcome": "success"}
+    held = stuck.drain()
+    assert [(c.seq, c.record["run_id"]) for c in held] == [(2, 1)]
+    assert reader.get(timeout=0.01) is None
+
+
+def test_the_feed_publishes_opened_and_decided_records_with_their_seq(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    sub = led.subscribe("jobs", 16)
+    led.append({"type": "opened", "harness": "a", "run_id": 1, "kind": "oneshot"})
+    led.append(decided("a", 2))
+    first = sub.get(timeout=5.0)
+    second = sub.get(timeout=5.0)
+    assert first is not None and second is not None
+    assert (first.seq, first.type, first.record) == (
+        1, "opened", {"harness": "a", "run_id": 1, "seq": 1, "kind": "oneshot",
+                      "outcome": "running"})
+    assert (second.seq, second.type, second.record["outcome"]) == (2, "decided", "skipped")
+    tiny = led.subscribe("tiny", 1)
+    led.append(decided("a", 3))
+    led.append(decided("a", 4))
+    assert led.stats().feed_missed == {"jobs": 0, "tiny": 1}
+    sub.close()
+    tiny.close()  # a retired subscriber's misses stay counted; it receives nothing more
+    led.append(decided("a", 5))
+    assert [c.seq for c in sub.drain()] == [3, 4]
+    assert [c.seq for c in tiny.drain()] == [3]
+    assert led.stats().feed_missed == {"jobs": 0, "tiny": 1}
+
+
+def test_since_after_a_restart_returns_every_line_in_order(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    write_many(led, 800)
+    led.close()
+    led = open_ledger(ledger_dir, clock=Clock(T0 + HOUR))
+    write_many(led, 100, first_run=801)
+    on_disk = {x["seq"]: x for x in all_lines(ledger_dir)}
+    got = list(led.since(500))
+    assert [x["seq"] for x in got] == list(range(501, 901))
+    assert got == [on_disk[s] for s in range(501, 901)]  # whole lines, as on disk
+    assert [x["seq"] for x in led.since(890)] == list(range(891, 901))
+    assert list(led.since(900)) == []
+    assert [x["seq"] for x in led.since(0)] == list(range(1, 901))
+
+
+def test_since_reads_the_files_where_the_ring_does_not_reach(
+    ledger_dir: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runledger_mod, "RING", 50)
+    clock = Clock(T0 - 2 * DAY)
+    led = open_ledger(ledger_dir, clock=clock)
+    for day in range(3):  # 100 lines on each of three days: the merge crosses files
+        write_many(led, 100, first_run=100 * day + 1)
+        clock.ns += DAY
+    assert len(list(ledger_dir.glob("*.jsonl"))) == 3
+    ring = list(led._ring)
+    assert [x["seq"] for x in ring] == list(range(251, 301))
+    on_disk = {x["seq"]: x for x in all_lines(ledger_dir)}
+    got = list(led.since(10))
+    assert [x["seq"] for x in got] == list(range(11, 301))
+    assert got == [on_disk[s] for s in range(11, 301)]
+    assert [x["seq"] for x in led.since(260)] == list(range(261, 301))
+    assert [x["seq"] for x in led.since(250)] == list(range(251, 301))
+    assert [x["seq"] for x in led.since(249)] == [250, *range(251, 301)]
+
+
+# -- the boot index: open records, runs across the window's edge, backfill -------------
+
+
+def test_an_open_record_older_than_the_window_is_found_at_boot(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    clock = Clock(T0 - 14 * DAY)
+    led = open_ledger(ledger_dir, clock=clock)
+    led.append({"type": "opened", "harness": "worker", "run_id": 3, "kind": "resident",
+                "trigger": "autostart", "started_at": format_ns(clock.ns)})
+    for i in range(1, 31):  # closed runs around it, 14 to 11 days ago
+        clock.ns += 2 * HOUR
+        led.append({"type": "opened", "harness": "cron", "run_id": i, "kind": "oneshot"},
+                   sync=False)
+        led.append({"type": "closed", "harness": "cron", "run_id": i, "outcome": "success"},
+                   sync=i != 30)
+    led.close()
+
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    want = {"harness": "worker", "run_id": 3, "seq": 1, "kind": "resident",
+            "trigger": "autostart", "started_at": format_ns(T0 - 14 * DAY),
+            "outcome": "running"}
+    assert led.open_records() == [want]
+    assert led.get("worker", 3) == want
+    assert led.stats().records_in_memory == 1  # old closed records stay on disk
+    assert led.max_run_id("worker") == 3
+
+
+def test_a_run_across_the_window_edge_folds_whole(
+    ledger_dir: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Opened at 23:00 two days ago, closed at 01:00 the next day; the window (1 day)
+    # starts between the two lines. Boot used to raise RuntimeError here, and memory
+    # held a partial record.
+    clock = Clock(T0 - 2 * DAY + 11 * HOUR)
+    led = open_ledger(ledger_dir, clock=clock)
+    led.append({"type": "opened", "harness": "s", "run_id": 1, "kind": "oneshot",
+                "trigger": "schedule", "started_at": format_ns(clock.ns)})
+    clock.ns += 2 * HOUR
+    led.append({"type": "closed", "harness": "s", "run_id": 1, "outcome": "success",
+                "exit_code": 0})
+    led.close()
+    assert len(list(ledger_dir.glob("*.jsonl"))) == 2
+
+    led = open_ledger(ledger_dir, clock=Clock(T0), window_ns=DAY, tail=2)
+    want = {"harness": "s", "run_id": 1, "seq": 1, "kind": "oneshot", "trigger": "schedule",
+            "started_at": "2026-06-13T23:00:00.000000000Z", "outcome": "success",
+            "exit_code": 0}
+    assert led.get("s", 1) == want
+    assert led.open_records() == []
+    assert led.query(Query(names=("s",), limit=1)) == ([want], 1)
+
+
+def test_backfill_loads_a_weekly_harness_tail_whole(
+    ledger_dir: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock(0)
+    led = open_ledger(ledger_dir, clock=clock)
+    want = []
+    for i in range(1, 6):  # weekly runs that cross midnight, 30 to 2 weeks ago
+        start = T0 - (30 - 4 * i) * DAY + 11 * HOUR  # 23:00
+        clock.ns = start
+        led.append({"type": "opened", "harness": "weekly", "run_id": i, "kind": "oneshot",
+                    "trigger": "schedule", "started_at": format_ns(start)})
+        clock.ns = start + 2 * HOUR
+        led.append({"type": "closed", "harness": "weekly", "run_id": i, "outcome": "success"})
+        want.append({"harness": "weekly", "run_id": i, "seq": 2 * i - 1, "kind": "oneshot",
+                     "trigger": "schedule", "started_at": format_ns(start),
+                     "outcome": "success"})
+    led.close()
+    assert len(list(ledger_dir.glob("*.jsonl"))) == 10
+
+    led = open_ledger(ledger_dir, clock=Clock(T0), tail=2)
+    assert led.stats().records_in_memory == 0
+    led.backfill(["weekly"])
+    calls: list[Query] = []
+    real_scan = runledger_mod.scan
+
+    def counting_scan(directory: str, q: Query, *, offline: bool = True) -> Any:
+        calls.append(q)
+        return real_scan(directory, q, offline=offline)
+
+    monkeypatch.setattr(runledger_mod, "scan", counting_scan)
+    recs, oldest = led.query(Query(names=("weekly",), limit=2))
+    assert calls == []  # answered from memory
+    assert (recs, oldest) == ([want[4], want[3]], 7)
+    recs, oldest = led.query(Query(names=("weekly",), limit=5))
+    assert len(calls) == 1  # beyond what was backfilled: the files answer
+    assert (recs, oldest) == (want[::-1], 1)
+
+
+# -- REQ-12: log_pruned -----------------------------------------------------------------
+
+
+def test_log_pruned_is_computed_from_the_log_file_and_never_written(
+    tmp_path: Path, ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    jobs = tmp_path / "state" / "harness" / "jobs" / "nightly"
+    jobs.mkdir(parents=True)
+    gone, zst, kept, running = (str(jobs / f"{i}.log") for i in (1, 2, 3, 4))
+    Path(zst + ".zst").write_bytes(b"\x28\xb5\x2f\xfd")
+    Path(kept).write_text("output\n")
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    for i, log in enumerate((gone, zst, kept), start=1):
+        led.append({"type": "opened", "harness": "nightly", "run_id": i, "log": log,
+                    "log_pruned": True})
+        led.append({"type": "closed", "harness": "nightly", "run_id": i,
+                    "outcome": "success"})
+    led.append({"type": "opened", "harness": "nightly", "run_id": 4, "log": running})
+
+    def pruned(rec: dict[str, Any] | None) -> Any:
+        assert rec is not None
+        return rec.get("log_pruned")
+
+    assert [pruned(led.get("nightly", i)) for i in (1, 2, 3, 4)] == [True, None, None, None]
+    recs, _ = led.query(Query(names=("nightly",), limit=10))
+    assert [(r["run_id"], pruned(r)) for r in recs] == [(4, None), (3, None), (2, None),
+                                                        (1, True)]
+    offline, _, _ = scan(str(ledger_dir), Query(limit=10))
+    assert [(r.run_id, r.to_json(offline=True).get("log_pruned")) for r in offline] == [
+        (4, None), (3, None), (2, None), (1, True)]
+    for p in ledger_dir.glob("*.jsonl"):
+        assert b'"log_pruned"' not in p.read_bytes()
+    assert [x for x in all_lines(ledger_dir) if "log_pruned" in x] == []
+    Path(kept).unlink()
+    assert pruned(led.get("nightly", 3)) is True

@@ -1,0 +1,555 @@
+"""End-to-end tests of `harness ledger verify` on the run ledger's hash chain (DESIGN.md §4).
+
+Ledgers are written through `RunLedger` (or sealed by hand to the §4 contract, independently
+of the engine), then damaged the ways §4 lists — an edited, removed, duplicated or reordered
+line, a line stripped of its chain fields, a wrong CHAIN — and the real CLI must exit 2 naming
+the seq and ``YYYY-MM-DD.jsonl:LINE`` of the first broken line. Torn fragments (REQ-2) are
+not part of the chain: they are reported, and the ledger still verifies (exit 0). No ledger
+is exit 1. Verify is read-only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import World
+from harness.ledger import RunLedger
+from harness.ledger import verify as verify_module
+from harness.timefmt import format_ns, parse_ns
+
+DAY = 86_400 * 1_000_000_000
+DAY1 = "2025-11-03"
+FILE1 = f"{DAY1}.jsonl"
+ZERO = "0" * 64
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def canonical(obj: dict[str, Any]) -> bytes:
+    """DESIGN.md §2's canonical JSON, spelled out here so the test does not trust the engine's."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode()
+
+
+def chain_hash(obj: dict[str, Any]) -> str:
+    """§4: sha256 of the canonical JSON of the line without `hash`."""
+    return hashlib.sha256(canonical({k: v for k, v in obj.items() if k != "hash"})).hexdigest()
+
+
+def seal(obj: dict[str, Any], seq: int, prev: str) -> tuple[bytes, str]:
+    """A line sealed by hand to the §4 contract: (canonical bytes, its hash)."""
+    line = {**obj, "seq": seq, "prev": prev}
+    line["hash"] = chain_hash(line)
+    return canonical(line), line["hash"]
+
+
+def decided(run_id: int, at: str, harness: str = "nightly") -> dict[str, Any]:
+    return {"type": "decided", "harness": harness, "run_id": run_id, "at": at,
+            "kind": "oneshot", "trigger": "schedule", "outcome": "skipped",
+            "reason": "overlap", "started_at": at}
+
+
+def seed(world: World, lines: list[dict[str, Any]], **opts: Any) -> RunLedger:
+    """Append `lines` through the real writer, synced; the caller closes (or prunes first)."""
+    led = RunLedger(str(world.ledger), **opts)
+    try:
+        for line in lines:
+            led.append(line, sync=True)
+    except BaseException:
+        led.close()
+        raise
+    return led
+
+
+def one_day(world: World, n: int = 6) -> list[bytes]:
+    """`n` decided lines (seq 1…n) in one day file; returns the file's lines."""
+    seed(world, [decided(i, f"{DAY1}T09:00:{i:02d}Z") for i in range(1, n + 1)]).close()
+    return lines_of(world.ledger / FILE1)
+
+
+def lines_of(path: Path) -> list[bytes]:
+    data = path.read_bytes()
+    assert data.endswith(b"\n")
+    return data.split(b"\n")[:-1]
+
+
+def write_lines(path: Path, lines: list[bytes], tail: bytes = b"") -> None:
+    path.write_bytes(b"".join(line + b"\n" for line in lines) + tail)
+
+
+def verify(world: World, *args: str) -> subprocess.CompletedProcess[str]:
+    res = world.harness("ledger", "verify", *args)
+    assert "Traceback" not in res.stderr, res.stderr
+    return res
+
+
+def verify_json(world: World) -> tuple[int, dict[str, Any]]:
+    res = verify(world, "--json")
+    return res.returncode, json.loads(res.stdout)
+
+
+def ok_text(lines: int, files: int, head_seq: int, head: str, anchor: str = "genesis",
+            torn: str = "") -> str:
+    out = (f"ok: {lines} lines in {files} file(s) verify from {anchor} to seq {head_seq} "
+           f"(head {head})")
+    return out + (f"; {torn}" if torn else "") + "\n"
+
+
+def hash_of(line: bytes) -> str:
+    h = json.loads(line)["hash"]
+    assert isinstance(h, str)
+    return h
+
+
+def assert_broken(world: World, seq: int, where: str, reason: str) -> None:
+    """Exit 2; stderr names seq and file:line; --json gives seq, file, line and reason."""
+    res = verify(world)
+    assert res.returncode == 2, res
+    assert res.stdout == ""
+    assert res.stderr == f"harness: ledger chain broken at seq {seq} ({where}): {reason}\n"
+    code, out = verify_json(world)
+    assert code == 2
+    file, line = where.rsplit(":", 1)
+    assert out["ok"] is False
+    assert (out["seq"], out["file"], out["line"], out["reason"]) == (seq, file, int(line), reason)
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, int, int]]:
+    out: dict[str, tuple[str, int, int]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            st = os.stat(os.path.join(dirpath, name))
+            out[os.path.join(dirpath, name)] = ("dir", st.st_mode, st.st_mtime_ns)
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            st = os.stat(p)
+            with open(p, "rb") as f:
+                out[p] = (hashlib.sha256(f.read()).hexdigest(), st.st_mode, st.st_mtime_ns)
+    return out
+
+
+REMOVED = "prev does not match the hash of the line before (seq {}): " \
+          "a line was removed, inserted or edited"
+EDITED = "hash does not match the line's content (the line was edited)"
+REORDERED = "seq {} does not follow seq {} (duplicated or reordered line)"
+NO_CHAIN = "line has no prev/hash chain fields"
+
+
+# -- a good ledger ---------------------------------------------------------------------------
+
+
+def test_ok_ledger_names_the_line_count(world: World) -> None:
+    lines = one_day(world)
+    before = snapshot(world.root)
+    res = verify(world)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == ok_text(6, 1, 6, hash_of(lines[-1]))
+    assert res.stderr == ""
+    code, out = verify_json(world)
+    assert code == 0
+    assert out["ok"] is True
+    assert out["entry_count"] == 6
+    assert out["head_hash"] == hash_of(lines[-1])
+    assert out["head_seq"] == 6
+    assert out["torn_tail"] is False
+    assert out["anchor"] == "genesis"
+    assert "seq" not in out and "reason" not in out
+    assert snapshot(world.root) == before  # read-only
+
+
+def test_engine_lines_follow_the_documented_chain(world: World) -> None:
+    """What RunLedger wrote is exactly §4's chain, so a hand-written ledger can match it."""
+    lines = one_day(world, 3)
+    prev = ZERO
+    for i, raw in enumerate(lines, start=1):
+        obj = json.loads(raw)
+        assert (obj["seq"], obj["prev"]) == (i, prev)
+        assert raw == canonical(obj)
+        assert obj["hash"] == chain_hash(obj)
+        prev = obj["hash"]
+
+
+def test_hand_sealed_ledger_verifies(world: World) -> None:
+    world.ledger.mkdir(parents=True, mode=0o700)
+    prev, out = ZERO, []
+    for i in range(1, 5):
+        raw, prev = seal({"v": 1, **decided(i, f"{DAY1}T10:00:0{i}.000000000Z")}, i, prev)
+        out.append(raw)
+    write_lines(world.ledger / FILE1, out)
+    res = verify(world)
+    assert (res.returncode, res.stdout) == (0, ok_text(4, 1, 4, prev))
+
+
+def test_non_canonical_but_unedited_line_still_verifies(world: World) -> None:
+    """Whitespace and key order are not content: the slow path re-encodes and matches."""
+    lines = one_day(world)
+    obj = json.loads(lines[2])
+    lines[2] = json.dumps(dict(reversed(list(obj.items()))), indent=None).encode()
+    assert lines[2] != canonical(obj)
+    write_lines(world.ledger / FILE1, lines)
+    res = verify(world)
+    assert (res.returncode, res.stdout) == (0, ok_text(6, 1, 6, hash_of(lines[-1])))
+
+
+def test_no_ledger(world: World) -> None:
+    res = verify(world)
+    assert (res.returncode, res.stdout) == (1, "")
+    assert res.stderr == f"harness: no run ledger at {world.ledger}\n"
+    code, out = verify_json(world)
+    assert code == 1
+    assert out["ok"] is False
+    assert not world.ledger.exists()
+    assert not world.state.exists()
+
+
+def test_empty_ledger_dir_is_no_ledger(world: World) -> None:
+    world.ledger.mkdir(parents=True)
+    (world.ledger / "notes.txt").write_text("not a day file")
+    res = verify(world)
+    assert res.returncode == 1
+    assert res.stderr == f"harness: no run ledger at {world.ledger}\n"
+
+
+def test_ledger_path_that_is_a_file(world: World) -> None:
+    world.state.mkdir(parents=True)
+    world.ledger.write_text("x")
+    res = verify(world)
+    assert res.returncode != 0
+    assert str(world.ledger) in res.stderr
+    assert "not a directory" in res.stderr
+
+
+# -- breaks ------------------------------------------------------------------------------------
+
+
+def _edit(lines: list[bytes], rehash: bool) -> None:
+    obj = json.loads(lines[2])
+    obj["outcome"] = "success"  # was skipped
+    if rehash:
+        obj["hash"] = chain_hash(obj)
+    lines[2] = canonical(obj)
+
+
+def _strip(*keys: str) -> Callable[[list[bytes]], None]:
+    def mutate(lines: list[bytes]) -> None:
+        obj = json.loads(lines[2])
+        for k in keys:
+            del obj[k]
+        lines[2] = canonical(obj)
+    return mutate
+
+
+def _swap(lines: list[bytes]) -> None:
+    lines[2], lines[3] = lines[3], lines[2]
+
+
+MUTATIONS: dict[str, tuple[Callable[[list[bytes]], None], int, str, str]] = {
+    # name: (mutation of lines 1..6, broken seq, where, reason)
+    "edited value": (lambda ls: _edit(ls, rehash=False), 3, f"{FILE1}:3", EDITED),
+    "edited value, line re-hashed": (lambda ls: _edit(ls, rehash=True), 4, f"{FILE1}:4",
+                                     REMOVED.format(3)),
+    "removed line": (lambda ls: ls.pop(2), 4, f"{FILE1}:3", REMOVED.format(2)),
+    "removed first line": (lambda ls: ls.pop(0), 2, f"{FILE1}:1", REMOVED.format(0)),
+    "duplicated line": (lambda ls: ls.insert(3, ls[2]), 3, f"{FILE1}:4", REORDERED.format(3, 3)),
+    "duplicate appended at the end": (lambda ls: ls.append(ls[1]), 2, f"{FILE1}:7",
+                                      REORDERED.format(2, 6)),
+    "two lines swapped": (_swap, 4, f"{FILE1}:3", REMOVED.format(2)),
+    "prev and hash deleted": (_strip("prev", "hash"), 3, f"{FILE1}:3", NO_CHAIN),
+    "hash deleted": (_strip("hash"), 3, f"{FILE1}:3", NO_CHAIN),
+    "prev deleted": (_strip("prev"), 3, f"{FILE1}:3", NO_CHAIN),
+}
+
+
+@pytest.mark.parametrize("name", list(MUTATIONS))
+def test_mutation_breaks_the_chain(world: World, name: str) -> None:
+    mutate, seq, where, reason = MUTATIONS[name]
+    lines = one_day(world)
+    mutate(lines)
+    write_lines(world.ledger / FILE1, lines)
+    before = snapshot(world.root)
+    assert_broken(world, seq, where, reason)
+    assert snapshot(world.root) == before
+
+
+# -- torn fragments ------------------------------------------------------------------------------
+
+
+def test_torn_tail_is_reported_not_a_failure(world: World) -> None:
+    lines = one_day(world)
+    write_lines(world.ledger / FILE1, lines, tail=lines[-1][:40])
+    res = verify(world)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == ok_text(6, 1, 6, hash_of(lines[-1]),
+                                 torn=f"1 torn fragment(s) skipped ({FILE1}:7)")
+    code, out = verify_json(world)
+    assert code == 0
+    assert (out["ok"], out["entry_count"], out["torn_tail"]) == (True, 6, True)
+    assert out["torn_at"] == [f"{FILE1}:7"]
+    assert out["head_hash"] == hash_of(lines[-1])
+
+
+def test_fragment_inside_a_file_followed_by_later_lines(world: World) -> None:
+    """A crash left half a line; the restarted writer began a new line after it (REQ-2)."""
+    lines = one_day(world)
+    head = hash_of(lines[-1])
+    later = []
+    for seq in (7, 8):
+        raw, head = seal({"v": 1, **decided(seq, f"{DAY1}T09:01:0{seq}.000000000Z")}, seq, head)
+        later.append(raw)
+    write_lines(world.ledger / FILE1, [*lines, lines[-1][:55], *later])
+    res = verify(world)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == ok_text(8, 1, 8, head, torn=f"1 torn fragment(s) skipped ({FILE1}:7)")
+    code, out = verify_json(world)
+    assert (code, out["entry_count"], out["head_seq"], out["torn_at"]) == (
+        0, 8, 8, [f"{FILE1}:7"])
+    # An edit after the fragment is still found, at its own line number.
+    obj = json.loads(later[1])
+    obj["reason"] = "operator"
+    write_lines(world.ledger / FILE1, [*lines, lines[-1][:55], later[0], canonical(obj)])
+    assert_broken(world, 8, f"{FILE1}:9", EDITED)
+
+
+def test_fragment_left_by_a_crash_then_reopened_writer(world: World) -> None:
+    lines = one_day(world)
+    with open(world.ledger / FILE1, "ab") as f:
+        f.write(lines[-1][: len(lines[-1]) // 2])  # the crash: half a line, no newline
+    seed(world, [decided(7, f"{DAY1}T09:01:00Z"), decided(8, f"{DAY1}T09:01:01Z")]).close()
+    after = lines_of(world.ledger / FILE1)
+    assert len(after) == 9 and after[:6] == lines
+    res = verify(world)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == ok_text(8, 1, 8, hash_of(after[-1]),
+                                 torn=f"1 torn fragment(s) skipped ({FILE1}:7)")
+    code, out = verify_json(world)
+    assert (code, out["entry_count"], out["torn_tail"]) == (0, 8, True)
+
+
+def test_reopened_writer_continues_the_chain(world: World) -> None:
+    lines = one_day(world, 2)
+    seed(world, [decided(3, f"{DAY1}T09:01:00Z")]).close()
+    after = lines_of(world.ledger / FILE1)
+    assert json.loads(after[-1])["prev"] == hash_of(lines[-1])
+    res = verify(world)
+    assert (res.returncode, res.stdout) == (0, ok_text(3, 1, 3, hash_of(after[-1])))
+
+
+# -- several day files ---------------------------------------------------------------------------
+
+DAYS = ("2025-11-01", "2025-11-02", "2025-11-03")
+
+
+def three_days(world: World) -> dict[str, list[bytes]]:
+    seed(world, [decided(i, f"{DAYS[(i - 1) // 2]}T12:00:0{i}Z") for i in range(1, 7)]).close()
+    return {d: lines_of(world.ledger / f"{d}.jsonl") for d in DAYS}
+
+
+def test_chain_across_day_files(world: World) -> None:
+    files = three_days(world)
+    assert [len(v) for v in files.values()] == [2, 2, 2]
+    head = hash_of(files[DAYS[2]][-1])
+    res = verify(world)
+    assert (res.returncode, res.stdout) == (0, ok_text(6, 3, 6, head))
+    assert json.loads(files[DAYS[1]][0])["prev"] == hash_of(files[DAYS[0]][-1])
+
+
+def test_break_in_a_later_day_file_names_that_file(world: World) -> None:
+    files = three_days(world)
+    write_lines(world.ledger / f"{DAYS[1]}.jsonl", files[DAYS[1]][1:])
+    assert_broken(world, 4, f"{DAYS[1]}.jsonl:1", REMOVED.format(2))
+
+
+def test_missing_middle_day_file(world: World) -> None:
+    three_days(world)
+    (world.ledger / f"{DAYS[1]}.jsonl").unlink()
+    assert_broken(world, 5, f"{DAYS[2]}.jsonl:1", REMOVED.format(2))
+
+
+def test_edit_in_the_last_day_file(world: World) -> None:
+    files = three_days(world)
+    obj = json.loads(files[DAYS[2]][1])
+    obj["trigger"] = "manual"
+    write_lines(world.ledger / f"{DAYS[2]}.jsonl", [files[DAYS[2]][0], canonical(obj)])
+    assert_broken(world, 6, f"{DAYS[2]}.jsonl:2", EDITED)
+
+
+def test_duplicate_across_day_files(world: World) -> None:
+    files = three_days(world)
+    write_lines(world.ledger / f"{DAYS[1]}.jsonl", [files[DAYS[0]][1], *files[DAYS[1]]])
+    assert_broken(world, 2, f"{DAYS[1]}.jsonl:1", REORDERED.format(2, 2))
+
+
+def test_torn_tail_in_an_older_day_file(world: World) -> None:
+    files = three_days(world)
+    write_lines(world.ledger / f"{DAYS[0]}.jsonl", files[DAYS[0]], tail=b'{"v":1,"seq":3,')
+    res = verify(world)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == ok_text(6, 3, 6, hash_of(files[DAYS[2]][-1]),
+                                 torn=f"1 torn fragment(s) skipped ({DAYS[0]}.jsonl:3)")
+
+
+# -- retention and CHAIN ---------------------------------------------------------------------------
+
+NOW = parse_ns("2025-11-10T12:00:00Z")
+KEPT = ("2025-11-09", "2025-11-10")
+
+
+def pruned(world: World, tmp_path: Path) -> tuple[list[bytes], Path]:
+    """Ten lines over five days, pruned with 2 days' retention; returns kept lines and a copy
+    of the ledger as it was before the prune."""
+    days = ("2025-11-01", "2025-11-02", "2025-11-03", *KEPT)
+    lines = [decided(i, f"{days[(i - 1) // 2]}T08:00:{i:02d}Z") for i in range(1, 11)]
+    led = seed(world, lines, clock=lambda: NOW, retention_ns=2 * DAY)
+    try:
+        copy = tmp_path / "before-prune"
+        shutil.copytree(world.ledger, copy)
+        res = led.prune()
+        assert res.error is None
+        assert res.deleted == ["2025-11-01", "2025-11-02", "2025-11-03"]
+    finally:
+        led.close()
+    assert sorted(p.name for p in world.ledger.iterdir()) == [
+        "2025-11-09.jsonl", "2025-11-10.jsonl", "CHAIN"]
+    kept = [raw for d in KEPT for raw in lines_of(world.ledger / f"{d}.jsonl")]
+    assert [json.loads(raw)["seq"] for raw in kept] == [7, 8, 9, 10]
+    return kept, copy
+
+
+def test_after_retention_verify_starts_from_chain(world: World, tmp_path: Path) -> None:
+    kept, copy = pruned(world, tmp_path)
+    chain = json.loads((world.ledger / "CHAIN").read_text())
+    assert chain == {"seq": 6, "hash": hash_of(lines_of(copy / "2025-11-03.jsonl")[-1])}
+    assert json.loads(kept[0])["prev"] == chain["hash"]
+    res = verify(world)
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == ok_text(4, 2, 10, hash_of(kept[-1]), anchor="CHAIN seq 6")
+    code, out = verify_json(world)
+    assert (code, out["ok"], out["entry_count"], out["anchor"]) == (0, True, 4, "CHAIN seq 6")
+    # The kept records still read.
+    runs = world.harness("runs", "nightly", "--json")
+    assert [r["run_id"] for r in json.loads(runs.stdout)] == [10, 9, 8, 7]
+
+
+def test_pruned_file_a_crash_left_behind_chain_is_not_checked(world: World,
+                                                              tmp_path: Path) -> None:
+    """A crash between writing CHAIN and deleting the file leaves lines at or before CHAIN."""
+    kept, copy = pruned(world, tmp_path)
+    shutil.copy(copy / "2025-11-03.jsonl", world.ledger / "2025-11-03.jsonl")
+    res = verify(world)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == ok_text(4, 3, 10, hash_of(kept[-1]), anchor="CHAIN seq 6")
+
+
+def test_chain_file_not_matching_the_next_line(world: World, tmp_path: Path) -> None:
+    pruned(world, tmp_path)
+    (world.ledger / "CHAIN").write_text(json.dumps({"hash": "f" * 64, "seq": 6}) + "\n")
+    assert_broken(world, 7, "2025-11-09.jsonl:1", REMOVED.format(6))
+
+
+def test_chain_file_pointing_at_an_older_line(world: World, tmp_path: Path) -> None:
+    _kept, copy = pruned(world, tmp_path)
+    five = hash_of(lines_of(copy / "2025-11-03.jsonl")[0])
+    (world.ledger / "CHAIN").write_text(json.dumps({"hash": five, "seq": 5}) + "\n")
+    assert_broken(world, 7, "2025-11-09.jsonl:1", REMOVED.format(5))
+
+
+def test_unreadable_chain_file(world: World, tmp_path: Path) -> None:
+    pruned(world, tmp_path)
+    (world.ledger / "CHAIN").write_text("{not json")
+    res = verify(world)
+    assert res.returncode == 2
+    assert res.stdout == ""
+    assert res.stderr.startswith(f"harness: {world.ledger / 'CHAIN'}: unreadable chain anchor")
+
+
+def test_day_named_after_its_at_in_utc(world: World) -> None:
+    """A line is written to the file of the UTC day of its `at`, whatever the offset said."""
+    seed(world, [decided(1, "2025-11-03T23:30:00-02:00")]).close()
+    assert [p.name for p in world.ledger.glob("*.jsonl")] == ["2025-11-04.jsonl"]
+    at = json.loads(lines_of(world.ledger / "2025-11-04.jsonl")[0])["at"]
+    assert at == format_ns(parse_ns("2025-11-04T01:30:00Z"))
+    assert verify(world).returncode == 0
+
+
+# -- a ledger big enough to be checked file by file on every core ------------------------------
+
+BIG_DAYS = ("2025-10-01", "2025-10-02", "2025-10-03")
+BIG_PER_DAY = 14_000
+
+
+@pytest.fixture(scope="module")
+def big_chain() -> dict[str, list[bytes]]:
+    """~19 MB of hand-sealed lines over three day files (more than verify checks serially)."""
+    prev, seq, out = ZERO, 0, {}
+    todo = "todo-" + "x" * 250
+    for day in BIG_DAYS:
+        lines = []
+        for i in range(BIG_PER_DAY):
+            seq += 1
+            obj = {"v": 1, **decided(seq, f"{day}T00:00:00.{i:09d}Z"), "todo_id": todo}
+            raw, prev = seal(obj, seq, prev)
+            lines.append(raw)
+        out[day] = lines
+    return out
+
+
+def write_big(world: World, chain: dict[str, list[bytes]]) -> None:
+    world.ledger.mkdir(parents=True, mode=0o700)
+    for day, lines in chain.items():
+        write_lines(world.ledger / f"{day}.jsonl", lines)
+    total = sum(p.stat().st_size for p in world.ledger.iterdir())
+    assert total >= getattr(verify_module, "PARALLEL_BYTES", 16 << 20)
+
+
+def test_big_ledger_verifies(world: World, big_chain: dict[str, list[bytes]]) -> None:
+    write_big(world, big_chain)
+    n = 3 * BIG_PER_DAY
+    res = verify(world)
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == ok_text(n, 3, n, hash_of(big_chain[BIG_DAYS[2]][-1]))
+
+
+def test_big_ledger_with_fragments_verifies(world: World,
+                                            big_chain: dict[str, list[bytes]]) -> None:
+    write_big(world, big_chain)
+    second = big_chain[BIG_DAYS[1]]
+    frag = second[99][:70]
+    write_lines(world.ledger / f"{BIG_DAYS[1]}.jsonl", [*second[:100], frag, *second[100:]])
+    third = world.ledger / f"{BIG_DAYS[2]}.jsonl"
+    write_lines(third, big_chain[BIG_DAYS[2]], tail=frag)
+    n = 3 * BIG_PER_DAY
+    code, out = verify_json(world)
+    assert code == 0, out
+    assert (out["ok"], out["entry_count"], out["head_seq"]) == (True, n, n)
+    assert out["torn_at"] == [f"{BIG_DAYS[1]}.jsonl:101", f"{BIG_DAYS[2]}.jsonl:{BIG_PER_DAY + 1}"]
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_big_ledger_edit_is_found(world: World, big_chain: dict[str, list[bytes]],
+                                  where: str) -> None:
+    write_big(world, big_chain)
+    day = {"first": BIG_DAYS[0], "middle": BIG_DAYS[1], "last": BIG_DAYS[2]}[where]
+    lines = list(big_chain[day])
+    k = 7_777
+    obj = json.loads(lines[k])
+    obj["outcome"] = "success"
+    lines[k] = canonical(obj)
+    write_lines(world.ledger / f"{day}.jsonl", lines)
+    assert_broken(world, obj["seq"], f"{day}.jsonl:{k + 1}", EDITED)
+
+
+def test_big_ledger_removed_file_start(world: World, big_chain: dict[str, list[bytes]]) -> None:
+    write_big(world, big_chain)
+    write_lines(world.ledger / f"{BIG_DAYS[2]}.jsonl", big_chain[BIG_DAYS[2]][1:])
+    seq = 2 * BIG_PER_DAY + 2
+    assert_broken(world, seq, f"{BIG_DAYS[2]}.jsonl:1", REMOVED.format(2 * BIG_PER_DAY))

@@ -1,0 +1,927 @@
+"""The single ledger writer and its file layer under healthy, failing, slow and hung disks.
+
+Every test reads what landed back from the files themselves (never from the writer's
+memory) and checks the invariants `harness.ledger.writer` promises: seqs 1..N in order,
+each complete line exactly once, the chain linked, nothing committed before it is
+fdatasync'd, failures reported with their record and retried in order, synced callers
+bounded by `sync_timeout`, and files created 0600 without a chmod (SPEC-0022 REQ-1,
+REQ-2, REQ-6, REQ-20).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.ledger.chain import ZERO_HASH, hash_of_line_bytes
+from harness.ledger.errors import (
+    LedgerClosed,
+    LedgerCorrupt,
+    LedgerUnavailable,
+    LineRejected,
+)
+from harness.ledger.files import FaultyFiles, make_private_dir
+from harness.ledger.runledger import _DaySealer
+from harness.ledger.writer import Entry, Writer
+
+DAY = "2026-11-30"
+AT = f"{DAY}T10:00:00.000000000Z"
+WAIT = 10.0  # generous bound for "eventually"; tests normally finish in milliseconds
+
+
+def line(run_id: int = 1, type_: str = "opened", harness: str = "h") -> dict[str, Any]:
+    """A fresh run-ledger line (the sealer stamps seq/prev/hash into it, so never reuse one)."""
+    return {"v": 1, "type": type_, "at": AT, "harness": harness, "run_id": run_id}
+
+
+def wait_until(pred: Callable[[], bool], timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(0.002)
+
+
+class Commits:
+    """An `on_commit` callback that records each committed batch as the writer hands it over."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self.batches: list[list[int]] = []
+        self.entries: list[Entry] = []
+        self.times: list[float] = []
+        self.hook: Callable[[list[Entry]], None] | None = None
+
+    def __call__(self, entries: list[Entry]) -> None:
+        if self.hook is not None:
+            self.hook(entries)
+        with self._cv:
+            self.batches.append([e.seq for e in entries])
+            self.entries.extend(entries)
+            self.times.append(time.monotonic())
+            self._cv.notify_all()
+
+    @property
+    def seqs(self) -> list[int]:
+        with self._cv:
+            return [e.seq for e in self.entries]
+
+    def wait_for(self, n: int, timeout: float = WAIT) -> None:
+        with self._cv:
+            if not self._cv.wait_for(lambda: len(self.entries) >= n, timeout):
+                raise AssertionError(f"{len(self.entries)} of {n} lines committed in {timeout}s")
+
+
+@dataclass
+class Disk:
+    """What one day file holds, split the way readers split it."""
+
+    raw: bytes
+    lines: list[bytes] = field(default_factory=list)  # complete lines that parse
+    objs: list[dict[str, Any]] = field(default_factory=list)
+    fragments: list[bytes] = field(default_factory=list)  # pieces a reader skips
+
+    @property
+    def seqs(self) -> list[int]:
+        return [o["seq"] for o in self.objs]
+
+
+def read_disk(path: Path) -> Disk:
+    raw = path.read_bytes() if path.exists() else b""
+    d = Disk(raw)
+    parts = raw.split(b"\n")
+    tail = parts.pop()  # b"" when the file ends in "\n"
+    for p in parts:
+        try:
+            obj = json.loads(p)
+        except ValueError:
+            d.fragments.append(p)
+            continue
+        assert isinstance(obj, dict), p
+        d.lines.append(p)
+        d.objs.append(obj)
+    if tail:
+        d.fragments.append(tail)
+    return d
+
+
+def assert_chain(d: Disk, first_prev: str = ZERO_HASH) -> None:
+    """Every complete line hashes to its `hash` as it lies and links to the one before."""
+    prev = first_prev
+    for raw, obj in zip(d.lines, d.objs, strict=True):
+        assert obj["prev"] == prev, f"seq {obj['seq']} does not link"
+        assert hash_of_line_bytes(raw, obj["hash"]), f"seq {obj['seq']} hash mismatch"
+        prev = obj["hash"]
+
+
+class RecordingFiles(FaultyFiles):
+    """FaultyFiles that also logs sync boundaries and directory syncs, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[str] = []
+        self.dir_syncs: list[str] = []
+
+    def sync(self, fd: int) -> None:
+        self.events.append("sync-begin")
+        super().sync(fd)
+        self.events.append("sync-end")
+
+    def sync_dir(self, path: str) -> None:
+        self.dir_syncs.append(path)
+        super().sync_dir(path)
+
+
+@dataclass
+class Rig:
+    directory: Path
+    files: RecordingFiles
+    commits: Commits
+    writer: Writer
+
+    @property
+    def day(self) -> Path:
+        return self.directory / f"{DAY}.jsonl"
+
+    def disk(self) -> Disk:
+        return read_disk(self.day)
+
+
+@pytest.fixture
+def make_rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
+    rigs: list[Rig] = []
+
+    def make(**kw: Any) -> Rig:
+        directory = tmp_path / f"ledger{len(rigs)}"
+        make_private_dir(str(directory))
+        files = RecordingFiles()
+        commits = Commits()
+        opts: dict[str, Any] = {
+            "next_seq": 1,
+            "head_hash": ZERO_HASH,
+            "sync_timeout": 2.0,
+            "retry_min": 0.01,
+            "retry_max": 0.05,
+        }
+        opts.update(kw)
+        w = Writer(_DaySealer(str(directory)), files=files, on_commit=commits, **opts)
+        rig = Rig(directory, files, commits, w)
+        rigs.append(rig)
+        return rig
+
+    yield make
+    for rig in rigs:
+        rig.files.clear()
+        rig.writer.close(timeout=5.0)
+
+
+# -- 1. the healthy path -------------------------------------------------------------------
+
+
+def test_synced_appends_land_in_seq_order_and_commit_only_after_their_sync(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig()
+    rig.files.inject("sync", delay=0.02)
+    on_disk_at_commit: list[list[int]] = []
+    rig.commits.hook = lambda entries: on_disk_at_commit.append(rig.disk().seqs)
+
+    seqs = [rig.writer.append(line(run_id=i), harness="h", run_id=i) for i in range(1, 6)]
+
+    assert seqs == [1, 2, 3, 4, 5]
+    d = rig.disk()
+    assert d.seqs == [1, 2, 3, 4, 5]
+    assert d.fragments == []
+    assert [o["run_id"] for o in d.objs] == [1, 2, 3, 4, 5]
+    assert d.raw == b"".join(e.data for e in rig.commits.entries)
+    assert_chain(d)
+    assert rig.writer.head == (5, d.objs[-1]["hash"])
+    # Each synced caller waited for its own sync: one line per commit, in seq order, and
+    # each commit came after a completed sync, never between a sync's start and end.
+    assert rig.commits.batches == [[1], [2], [3], [4], [5]]
+    assert rig.files.events == ["sync-begin", "sync-end"] * 5
+    assert on_disk_at_commit == [[1], [1, 2], [1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 4, 5]]
+    s = rig.writer.stats()
+    assert (s.queued, s.append_errors, s.degraded, s.lines_written, s.syncs, s.next_seq) == (
+        0, 0, False, 5, 5, 6,
+    )
+    # The new day file's directory entry was made durable once, when it was created.
+    assert rig.files.dir_syncs == [str(rig.directory)]
+
+
+def test_nothing_is_committed_while_the_sync_is_in_progress(make_rig: Callable[..., Rig]) -> None:
+    rig = make_rig()
+    release = rig.files.inject("sync", hang=True)
+    assert release is not None
+    e = rig.writer.enqueue(line(), sync=True, harness="h", run_id=1)
+    wait_until(lambda: rig.files.calls["sync"] == 1)
+    # Written (the bytes are in the file) but not yet durable: not committed.
+    assert rig.disk().seqs == [1]
+    assert rig.commits.batches == []
+    assert not e.waiter.woken  # type: ignore[union-attr]
+    rig.files.clear("sync")
+    assert rig.writer.wait(e) == 1
+    assert rig.commits.batches == [[1]]
+    assert rig.disk().seqs == [1]
+
+
+# -- 2. failing disks ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("op", "err"),
+    [
+        ("write", errno.EROFS),
+        ("write", errno.ENOSPC),
+        ("open", errno.EROFS),
+        ("sync", errno.EIO),
+    ],
+)
+def test_failing_disk_reports_fails_fast_keeps_lines_queued_and_recovers_in_order(
+    make_rig: Callable[..., Rig], caplog: pytest.LogCaptureFixture, op: str, err: int
+) -> None:
+    caplog.set_level(logging.ERROR, logger="harness.ledger")
+    rig = make_rig(sync_timeout=2.0)
+    w = rig.writer
+    rig.files.inject(op, errno=err)
+
+    t0 = time.monotonic()
+    with pytest.raises(LedgerUnavailable) as first:
+        w.append(line(run_id=7), harness="h", run_id=7)
+    assert time.monotonic() - t0 < 1.0
+    msg = str(first.value)
+    assert "harness=h run_id=7 seq=1" in msg
+    assert os.strerror(err) in msg
+    assert (first.value.harness, first.value.run_id, first.value.seq) == ("h", 7, 1)
+
+    for run_id in (8, 9, 10):
+        t0 = time.monotonic()
+        with pytest.raises(LedgerUnavailable) as later:
+            w.append(line(run_id=run_id), harness="h", run_id=run_id)
+        assert time.monotonic() - t0 < 1.0, "a synced append behind a failing head waited"
+        assert f"harness=h run_id={run_id} seq={run_id - 6}" in str(later.value)
+
+    s = w.stats()
+    assert s.append_errors > 0
+    assert s.queued == 4
+    assert s.degraded is True
+    assert s.next_seq == 5
+    assert s.last_error is not None and "seq=1" in s.last_error
+    assert rig.commits.batches == []
+    assert rig.disk().objs == []
+    # The failure is logged with the record it concerns (REQ-6).
+    assert any("harness=h" in r.getMessage() and "seq=1" in r.getMessage() for r in caplog.records)
+
+    rig.files.clear(op)
+    wait_until(lambda: w.stats().queued == 0)
+    d = rig.disk()
+    assert d.seqs == [1, 2, 3, 4]
+    assert [o["run_id"] for o in d.objs] == [7, 8, 9, 10]
+    assert d.fragments == []
+    assert_chain(d)
+    assert rig.commits.seqs == [1, 2, 3, 4]
+    s = w.stats()
+    assert (s.queued, s.degraded, s.next_seq) == (0, False, 5)
+    assert w.append(line(run_id=11), harness="h", run_id=11) == 5
+    assert rig.disk().seqs == [1, 2, 3, 4, 5]
+
+
+def test_recovery_of_a_failed_buffered_line_clears_degraded_before_its_flush(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """A buffered line that failed and was then written fine must not keep the ledger
+    "degraded" (failing synced callers fast) until its flush_every comes round."""
+    rig = make_rig(flush_every=30.0)
+    w = rig.writer
+    rig.files.inject("write", errno=errno.ENOSPC)
+    assert w.append(line(run_id=1), sync=False) == 1
+    wait_until(lambda: w.stats().append_errors > 0)
+    rig.files.clear("write")
+    wait_until(lambda: w.stats().lines_written == 1)
+    wait_until(lambda: not w.stats().degraded, timeout=2.0)
+    assert w.append(line(run_id=2), harness="h", run_id=2) == 2
+    assert rig.disk().seqs == [1, 2]
+    assert rig.commits.seqs == [1, 2]
+
+
+# -- 3. partial writes ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("truncate_fails", [False, True])
+def test_partial_writes_never_duplicate_a_seq(
+    make_rig: Callable[..., Rig], truncate_fails: bool
+) -> None:
+    rig = make_rig()
+    w = rig.writer
+    n = 9
+    # Hold the writer on its first open so the first failing write carries line 1 alone
+    # and the retries carry the whole queue: whole lines and fragments both reach the file.
+    gate = rig.files.inject("open", hang=True, times=1)
+    assert gate is not None
+    rig.files.inject("write", errno=errno.ENOSPC, partial=True, times=3)
+    if truncate_fails:
+        rig.files.inject("truncate", errno=errno.EIO)
+    first = w.enqueue(line(run_id=1), sync=False)
+    wait_until(lambda: rig.files.calls["open"] == 1)
+    rest = [w.enqueue(line(run_id=i), sync=i == n) for i in range(2, n + 1)]
+    gate.set()
+
+    wait_until(lambda: w.stats().queued == 0)
+    d = rig.disk()
+    assert d.seqs == list(range(1, n + 1))
+    assert [o["run_id"] for o in d.objs] == list(range(1, n + 1))
+    assert d.lines == [e.data[:-1] for e in [first, *rest]]
+    assert rig.commits.seqs == list(range(1, n + 1))
+    assert_chain(d)
+    assert rig.files.calls["write"] == 4
+    if truncate_fails:
+        # What each failed write left stays in the file on a line of its own: a fragment
+        # readers skip (it does not parse), never a second copy of a seq. Each fragment
+        # is the head of the line the retry then wrote whole, right after it.
+        pieces = d.raw.split(b"\n")
+        assert pieces.pop() == b""
+        assert len(d.fragments) == 3
+        for frag in d.fragments:
+            whole = pieces[pieces.index(frag) + 1]
+            assert whole.startswith(frag) and len(frag) < len(whole)
+        # The second and third failed writes put whole lines down before their
+        # fragment; those were read back and kept, not written again.
+        assert rig.commits.batches == [[1, 2, 3, 4], [5, 6], [7, 8, 9]]
+    else:
+        assert d.fragments == []
+        assert d.raw == b"".join(e.data for e in [first, *rest])
+
+
+# -- 4. sync failures ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "truncate_fails", [None, 1, 99], ids=["cut-ok", "cut-fails-once", "cut-fails"]
+)
+def test_sync_failing_twice_then_recovering_leaves_the_line_once(
+    make_rig: Callable[..., Rig], truncate_fails: int | None
+) -> None:
+    rig = make_rig()
+    rig.files.inject("sync", errno=errno.EIO, times=2)
+    if truncate_fails:
+        rig.files.inject("truncate", errno=errno.EIO, times=truncate_fails)
+    with pytest.raises(LedgerUnavailable, match="Input/output error"):
+        rig.writer.append(line(), harness="h", run_id=1)
+    rig.commits.wait_for(1)
+    d = rig.disk()
+    assert d.seqs == [1]
+    assert d.fragments == []
+    assert rig.commits.batches == [[1]]
+    assert rig.files.calls["sync"] == 3
+    assert rig.writer.stats().append_errors == 2
+    # The file was created by this writer: its directory entry must be synced too,
+    # even though the handle that created it was dropped after the failed sync.
+    assert rig.files.dir_syncs == [str(rig.directory)]
+    assert rig.writer.append(line(run_id=2), harness="h", run_id=2) == 2
+    assert rig.disk().seqs == [1, 2]
+
+
+def test_failed_sync_after_a_failed_cut_keeps_earlier_lines_once(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """Lines left in place by a failed cut-back must not be rewritten when a later sync
+    fails and the cut then works: only the bytes actually cut are rewritten."""
+    rig = make_rig(flush_every=30.0)
+    w = rig.writer
+    rig.files.inject("sync", errno=errno.EIO, times=2)
+    rig.files.inject("truncate", errno=errno.EIO, times=1)
+    w.append(line(run_id=1), sync=False)
+    wait_until(lambda: w.stats().lines_written == 1)
+    with pytest.raises(LedgerUnavailable):
+        w.append(line(run_id=2), harness="h", run_id=2)
+    rig.commits.wait_for(2)
+    d = rig.disk()
+    assert d.seqs == [1, 2]
+    assert d.fragments == []
+    assert_chain(d)
+    assert rig.commits.seqs == [1, 2]
+
+
+# -- 5./6. hung and slow syncs -------------------------------------------------------------
+
+
+def test_hung_sync_bounds_callers_and_commits_both_lines_when_released(
+    make_rig: Callable[..., Rig],
+) -> None:
+    timeout = 0.5
+    rig = make_rig(sync_timeout=timeout)
+    w = rig.writer
+    rig.files.inject("sync", hang=True)
+
+    t0 = time.monotonic()
+    with pytest.raises(LedgerUnavailable, match=r"not synced within 0\.5s") as exc:
+        w.append(line(run_id=1), harness="h", run_id=1)
+    elapsed = time.monotonic() - t0
+    assert 0.5 * timeout <= elapsed <= 10 * timeout
+    assert exc.value.seq == 1
+
+    t0 = time.monotonic()
+    with pytest.raises(LedgerUnavailable) as second:
+        w.append(line(run_id=2), harness="h", run_id=2)
+    assert time.monotonic() - t0 < 0.5 * timeout, "the second caller waited out the bound"
+    assert second.value.seq == 2
+    assert rig.files.calls["sync"] == 1  # still stuck in the first one
+    assert rig.commits.batches == []
+    s = w.stats()
+    assert (s.queued, s.next_seq) == (2, 3)
+
+    rig.files.clear("sync")
+    rig.commits.wait_for(2)
+    assert rig.commits.seqs == [1, 2]
+    d = rig.disk()
+    assert d.seqs == [1, 2]
+    assert_chain(d)
+    s = w.stats()
+    assert (s.queued, s.degraded, s.append_errors) == (0, False, 1)  # the late sync counts
+    assert s.last_error is not None and "seq=1" in s.last_error and "bound" in s.last_error
+    # And the ledger is healthy again: the next caller waits normally and succeeds.
+    assert w.append(line(run_id=3), harness="h", run_id=3) == 3
+
+
+@pytest.mark.parametrize(
+    ("delay", "timeout", "ok"), [(0.05, 1.0, True), (0.6, 0.2, False)], ids=["fast", "slow"]
+)
+def test_slow_sync_succeeds_or_times_out_and_the_line_lands_once(
+    make_rig: Callable[..., Rig], delay: float, timeout: float, ok: bool
+) -> None:
+    rig = make_rig(sync_timeout=timeout)
+    rig.files.inject("sync", delay=delay)
+    t0 = time.monotonic()
+    if ok:
+        assert rig.writer.append(line(), harness="h", run_id=1) == 1
+        assert time.monotonic() - t0 >= delay
+        assert rig.commits.batches == [[1]]
+    else:
+        with pytest.raises(LedgerUnavailable, match="stays queued"):
+            rig.writer.append(line(), harness="h", run_id=1)
+        elapsed = time.monotonic() - t0
+        assert 0.5 * timeout <= elapsed < delay
+        assert rig.commits.batches == []
+        rig.commits.wait_for(1)  # the late sync still commits it
+        assert rig.commits.batches == [[1]]
+    d = rig.disk()
+    assert d.seqs == [1]
+    assert d.fragments == []
+    assert rig.files.calls["sync"] == 1
+    assert rig.files.calls["write"] == 1
+    s = rig.writer.stats()
+    # A sync past the bound is logged and counted even though it then succeeded (REQ-6).
+    assert (s.queued, s.degraded, s.append_errors) == (0, False, 0 if ok else 1)
+
+
+# -- 7. group commit -----------------------------------------------------------------------
+
+
+def test_concurrent_synced_appends_share_syncs(make_rig: Callable[..., Rig]) -> None:
+    rig = make_rig()
+    w = rig.writer
+    rig.files.inject("sync", delay=0.005)
+    threads_n, per = 16, 50
+    got: dict[int, list[int]] = {}
+    failures: list[BaseException] = []
+    start = threading.Barrier(threads_n)
+
+    def worker(t: int) -> None:
+        try:
+            start.wait()
+            got[t] = [
+                w.append(line(run_id=t * 1000 + k, harness=f"h{t}"), harness=f"h{t}")
+                for k in range(per)
+            ]
+        except BaseException as exc:  # surfaced by the assertion below
+            failures.append(exc)
+
+    ts = [threading.Thread(target=worker, args=(t,)) for t in range(threads_n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert failures == []
+    total = threads_n * per
+    d = rig.disk()
+    assert d.seqs == list(range(1, total + 1))
+    assert d.fragments == []
+    assert_chain(d)
+    assert rig.commits.seqs == list(range(1, total + 1))
+    # Every caller got back the seq its own line carries on disk, in its own order.
+    by_run = {(o["harness"], o["run_id"]): o["seq"] for o in d.objs}
+    for t, seqs in got.items():
+        assert seqs == [by_run[(f"h{t}", t * 1000 + k)] for k in range(per)]
+        assert seqs == sorted(seqs)
+    s = w.stats()
+    assert s.syncs == rig.files.calls["sync"]
+    assert s.syncs < total // 2, f"{s.syncs} syncs for {total} lines: not shared"
+    assert (s.queued, s.lines_written, s.next_seq) == (0, total, total + 1)
+
+
+# -- 8. buffered (sync=False) lines --------------------------------------------------------
+
+
+def test_buffered_lines_are_synced_within_flush_every(make_rig: Callable[..., Rig]) -> None:
+    flush_every = 0.3
+    rig = make_rig(flush_every=flush_every)
+    w = rig.writer
+    t0 = time.monotonic()
+    assert [w.append(line(run_id=i), sync=False) for i in (1, 2, 3)] == [1, 2, 3]
+    assert time.monotonic() - t0 < 0.1
+    wait_until(lambda: w.stats().lines_written == 3)
+    assert rig.commits.batches == []  # written, not yet durable: not committed
+    assert rig.files.calls["sync"] == 0
+    rig.commits.wait_for(3)
+    assert rig.commits.times[0] - t0 >= flush_every
+    assert rig.commits.seqs == [1, 2, 3]
+    assert rig.files.calls["sync"] == 1
+    d = rig.disk()
+    assert d.seqs == [1, 2, 3]
+    assert_chain(d)
+    assert w.stats().queued == 0
+
+
+def test_a_synced_line_makes_earlier_buffered_lines_durable_first(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig(flush_every=30.0)
+    w = rig.writer
+    w.append(line(run_id=1, type_="updated"), sync=False)
+    w.append(line(run_id=1, type_="updated"), sync=False)
+    wait_until(lambda: w.stats().lines_written == 2)
+    time.sleep(0.05)  # long enough for a wrong early commit to show
+    assert rig.commits.batches == []
+    assert w.stats().queued == 2
+    assert w.append(line(run_id=1, type_="closed"), harness="h", run_id=1) == 3
+    assert rig.commits.batches == [[1, 2, 3]]
+    assert rig.files.calls["sync"] == 1
+    d = rig.disk()
+    assert [(o["seq"], o["type"]) for o in d.objs] == [
+        (1, "updated"), (2, "updated"), (3, "closed"),
+    ]
+    assert_chain(d)
+
+
+def test_flush_syncs_buffered_lines_now(make_rig: Callable[..., Rig]) -> None:
+    rig = make_rig(flush_every=30.0)
+    rig.writer.append(line(), sync=False)
+    rig.writer.flush()
+    rig.commits.wait_for(1)
+    assert rig.commits.batches == [[1]]
+    assert rig.disk().seqs == [1]
+
+
+def test_buffered_appends_never_wait_for_a_stuck_disk(make_rig: Callable[..., Rig]) -> None:
+    """REQ-6's exception: a closed line and the restart's opened line are queued, in order,
+    without waiting, even while the writer is stuck in a sync."""
+    rig = make_rig(sync_timeout=0.2, flush_every=30.0)
+    w = rig.writer
+    rig.files.inject("sync", hang=True)
+    with pytest.raises(LedgerUnavailable):
+        w.append(line(run_id=1), harness="h", run_id=1)
+    t0 = time.monotonic()
+    assert w.append(line(run_id=1, type_="closed"), sync=False) == 2
+    assert w.append(line(run_id=2, type_="opened"), sync=False) == 3
+    assert time.monotonic() - t0 < 0.1
+    rig.files.clear("sync")
+    w.flush()
+    rig.commits.wait_for(3)
+    d = rig.disk()
+    assert [(o["seq"], o["run_id"], o["type"]) for o in d.objs] == [
+        (1, 1, "opened"), (2, 1, "closed"), (3, 2, "opened"),
+    ]
+    assert rig.commits.seqs == [1, 2, 3]
+
+
+# -- day files -----------------------------------------------------------------------------
+
+
+def test_lines_go_to_the_file_of_their_utc_day_and_the_chain_crosses_files(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig()
+    w = rig.writer
+    days = ["2026-11-30", "2026-11-30", "2026-12-01", "2026-12-01", "2026-12-02"]
+    stamps = ["T23:59:59.999999999Z", "T23:59:59.999999999Z", "T00:00:00.000000000Z",
+              "T12:00:00.000000000Z", "T00:00:00.000000000Z"]
+    for i, (day, stamp) in enumerate(zip(days, stamps, strict=True), start=1):
+        obj = line(run_id=i)
+        obj["at"] = day + stamp
+        assert w.append(obj, harness="h", run_id=i) == i
+    per_day = {day: read_disk(rig.directory / f"{day}.jsonl") for day in sorted(set(days))}
+    assert {day: d.seqs for day, d in per_day.items()} == {
+        "2026-11-30": [1, 2], "2026-12-01": [3, 4], "2026-12-02": [5],
+    }
+    prev = ZERO_HASH
+    for d in per_day.values():
+        assert d.fragments == []
+        assert_chain(d, first_prev=prev)
+        prev = d.objs[-1]["hash"]
+        assert all(o["at"][:10] == d.objs[0]["at"][:10] for o in d.objs)
+    assert sorted(p.name for p in rig.directory.iterdir()) == [
+        "2026-11-30.jsonl", "2026-12-01.jsonl", "2026-12-02.jsonl",
+    ]
+    # One directory sync per file this writer created.
+    assert rig.files.dir_syncs == [str(rig.directory)] * 3
+    assert rig.commits.seqs == [1, 2, 3, 4, 5]
+
+
+def test_seq_and_chain_continue_from_where_the_ledger_left_off(
+    make_rig: Callable[..., Rig],
+) -> None:
+    head = "ab" * 32
+    rig = make_rig(next_seq=813, head_hash=head)
+    assert rig.writer.append(line()) == 813
+    d = rig.disk()
+    assert d.seqs == [813]
+    assert_chain(d, first_prev=head)
+    assert rig.writer.head == (813, d.objs[0]["hash"])
+
+
+# -- 9. close ------------------------------------------------------------------------------
+
+
+def test_close_drains_buffered_lines_and_refuses_later_appends(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig(flush_every=30.0)
+    w = rig.writer
+    for i in (1, 2, 3):
+        w.append(line(run_id=i, type_="updated"), sync=False)
+    w.close(timeout=5.0)
+    d = rig.disk()
+    assert d.seqs == [1, 2, 3]
+    assert_chain(d)
+    assert rig.commits.seqs == [1, 2, 3]
+    assert rig.files.calls["sync"] == 1
+    assert w.stats().queued == 0
+    with pytest.raises(LedgerClosed) as exc:
+        w.append(line(run_id=9), harness="h", run_id=9)
+    assert "harness=h run_id=9" in str(exc.value)
+    with pytest.raises(LedgerClosed):
+        w.enqueue(line(), sync=False)
+    assert w.stats().next_seq == 4
+    w.close()  # closing twice is harmless
+    assert rig.disk().raw == d.raw
+
+
+def test_close_on_a_dead_disk_names_the_lines_it_could_not_write(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig(flush_every=30.0)
+    w = rig.writer
+    rig.files.inject("write", errno=errno.EROFS)
+    for i in (1, 2, 3):
+        w.append(line(run_id=i), sync=False)
+    t0 = time.monotonic()
+    with pytest.raises(LedgerUnavailable, match=r"closed with 3 line\(s\) still queued") as exc:
+        w.close(timeout=0.3)
+    assert time.monotonic() - t0 < 0.3 + 1.0 + 1.0
+    assert exc.value.seq == 1
+    assert rig.commits.batches == []
+    assert rig.disk().objs == []
+    with pytest.raises(LedgerClosed):
+        w.append(line(run_id=4), harness="h", run_id=4)
+
+
+def test_close_is_bounded_while_a_sync_hangs(make_rig: Callable[..., Rig]) -> None:
+    rig = make_rig(flush_every=30.0)
+    w = rig.writer
+    rig.files.inject("sync", hang=True)
+    w.append(line(), sync=False)
+    w.flush()
+    wait_until(lambda: rig.files.calls["sync"] == 1)
+    t0 = time.monotonic()
+    with pytest.raises(LedgerUnavailable, match=r"closed with 1 line\(s\)"):
+        w.close(timeout=0.2)
+    assert time.monotonic() - t0 < 0.2 + 1.0 + 1.0
+    rig.files.clear("sync")  # the stuck sync finishes late; the line is still whole, once
+    rig.commits.wait_for(1)
+    assert rig.disk().seqs == [1]
+
+
+# -- 10. oversized lines -------------------------------------------------------------------
+
+
+def test_an_oversized_line_is_rejected_whole_and_leaves_no_gap(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig()
+    w = rig.writer
+    assert w.append(line(run_id=1), harness="h", run_id=1) == 1
+    head = w.head
+    big = line(run_id=2)
+    big["reason"] = "x" * (16 * 1024)
+    with pytest.raises(LineRejected, match="exceeds the 16384-byte limit") as exc:
+        w.append(big, harness="h", run_id=2)
+    assert isinstance(exc.value, LedgerCorrupt) and isinstance(exc.value, ValueError)
+    assert "harness=h run_id=2" in str(exc.value)
+    assert w.head == head
+    s = w.stats()
+    assert (s.queued, s.next_seq, s.append_errors) == (0, 2, 0)
+    assert w.append(line(run_id=3), harness="h", run_id=3) == 2
+    d = rig.disk()
+    assert d.seqs == [1, 2]
+    assert [o["run_id"] for o in d.objs] == [1, 3]
+    assert b"xxxx" not in d.raw
+    assert_chain(d)
+
+
+class _BodySealer:
+    """A trivial sealer: the line is obj["body"] as is, its "hash" just the seq."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def seal(self, obj: dict[str, Any], seq: int, prev: str) -> tuple[bytes, str, str]:
+        return obj["body"].encode(), f"{seq}", self.path
+
+
+def test_the_limit_counts_the_newline(tmp_path: Path) -> None:
+    path = tmp_path / "plain.log"
+    w = Writer(_BodySealer(str(path)), next_seq=1, head_hash="", max_line=10, retry_min=0.01)
+    try:
+        assert w.append({"body": "a" * 9}) == 1  # 9 bytes + "\n" = the limit exactly
+        with pytest.raises(LineRejected, match="line of 11 bytes exceeds the 10-byte limit"):
+            w.append({"body": "b" * 10})
+        assert w.append({"body": "c"}) == 2
+    finally:
+        w.close(timeout=5.0)
+    assert path.read_bytes() == b"aaaaaaaaa\nc\n"
+
+
+# -- 11. torn tails ------------------------------------------------------------------------
+
+
+def test_next_line_after_a_torn_fragment_starts_on_a_new_line(
+    make_rig: Callable[..., Rig],
+) -> None:
+    first = make_rig()
+    first.writer.append(line(run_id=1))
+    first.writer.append(line(run_id=2))
+    first.writer.close()
+    before = first.day.read_bytes()
+    fragment = b'{"v":1,"seq":3,"ty'
+    with first.day.open("ab") as f:
+        f.write(fragment)
+    head = read_disk(first.day).objs[-1]["hash"]
+
+    files = RecordingFiles()
+    commits = Commits()
+    w = Writer(
+        _DaySealer(str(first.directory)),
+        next_seq=3,
+        head_hash=head,
+        files=files,
+        on_commit=commits,
+        retry_min=0.01,
+    )
+    try:
+        assert w.append(line(run_id=3)) == 3
+        assert w.append(line(run_id=4)) == 4
+    finally:
+        w.close()
+    e3, e4 = commits.entries
+    assert first.day.read_bytes() == before + fragment + b"\n" + e3.data + e4.data
+    d = read_disk(first.day)
+    assert d.seqs == [1, 2, 3, 4]
+    assert d.fragments == [fragment]
+    assert_chain(d)  # the fragment is not part of the chain: 3 links to 2
+    assert files.dir_syncs == []  # the file already existed
+
+
+def test_a_file_ending_in_a_complete_line_gets_no_blank_line(
+    make_rig: Callable[..., Rig],
+) -> None:
+    first = make_rig()
+    first.writer.append(line(run_id=1))
+    first.writer.close()
+    head = read_disk(first.day).objs[-1]["hash"]
+    commits = Commits()
+    w = Writer(
+        _DaySealer(str(first.directory)), next_seq=2, head_hash=head, on_commit=commits
+    )
+    try:
+        assert w.append(line(run_id=2)) == 2
+    finally:
+        w.close()
+    raw = first.day.read_bytes()
+    assert b"\n\n" not in raw
+    assert raw.endswith(commits.entries[0].data)
+    assert read_disk(first.day).seqs == [1, 2]
+
+
+# -- 12. modes -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.fixture
+def no_chmod(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    calls: list[tuple[Any, ...]] = []
+    for name in ("chmod", "fchmod", "lchmod"):
+        if hasattr(os, name):
+            monkeypatch.setattr(os, name, lambda *a, _n=name, **k: calls.append((_n, *a)))
+    return calls
+
+
+def test_files_are_created_0600_and_dirs_0700_without_chmod(
+    tmp_path: Path, umask_022: None, no_chmod: list[tuple[Any, ...]]
+) -> None:
+    directory = tmp_path / "state" / "harness" / "ledger"
+    assert make_private_dir(str(directory)) is True
+    assert make_private_dir(str(directory)) is False
+    for p in (directory, directory.parent, directory.parent.parent):
+        assert os.stat(p).st_mode & 0o777 == 0o700, p
+    commits = Commits()
+    w = Writer(_DaySealer(str(directory)), next_seq=1, head_hash=ZERO_HASH, on_commit=commits)
+    try:
+        assert w.append(line()) == 1
+    finally:
+        w.close()
+    day = directory / f"{DAY}.jsonl"
+    assert os.stat(day).st_mode & 0o777 == 0o600
+    assert read_disk(day).seqs == [1]
+    assert no_chmod == []
+
+
+def test_an_existing_file_keeps_its_mode(
+    tmp_path: Path, umask_022: None, no_chmod: list[tuple[Any, ...]]
+) -> None:
+    day = tmp_path / f"{DAY}.jsonl"
+    fd = os.open(day, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+    os.close(fd)
+    w = Writer(_DaySealer(str(tmp_path)), next_seq=1, head_hash=ZERO_HASH)
+    try:
+        w.append(line())
+    finally:
+        w.close()
+    assert os.stat(day).st_mode & 0o777 == 0o640
+    assert read_disk(day).seqs == [1]
+    assert no_chmod == []
+
+
+def test_make_private_dir_refuses_a_file_in_the_way(tmp_path: Path) -> None:
+    blocker = tmp_path / "ledger"
+    blocker.write_bytes(b"")
+    with pytest.raises(NotADirectoryError):
+        make_private_dir(str(blocker))
+
+
+# -- the fault layer itself ----------------------------------------------------------------
+
+
+def test_faulty_files_counts_attempts_and_clears_after_times(tmp_path: Path) -> None:
+    ff = FaultyFiles()
+    with pytest.raises(ValueError, match="unknown file operation"):
+        ff.inject("read")
+    ff.inject("write", errno=errno.ENOSPC, times=2)
+    fd, created = ff.open_append(str(tmp_path / "f"))
+    try:
+        assert created is True
+        for _ in range(2):
+            with pytest.raises(OSError) as exc:
+                ff.write(fd, b"abcd")
+            assert exc.value.errno == errno.ENOSPC
+        assert ff.write(fd, b"abcd") == 4
+        ff.inject("write", errno=errno.ENOSPC, partial=True, times=1)
+        with pytest.raises(OSError):
+            ff.write(fd, b"wxyz")
+        assert ff.calls == {"open": 1, "write": 4, "sync": 0, "truncate": 0}
+        assert (tmp_path / "f").read_bytes() == b"abcdwx"
+        ev = ff.inject("sync", hang=True)
+        assert ev is not None and not ev.is_set()
+        ff.clear()
+        assert ev.is_set()
+        ff.sync(fd)
+        assert ff.calls["sync"] == 1
+    finally:
+        os.close(fd)
+    fd2, created2 = ff.open_append(str(tmp_path / "f"))
+    os.close(fd2)
+    assert created2 is False
+    assert os.stat(tmp_path / "f").st_mode & 0o777 == 0o600 & ~_umask()
+
+
+def _umask() -> int:
+    old = os.umask(0)
+    os.umask(old)
+    return old
