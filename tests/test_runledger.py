@@ -717,9 +717,9 @@ def test_backfill_loads_a_weekly_harness_tail_whole(
     calls: list[Query] = []
     real_scan = runledger_mod.scan
 
-    def counting_scan(directory: str, q: Query, *, offline: bool = True) -> Any:
+    def counting_scan(directory: str, q: Query, **kwargs: Any) -> Any:
         calls.append(q)
-        return real_scan(directory, q, offline=offline)
+        return real_scan(directory, q, **kwargs)
 
     monkeypatch.setattr(runledger_mod, "scan", counting_scan)
     recs, oldest = led.query(Query(names=("weekly",), limit=2))

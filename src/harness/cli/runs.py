@@ -71,7 +71,8 @@ def build_query(names: tuple[str, ...], harness: tuple[str, ...], since: str | N
     if legacy:
         return Query(names=tuple(names), limit=limit or 20), True
     if since_ns is None:
-        since_ns = now - 24 * 3_600_000_000_000
+        # The default window is the 24 hours before --until (before now without it).
+        since_ns = (until_ns if until_ns is not None else now) - 24 * 3_600_000_000_000
     try:
         q = Query(names=tuple(dict.fromkeys(names + harness)), since_ns=since_ns,
                   until_ns=until_ns, outcomes=outcomes, triggers=triggers, limit=limit or 50)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import msgspec
+
 from ..timefmt import canon
 from .schema import RECORD_FIELDS
 
@@ -96,17 +98,76 @@ class Record:
             return "running"
         return self.fields.get("outcome")
 
+    @property
+    def trigger(self) -> str | None:
+        return self.fields.get("trigger")
+
     def to_json(self, *, offline: bool = False, check_log: bool = True) -> dict[str, Any]:
         """The record as `harness runs --json` and the runs op print it."""
-        out: dict[str, Any] = {"harness": self.harness, "run_id": self.run_id, "seq": self.seq}
-        out.update(self.fields)
-        out.pop("log_pruned", None)
-        if not self.closed:
-            out["outcome"] = "running?" if offline else "running"
-        log = out.get("log")
-        # keep_runs deletes per-run logs; a compressed log (<log>.zst) is not pruned.
-        if (check_log and self.closed and isinstance(log, str) and log
-                and not os.path.exists(log) and not os.path.exists(log + ".zst")):
-            out["log_pruned"] = True
-        return out
+        return _as_json(self.harness, self.run_id, self.seq, self.closed, self.fields,
+                        offline, check_log)
 
+
+def _as_json(harness: str, run_id: int, seq: int, closed: bool, fields: dict[str, Any],
+             offline: bool, check_log: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"harness": harness, "run_id": run_id, "seq": seq}
+    out.update(fields)
+    out.pop("log_pruned", None)
+    if not closed:
+        out["outcome"] = "running?" if offline else "running"
+    log = out.get("log")
+    # keep_runs deletes per-run logs; a compressed log (<log>.zst) is not pruned.
+    if (check_log and closed and isinstance(log, str) and log
+            and not os.path.exists(log) and not os.path.exists(log + ".zst")):
+        out["log_pruned"] = True
+    return out
+
+
+_pack = msgspec.json.Encoder()
+_unpack = msgspec.json.Decoder()
+
+
+class Frozen:
+    """A closed record at rest: what queries filter on, plus its fields as compact JSON.
+
+    The in-memory index holds tens of thousands of closed records; a dict of fields per
+    record costs several times the bytes of the same fields encoded. A line that arrives
+    for a frozen record thaws it (`thaw`), and the index freezes it again once folded.
+    """
+
+    __slots__ = ("_blob", "first_at", "harness", "last_seq", "opened", "opened_at", "outcome",
+                 "run_id", "seq", "started_key", "trigger")
+    closed = True
+    is_open = False
+
+    def __init__(self, r: Record) -> None:
+        self.harness = r.harness
+        self.run_id = r.run_id
+        self.seq = r.seq
+        self.last_seq = r.last_seq
+        self.first_at = r.first_at
+        self.opened_at = r.opened_at
+        self.opened = r.opened
+        self.outcome = r.outcome
+        self.trigger = r.trigger
+        self.started_key = r.started_key
+        self._blob = _pack.encode(r.fields)
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        return _unpack.decode(self._blob)
+
+    def thaw(self) -> Record:
+        """The record, live again. Each field counts as set by its last line: exact for
+        lines that arrive in seq order, which is how the index receives them."""
+        r = Record(self.harness, self.run_id)
+        r.seq, r.last_seq, r.first_at, r.opened_at = (self.seq, self.last_seq, self.first_at,
+                                                       self.opened_at)
+        r.opened, r.closed = self.opened, True
+        r.fields = self.fields
+        r._field_seq = dict.fromkeys(r.fields, self.last_seq)
+        return r
+
+    def to_json(self, *, offline: bool = False, check_log: bool = True) -> dict[str, Any]:
+        return _as_json(self.harness, self.run_id, self.seq, True, self.fields, offline,
+                        check_log)

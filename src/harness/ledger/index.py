@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from ..timefmt import format_ns
-from .fold import Record
+from .fold import Frozen, Record
 from .query import Query, select
 
 _INTERNED = ("kind", "trigger", "outcome", "reason", "cost_source", "model", "source")
@@ -25,7 +25,7 @@ class Index:
     def __init__(self, *, window_ns: int, tail: int = 20) -> None:
         self.window_ns = window_ns
         self.tail = tail
-        self.records: dict[tuple[str, int], Record] = {}
+        self.records: dict[tuple[str, int], Record | Frozen] = {}
         self.floor = 1  # every record with seq >= floor is here
         self.floor_at = ""  # records started at/after this instant have seq >= floor
         self.harness_floor: dict[str, int] = {}
@@ -39,6 +39,8 @@ class Index:
         h, rid = line["harness"], line["run_id"]
         key = (h, rid)
         r = self.records.get(key)
+        if type(r) is Frozen:
+            r = r.thaw()
         if r is None:
             h = sys.intern(h)
             r = self.records[key] = Record(h, rid)
@@ -49,15 +51,18 @@ class Index:
             if v is not None and type(v) is str:
                 line[k] = sys.intern(v)
         r.apply(line)
+        # Closed records rest compact; open ones stay live for the lines still to come.
+        self.records[key] = Frozen(r) if r.closed else r
         return r
 
-    def get(self, harness: str, run_id: int) -> Record | None:
+    def get(self, harness: str, run_id: int) -> Record | Frozen | None:
         return self.records.get((harness, run_id))
 
     def open_records(self) -> list[Record]:
-        return sorted((r for r in self.records.values() if r.is_open), key=lambda r: r.seq)
+        return sorted((r for r in self.records.values() if isinstance(r, Record) and r.is_open),
+                      key=lambda r: r.seq)
 
-    def query(self, q: Query) -> tuple[list[Record], int | None, bool]:
+    def query(self, q: Query) -> tuple[list[Record | Frozen], int | None, bool]:
         """Answer from memory: (records, oldest seq, complete). Incomplete: read the files."""
         hits, _ = select(Query(q.names, q.since_ns, q.until_ns, q.outcomes, q.triggers, None,
                                q.before_seq), self.records.values())

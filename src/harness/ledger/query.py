@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..timefmt import format_ns
-from .fold import Record
+from .fold import Frozen, Record
 from .schema import OUTCOMES, TRIGGERS
 
 MAX_LIMIT = 1000
@@ -54,7 +54,7 @@ class Query:
         object.__setattr__(self, "since", since)
         object.__setattr__(self, "until", until)
 
-    def matches(self, r: Record) -> bool:
+    def matches(self, r: Record | Frozen) -> bool:
         if self.names and r.harness not in self.names:
             return False
         if self.before_seq is not None and r.seq >= self.before_seq:
@@ -67,10 +67,11 @@ class Query:
                 return False
         if self.outcomes and r.outcome not in self.outcomes:
             return False
-        return not (self.triggers and r.fields.get("trigger") not in self.triggers)
+        return not (self.triggers and r.trigger not in self.triggers)
 
 
-def select(q: Query, records: Iterable[Record]) -> tuple[list[Record], int | None]:
+def select(q: Query, records: Iterable[Record | Frozen]
+           ) -> tuple[list[Record | Frozen], int | None]:
     """Apply `q`: the matching records newest first, cut to the limit, and the oldest seq."""
     hits = [r for r in records if q.matches(r)]
     hits.sort(key=lambda r: r.seq, reverse=True)

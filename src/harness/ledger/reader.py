@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import heapq
 import itertools
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
@@ -80,16 +81,19 @@ def valid_line(obj: Any) -> bool:
     )
 
 
-def _files_for(directory: str, q: Query, stats: ReadStats) -> list[tuple[str, str]]:
+def _files_for(directory: str, q: Query, stats: ReadStats) -> tuple[list[tuple[str, str]], int]:
+    """Every day file, and the index of the first one the query's range needs."""
     listing = list_day_files(directory)
     stats.strays = listing.strays
     days = listing.days
+    start = 0
     if q.since_ns is not None:
         # A record's lines sit in the day files of their own `at`, on or after its start;
         # a day of slack covers a start stamped just before midnight and written after.
         first = format_ns(q.since_ns - _DAY_NS)[:10]
-        days = [d for d in days if d[0] >= first]
-    return days
+        while start < len(days) and days[start][0] < first:
+            start += 1
+    return days, start
 
 
 def _maybe_long(buf: bytes) -> bool:
@@ -151,23 +155,46 @@ def _utf8(data: bytes) -> bool:
 
 # A record in the first pass: [seq, last_seq, when, outcome, trigger, flags, fileno]
 _SEQ, _LAST, _WHEN, _OUT, _TRIG, _FLAGS, _FILE = range(7)
-_OPENED, _CLOSED = 1, 2
+_OPENED, _CLOSED, _STARTED = 1, 2, 4
 
 
-def scan(directory: str, q: Query, *, offline: bool = True) -> tuple[list[Record], int | None,
-                                                                     ReadStats]:
-    """Answer `q` from the day files alone."""
+def _fold_head(r: list[Any], h: _Head, words: dict[str, str]) -> None:
+    """Fold an envelope into a first-pass record, in seq order."""
+    t = h.type
+    if t != "updated":
+        r[_FLAGS] |= _OPENED if t == "opened" else (
+            _CLOSED | _OPENED if t == "decided" else _CLOSED)
+    r[_LAST] = h.seq
+    if h.started_at is not None:
+        r[_WHEN] = h.started_at
+        r[_FLAGS] |= _STARTED
+    if h.outcome is not None:
+        r[_OUT] = words.setdefault(h.outcome, h.outcome)
+    if h.trigger is not None:
+        r[_TRIG] = words.setdefault(h.trigger, h.trigger)
+
+
+def _fresh(h: _Head, fileno: int) -> list[Any]:
+    return [h.seq, 0, h.at, None, None, 0, fileno]
+
+
+def scan(directory: str, q: Query, *, offline: bool = True, upto_seq: int | None = None
+         ) -> tuple[list[Record], int | None, ReadStats]:
+    """Answer `q` from the day files alone; lines after `upto_seq` (not yet durable) are
+    ignored."""
     stats = ReadStats()
-    files = _files_for(directory, q, stats)
-    stats.files = len(files)
+    files, start = _files_for(directory, q, stats)
+    stats.files = len(files) - start
+    upto = upto_seq if upto_seq is not None else sys.maxsize
     by_name: dict[str, dict[int, list[Any]]] = {}
     words: dict[str, str] = {}  # one copy of each outcome/trigger word
     names = frozenset(q.names)
+    dirty: set[tuple[str, int]] = set()
     gc_was = gc.isenabled()
     gc.disable()  # millions of short-lived objects and no cycles: collection is pure cost
     try:
-        for fileno, (_day, path) in enumerate(files):
-            for block in heads(path, stats):
+        for fileno in range(start, len(files)):
+            for block in heads(files[fileno][1], stats):
                 for h in block:
                     name = h.harness
                     runs = by_name.get(name)
@@ -176,41 +203,86 @@ def scan(directory: str, q: Query, *, offline: bool = True) -> tuple[list[Record
                             continue
                         runs = by_name[name] = {}
                     seq = h.seq
+                    if seq > upto:
+                        continue
                     r = runs.get(h.run_id)
                     if r is None:
                         r = runs[h.run_id] = [seq, 0, h.at, None, None, 0, fileno]
-                    elif seq < r[_SEQ]:
-                        r[_SEQ], r[_FILE] = seq, min(r[_FILE], fileno)
-                        if r[_WHEN] is None or not (r[_FLAGS] & 4):
-                            r[_WHEN] = h.at  # the first line's at, until a started_at
-                    t = h.type
-                    if t != "updated":
-                        r[_FLAGS] |= _OPENED if t == "opened" else (
-                            _CLOSED | _OPENED if t == "decided" else _CLOSED)
-                    if seq >= r[_LAST]:
-                        r[_LAST] = seq
-                        if h.started_at is not None:
-                            r[_WHEN] = h.started_at
-                            r[_FLAGS] |= 4
-                        if h.outcome is not None:
-                            r[_OUT] = words.setdefault(h.outcome, h.outcome)
-                        if h.trigger is not None:
-                            r[_TRIG] = words.setdefault(h.trigger, h.trigger)
-                    else:  # an older line read late only fills gaps
-                        if h.started_at is not None and not r[_FLAGS] & 4:
-                            r[_WHEN] = h.started_at
-                            r[_FLAGS] |= 4
-                        if r[_OUT] is None and h.outcome is not None:
-                            r[_OUT] = words.setdefault(h.outcome, h.outcome)
-                        if r[_TRIG] is None and h.trigger is not None:
-                            r[_TRIG] = words.setdefault(h.trigger, h.trigger)
+                    elif seq < r[_LAST]:
+                        # A line older than one already folded (a clock jump put it in a
+                        # later file): refold this record in seq order below.
+                        dirty.add((name, h.run_id))
+                        continue
+                    _fold_head(r, h, words)
+        if dirty:
+            _refold(files, start, len(files), dirty, by_name, words, upto, stats)
+        _look_back(files, start, by_name, words, stats)
         chosen = _choose(q, by_name)
-        records = _fold_chosen(files, chosen, stats)
+        records = _fold_chosen(files, chosen, stats, upto)
     finally:
         if gc_was:
             gc.enable()
     hits, oldest = select(q, records)
     return hits, oldest, stats
+
+
+def _refold(files: list[tuple[str, str]], lo: int, hi: int, keys: set[tuple[str, int]],
+            by_name: dict[str, dict[int, list[Any]]], words: dict[str, str], upto: int,
+            stats: ReadStats) -> None:
+    """Rebuild the given first-pass records from all their lines in files[lo:hi], by seq."""
+    lines: dict[tuple[str, int], list[tuple[int, int, _Head]]] = {k: [] for k in keys}
+    for fileno in range(lo, hi):
+        for block in heads(files[fileno][1], ReadStats()):
+            for h in block:
+                got = lines.get((h.harness, h.run_id))
+                if got is not None and h.seq <= upto:
+                    got.append((h.seq, fileno, h))
+    for (name, run_id), got in lines.items():
+        got.sort(key=lambda x: x[0])
+        r = _fresh(got[0][2], min(f for _s, f, _h in got))
+        for _seq, _f, h in got:
+            _fold_head(r, h, words)
+        by_name[name][run_id] = r
+
+
+def _look_back(files: list[tuple[str, str]], start: int,
+               by_name: dict[str, dict[int, list[Any]]], words: dict[str, str],
+               stats: ReadStats) -> None:
+    """Records whose start lies before the files read (a run open across `since`): read
+    older files, newest first, until each has its opened line, so they filter on their
+    real start instead of passing as partial records."""
+    partial = {(n, rid) for n, runs in by_name.items() for rid, r in runs.items()
+               if not r[_FLAGS] & _OPENED}
+    if not partial or start == 0:
+        return
+    found: dict[tuple[str, int], list[tuple[int, int, _Head]]] = {k: [] for k in partial}
+    waiting = set(partial)
+    lo = start
+    while waiting and lo > 0:
+        lo -= 1
+        for block in heads(files[lo][1], ReadStats()):
+            for h in block:
+                key = (h.harness, h.run_id)
+                got = found.get(key)
+                if got is not None:
+                    got.append((h.seq, lo, h))
+                    if h.type in ("opened", "decided"):
+                        waiting.discard(key)
+    for (name, run_id), got in found.items():
+        if not got:
+            continue
+        got.sort(key=lambda x: x[0])
+        old = _fresh(got[0][2], min(f for _s, f, _h in got))
+        for _seq, _f, h in got:
+            _fold_head(old, h, words)
+        new = by_name[name][run_id]
+        # The lines read before are all newer: their values win where they have one.
+        new[_SEQ], new[_FILE] = old[_SEQ], old[_FILE]
+        if not new[_FLAGS] & _STARTED:
+            new[_WHEN] = old[_WHEN]
+        new[_OUT] = new[_OUT] if new[_OUT] is not None else old[_OUT]
+        new[_TRIG] = new[_TRIG] if new[_TRIG] is not None else old[_TRIG]
+        new[_FLAGS] |= old[_FLAGS]
 
 
 def _choose(q: Query, by_name: dict[str, dict[int, list[Any]]]) -> dict[tuple[str, int], int]:
@@ -256,7 +328,7 @@ def _choose(q: Query, by_name: dict[str, dict[int, list[Any]]]) -> dict[tuple[st
 
 
 def _fold_chosen(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int],
-                 stats: ReadStats) -> list[Record]:
+                 stats: ReadStats, upto: int) -> list[Record]:
     """Second pass: fold whole lines, but only for the records the query returns."""
     if not chosen:
         return []
@@ -274,7 +346,7 @@ def _fold_chosen(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int
                 except _BAD:
                     continue
                 r = records.get((h.harness, h.run_id))
-                if r is not None:
+                if r is not None and h.seq <= upto:
                     try:
                         obj = _full.decode(raw)
                     except _BAD:

@@ -125,6 +125,7 @@ class RunLedger:
         self._trimmed_day = 0
         self.created = make_private_dir(directory)
         next_seq, head = self._recover()
+        self._committed = next_seq - 1  # everything on disk at open counts as durable
         self._load(window_ns, next_seq)
         self._writer = Writer(
             _DaySealer(directory),
@@ -314,18 +315,15 @@ class RunLedger:
 
     # -- writing ---------------------------------------------------------------------
 
-    def _prepare(self, line: dict[str, Any]) -> dict[str, Any]:
+    def enqueue(self, line: dict[str, Any], *, sync: bool = True) -> Entry:
+        """Validate and queue `line`; wait for it with `wait` (sync) or not at all."""
         out, cuts = prepare_line(line, self.clock())
-        if cuts.truncations or cuts.redactions:
+        e = self._writer.enqueue(out, sync=sync, harness=out["harness"], run_id=out["run_id"])
+        if cuts.truncations or cuts.redactions:  # counted once the line is accepted
             with self._lock:
                 self._truncated += cuts.truncations
                 self._redactions += cuts.redactions
-        return out
-
-    def enqueue(self, line: dict[str, Any], *, sync: bool = True) -> Entry:
-        """Validate and queue `line`; wait for it with `wait` (sync) or not at all."""
-        out = self._prepare(line)
-        return self._writer.enqueue(out, sync=sync, harness=out["harness"], run_id=out["run_id"])
+        return e
 
     def wait(self, entry: Entry) -> int:
         return self._writer.wait(entry)
@@ -342,6 +340,7 @@ class RunLedger:
         published = []
         feed = self._feed.active()
         with self._lock:
+            self._committed = entries[-1].seq
             for e in entries:
                 obj = e.obj  # the writer is done with it: the ring keeps it as committed
                 self._ring.append(obj)
@@ -364,7 +363,8 @@ class RunLedger:
             recs, oldest, complete = self._index.query(q)
             if complete:
                 return [r.to_json() for r in recs], oldest
-        recs, oldest, _stats = scan(self.directory, q, offline=False)
+        # Only what is durable: a buffered line may be in the file before its sync.
+        recs, oldest, _stats = scan(self.directory, q, offline=False, upto_seq=self._committed)
         return [r.to_json() for r in recs], oldest
 
     def get(self, harness: str, run_id: int) -> dict[str, Any] | None:

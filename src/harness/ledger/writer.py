@@ -132,7 +132,11 @@ class Writer:
         self.retry_min = retry_min
         self.retry_max = retry_max
         self.max_line = max_line
-        self._cv = threading.Condition(threading.Lock())
+        # State lock, and a bell: a bare lock used as a binary semaphore, which is much
+        # cheaper to ring than a Condition (no per-wait lock, no Python-level notify).
+        self._cv = threading.Lock()
+        self._bell = threading.Lock()
+        self._bell.acquire()
         self._queue: deque[Entry] = deque()
         self._next_seq = next_seq
         self._head = head_hash
@@ -186,8 +190,8 @@ class Writer:
             self._next_seq = seq + 1
             self._head = digest
             self._queue.append(e)
-            self._cv.notify()
-            return e
+        self._ring()
+        return e
 
     def wait(self, e: Entry) -> int:
         """Wait until a synced entry is durable; raise LedgerUnavailable on failure or timeout."""
@@ -247,7 +251,7 @@ class Writer:
         """Ask the writer to sync buffered lines now (used by tests and shutdown)."""
         with self._cv:
             self._flush_now = True
-            self._cv.notify()
+        self._ring()
 
     def stats(self) -> WriterStats:
         with self._cv:
@@ -273,7 +277,7 @@ class Writer:
                 return
             self._closing = True
             self._deadline = time.monotonic() + timeout
-            self._cv.notify()
+        self._ring()
         self._thread.join(timeout + 1.0)
         with self._cv:
             self._closed = True
@@ -288,35 +292,45 @@ class Writer:
 
     # -- the writer thread -----------------------------------------------------------
 
+    def _ring(self) -> None:
+        """Wake the writer thread (a no-op if it is already awake or about to be)."""
+        try:  # noqa: SIM105 -- on the append path; suppress() costs a context manager
+            self._bell.release()
+        except RuntimeError:  # already rung: the writer drains the whole queue per wake
+            pass
+
     def _run(self) -> None:
         backoff = self.retry_min
         retry_at = 0.0
         while True:
             with self._cv:
-                while True:
-                    now = time.monotonic()
-                    if self._closing and (not self._queue or now >= self._deadline):
-                        self._shutdown_files()
-                        return
-                    pending = any(not e.written for e in self._queue)
-                    waiting_sync = any(e.sync for e in self._queue)
-                    oldest = self._queue[0].enqueued if self._queue else None
-                    due = oldest is not None and (
-                        now - oldest >= self.flush_every or self._flush_now or self._closing
-                    )
-                    if now >= retry_at and (pending or waiting_sync or due):
-                        break
-                    timeout: float | None = None
+                now = time.monotonic()
+                if self._closing and (not self._queue or now >= self._deadline):
+                    self._shutdown_files()
+                    return
+                pending = any(not e.written for e in self._queue)
+                waiting_sync = any(e.sync for e in self._queue)
+                oldest = self._queue[0].enqueued if self._queue else None
+                due = oldest is not None and (
+                    now - oldest >= self.flush_every or self._flush_now or self._closing
+                )
+                ready = now >= retry_at and (pending or waiting_sync or due)
+                if ready:
+                    batch = list(self._queue)
+                    force = self._flush_now or self._closing
+                    self._flush_now = False
+                else:
+                    timeout = -1.0  # block until rung
                     if now < retry_at:
                         timeout = retry_at - now
                     elif oldest is not None:
                         timeout = max(0.0, oldest + self.flush_every - now)
                     if self._closing:
-                        timeout = min(timeout or 0.05, max(0.0, self._deadline - now), 0.05)
-                    self._cv.wait(timeout)
-                batch = list(self._queue)
-                force = self._flush_now or self._closing
-                self._flush_now = False
+                        timeout = min(0.05 if timeout < 0 else timeout,
+                                      max(0.0, self._deadline - now), 0.05)
+            if not ready:
+                self._bell.acquire(timeout=timeout)
+                continue
             err = self._write_and_sync(batch, force)
             if err is None:
                 backoff = self.retry_min
