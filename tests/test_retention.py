@@ -275,3 +275,33 @@ def test_a_failed_carry_forward_keeps_the_file(tmp_path: Path, open_ledger: Open
     assert res.error is not None and day(T0 - 100 * DAY) in res.error
     assert digests(d) == before
     assert not (d / "CHAIN").exists()
+
+
+def test_memory_agrees_with_the_files_after_a_prune(tmp_path: Path,
+                                                     open_ledger: OpenLedger) -> None:
+    """A run opened in a pruned file and closed in a kept one, and a run wholly pruned:
+    after the prune, memory answers exactly what a file read answers (same records, same
+    seqs), so paging across the two never duplicates or skips a record."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 40 * DAY)
+    led = open_ledger(d, clock=clock, retention_ns=30 * DAY, window_ns=400 * DAY)
+    led.append({"type": "decided", "harness": "gone", "run_id": 1, "outcome": "missed",
+                "at": format_ns(T0 - 40 * DAY)})
+    led.append({"type": "opened", "harness": "long", "run_id": 1, "kind": "oneshot",
+                "started_at": format_ns(T0 - 40 * DAY), "at": format_ns(T0 - 40 * DAY),
+                "outcome": "running"})
+    clock.ns = T0 - 10 * DAY
+    led.append({"type": "updated", "harness": "long", "run_id": 1, "model_calls": 3,
+                "at": format_ns(T0 - 10 * DAY)})
+    led.append({"type": "closed", "harness": "long", "run_id": 1, "outcome": "success",
+                "exit_code": 0, "at": format_ns(T0 - 10 * DAY + HOUR)})
+    clock.ns = T0
+    res = led.prune()
+    assert res.deleted == [day(T0 - 40 * DAY)]
+    q = Query(limit=1000)
+    mem, mem_oldest = led.query(q)
+    files, files_oldest, _ = scan(str(d), q, offline=False)
+    assert [(r["harness"], r["run_id"], r["seq"]) for r in mem] == [("long", 1, 3)]
+    assert [(r.harness, r.run_id, r.seq) for r in files] == [("long", 1, 3)]
+    assert mem == [r.to_json() for r in files]
+    assert mem_oldest == files_oldest == 3

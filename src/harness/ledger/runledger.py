@@ -29,7 +29,7 @@ from .dayfiles import day_path, iter_chunks, list_day_files, read_tail
 from .errors import LedgerCorrupt
 from .feed import Committed, Feed, Subscription
 from .files import FileLayer, make_private_dir
-from .fold import Record
+from .fold import Frozen, Record
 from .index import Index
 from .query import Query
 from .reader import scan, valid_line
@@ -414,7 +414,56 @@ class RunLedger:
         with self._lock:
             self._pruned += len(res.deleted)
             self._carried += res.carried_forward
+        if res.deleted:
+            anchor = read_chain_file(self.directory)
+            if anchor is not None:
+                self._forget_pruned(anchor[0])
         return res
+
+    def _forget_pruned(self, upto: int) -> None:
+        """Make memory agree with the files after lines up to seq `upto` were deleted.
+
+        A closed record whose lines are all gone is dropped. A record that lost only its
+        first lines (a run across the cut, a carried-forward resident) is refolded from
+        the lines left on disk, so its seq is its first remaining line's, as a file read
+        says. The files are read without the lock (the writer keeps committing); lines
+        committed meanwhile are replayed from the ring before the swap.
+        """
+        with self._lock:
+            recs = self._index.records
+            for k in [k for k, r in recs.items() if r.closed and r.last_seq <= upto]:
+                del recs[k]
+            cut = {k for k, r in recs.items() if r.seq <= upto}
+            read_to = self._committed
+        if not cut:
+            return
+        fresh = {k: Record(*k) for k in cut}
+        for _day, path in list_day_files(self.directory).days:
+            for raw in self._file_lines(path):
+                try:
+                    e = _env.decode(raw)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    continue
+                r = fresh.get((e.harness, e.run_id))
+                if r is not None and e.seq <= read_to:
+                    obj = self._decode(raw, count=False)
+                    if obj is not None:
+                        r.apply(obj)
+        with self._lock:
+            later = [o for o in self._ring if o["seq"] > read_to]
+            if later and later[0]["seq"] != read_to + 1 and self._committed > read_to:
+                log.warning("ledger: too many lines committed while refolding after a prune;"
+                            " %d record(s) keep their pre-prune seq until restart", len(cut))
+                return
+            for o in later:
+                r = fresh.get((o["harness"], o["run_id"]))
+                if r is not None:
+                    r.apply(o)
+            for k, r in fresh.items():
+                if r.seq == 0:
+                    self._index.records.pop(k, None)
+                else:
+                    self._index.records[k] = Frozen(r) if r.closed else r
 
     def _carry_forward(self, day: str) -> int:
         with self._lock:

@@ -59,6 +59,7 @@ class VerifyResult:
     anchor: str = "genesis"  # or "CHAIN seq N"
     error: Break | None = None
     strays: list[str] = field(default_factory=list)
+    torn_tail: bool = False  # the newest day file ends in an unterminated fragment
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -67,7 +68,7 @@ class VerifyResult:
             "entry_count": self.lines,
             "files": self.files,
             "torn": self.torn,
-            "torn_tail": self.torn > 0,
+            "torn_tail": self.torn_tail,
             "torn_at": self.torn_at,
             "head_seq": self.head_seq,
             "head_hash": self.head_hash,
@@ -109,6 +110,7 @@ class FileCheck:
     lines: int = 0
     torn_at: list[str] = field(default_factory=list)
     error: Break | None = None
+    ends_torn: bool = False
 
 
 def check_file(path: str, name: str, skip_upto: int = 0) -> FileCheck:
@@ -123,6 +125,7 @@ def check_file(path: str, name: str, skip_upto: int = 0) -> FileCheck:
         for first, lines, torn in iter_chunks(path):
             if torn:
                 fc.torn_at.append(f"{name}:{first}")
+                fc.ends_torn = True
                 continue
             n = first - 1
             for raw in lines:
@@ -234,6 +237,7 @@ def verify_run_ledger(directory: str, parallel: bool | None = None) -> VerifyRes
     if parallel is None:
         parallel = sum(os.path.getsize(p) for p, _, _ in jobs) >= PARALLEL_BYTES
     checks = _check_all(jobs, parallel)
+    res.torn_tail = bool(checks) and checks[-1].ends_torn
     spans = [(c.first_seq, c.last_seq if c.error is None else None) for c in checks
              if c.first_seq is not None]
     ordered = all(
