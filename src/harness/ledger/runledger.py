@@ -1,12 +1,10 @@
 """The run ledger (SPEC-0022): the journal the daemon writes every run through.
 
 It puts the engine together for runs: `prepare_line` (schema, scrub, caps) → the
-single `Writer` (seq, chain, day file by each line's UTC `at`, durability) → once
-durable, the `Index` and the ring behind `since`, then the `Feed`. Data flows one
+single `Writer` (seq, chain, day file by each line's UTC `at`, durability) → on
+commit, the `Index` and the ring behind `since`, then the `Feed`. Data flows one
 way. Invariants: a line is visible to queries, `since` and subscribers only once
-it is durable, and a synced caller reads its own write as soon as `append`
-returns (reads fold committed lines first: `_locked`); the index and ring are
-touched only under `_lock`; `seq` continues
+it is durable; the index and ring are touched only under `_lock`; `seq` continues
 from the highest parseable seq on disk and never repeats; every record that was
 ever opened and not closed is known at open (REQ-7 needs them all), whatever its age.
 """
@@ -14,7 +12,6 @@ ever opened and not closed is known at open (REQ-7 needs them all), whatever its
 from __future__ import annotations
 
 import collections
-import contextlib
 import gc
 import heapq
 import logging
@@ -118,7 +115,6 @@ class RunLedger:
         self._lock = threading.RLock()
         self._index = Index(window_ns=window_ns, tail=tail)
         self._ring: collections.deque[dict[str, Any]] = collections.deque(maxlen=RING)
-        self._pending: list[dict[str, Any]] = []  # committed, not yet folded (`_settle`)
         self._feed = Feed()
         self._truncated = 0
         self._redactions = 0
@@ -137,7 +133,6 @@ class RunLedger:
             head_hash=head,
             files=files,
             on_commit=self._commit,
-            after_commit=self._settle,
             sync_timeout=sync_timeout,
             flush_every=flush_every,
             retry_min=retry_min,
@@ -264,7 +259,7 @@ class RunLedger:
     def backfill(self, names: list[str]) -> None:
         """Read older files newest-first until each named harness has `tail` records in
         memory, so `harness runs NAME` and jobs answer from memory for weekly jobs."""
-        with self._locked():
+        with self._lock:
             want = {n for n in names if self._count(n) < self._index.tail}
             if not want:
                 return
@@ -342,51 +337,29 @@ class RunLedger:
         self._writer.flush()
 
     def _commit(self, entries: list[Entry]) -> None:
-        """Before the synced callers are woken: only note the lines as committed.
-
-        The fold into the index and the feed happen in `_settle`, after the wake-up, so
-        the caller's handoff does not wait for them; every read settles first, so a
-        caller still reads its own writes.
-        """
+        published = []
+        feed = self._feed.active()
         with self._lock:
             self._committed = entries[-1].seq
-            self._pending.extend(e.obj for e in entries)
-
-    def _settle(self, _entries: list[Entry] | None = None) -> None:
-        with self._lock:
-            self._settle_locked()
-
-    def _settle_locked(self) -> None:
-        pending = self._pending
-        if not pending:
-            return
-        self._pending = []
-        feed = self._feed.active()
-        for obj in pending:  # the writer is done with them: the ring keeps them as committed
-            self._ring.append(obj)
-            r = self._index.apply(obj)
-            # Published under the lock, so items reach subscribers in seq order whichever
-            # thread settles.
-            if feed and obj["type"] != "updated":
-                self._feed.publish(Committed(obj["seq"], obj["type"], r.to_json(check_log=False)))
-        day = self.clock() // DAY_NS
-        if day != self._trimmed_day:
-            self._trimmed_day = day
-            self._index.trim(self.clock())
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """The lock, with every committed line folded in: what reads hold."""
-        with self._lock:
-            self._settle_locked()
-            yield
+            for e in entries:
+                obj = e.obj  # the writer is done with it: the ring keeps it as committed
+                self._ring.append(obj)
+                r = self._index.apply(obj)
+                if feed and obj["type"] != "updated":
+                    published.append(Committed(e.seq, obj["type"], r.to_json(check_log=False)))
+            day = self.clock() // DAY_NS
+            if day != self._trimmed_day:
+                self._trimmed_day = day
+                self._index.trim(self.clock())
+        for c in published:
+            self._feed.publish(c)
 
     # -- reading -----------------------------------------------------------------------
 
     def query(self, q: Query) -> tuple[list[dict[str, Any]], int | None]:
         """Records newest first and the oldest seq: from memory when that is provably
         complete, else from the day files (every committed line is in them)."""
-        with self._locked():
+        with self._lock:
             recs, oldest, complete = self._index.query(q)
             if complete:
                 return [r.to_json() for r in recs], oldest
@@ -395,16 +368,16 @@ class RunLedger:
         return [r.to_json() for r in recs], oldest
 
     def get(self, harness: str, run_id: int) -> dict[str, Any] | None:
-        with self._locked():
+        with self._lock:
             r = self._index.get(harness, run_id)
             return r.to_json() if r is not None else None
 
     def open_records(self) -> list[dict[str, Any]]:
-        with self._locked():
+        with self._lock:
             return [r.to_json(check_log=False) for r in self._index.open_records()]
 
     def max_run_id(self, harness: str) -> int:
-        with self._locked():
+        with self._lock:
             return self._index.max_ids.get(harness, 0)
 
     def subscribe(self, name: str, size: int = 1024) -> Subscription:
@@ -412,7 +385,7 @@ class RunLedger:
 
     def since(self, seq: int) -> Iterator[dict[str, Any]]:
         """Every committed line after `seq`, in seq order, from memory or the files."""
-        with self._locked():
+        with self._lock:
             ring = list(self._ring)
         if ring and ring[0]["seq"] <= seq + 1:
             yield from (o for o in ring if o["seq"] > seq)
@@ -438,7 +411,7 @@ class RunLedger:
         """Apply REQ-12 now (the daemon calls this at boot and at each UTC day rollover)."""
         res = prune(self.directory, self.clock(), self.retention_ns, self.max_bytes,
                     self._carry_forward)
-        with self._locked():
+        with self._lock:
             self._pruned += len(res.deleted)
             self._carried += res.carried_forward
         if res.deleted:
@@ -456,7 +429,7 @@ class RunLedger:
         says. The files are read without the lock (the writer keeps committing); lines
         committed meanwhile are replayed from the ring before the swap.
         """
-        with self._locked():
+        with self._lock:
             recs = self._index.records
             for k in [k for k, r in recs.items() if r.closed and r.last_seq <= upto]:
                 del recs[k]
@@ -476,7 +449,7 @@ class RunLedger:
                     obj = self._decode(raw, count=False)
                     if obj is not None:
                         r.apply(obj)
-        with self._locked():
+        with self._lock:
             later = [o for o in self._ring if o["seq"] > read_to]
             if later and later[0]["seq"] != read_to + 1 and self._committed > read_to:
                 log.warning("ledger: too many lines committed while refolding after a prune;"
@@ -493,7 +466,7 @@ class RunLedger:
                     self._index.records[k] = Frozen(r) if r.closed else r
 
     def _carry_forward(self, day: str) -> int:
-        with self._locked():
+        with self._lock:
             doomed = [r for r in self._index.open_records() if r.opened_at[:10] == day]
         n = 0
         for r in doomed:
@@ -514,7 +487,7 @@ class RunLedger:
                 size += os.path.getsize(p)
             except OSError:
                 continue
-        with self._locked():
+        with self._lock:
             return LedgerStats(
                 dir=self.directory,
                 next_seq=w.next_seq,

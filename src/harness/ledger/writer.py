@@ -4,9 +4,9 @@ Both ledgers write through this. Invariants:
 
 * ``seq`` is assigned and the chain link computed at enqueue, under one lock, so
   queue order is seq order is chain order, and lines reach the files in that order.
-* A line is *committed* — handed to ``on_commit`` and acknowledged to a synced
-  caller, then to ``after_commit`` (work that need not delay the caller) — only
-  after it is written and fdatasync'd. Nothing is visible before it is durable.
+* A line is *committed* — handed to ``on_commit`` (index, feed) and acknowledged to
+  a synced caller — only after it is written and fdatasync'd. Nothing is visible
+  before it is durable.
 * A line is written to a file at most once per seq: a failed write is cut back
   (ftruncate) or, where that fails too, what reached the file is read back and
   matched, so a retry never duplicates a line. A failed or timed-out write/sync
@@ -117,7 +117,6 @@ class Writer:
         head_hash: str,
         files: FileLayer | None = None,
         on_commit: Callable[[list[Entry]], None] | None = None,
-        after_commit: Callable[[list[Entry]], None] | None = None,
         sync_timeout: float = 2.0,
         flush_every: float = 30.0,
         retry_min: float = 0.25,
@@ -128,7 +127,6 @@ class Writer:
         self._sealer = sealer
         self._files = files or FileLayer()
         self._on_commit = on_commit
-        self._after_commit = after_commit
         self.sync_timeout = sync_timeout
         self.flush_every = flush_every
         self.retry_min = retry_min
@@ -507,13 +505,6 @@ class Writer:
             for e in commit:
                 if e.waiter is not None:
                     e.waiter.wake()
-            if self._after_commit is not None:
-                # Work that need not delay the callers: done while they are being woken.
-                try:
-                    self._after_commit(commit)
-                except Exception:  # a reader-side bug must not stop durability
-                    log.exception("ledger: after-commit callback failed (seq %d)",
-                                  commit[0].seq)
         if len(self._open) > 2:
             # Day rollover leaves yesterday's handle open; keep only the newest.
             for p in list(self._open)[:-1]:
