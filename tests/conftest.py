@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from harness.ledger.runledger import RunLedger
 
 
 @dataclass
@@ -51,3 +54,24 @@ def world(tmp_path: Path) -> Iterator[World]:
     env.pop("HARNESS_CONFIG", None)
     (tmp_path / "run").mkdir(mode=0o700)
     yield World(tmp_path, env)
+
+
+@pytest.fixture
+def opened_ledgers() -> Iterator[list[RunLedger]]:
+    """Ledgers a test opened; closed at teardown so no writer thread outlives its test."""
+    ledgers: list[RunLedger] = []
+    yield ledgers
+    for led in ledgers:
+        led.close(timeout=10.0)
+
+
+@pytest.fixture
+def open_ledger(opened_ledgers: list[RunLedger]) -> Callable[..., RunLedger]:
+    """Open a RunLedger that is closed at teardown."""
+
+    def _open(directory: Path, **kw: Any) -> RunLedger:
+        led = RunLedger(str(directory), **kw)
+        opened_ledgers.append(led)
+        return led
+
+    return _open

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,26 +21,10 @@ import harness.ledger.runledger as runledger_mod
 from harness.ledger.query import Query, QueryError
 from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
-from harness.timefmt import format_ns, parse_ns
-
-NS = 1_000_000_000
-MINUTE = 60 * NS
-HOUR = 60 * MINUTE
-DAY = 24 * HOUR
-T0 = parse_ns("2026-06-15T12:00:00Z")
-
+from harness.timefmt import format_ns
+from ledgertools import DAY, HOUR, MINUTE, T0, Clock
 
 # More seeds for the randomised memory-vs-files test: LEDGER_QUERY_SEEDS=60 pytest ...
-
-
-class Clock:
-    """An injectable wall clock (epoch ns) that tests move by hand."""
-
-    def __init__(self, ns: int) -> None:
-        self.ns = ns
-
-    def __call__(self) -> int:
-        return self.ns
 
 
 class Scans:
@@ -61,14 +44,6 @@ class Scans:
 @pytest.fixture
 def scans(monkeypatch: pytest.MonkeyPatch) -> Scans:
     return Scans(monkeypatch)
-
-
-@pytest.fixture
-def opened_ledgers() -> Iterator[list[RunLedger]]:
-    ledgers: list[RunLedger] = []
-    yield ledgers
-    for led in ledgers:
-        led.close(timeout=10.0)
 
 
 def reopen(directory: Path, mode: str, now: int, opened: list[RunLedger]) -> RunLedger:

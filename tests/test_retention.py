@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,56 +22,17 @@ from harness.ledger.query import Query
 from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
 from harness.ledger.verify import verify_run_ledger
-from harness.timefmt import format_ns, parse_ns
-
-NS = 1_000_000_000
-HOUR = 3600 * NS
-DAY = 24 * HOUR
-T0 = parse_ns("2026-06-15T12:00:00Z")
-
-
-class Clock:
-    """An injectable wall clock (epoch ns) that tests move by hand."""
-
-    def __init__(self, ns: int) -> None:
-        self.ns = ns
-
-    def __call__(self) -> int:
-        return self.ns
+from harness.timefmt import format_ns
+from ledgertools import DAY, HOUR, T0, Clock, OpenLedger, lines_of
 
 
 def day(ns: int) -> str:
     return format_ns(ns)[:10]
 
 
-def lines_of(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(raw) for raw in path.read_bytes().split(b"\n")[:-1] if raw]
-
-
 def digests(directory: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(directory.glob("*.jsonl"))}
-
-
-@pytest.fixture
-def opened_ledgers() -> Iterator[list[RunLedger]]:
-    ledgers: list[RunLedger] = []
-    yield ledgers
-    for led in ledgers:
-        led.close(timeout=10.0)
-
-
-OpenLedger = Callable[..., RunLedger]
-
-
-@pytest.fixture
-def open_ledger(opened_ledgers: list[RunLedger]) -> OpenLedger:
-    def _open(directory: Path, **kw: Any) -> RunLedger:
-        led = RunLedger(str(directory), **kw)
-        opened_ledgers.append(led)
-        return led
-
-    return _open
 
 
 def fill_days(led: RunLedger, clock: Clock, ages: range, per_day: int = 2) -> None:

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,24 +26,11 @@ from harness.ledger.query import Query
 from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
 from harness.ledger.verify import verify_run_ledger
-from harness.timefmt import format_ns, parse_ns
+from harness.timefmt import format_ns
+from ledgertools import DAY, HOUR, NS, T0, Clock, OpenLedger, lines_of
 
-NS = 1_000_000_000
-HOUR = 3600 * NS
-DAY = 24 * HOUR
-T0 = parse_ns("2026-06-15T12:00:00Z")
 ZERO = "0" * 64
 STAMP = re.compile(r"\A\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z\Z")
-
-
-class Clock:
-    """An injectable wall clock (epoch ns) that tests move by hand."""
-
-    def __init__(self, ns: int) -> None:
-        self.ns = ns
-
-    def __call__(self) -> int:
-        return self.ns
 
 
 def canonical(obj: dict[str, Any]) -> bytes:
@@ -61,12 +47,6 @@ def seal(obj: dict[str, Any], prev: str) -> bytes:
     return canonical(body) + b"\n"
 
 
-def lines_of(path: Path) -> list[dict[str, Any]]:
-    """Every complete line of a day file, parsed."""
-    data = path.read_bytes()
-    return [json.loads(raw) for raw in data.split(b"\n")[:-1] if raw]
-
-
 def all_lines(directory: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for p in sorted(directory.glob("*.jsonl")):
@@ -81,28 +61,6 @@ def day_file(directory: Path, ns: int) -> Path:
 @pytest.fixture
 def ledger_dir(tmp_path: Path) -> Path:
     return tmp_path / "state" / "harness" / "ledger"
-
-
-@pytest.fixture
-def opened_ledgers() -> Iterator[list[RunLedger]]:
-    """Ledgers a test opened; closed at teardown so no writer thread outlives its test."""
-    ledgers: list[RunLedger] = []
-    yield ledgers
-    for led in ledgers:
-        led.close(timeout=10.0)
-
-
-OpenLedger = Callable[..., RunLedger]
-
-
-@pytest.fixture
-def open_ledger(opened_ledgers: list[RunLedger]) -> OpenLedger:
-    def _open(directory: Path, **kw: Any) -> RunLedger:
-        led = RunLedger(str(directory), **kw)
-        opened_ledgers.append(led)
-        return led
-
-    return _open
 
 
 def decided(harness: str, run_id: int, **kw: Any) -> dict[str, Any]:
