@@ -147,36 +147,15 @@ def bench_latency(work: str, n: int) -> dict[str, Any]:
             "floor_ratio_p99": f99 / r99}
 
 
-def bench_group_commit(work: str, per_thread: int, threads: int = 16) -> dict[str, Any]:
-    sample = canonical({**opened_line(1), "v": 1, "seq": 1, "at": format_ns(now_ns()),
-                        "prev": "0" * 64, "hash": "0" * 64}) + b"\n"
-    n_raw = threads * per_thread // 4
-    t = time.perf_counter()
-    raw_latencies(os.path.join(work, "raw-gc.bin"), sample, n_raw)
-    raw_rate = n_raw / (time.perf_counter() - t)
-    bare = BareWriter(os.path.join(work, "bare-gc.bin"))
+def race(threads: int, per_thread: int, append: Any) -> float:
+    """Seconds for `threads` threads, released together, to call append(n) per_thread times
+    each (n = 1, 2, … unique across threads)."""
     start = threading.Barrier(threads + 1)
-
-    def bare_worker() -> None:
-        start.wait()
-        for _ in range(per_thread):
-            bare.append(sample)
-
-    ts = [threading.Thread(target=bare_worker) for _ in range(threads)]
-    for th in ts:
-        th.start()
-    start.wait()
-    t = time.perf_counter()
-    for th in ts:
-        th.join()
-    floor_rate = threads * per_thread / (time.perf_counter() - t)
-    bare.close()
-    led = RunLedger(os.path.join(work, "gc-ledger"))
 
     def worker(k: int) -> None:
         start.wait()
         for i in range(per_thread):
-            led.append(opened_line(k * per_thread + i + 1), sync=True)
+            append(k * per_thread + i + 1)
 
     ts = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
     for th in ts:
@@ -185,7 +164,21 @@ def bench_group_commit(work: str, per_thread: int, threads: int = 16) -> dict[st
     t = time.perf_counter()
     for th in ts:
         th.join()
-    el = time.perf_counter() - t
+    return time.perf_counter() - t
+
+
+def bench_group_commit(work: str, per_thread: int, threads: int = 16) -> dict[str, Any]:
+    sample = canonical({**opened_line(1), "v": 1, "seq": 1, "at": format_ns(now_ns()),
+                        "prev": "0" * 64, "hash": "0" * 64}) + b"\n"
+    n_raw = threads * per_thread // 4
+    t = time.perf_counter()
+    raw_latencies(os.path.join(work, "raw-gc.bin"), sample, n_raw)
+    raw_rate = n_raw / (time.perf_counter() - t)
+    bare = BareWriter(os.path.join(work, "bare-gc.bin"))
+    floor_rate = threads * per_thread / race(threads, per_thread, lambda _n: bare.append(sample))
+    bare.close()
+    led = RunLedger(os.path.join(work, "gc-ledger"))
+    el = race(threads, per_thread, lambda n: led.append(opened_line(n), sync=True))
     syncs = led.writer.stats().syncs
     led.close()
     rate = threads * per_thread / el
