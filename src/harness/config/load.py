@@ -1,0 +1,672 @@
+"""Loading harness.toml: files, precedence, merging, the project registry and error reports.
+
+What is read, in order (DESIGN.md §2-§3, SPEC-0022 REQ-19):
+
+1. the global file (``config_path()``: ``--config``, ``HARNESS_CONFIG``, or
+   ``$XDG_CONFIG_HOME/harness/harness.toml``); a missing *default* file is an empty
+   config, a missing file named explicitly is an error;
+2. the drop-ins: ``*.toml`` in ``[server] harness_d``, in name order; each may carry only
+   ``[harness.*]``, ``[webhook.*]`` and ``[channel.*]``;
+3. the projects registered with ``harness up`` (``projects.json`` in the state dir): each
+   project's ``DIR/harness.toml`` may carry only ``[harness.*]``, whose names become
+   ``PROJECT/NAME``, and no schedule, triggers, operating hours or budgets — those are the
+   operator's to grant, in the global file. ``[ledger]`` anywhere but the global file is
+   rejected as "configured globally".
+
+Relative ``workdir``, ``env_file`` and ``harness_d`` paths resolve against the directory of
+the file that declares them, and ``~`` expands; a project harness without ``workdir`` runs
+in its project directory. A name declared twice (in any two files) is an error.
+
+Errors: ``load_config`` validates everything it can and raises one ``ConfigError`` whose
+lines read ``FILE:LINE: KEY: problem`` (KEY dotted as in the file, e.g.
+``harness.nightly.timeout``). tomllib keeps no positions, so ``_key_lines`` re-scans the
+TOML text for table headers and keys; a key it cannot place (inside an inline table)
+takes the line of its nearest placed parent. Rules that span keys of one table are
+checked only once the table's keys are individually valid.
+
+Invariant: loading has no side effects. It only reads files, and it either returns a
+complete, valid Config or raises; so a reload that fails leaves the caller's last good
+Config in force simply by the caller keeping the object it already holds. The registry
+functions are the only writers here, and they replace ``projects.json`` atomically (0600).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import tempfile
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from harness.config.model import (
+    NAME_RE,
+    BudgetConfig,
+    ChannelConfig,
+    Config,
+    HarnessConfig,
+    KeyedValueError,
+    LedgerConfig,
+    ServerConfig,
+    WebhookConfig,
+    toml_type,
+)
+from harness.ledger.files import make_private_dir
+from harness.paths import config_path, state_dir
+
+__all__ = [
+    "ConfigError",
+    "Problem",
+    "Project",
+    "RegistryError",
+    "diff_configs",
+    "list_projects",
+    "load_config",
+    "register_project",
+    "registry_path",
+    "unregister_project",
+]
+
+Path = tuple[str, ...]
+M = TypeVar("M", bound=BaseModel)
+
+LEDGER_GLOBAL = "the ledger is configured globally, in the daemon's harness.toml"
+_PROJECT_FORBIDDEN = {
+    "schedule": "a project harness cannot be scheduled; schedules are configured globally",
+    "catch_up": "a project harness cannot be scheduled; schedules are configured globally",
+    "triggers": "a project harness cannot be triggered; triggers are configured globally",
+    "operating_hours": "operating hours are configured globally, not in a project file",
+    "hours_shutdown": "operating hours are configured globally, not in a project file",
+    "max_runs_per_day": "budgets are configured globally, not in a project file",
+    "max_cost_usd": "budgets are configured globally, not in a project file",
+    "max_tokens": "budgets are configured globally, not in a project file",
+    "daily_cost_usd": "budgets are configured globally, not in a project file",
+}
+_PROJECT_TABLES = {
+    "ledger": LEDGER_GLOBAL,
+    "budget": "budgets are configured globally, not in a project file",
+    "server": "[server] is configured globally, not in a project file",
+    "webhook": "webhooks are configured globally, not in a project file",
+    "channel": "channels are configured globally, not in a project file",
+}
+_DROPIN_ONLY = "a drop-in may carry only [harness.*], [webhook.*] and [channel.*] tables"
+_TYPE_NAMES = {
+    "string_type": "a string", "int_type": "an integer", "bool_type": "a boolean",
+    "float_type": "a number", "list_type": "an array", "dict_type": "a table",
+    "model_type": "a table", "int_from_float": "an integer",
+}
+
+
+# ---- errors ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Problem:
+    """One configuration problem; ``line`` is None only for a file that cannot be read."""
+
+    file: str
+    line: int | None
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        if self.line is None:
+            return f"{self.file}: {self.message}"
+        return f"{self.file}:{self.line}: {self.key}: {self.message}"
+
+
+class ConfigError(Exception):
+    """Every problem a load found, one ``FILE:LINE: KEY: problem`` per line."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class RegistryError(Exception):
+    """``harness up``/``down`` could not register or unregister a project, or read the registry."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+# ---- key positions -----------------------------------------------------------------------
+
+_BARE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _parse_key(text: str, i: int) -> tuple[Path, int]:
+    """A (dotted, possibly quoted) key starting at ``i``; stops before ``=`` or ``]``."""
+    parts: list[str] = []
+    n = len(text)
+    while i < n:
+        while i < n and text[i] in " \t":
+            i += 1
+        if i < n and text[i] == '"':
+            j = i + 1
+            buf = []
+            while j < n and text[j] != '"' and text[j] != "\n":
+                if text[j] == "\\" and j + 1 < n:
+                    buf.append(text[j:j + 2])
+                    j += 2
+                    continue
+                buf.append(text[j])
+                j += 1
+            raw = "".join(buf)
+            try:
+                parts.append(json.loads('"' + raw + '"'))
+            except ValueError:
+                parts.append(raw)
+            i = j + 1
+        elif i < n and text[i] == "'":
+            j = text.find("'", i + 1)
+            j = n if j < 0 else j
+            parts.append(text[i + 1:j])
+            i = j + 1
+        else:
+            m = _BARE.match(text, i)
+            if not m:
+                break
+            parts.append(m.group())
+            i = m.end()
+        while i < n and text[i] in " \t":
+            i += 1
+        if i < n and text[i] == ".":
+            i += 1
+            continue
+        break
+    return tuple(parts), i
+
+
+def _skip_value(text: str, i: int, line: int) -> tuple[int, int]:
+    """Skip one value (strings, nested arrays/inline tables, comments); return (i, line)."""
+    n = len(text)
+    depth = 0
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            if depth == 0:
+                return i, line
+            line += 1
+            i += 1
+        elif c == "#":
+            while i < n and text[i] != "\n":
+                i += 1
+        elif text.startswith('"""', i) or text.startswith("'''", i):
+            q = text[i:i + 3]
+            j = i + 3
+            while j < n and not text.startswith(q, j):
+                j += 2 if q == '"""' and text[j] == "\\" else 1
+            while text.startswith(q[0], j + 3):  # up to two quotes may close the string
+                j += 1
+            line += text.count("\n", i, min(j + 3, n))
+            i = j + 3
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if c == '"' and text[j] == "\\" else 1
+            i = j + 1
+        elif c in "[{":
+            depth += 1
+            i += 1
+        elif c in "]}":
+            depth -= 1
+            i += 1
+        else:
+            i += 1
+    return i, line
+
+
+def _key_lines(text: str) -> dict[Path, int]:
+    """The 1-based line of every table header and key (first occurrence), by dotted path."""
+    lines: dict[Path, int] = {}
+    table: Path = ()
+    i, n, line = 0, len(text), 1
+
+    def record(path: Path) -> None:
+        for k in range(1, len(path) + 1):
+            lines.setdefault(path[:k], line)
+
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line += 1
+            i += 1
+        elif c in " \t\r":
+            i += 1
+        elif c == "#":
+            while i < n and text[i] != "\n":
+                i += 1
+        elif c == "[":
+            i += 2 if text.startswith("[[", i) else 1
+            table, i = _parse_key(text, i)
+            record(table)
+            while i < n and text[i] != "\n":
+                i += 1
+        else:
+            key, j = _parse_key(text, i)
+            if not key:  # not TOML we understand; tomllib has already accepted it, so skip
+                while i < n and text[i] != "\n":
+                    i += 1
+                continue
+            record(table + key)
+            i, line = _skip_value(text, j + 1 if j < n and text[j] == "=" else j, line)
+    return lines
+
+
+@dataclass
+class _File:
+    """One file being loaded: where its keys are, and the problems found in it."""
+
+    path: str
+    lines: dict[Path, int] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+    def line_of(self, path: Path) -> int:
+        for k in range(len(path), 0, -1):
+            if path[:k] in self.lines:
+                return self.lines[path[:k]]
+        return 1
+
+    def add(self, path: Path, message: str) -> None:
+        self.problems.append(
+            Problem(self.path, self.line_of(path), ".".join(path) or "(top)", message))
+
+    def read(self) -> dict[str, Any] | None:
+        try:
+            with open(self.path, "rb") as fh:
+                raw = fh.read()
+        except OSError as exc:
+            self.problems.append(Problem(self.path, None, "", exc.strerror or str(exc)))
+            return None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw[:exc.start].count(b"\n") + 1
+            self.problems.append(Problem(self.path, line, "syntax", "not valid UTF-8"))
+            return None
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            msg = str(exc)
+            m = re.search(r"\s*\(at line (\d+), column \d+\)$", msg)
+            if m:
+                line, msg = int(m.group(1)), msg[:m.start()]
+            else:
+                line, msg = text.count("\n") + 1, re.sub(r"\s*\(at end of document\)$", "", msg)
+            self.problems.append(Problem(self.path, line, "syntax", f"invalid TOML: {msg}"))
+            return None
+        self.lines = _key_lines(text)
+        return data
+
+    def validate(self, model: type[M], data: Any, path: Path) -> M | None:
+        """Validate one table, reporting each failure under ``path``; None if it failed."""
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            for err in exc.errors():
+                # List indexes are not TOML keys: `argv.0` is reported as `argv`, and the
+                # message quotes the offending value instead.
+                loc = path + tuple(str(p) for p in err["loc"] if not isinstance(p, int))
+                ctx = err.get("ctx") or {}
+                inner = ctx.get("error")
+                if isinstance(inner, KeyedValueError):
+                    for key, msg in inner.problems:
+                        self.add((*loc, key), msg)
+                else:
+                    self.add(loc, _message(err))
+            return None
+
+
+def _message(err: Any) -> str:
+    kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "literal_error":
+        return f"unknown value {value!r} (expected {ctx.get('expected')})"
+    if kind == "value_error":
+        return str(ctx.get("error", err["msg"]))
+    if kind in _TYPE_NAMES:
+        return f"expected {_TYPE_NAMES[kind]}, got {toml_type(value)} {value!r}"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal"):
+        bound = {"greater_than_equal": ("at least", "ge"), "greater_than": ("more than", "gt"),
+                 "less_than_equal": ("at most", "le")}[kind]
+        limit = ctx.get(bound[1])
+        if isinstance(limit, float) and limit.is_integer():
+            limit = int(limit)  # `more than 0`, not `more than 0.0`, for a float field
+        return f"must be {bound[0]} {limit}, got {value!r}"
+    if kind == "string_too_short":
+        return "must not be empty"
+    if kind == "string_pattern_mismatch":
+        return f"{value!r} does not match {ctx.get('pattern')}"
+    return str(err["msg"])
+
+
+# ---- reading one file --------------------------------------------------------------------
+
+def _resolve(value: Any, base: str) -> Any:
+    """``~`` and relative paths against the declaring file's directory; non-strings as is."""
+    if isinstance(value, str) and value:
+        return os.path.normpath(os.path.join(base, os.path.expanduser(value)))
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return [_resolve(v, base) for v in value]
+    return value  # left as written, so a type error quotes what the user wrote
+
+
+@dataclass
+class _Parts:
+    """The validated tables of one file, by name (declared names kept even when invalid)."""
+
+    harness: dict[str, HarnessConfig | None] = field(default_factory=dict)
+    webhook: dict[str, WebhookConfig | None] = field(default_factory=dict)
+    channel: dict[str, ChannelConfig | None] = field(default_factory=dict)
+    local_names: dict[str, str] = field(default_factory=dict)  # full harness name -> as in file
+    triggers: dict[str, list[str]] = field(default_factory=dict)  # as written, valid or not
+    ledger: LedgerConfig | None = None
+    budget: BudgetConfig | None = None
+    server: ServerConfig | None = None
+    harness_d: str | None = None
+
+
+def _named_tables(f: _File, data: dict[str, Any], kind: str) -> dict[str, Any]:
+    tables = data.get(kind, {})
+    if not isinstance(tables, dict):
+        f.add((kind,), f"expected a table of [{kind}.NAME] tables, got {toml_type(tables)}")
+        return {}
+    out = {}
+    for name, body in tables.items():
+        if not NAME_RE.fullmatch(name):
+            f.add((kind, name), f"bad name {name!r} (letters, digits, '.', '_', '-'; "
+                                "at most 64, starting with a letter or digit)")
+        elif not isinstance(body, dict):
+            f.add((kind, name), f"expected a table, got {toml_type(body)} {body!r}")
+        else:
+            out[name] = body
+    return out
+
+
+def _read_file(f: _File, role: str, project: Project | None = None) -> _Parts | None:
+    data = f.read()
+    if data is None:
+        return None
+    parts = _Parts()
+    base = os.path.dirname(os.path.abspath(f.path))
+    allowed = {"global": {"harness", "ledger", "budget", "server", "webhook", "channel"},
+               "dropin": {"harness", "webhook", "channel"},
+               "project": {"harness"}}[role]
+    for key in data:
+        if key in allowed:
+            continue
+        if key == "ledger":
+            f.add((key,), LEDGER_GLOBAL)
+        elif role == "project" and key in _PROJECT_TABLES:
+            f.add((key,), _PROJECT_TABLES[key])
+        elif role == "dropin" and key in ("budget", "server"):
+            f.add((key,), _DROPIN_ONLY)
+        else:
+            f.add((key,), "unknown key")
+
+    for name, body in _named_tables(f, data, "harness").items():
+        body = dict(body)
+        if role == "project":
+            for key in list(body):
+                if key in _PROJECT_FORBIDDEN:
+                    f.add(("harness", name, key), _PROJECT_FORBIDDEN[key])
+                    del body[key]  # reported once here, not again as a cascade below
+            body.setdefault("workdir", project.dir if project else base)
+        for key in ("workdir", "env_file"):
+            if key in body:
+                body[key] = _resolve(body[key], base)
+        full = f"{project.name}/{name}" if project else name
+        parts.local_names[full] = name
+        trig = body.get("triggers")
+        if isinstance(trig, list):
+            parts.triggers[full] = [t for t in trig if isinstance(t, str) and "." in t]
+        parts.harness[full] = f.validate(HarnessConfig, body, ("harness", name))
+    for kind, model in (("webhook", WebhookConfig), ("channel", ChannelConfig)):
+        if kind not in allowed:
+            continue
+        target: dict[str, Any] = getattr(parts, kind)
+        for name, body in _named_tables(f, data, kind).items():
+            if "env_file" in body:
+                body = {**body, "env_file": _resolve(body["env_file"], base)}
+            target[name] = f.validate(model, body, (kind, name))
+    if role == "global":
+        parts.ledger = f.validate(LedgerConfig, data.get("ledger", {}), ("ledger",))
+        parts.budget = f.validate(BudgetConfig, data.get("budget", {}), ("budget",))
+        server = data.get("server", {})
+        if isinstance(server, dict) and isinstance(server.get("harness_d"), str):
+            # Taken as written even if another [server] key is bad, so the drop-ins are
+            # still read and their problems reported in the same pass.
+            parts.harness_d = _resolve(server["harness_d"], base)
+            server = {**server, "harness_d": parts.harness_d}
+        parts.server = f.validate(ServerConfig, server, ("server",))
+    return parts
+
+
+# ---- the project registry ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Project:
+    """A directory registered with ``harness up``; its harnesses are named ``NAME/...``."""
+
+    name: str
+    dir: str
+
+    @property
+    def config_file(self) -> str:
+        return os.path.join(self.dir, "harness.toml")
+
+
+def registry_path() -> str:
+    return os.path.join(state_dir(), "projects.json")
+
+
+def list_projects() -> list[Project]:
+    """The registered projects, in registration order; none if there is no registry yet."""
+    path = registry_path()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = json.load(fh)
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        raise RegistryError(path, f"cannot read the project registry: {exc}") from exc
+    try:
+        return [Project(str(p["name"]), str(p["dir"])) for p in raw["projects"]]
+    except (KeyError, TypeError) as exc:
+        raise RegistryError(path, "not a project registry (no projects list)") from exc
+
+
+@contextlib.contextmanager
+def _registry_lock() -> Iterator[None]:
+    """Serialise ``harness up``/``down``: each is a read-modify-write of the registry.
+
+    The lock is taken on the state directory itself, so no lock file is left behind.
+    """
+    d = state_dir()
+    make_private_dir(d)
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _write_registry(projects: list[Project]) -> None:
+    path = registry_path()
+    d = os.path.dirname(path)
+    body = json.dumps({"version": 1, "projects": [{"name": p.name, "dir": p.dir}
+                                                  for p in projects]}, indent=2) + "\n"
+    # Write-then-rename in the same directory: a reader sees the old registry or the new
+    # one, never a torn file; mkstemp creates the file 0600.
+    fd, tmp = tempfile.mkstemp(prefix=".projects.", suffix=".tmp", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(body)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def register_project(directory: str, name: str | None = None) -> Project:
+    """Register ``directory`` (``harness up``); idempotent. The name defaults to its basename."""
+    real = os.path.realpath(directory)
+    if not os.path.isfile(os.path.join(real, "harness.toml")):
+        raise RegistryError(real, "no harness.toml in this directory")
+    name = name or os.path.basename(real)
+    if not NAME_RE.fullmatch(name):
+        raise RegistryError(real, f"{name!r} is not a usable project name "
+                                  "(letters, digits, '.', '_', '-'); pass another name")
+    with _registry_lock():
+        projects = list_projects()
+        for p in projects:
+            if p.dir == real:
+                if p.name == name:
+                    return p
+                raise RegistryError(real, f"already registered as {p.name!r}")
+            if p.name == name:
+                raise RegistryError(real, f"project name {name!r} is already taken by {p.dir}")
+        project = Project(name, real)
+        _write_registry([*projects, project])
+        return project
+
+
+def unregister_project(directory: str) -> bool:
+    """Forget ``directory`` (``harness down``); whether it was registered."""
+    real = os.path.realpath(directory)
+    if not os.path.exists(registry_path()):
+        return False  # nothing to forget; and `down` must not create the state dir
+    with _registry_lock():
+        projects = list_projects()
+        kept = [p for p in projects if p.dir != real]
+        if len(kept) == len(projects):
+            return False
+        _write_registry(kept)
+        return True
+
+
+# ---- the whole load ----------------------------------------------------------------------
+
+def load_config(path: str | None = None, *, projects: list[Project] | None = None) -> Config:
+    """Read, validate and merge every config file; raise ConfigError listing every problem.
+
+    ``path`` overrides ``config_path()``; ``projects`` overrides the registry (tests, and
+    a daemon that has just read it).
+    """
+    explicit = path is not None or bool(os.environ.get("HARNESS_CONFIG"))
+    gpath = config_path(path)
+    files: list[_File] = []
+    loaded: list[tuple[_File, _Parts]] = []
+
+    g = _File(gpath)
+    files.append(g)
+    gparts: _Parts | None
+    if not explicit and not os.path.exists(gpath):
+        gparts = _Parts(ledger=LedgerConfig(), budget=BudgetConfig(), server=ServerConfig())
+    else:
+        gparts = _read_file(g, "global")
+    if gparts is not None:
+        loaded.append((g, gparts))
+        if gparts.harness_d is not None:
+            if not os.path.isdir(gparts.harness_d):
+                g.add(("server", "harness_d"), f"{gparts.harness_d} is not a directory")
+            else:
+                try:
+                    entries = sorted(os.listdir(gparts.harness_d))
+                except OSError as exc:
+                    g.add(("server", "harness_d"), f"cannot list {gparts.harness_d}: "
+                                                   f"{exc.strerror or exc}")
+                    entries = []
+                for entry in entries:
+                    fp = os.path.join(gparts.harness_d, entry)
+                    if entry.endswith(".toml") and os.path.isfile(fp):
+                        f = _File(fp)
+                        files.append(f)
+                        parts = _read_file(f, "dropin")
+                        if parts is not None:
+                            loaded.append((f, parts))
+
+    if projects is None:
+        try:
+            projects = list_projects()
+        except RegistryError as exc:
+            files.append(_File(exc.path, problems=[Problem(exc.path, None, "", exc.reason)]))
+            projects = []
+    for project in projects:
+        f = _File(project.config_file)
+        files.append(f)
+        parts = _read_file(f, "project", project)
+        if parts is not None:
+            loaded.append((f, parts))
+
+    merged: dict[str, dict[str, Any]] = {"harness": {}, "webhook": {}, "channel": {}}
+    origins: dict[str, str] = {}
+    where: dict[str, tuple[_File, Path]] = {}
+    for f, parts in loaded:
+        for kind in ("harness", "webhook", "channel"):
+            for name, model in getattr(parts, kind).items():
+                local = parts.local_names.get(name, name) if kind == "harness" else name
+                key = f"{kind}.{name}"
+                if key in origins:
+                    f.add((kind, local), f"{kind} {name!r} is already defined in {origins[key]}")
+                    continue
+                origins[key] = f.path
+                where[key] = (f, (kind, local))
+                merged[kind][name] = model
+
+    # Checked on the triggers as written, so a harness with other problems still gets this
+    # one reported in the same pass.
+    for f, parts in loaded:
+        for name, written in parts.triggers.items():
+            declared = where.get(f"harness.{name}")
+            if declared is None or declared[0] is not f:
+                continue  # a duplicate, already reported
+            hpath = ("harness", parts.local_names[name])
+            for trig in written:
+                kind, _, target = trig.partition(".")
+                if kind not in ("webhook", "channel") or target in merged[kind]:
+                    continue
+                f.add((*hpath, "triggers"), f"{trig} is not defined (no [{kind}.{target}] table)")
+
+    problems = [p for f in files
+                for p in sorted(f.problems, key=lambda p: (p.line or 0, p.key))]
+    if problems:
+        raise ConfigError(problems)
+    assert gparts is not None and gparts.ledger and gparts.budget and gparts.server
+    return Config(
+        harness=merged["harness"], webhook=merged["webhook"], channel=merged["channel"],
+        ledger=gparts.ledger, budget=gparts.budget, server=gparts.server,
+        origins=origins, files=tuple(f.path for f, _ in loaded if os.path.exists(f.path)),
+    )
+
+
+def diff_configs(old: Config, new: Config) -> tuple[set[str], set[str], set[str], set[str]]:
+    """Harness names ``(added, removed, changed, unchanged)`` from ``old`` to ``new``.
+
+    A reload restarts only ``changed`` (and starts ``added``, stops ``removed``); a harness
+    is changed when any of its validated keys differ, defaults included.
+    """
+    before, after = set(old.harness), set(new.harness)
+    common = before & after
+    changed = {n for n in common if old.harness[n] != new.harness[n]}
+    return after - before, before - after, changed, common - changed

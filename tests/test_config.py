@@ -1,0 +1,784 @@
+"""harness.toml: the models, the loader's FILE:LINE: KEY errors, drop-ins, projects, reloads."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.config.load import (
+    ConfigError,
+    Project,
+    RegistryError,
+    _key_lines,
+    diff_configs,
+    list_projects,
+    load_config,
+    register_project,
+    registry_path,
+    unregister_project,
+)
+from harness.config.model import DAY_NS, Config, HarnessConfig
+
+S = 1_000_000_000
+
+
+@pytest.fixture(autouse=True)
+def xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("HARNESS_CONFIG", raising=False)
+    return tmp_path
+
+
+def write(path: Path, text: str) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return str(path)
+
+
+def problems(path: str, **kw: object) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(path, projects=kw.pop("projects", []), **kw)  # type: ignore[arg-type]
+    return str(info.value).splitlines()
+
+
+FULL = """
+# every key DESIGN.md §3 names
+[server]
+metrics_listen = "127.0.0.1:9464"
+webhook_listen = "0.0.0.0:8080"
+harness_d = "harness.d"
+
+[ledger]
+retention = "30d"
+max_mb = 64
+trace_url = "https://grafana.example.com/explore?traceId={trace_id}"
+
+[budget]
+daily_cost_usd = 25.0
+max_concurrent = 3
+
+[budget.prices."claude-sonnet-4"]
+input_per_mtok = 3
+output_per_mtok = 15.0
+cache_read_per_mtok = 0.3
+cache_write_per_mtok = 3.75
+
+[webhook.deploy]
+verify = "hmac-sha256"
+secret = "${DEPLOY_SECRET}"
+signature_header = "X-Hub-Signature-256"
+delivery_header = "X-GitHub-Delivery"
+max_body = 2097152
+enabled = true
+description = "deploys"
+
+[channel.todo]
+url = "https://switchboard.example/mcp"
+headers = { Authorization = "Bearer x" }
+env_file = "channel.env"
+enabled = false
+description = "todo feed"
+
+[harness.nightly]
+argv = ["make", "nightly"]
+workdir = "~/src/app"
+env_file = ["base.env", "/etc/harness/nightly.env"]
+adapter = "claude-code"
+kind = "oneshot"
+schedule = "CRON_TZ=Europe/Berlin 30 2 * * *"
+catch_up = true
+timeout = "1h30m"
+on_overlap = "queue"
+keep_runs = 5
+restart = "on-failure"
+restart_delay = 30
+enabled = false
+max_runs_per_day = 4
+max_cost_usd = 2.5
+max_tokens = 2000000
+daily_cost_usd = 10
+model_pin = "claude-sonnet-4"
+on_mismatch = "fail-run"
+triggers = ["webhook.deploy", "channel.todo"]
+
+[harness.worker]
+argv = ["codex", "serve"]
+workdir = "work"
+env_file = "worker.env"
+adapter = "codex"
+kind = "resident"
+timeout = "0"
+restart = "always"
+restart_delay = "500ms"
+enabled = true
+operating_hours = "TZ=Europe/Berlin Mon-Fri 09:00-13:00; Sat 10:00-12:00"
+hours_shutdown = "immediate"
+max_runs_per_day = 100
+daily_cost_usd = 5.0
+stall_timeout = "15m"
+"""
+
+
+def test_full_config_with_every_key(tmp_path: Path) -> None:
+    (tmp_path / "harness.d").mkdir()
+    cfg = load_config(write(tmp_path / "harness.toml", FULL), projects=[])
+    assert cfg.server.metrics_listen == "127.0.0.1:9464"
+    assert cfg.server.harness_d == str(tmp_path / "harness.d")
+    assert cfg.ledger.retention == 30 * DAY_NS and cfg.ledger.max_mb == 64
+    assert cfg.ledger.trace_url == "https://grafana.example.com/explore?traceId={trace_id}"
+    assert cfg.budget.max_concurrent == 3
+    assert cfg.budget.prices["claude-sonnet-4"].input_per_mtok == 3.0
+    assert cfg.webhook["deploy"].verify == "hmac-sha256"
+    assert cfg.webhook["deploy"].max_body == 2 * 1024 * 1024
+    assert cfg.channel["todo"].env_file == [str(tmp_path / "channel.env")]
+    assert cfg.channel["todo"].headers == {"Authorization": "Bearer x"}
+
+    n = cfg.harness["nightly"]
+    assert n.workdir == str(tmp_path / "home" / "src" / "app")
+    assert n.env_file == [str(tmp_path / "base.env"), "/etc/harness/nightly.env"]
+    assert (n.adapter, n.kind, n.on_overlap, n.keep_runs) == ("claude-code", "oneshot", "queue", 5)
+    assert n.timeout == 5400 * S and n.restart_delay == 30 * S
+    assert n.catch_up is True and n.triggers == ["webhook.deploy", "channel.todo"]
+    assert (n.max_runs_per_day, n.max_cost_usd, n.max_tokens, n.daily_cost_usd) == (
+        4, 2.5, 2_000_000, 10.0)
+    assert (n.model_pin, n.on_mismatch) == ("claude-sonnet-4", "fail-run")
+
+    w = cfg.harness["worker"]
+    assert w.workdir == str(tmp_path / "work")
+    assert w.env_file == [str(tmp_path / "worker.env")]
+    assert w.timeout is None  # "0": no timeout
+    assert w.restart_delay == S // 2 and w.stall_timeout == 15 * 60 * S
+    assert (w.kind, w.restart, w.enabled, w.hours_shutdown) == (
+        "resident", "always", True, "immediate")
+    assert cfg.origins["harness.worker"] == str(tmp_path / "harness.toml")
+    assert cfg.files == (str(tmp_path / "harness.toml"),)
+
+
+def test_defaults(tmp_path: Path) -> None:
+    path = write(tmp_path / "h.toml", """
+        [harness.job]
+        argv = ["true"]
+        schedule = "@hourly"
+
+        [harness.hooked]
+        argv = ["true"]
+        triggers = ["webhook.w"]
+
+        [harness.manual]
+        argv = ["true"]
+        kind = "oneshot"
+
+        [harness.svc]
+        argv = ["sleep", "infinity"]
+        operating_hours = "09:00-17:00"
+        model_pin = "m"
+
+        [webhook.w]
+        secret = "s"
+    """)
+    cfg = load_config(path, projects=[])
+    job, hooked, manual, svc = (cfg.harness[n] for n in ("job", "hooked", "manual", "svc"))
+    for h in (job, hooked, manual):
+        assert (h.kind, h.restart, h.enabled) == ("oneshot", "no", False)
+        assert h.timeout == 3600 * S and h.keep_runs == 20 and h.on_overlap == "skip"
+        assert h.adapter == "command" and h.catch_up is False
+    assert (svc.kind, svc.restart, svc.enabled) == ("resident", "on-failure", True)
+    assert (svc.hours_shutdown, svc.on_mismatch, svc.restart_delay) == ("graceful", "hold", S)
+    assert cfg.ledger.retention == 90 * DAY_NS and cfg.ledger.max_mb == 256
+    assert cfg.ledger.trace_url is None
+    assert cfg.server.metrics_listen is None and cfg.webhook["w"].max_body == 1 << 20
+
+
+def test_bare_numbers_are_seconds_and_durations_nanoseconds() -> None:
+    h = HarnessConfig.model_validate({"argv": ["x"], "schedule": "@daily", "timeout": 90})
+    assert h.timeout == 90 * S
+    h = HarnessConfig.model_validate({"argv": ["x"], "schedule": "@daily", "timeout": "2s"})
+    assert h.timeout == 2 * S
+
+
+# ---- one error per bad input, exactly ----------------------------------------------------
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ('bogus = 1', "harness.h.bogus: unknown key"),
+    ('keep_runs = "20"', "harness.h.keep_runs: expected an integer, got string '20'"),
+    ('keep_runs = 0', "harness.h.keep_runs: must be at least 1, got 0"),
+    ('catch_up = "yes"', "harness.h.catch_up: expected a boolean, got string 'yes'"),
+    ('workdir = 7', "harness.h.workdir: expected a string, got integer 7"),
+    ('timeout = "1x"',
+     "harness.h.timeout: not a duration: '1x' (use e.g. 500ms, 2s, 15m, 1h, 7d)"),
+    ('timeout = true',
+     'harness.h.timeout: expected a duration like "15m" or a number of seconds, '
+     'got boolean True'),
+    ('adapter = "vim"', "harness.h.adapter: unknown value 'vim' "
+                        "(expected 'command', 'claude-code', 'codex' or 'crush')"),
+    ('kind = "daemon"',
+     "harness.h.kind: unknown value 'daemon' (expected 'oneshot' or 'resident')"),
+    ('on_overlap = "sometimes"',
+     "harness.h.on_overlap: unknown value 'sometimes' (expected 'skip', 'queue' or 'replace')"),
+    ('restart = "maybe"', "harness.h.restart: unknown value 'maybe' "
+                          "(expected 'no', 'always', 'on-failure' or 'unless-stopped')"),
+    ('max_cost_usd = -1', "harness.h.max_cost_usd: must be more than 0, got -1"),
+    ('triggers = "webhook.w"',
+     "harness.h.triggers: expected an array, got string 'webhook.w'"),
+    ('triggers = ["hook.w"]',
+     'harness.h.triggers: \'hook.w\' is not "webhook.NAME" or "channel.NAME"'),
+    ('triggers = ["webhook.nope"]',
+     "harness.h.triggers: webhook.nope is not defined (no [webhook.nope] table)"),
+    ('triggers = ["channel.nope"]',
+     "harness.h.triggers: channel.nope is not defined (no [channel.nope] table)"),
+    ('restart = "always"', "harness.h.restart: 'always' applies to residents only; "
+                           'a one-shot restarts "no" or "on-failure"'),
+    ('enabled = true', "harness.h.enabled: autostart applies to residents only; "
+                       "a one-shot starts by its schedule, triggers or by hand"),
+    ('on_mismatch = "hold"', "harness.h.on_mismatch: needs model_pin"),
+    ('stall_timeout = "5m"', "harness.h.stall_timeout: applies to resident harnesses only"),
+    ('operating_hours = "09:00-10:00"',
+     "harness.h.operating_hours: cannot be combined with schedule"),
+])
+def test_each_bad_oneshot_key(tmp_path: Path, body: str, expected: str) -> None:
+    path = write(tmp_path / "h.toml", f"""
+        [harness.h]
+        argv = ["true"]
+        schedule = "@daily"
+        {body}
+    """)
+    assert problems(path) == [f"{path}:4: {expected}"]
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ('schedule = "61 * * * *"',
+     "harness.r.schedule: bad cron expression '61 * * * *': Bad minute"),
+    ('schedule = "CRON_TZ=Mars/Base 0 9 * * *"', "harness.r.schedule: unknown time zone "
+     "'Mars/Base' in 'CRON_TZ=Mars/Base 0 9 * * *'"),
+    ('operating_hours = "Fry 09:00-13:00"',
+     "harness.r.operating_hours: unknown day 'Fry' in 'Fry 09:00-13:00' (use Mon … Sun)"),
+    ('operating_hours = "22:00-22:00"',
+     "harness.r.operating_hours: empty window '22:00-22:00' in '22:00-22:00' "
+     "(start equals end; use 00:00-24:00 for a whole day)"),
+    ('hours_shutdown = "later"',
+     "harness.r.hours_shutdown: unknown value 'later' (expected 'graceful' or 'immediate')"),
+    ('hours_shutdown = "graceful"', "harness.r.hours_shutdown: needs operating_hours"),
+    ('on_mismatch = "explode"',
+     "harness.r.on_mismatch: unknown value 'explode' (expected 'hold' or 'fail-run')"),
+    ('catch_up = true',
+     "harness.r.catch_up: needs a schedule, a channel trigger or operating_hours"),
+    ('max_tokens = 10', "harness.r.max_tokens: a per-run cap applies to one-shot harnesses only"),
+    ('restart_delay = "soon"',
+     "harness.r.restart_delay: not a duration: 'soon' (use e.g. 500ms, 2s, 15m, 1h, 7d)"),
+    ('env_file = ["a.env", 3]',
+     "harness.r.env_file: must be a non-empty list of strings (env files), "
+     "got array ['a.env', 3]"),
+])
+def test_each_bad_resident_key(tmp_path: Path, body: str, expected: str) -> None:
+    path = write(tmp_path / "h.toml", f"""
+        [harness.r]
+        argv = ["sleep", "1"]
+        {body}
+    """)
+    assert problems(path) == [f"{path}:3: {expected}"]
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    ('"make nightly"', "must be a non-empty list of strings, got string 'make nightly'"),
+    ("[]", "must be a non-empty list of strings, got array []"),
+    ('["make", 3]', "must be a non-empty list of strings, got array ['make', 3]"),
+    ('[""]', "argv[0] must not be empty"),
+])
+def test_argv_must_be_a_non_empty_list_of_strings(tmp_path: Path, argv: str,
+                                                  expected: str) -> None:
+    path = write(tmp_path / "h.toml", f"""
+        [harness.h]
+        argv = {argv}
+    """)
+    assert problems(path) == [f"{path}:2: harness.h.argv: {expected}"]
+
+
+def test_missing_argv_points_at_the_table(tmp_path: Path) -> None:
+    path = write(tmp_path / "h.toml", """
+        # comment
+        [harness.h]
+        workdir = "/tmp"
+    """)
+    assert problems(path) == [f"{path}:2: harness.h.argv: required key is missing"]
+
+
+@pytest.mark.parametrize(("body", "line", "expected"), [
+    ('retention = "12h"', 2, "ledger.retention: must be at least 1d, got '12h'"),
+    ("retention = 3600", 2, "ledger.retention: must be at least 1d, got 3600"),
+    ("max_mb = 8", 2, "ledger.max_mb: must be at least 16, got 8"),
+    ("max_mb = 16.5", 2, "ledger.max_mb: expected an integer, got float 16.5"),
+    ('trace_url = "https://x.example/{harness}/{trace_id}"', 2,
+     "ledger.trace_url: unsupported placeholder {harness} (only {trace_id} is replaced)"),
+    ('trace_url = "https://x.example/{run_id}?t={trace}"', 2,
+     "ledger.trace_url: unsupported placeholder {run_id}, {trace} (only {trace_id} is replaced)"),
+    ("compress = true", 2, "ledger.compress: unknown key"),
+])
+def test_ledger_table(tmp_path: Path, body: str, line: int, expected: str) -> None:
+    path = write(tmp_path / "h.toml", f"""
+        [ledger]
+        {body}
+    """)
+    assert problems(path) == [f"{path}:{line}: {expected}"]
+
+
+def test_ledger_bounds_are_inclusive(tmp_path: Path) -> None:
+    path = write(tmp_path / "h.toml", """
+        [ledger]
+        retention = "1d"
+        max_mb = 16
+    """)
+    cfg = load_config(path, projects=[])
+    assert (cfg.ledger.retention, cfg.ledger.max_mb) == (DAY_NS, 16)
+
+
+def test_other_global_tables(tmp_path: Path) -> None:
+    path = write(tmp_path / "h.toml", """
+        frobnicate = 1
+        [server]
+        metrics_listen = "loopback"
+        [budget]
+        max_concurrent = 0
+        [budget.prices.m]
+        input_per_mtok = 1
+        [webhook.w]
+        verify = "md5"
+        secret = ""
+        [channel.c]
+        url = "ftp://x"
+        [harness."bad name"]
+        argv = ["x"]
+    """)
+    assert problems(path) == [
+        f"{path}:1: frobnicate: unknown key",
+        f"{path}:3: server.metrics_listen: 'loopback' is not HOST:PORT",
+        f"{path}:5: budget.max_concurrent: must be at least 1, got 0",
+        f"{path}:6: budget.prices.m.output_per_mtok: required key is missing",
+        f"{path}:9: webhook.w.verify: unknown value 'md5' (expected 'bearer' or 'hmac-sha256')",
+        f"{path}:10: webhook.w.secret: must not be empty",
+        f"{path}:12: channel.c.url: 'ftp://x' is not an http:// or https:// URL",
+        f"{path}:13: harness.bad name: bad name 'bad name' (letters, digits, '.', '_', '-'; "
+        "at most 64, starting with a letter or digit)",
+    ]
+
+
+def test_one_error_lists_every_problem_in_line_order(tmp_path: Path) -> None:
+    path = write(tmp_path / "h.toml", """
+        [harness.a]
+        argv = ["x"]
+        schedule = "@often"
+        keep_runs = -1
+
+        [ledger]
+        max_mb = 1
+
+        [harness.b]
+        argv = "x"
+        on_overlap = "drop"
+    """)
+    assert problems(path) == [
+        f"{path}:3: harness.a.schedule: unknown schedule macro '@often' in '@often' "
+        "(use @hourly, @daily, @weekly, @monthly, @yearly or @every DUR)",
+        f"{path}:4: harness.a.keep_runs: must be at least 1, got -1",
+        f"{path}:7: ledger.max_mb: must be at least 16, got 1",
+        f"{path}:10: harness.b.argv: must be a non-empty list of strings, got string 'x'",
+        f"{path}:11: harness.b.on_overlap: unknown value 'drop' "
+        "(expected 'skip', 'queue' or 'replace')",
+    ]
+
+
+@pytest.mark.parametrize(("text", "line", "message"), [
+    ('[harness.a]\nargv = ["x"\n\n[ledger]\n', 4, "invalid TOML: Unclosed array"),
+    ("[harness.a]\nargv = \n", 2, "invalid TOML: Invalid value"),
+    ('[ledger]\nmax_mb = 16\nmax_mb = 17\n', 3, "invalid TOML: Cannot overwrite a value"),
+    ('a = "x', 1, "invalid TOML: Unterminated string"),
+])
+def test_toml_syntax_errors_name_file_and_line(tmp_path: Path, text: str, line: int,
+                                               message: str) -> None:
+    path = tmp_path / "h.toml"
+    path.write_text(text)
+    got = problems(str(path))
+    assert len(got) == 1 and got[0].startswith(f"{path}:{line}: syntax: {message}")
+
+
+def test_invalid_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "h.toml"
+    path.write_bytes(b'[ledger]\ntrace_url = "\xff"\n')
+    assert problems(str(path)) == [f"{path}:2: syntax: not valid UTF-8"]
+
+
+def test_key_lines_survive_multiline_values_quotes_and_dotted_keys() -> None:
+    text = textwrap.dedent('''
+        top = """
+        [harness.fake]
+        argv = 1
+        """
+        [harness."quoted.name"]  # comment [x]
+        argv = [
+          "a", # comment = 3
+          "b",
+        ]
+        env_file = 'x'
+        inline = { a = 1, b = [
+          2] }
+        budget.prices.m.input_per_mtok = 1
+        [ 'harness' . plain ]
+        restart = "no"
+        [[queue]]
+        url = "u"
+    ''').lstrip("\n")
+    lines = _key_lines(text)
+    assert ("harness", "fake") not in lines
+    assert lines[("harness", "quoted.name")] == 5
+    assert lines[("harness", "quoted.name", "argv")] == 6
+    assert lines[("harness", "quoted.name", "env_file")] == 10
+    assert lines[("harness", "quoted.name", "inline")] == 11
+    assert lines[("harness", "quoted.name", "budget", "prices", "m", "input_per_mtok")] == 13
+    assert lines[("harness", "plain", "restart")] == 15
+    assert lines[("queue", "url")] == 17
+
+
+# ---- files, drop-ins and projects --------------------------------------------------------
+
+def test_default_path_and_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_config(projects=[]) == Config()  # no file at the default path: empty
+    write(tmp_path / "config" / "harness" / "harness.toml", '[harness.a]\nargv = ["x"]\n')
+    assert set(load_config(projects=[]).harness) == {"a"}
+    other = write(tmp_path / "other.toml", '[harness.b]\nargv = ["x"]\n')
+    monkeypatch.setenv("HARNESS_CONFIG", other)
+    assert set(load_config(projects=[]).harness) == {"b"}
+    monkeypatch.setenv("HARNESS_CONFIG", str(tmp_path / "missing.toml"))
+    assert problems(None) == [f"{tmp_path / 'missing.toml'}: No such file or directory"]  # type: ignore[arg-type]
+
+
+def test_dropins_merge_in_name_order(tmp_path: Path) -> None:
+    main = write(tmp_path / "harness.toml", """
+        [server]
+        harness_d = "conf.d"
+        [harness.main]
+        argv = ["x"]
+        triggers = ["webhook.late"]
+    """)
+    write(tmp_path / "conf.d" / "20-b.toml", """
+        [webhook.late]
+        secret = "s"
+        [harness.b]
+        argv = ["b"]
+        workdir = "sub"
+    """)
+    write(tmp_path / "conf.d" / "10-a.toml", """
+        [channel.c]
+        url = "https://c.example"
+        [harness.a]
+        argv = ["a"]
+        triggers = ["channel.c"]
+    """)
+    write(tmp_path / "conf.d" / "notes.txt", "not toml at all [")
+    cfg = load_config(main, projects=[])
+    assert list(cfg.harness) == ["main", "a", "b"]
+    assert cfg.harness["b"].workdir == str(tmp_path / "conf.d" / "sub")
+    assert cfg.origins["harness.a"] == str(tmp_path / "conf.d" / "10-a.toml")
+    assert cfg.origins["webhook.late"] == str(tmp_path / "conf.d" / "20-b.toml")
+    assert cfg.files == (main, str(tmp_path / "conf.d" / "10-a.toml"),
+                         str(tmp_path / "conf.d" / "20-b.toml"))
+
+
+def test_dropin_rejections(tmp_path: Path) -> None:
+    main = write(tmp_path / "harness.toml", """
+        [server]
+        harness_d = "conf.d"
+        [harness.dup]
+        argv = ["x"]
+    """)
+    drop = write(tmp_path / "conf.d" / "a.toml", """
+        [ledger]
+        max_mb = 32
+        [budget]
+        max_concurrent = 2
+        [server]
+        metrics_listen = "127.0.0.1:1"
+        [harness.dup]
+        argv = ["y"]
+        [profile.x]
+        harnesses = []
+    """)
+    assert problems(main) == [
+        f"{drop}:1: ledger: the ledger is configured globally, in the daemon's harness.toml",
+        f"{drop}:3: budget: a drop-in may carry only [harness.*], [webhook.*] and [channel.*] "
+        "tables",
+        f"{drop}:5: server: a drop-in may carry only [harness.*], [webhook.*] and [channel.*] "
+        "tables",
+        f"{drop}:7: harness.dup: harness 'dup' is already defined in {main}",
+        f"{drop}:9: profile: unknown key",
+    ]
+
+
+def test_missing_dropin_dir(tmp_path: Path) -> None:
+    main = write(tmp_path / "harness.toml", '\n[server]\nharness_d = "nope"\n')
+    assert problems(main) == [
+        f"{main}:2: server.harness_d: {tmp_path / 'nope'} is not a directory"]
+
+
+def test_project_harnesses_are_namespaced(tmp_path: Path) -> None:
+    main = write(tmp_path / "harness.toml", """
+        [harness.lint]
+        argv = ["global"]
+    """)
+    write(tmp_path / "repos" / "app" / "harness.toml", """
+        [harness.lint]
+        argv = ["ruff", "check"]
+        [harness.dev]
+        argv = ["npm", "run", "dev"]
+        restart = "always"
+        env_file = ".env"
+        [harness.build]
+        argv = ["make"]
+        kind = "oneshot"
+        workdir = "src"
+    """)
+    project = register_project(str(tmp_path / "repos" / "app"))
+    assert project == Project("app", str(tmp_path / "repos" / "app"))
+    cfg = load_config(main)  # the registry, read from the state dir
+    assert list(cfg.harness) == ["lint", "app/lint", "app/dev", "app/build"]
+    app = tmp_path / "repos" / "app"
+    assert cfg.harness["app/lint"].workdir == str(app)  # default: the project directory
+    assert cfg.harness["app/dev"].env_file == [str(app / ".env")]
+    assert cfg.harness["app/build"].workdir == str(app / "src")
+    assert cfg.harness["app/build"].kind == "oneshot"
+    assert cfg.origins["harness.app/dev"] == str(app / "harness.toml")
+
+
+def test_project_file_rejections(tmp_path: Path) -> None:
+    main = write(tmp_path / "harness.toml", '[webhook.w]\nsecret = "s"\n')
+    pfile = write(tmp_path / "p" / "harness.toml", """
+        [ledger]
+        retention = "7d"
+        [budget]
+        daily_cost_usd = 1
+        [webhook.x]
+        secret = "s"
+        [harness.job]
+        argv = ["x"]
+        schedule = "@hourly"
+        catch_up = true
+        triggers = ["webhook.w"]
+        operating_hours = "09:00-17:00"
+        max_runs_per_day = 3
+        max_cost_usd = 1.0
+        max_tokens = 5
+        daily_cost_usd = 2.0
+        unknown = 1
+    """)
+    assert problems(main, projects=[Project("p", str(tmp_path / "p"))]) == [
+        f"{pfile}:1: ledger: the ledger is configured globally, in the daemon's harness.toml",
+        f"{pfile}:3: budget: budgets are configured globally, not in a project file",
+        f"{pfile}:5: webhook: webhooks are configured globally, not in a project file",
+        f"{pfile}:9: harness.job.schedule: a project harness cannot be scheduled; "
+        "schedules are configured globally",
+        f"{pfile}:10: harness.job.catch_up: a project harness cannot be scheduled; "
+        "schedules are configured globally",
+        f"{pfile}:11: harness.job.triggers: a project harness cannot be triggered; "
+        "triggers are configured globally",
+        f"{pfile}:12: harness.job.operating_hours: operating hours are configured globally, "
+        "not in a project file",
+        f"{pfile}:13: harness.job.max_runs_per_day: budgets are configured globally, "
+        "not in a project file",
+        f"{pfile}:14: harness.job.max_cost_usd: budgets are configured globally, "
+        "not in a project file",
+        f"{pfile}:15: harness.job.max_tokens: budgets are configured globally, "
+        "not in a project file",
+        f"{pfile}:16: harness.job.daily_cost_usd: budgets are configured globally, "
+        "not in a project file",
+        f"{pfile}:17: harness.job.unknown: unknown key",
+    ]
+
+
+def test_registered_project_without_file(tmp_path: Path) -> None:
+    main = write(tmp_path / "harness.toml", "")
+    gone = tmp_path / "gone"
+    assert problems(main, projects=[Project("gone", str(gone))]) == [
+        f"{gone / 'harness.toml'}: No such file or directory"]
+
+
+def test_registry_round_trip(tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    b = tmp_path / "b"
+    write(a / "harness.toml", "")
+    write(b / "harness.toml", "")
+    assert list_projects() == []
+    pa = register_project(str(a))
+    assert register_project(str(a)) == pa  # idempotent
+    pb = register_project(str(b / "."), name="bee")
+    assert list_projects() == [pa, pb] == [Project("a", str(a)), Project("bee", str(b))]
+    reg = Path(registry_path())
+    assert reg == tmp_path / "state" / "harness" / "projects.json"
+    assert stat.S_IMODE(reg.stat().st_mode) == 0o600
+    assert json.loads(reg.read_text())["projects"][1] == {"name": "bee", "dir": str(b)}
+    assert sorted(os.listdir(reg.parent)) == ["projects.json"]  # no temp file left behind
+    assert unregister_project(str(a)) is True
+    assert unregister_project(str(a)) is False
+    assert list_projects() == [pb]
+    assert stat.S_IMODE(reg.stat().st_mode) == 0o600
+
+
+def test_registry_refusals(tmp_path: Path) -> None:
+    write(tmp_path / "x" / "app" / "harness.toml", "")
+    write(tmp_path / "y" / "app" / "harness.toml", "")
+    (tmp_path / "empty").mkdir()
+    register_project(str(tmp_path / "x" / "app"))
+    with pytest.raises(RegistryError, match="project name 'app' is already taken by"):
+        register_project(str(tmp_path / "y" / "app"))
+    with pytest.raises(RegistryError, match="already registered as 'app'"):
+        register_project(str(tmp_path / "x" / "app"), name="other")
+    with pytest.raises(RegistryError, match=r"no harness\.toml in this directory"):
+        register_project(str(tmp_path / "empty"))
+    with pytest.raises(RegistryError, match="is not a usable project name"):
+        register_project(str(tmp_path / "y" / "app"), name="a/b")
+
+
+def test_corrupt_registry_is_a_load_error(tmp_path: Path) -> None:
+    main = write(tmp_path / "harness.toml", "")
+    reg = Path(registry_path())
+    reg.parent.mkdir(parents=True)
+    reg.write_text("{not json")
+    got = problems(main, projects=None)
+    assert len(got) == 1 and got[0].startswith(f"{reg}: cannot read the project registry")
+
+
+# ---- reloads -----------------------------------------------------------------------------
+
+def test_diff_configs(tmp_path: Path) -> None:
+    old = load_config(write(tmp_path / "old.toml", """
+        [harness.same]
+        argv = ["x"]
+        [harness.edited]
+        argv = ["x"]
+        schedule = "@hourly"
+        [harness.gone]
+        argv = ["x"]
+    """), projects=[])
+    new = load_config(write(tmp_path / "new.toml", """
+        # moved down a line: position is not configuration
+        [harness.same]
+        argv = ["x"]
+        restart = "on-failure"
+        [harness.edited]
+        argv = ["x"]
+        schedule = "@daily"
+        [harness.fresh]
+        argv = ["y"]
+    """), projects=[])
+    assert diff_configs(old, new) == ({"fresh"}, {"gone"}, {"edited"}, {"same"})
+    assert diff_configs(new, new) == (set(), set(), set(), {"same", "edited", "fresh"})
+
+
+def test_failed_load_raises_without_side_effects(tmp_path: Path) -> None:
+    path = tmp_path / "harness.toml"
+    write(path, '[harness.a]\nargv = ["x"]\n')
+    good = load_config(str(path), projects=None)
+    snapshot = good.model_dump()
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    write(path, '[harness.a]\nargv = ["x"]\ntimeout = "forever"\n')
+    with pytest.raises(ConfigError):
+        load_config(str(path), projects=None)
+    # The caller's last good config is untouched (and frozen), and nothing was written.
+    assert good.model_dump() == snapshot and good.harness["a"].timeout == 3600 * S
+    with pytest.raises(ValueError, match="frozen"):
+        good.harness["a"].keep_runs = 3  # type: ignore[misc]
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+    assert not (tmp_path / "state").exists()
+
+
+def test_concurrent_registrations_are_not_lost(tmp_path: Path) -> None:
+    import threading
+
+    dirs = [tmp_path / f"p{i}" for i in range(12)]
+    for d in dirs:
+        write(d / "harness.toml", "")
+    threads = [threading.Thread(target=register_project, args=(str(d),)) for d in dirs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(p.name for p in list_projects()) == sorted(d.name for d in dirs)
+
+
+def test_unregister_without_a_registry_writes_nothing(tmp_path: Path) -> None:
+    assert unregister_project(str(tmp_path)) is False
+    assert not (tmp_path / "state").exists()
+
+
+# ---- more cross-table and cross-file rules -----------------------------------------------
+
+def test_a_bad_server_key_does_not_hide_the_dropins(tmp_path: Path) -> None:
+    main = write(tmp_path / "harness.toml", """
+        [server]
+        harness_d = "d"
+        webhook_listen = ":http"
+        [webhook.w]
+        secret = "s"
+    """)
+    drop = write(tmp_path / "d" / "x.toml", """
+        [webhook.w]
+        secret = "t"
+        [harness.h]
+        argv = ["x"]
+        on_overlap = "never"
+        triggers = ["channel.none", "webhook.w"]
+    """)
+    assert problems(main) == [
+        f"{main}:3: server.webhook_listen: ':http' is not HOST:PORT",
+        f"{drop}:1: webhook.w: webhook 'w' is already defined in {main}",
+        f"{drop}:5: harness.h.on_overlap: unknown value 'never' "
+        "(expected 'skip', 'queue' or 'replace')",
+        f"{drop}:6: harness.h.triggers: channel.none is not defined (no [channel.none] table)",
+    ]
+
+
+def test_tables_of_the_wrong_type(tmp_path: Path) -> None:
+    path = write(tmp_path / "h.toml", """
+        harness = 5
+        ledger = "big"
+        [webhook]
+        w = "s"
+    """)
+    assert problems(path) == [
+        f"{path}:1: harness: expected a table of [harness.NAME] tables, got integer",
+        f"{path}:2: ledger: expected a table, got string 'big'",
+        f"{path}:4: webhook.w: expected a table, got string 's'",
+    ]
+
+
+def test_catch_up_with_a_channel_trigger_and_parsed_helpers(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    path = write(tmp_path / "h.toml", """
+        [channel.c]
+        url = "http://127.0.0.1:9000/mcp"
+        [harness.todo]
+        argv = ["x"]
+        triggers = ["channel.c"]
+        catch_up = true
+        [harness.tick]
+        argv = ["x"]
+        schedule = "CRON_TZ=UTC @hourly"
+        [harness.office]
+        argv = ["x"]
+        operating_hours = "TZ=UTC Mon-Fri 09:00-17:00"
+    """)
+    cfg = load_config(path, projects=[])
+    assert cfg.harness["todo"].catch_up is True
+    sched = cfg.harness["tick"].parsed_schedule()
+    assert sched is not None
+    assert sched.next_fire(datetime(2026, 1, 1, 0, 30, tzinfo=UTC)) == datetime(
+        2026, 1, 1, 1, tzinfo=UTC)
+    hours = cfg.harness["office"].parsed_hours()
+    assert hours is not None and hours.is_open(datetime(2026, 11, 30, 9, tzinfo=UTC))
+    assert cfg.harness["todo"].parsed_schedule() is None
+    assert cfg.harness["todo"].parsed_hours() is None
