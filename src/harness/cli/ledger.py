@@ -1,31 +1,169 @@
-"""`harness ledger …`: checking (and, for work ledgers, moving) hash-chained ledgers.
+"""`harness ledger …`: checking and moving hash-chained ledgers (DESIGN.md §2).
 
-Exit codes for the whole group: 0 ok, 1 no ledger, 2 verification failed, 3 divergence.
+It owns the command surface of the group: `verify` with no RUN_ID checks the daemon's run
+ledger; with a RUN_ID, and for `anchor`, `fetch`, `resume`, `runs` and `gc`, it works on
+the portable work ledger of a work tree (`--workdir`, default: the git top level of the
+current directory).
+
+Invariant: exit codes for the whole group are 0 ok, 1 no ledger, 2 verification failed,
+3 divergence, taken from the raised `WorkLedgerError`'s ``exit_code`` and never from a
+message's text; every failure is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from .. import paths
 from ..ledger.dayfiles import LedgerDirError
 from ..ledger.verify import verify_run_ledger
+from ..worklog import EXIT_BROKEN, EXIT_NO_LEDGER, EXIT_OK, NoLedger, WorkLedgerError
+from ..worklog import anchor as anchor_mod
+from ..worklog.resume import resume, survey
+from ..worklog.rows import ledger_dir
+from ..worklog.verify import WorkVerify, verify_dir
 
-EXIT_OK, EXIT_NO_LEDGER, EXIT_BROKEN, EXIT_DIVERGED = 0, 1, 2, 3
+__all__ = ["EXIT_BROKEN", "EXIT_DIVERGED", "EXIT_NO_LEDGER", "EXIT_OK", "ledger_group"]
+
+EXIT_DIVERGED = 3
+T = TypeVar("T")
 
 
 @click.group("ledger")
 def ledger_group() -> None:
-    """Verify the run ledger's hash chain."""
+    """Verify the run ledger; verify, anchor, fetch, resume and list work ledgers."""
+
+
+def _die(message: str, code: int) -> NoReturn:
+    # Messages from git or the OS can hold several lines; the contract is one line.
+    text = " ".join(str(message).split())
+    click.echo(f"harness: {text}", err=True)
+    sys.exit(code)
+
+
+def _guard(action: Callable[[], T]) -> T:
+    """Run `action`, turning every expected failure into one stderr line and its exit code."""
+    try:
+        return action()
+    except WorkLedgerError as exc:
+        _die(str(exc), exc.exit_code)
+    except OSError as exc:
+        # Unreadable files, a full disk, a missing git: the operation could not be checked
+        # or completed, which the group reports as a failure rather than "no ledger".
+        where = f" ({exc.filename})" if exc.filename else ""
+        _die(f"{exc.strerror or exc}{where}", EXIT_BROKEN)
+    except subprocess.SubprocessError as exc:
+        _die(f"git failed: {exc}", EXIT_BROKEN)
+    except (ValueError, UnicodeError) as exc:
+        _die(str(exc), EXIT_BROKEN)
+
+
+def _workdir(option: str | None) -> Path:
+    """The work tree: --workdir as given, else the git top level of the current directory."""
+    if option is not None:
+        path = Path(option).expanduser()
+        if not path.is_dir():
+            raise NoLedger(f"--workdir {option}: no such directory")
+        return path.resolve()
+    try:
+        res = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            capture_output=True, timeout=60, check=False,
+            env=dict(os.environ, LC_ALL="C", GIT_TERMINAL_PROMPT="0"),
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise NoLedger(f"cannot find the work tree (git: {exc}); pass --workdir DIR") from None
+    top = res.stdout.decode("utf-8", "surrogateescape").strip()
+    if res.returncode != 0 or not top:
+        raise NoLedger(
+            f"{os.getcwd()} is not inside a git work tree; run this in the project's work "
+            "tree or pass --workdir DIR"
+        )
+    return Path(top)
+
+
+def _print_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+workdir_option = click.option(
+    "--workdir", "workdir", default=None, metavar="DIR",
+    help="The work tree holding .harness/runtime/ledger (default: the git top level here).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+
+
+# -- verify ---------------------------------------------------------------------------------
 
 
 @ledger_group.command("verify")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def verify_command(as_json: bool) -> None:
-    """Check the run ledger's chain from CHAIN (or genesis) to the head."""
+@click.argument("run_id", required=False)
+@click.option("--expected-head", "expected_head", default=None, metavar="HASH",
+              help="Also require the work ledger's head to be HASH (a 64-hex entry_hash).")
+@json_option
+@workdir_option
+def verify_command(run_id: str | None, expected_head: str | None, as_json: bool,
+                   workdir: str | None) -> None:
+    """Check a work ledger's chain (RUN_ID), or with no RUN_ID the daemon's run ledger."""
+    if run_id is None:
+        if expected_head is not None or workdir is not None:
+            _die("--expected-head and --workdir need a RUN_ID (they apply to work ledgers)",
+                 EXIT_BROKEN)
+        _verify_run_ledger(as_json)
+        return
+    _verify_work_ledger(run_id, expected_head, as_json, workdir)
+
+
+def _verify_work_ledger(run_id: str, expected_head: str | None, as_json: bool,
+                        workdir: str | None) -> None:
+    def check() -> tuple[Path, WorkVerify]:
+        if expected_head is not None and not _is_hex64(expected_head):
+            raise WorkLedgerError(
+                f"--expected-head {expected_head!r} is not a 64-character lowercase hex hash",
+                EXIT_BROKEN,
+            )
+        directory = ledger_dir(_workdir(workdir), run_id)
+        return directory, verify_dir(directory, expected_head=expected_head)
+
+    try:
+        directory, res = check()
+    except WorkLedgerError as exc:
+        if as_json:
+            _print_json({"run_id": run_id, "ok": False, "reason": str(exc),
+                         "exit_code": exc.exit_code})
+        _die(str(exc), exc.exit_code)
+    except OSError as exc:
+        if as_json:
+            _print_json({"run_id": run_id, "ok": False, "reason": str(exc)})
+        _die(f"{exc.strerror or exc} ({exc.filename})", EXIT_BROKEN)
+    if as_json:
+        _print_json({**res.to_json(run_id), "ledger": str(directory)})
+    elif res.ok:
+        torn = (f"; a torn trailing fragment of {len(res.torn_tail)} bytes is not part of "
+                "the chain") if res.torn_tail is not None else ""
+        click.echo(f"ok: work ledger {run_id}: {res.entry_count} entries verify from genesis "
+                   f"to head {res.head_hash}{torn}")
+    if not res.ok:
+        if not as_json:
+            click.echo(f"harness: work ledger {run_id} broken at entry {res.error_seq} "
+                       f"(line {res.error_line}): {res.reason}", err=True)
+        sys.exit(EXIT_BROKEN)
+
+
+def _is_hex64(value: str) -> bool:
+    return len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+def _verify_run_ledger(as_json: bool) -> None:
     directory = paths.ledger_dir()
     try:
         res = verify_run_ledger(directory)
@@ -56,3 +194,151 @@ def _fail(as_json: bool, directory: str, message: str, code: int) -> None:
         click.echo(json.dumps({"ledger": directory, "ok": False, "reason": message}, indent=2))
     click.echo(f"harness: {message}", err=True)
     sys.exit(code)
+
+
+# -- anchor, fetch, gc ------------------------------------------------------------------------
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    """A result object's public fields, for --json (dataclasses, or anything with to_json)."""
+    to_json = getattr(obj, "to_json", None)
+    if callable(to_json):
+        data = to_json()
+        if isinstance(data, dict):
+            return data
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    return {"result": str(obj)}
+
+
+def _warn(res: object) -> None:
+    """A result's warning (e.g. the audit mirror failed after the ref moved) on stderr."""
+    warning = getattr(res, "warning", None)
+    if warning:
+        click.echo(f"harness: warning: {' '.join(str(warning).split())}", err=True)
+
+
+@ledger_group.command("anchor")
+@click.argument("run_id")
+@json_option
+@workdir_option
+def anchor_command(run_id: str, as_json: bool, workdir: str | None) -> None:
+    """Verify the work ledger and publish it to refs/harness/work-ledger/RUN_ID."""
+    res = _guard(lambda: anchor_mod.anchor(_workdir(workdir), run_id))
+    if as_json:
+        _print_json({"run_id": run_id, **_fields(res)})
+        return
+    click.echo(f"{res.status}: refs/harness/work-ledger/{run_id} -> {res.commit} "
+               f"({res.entry_count} entries, head {res.head_hash})")
+    _warn(res)
+
+
+@ledger_group.command("fetch")
+@click.argument("run_id")
+@click.option("--remote", default="origin", show_default=True, metavar="NAME",
+              help="The remote to fetch refs/harness/work-ledger/RUN_ID from.")
+@json_option
+@workdir_option
+def fetch_command(run_id: str, remote: str, as_json: bool, workdir: str | None) -> None:
+    """Fetch an anchored work ledger, verify it, and bring the local ledger up to it."""
+    res = _guard(lambda: anchor_mod.fetch(_workdir(workdir), run_id, remote=remote))
+    data = _fields(res)
+    if as_json:
+        _print_json({"run_id": run_id, "remote": remote, **data})
+        return
+    extra = ", ".join(f"{k} {data[k]}" for k in ("entry_count", "head_hash") if k in data)
+    click.echo(f"{res.status}: work ledger {run_id} from {remote}"
+               + (f" ({extra})" if extra else ""))
+    _warn(res)
+
+
+@ledger_group.command("gc")
+@click.argument("run_id")
+@json_option
+@workdir_option
+def gc_command(run_id: str, as_json: bool, workdir: str | None) -> None:
+    """Squash the anchor history of RUN_ID into one commit with the same tree."""
+    res = _guard(lambda: anchor_mod.gc(_workdir(workdir), run_id))
+    if as_json:
+        _print_json({"run_id": run_id, "result": res})
+        return
+    click.echo(res)
+
+
+# -- resume ---------------------------------------------------------------------------------
+
+
+@ledger_group.command("resume")
+@click.argument("run_id")
+@click.option("--dry-run", is_flag=True, help="Print the projected state; change nothing.")
+@json_option
+@workdir_option
+def resume_command(run_id: str, dry_run: bool, as_json: bool, workdir: str | None) -> None:
+    """Continue RUN_ID from its verified chain: record the resume, signal the frontier."""
+    res = _guard(lambda: resume(_workdir(workdir), run_id, dry_run=dry_run))
+    if as_json:
+        _print_json(res.to_json())
+        return
+    st = res.state
+    summary = (f"{len(st.finished)} finished, {len(st.in_flight)} in flight, "
+               f"{len(st.scheduled)} scheduled, {len(st.failed)} failed, "
+               f"{len(st.abandoned)} abandoned")
+    head = f"{res.entry_count} entries, head {res.head_hash}"
+    if res.status == "closed":
+        click.echo(f"run {run_id} is closed ({head}); nothing to resume, nothing was written")
+        return
+    frontier = ", ".join(res.frontier) or "nothing"
+    if res.dry_run:
+        click.echo(f"dry run: {run_id} ({head}): {summary}; "
+                   f"prior resumes {st.resumes}; would resume: {frontier}")
+        return
+    click.echo(f"resumed {run_id} at entry {res.resume_seq} (head {res.resumed_head}); "
+               f"{summary}; frontier: {frontier}")
+    if res.signals:
+        click.echo(f"wrote {len(res.signals)} signal(s) to "
+                   f"{Path(res.signals[0]).parent}")
+    click.echo(f"anchor the resume so others see it: harness ledger anchor {run_id}")
+
+
+# -- runs -----------------------------------------------------------------------------------
+
+
+@ledger_group.command("runs")
+@json_option
+@workdir_option
+def runs_command(as_json: bool, workdir: str | None) -> None:
+    """List every work ledger of the work tree, local or anchored."""
+    rows = _guard(lambda: survey(_workdir(workdir)))
+    if as_json:
+        _print_json({"runs": rows})
+        return
+    if not rows:
+        click.echo("no work ledgers")
+        return
+    table = [("RUN", "ENTRIES", "STATE", "LAST ACTIVITY", "HEAD", "LOCAL / ANCHORED")]
+    for r in rows:
+        table.append((
+            str(r["run_id"]), str(r.get("entry_count", 0)), str(r.get("state") or "-"),
+            str(r.get("last_activity") or "-"), str(r.get("head_hash") or "-")[:16],
+            _sync_text(r),
+        ))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        cells = [c.rjust(w) if i == 1 else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        click.echo("  ".join(cells).rstrip())
+
+
+def _sync_text(r: dict[str, Any]) -> str:
+    if not r.get("anchored"):
+        return "local only"
+    if not r.get("local"):
+        return "anchored only"
+    agreement = str(r.get("agreement") or "-")
+    if agreement == "identical":
+        return "in sync"
+    if agreement in ("local_ahead", "anchored_ahead"):
+        n = abs(int(r.get("local_entry_count", 0)) - int(r.get("anchored_entry_count", 0)))
+        side = agreement.split("_", 1)[0]
+        return f"{side} ahead by {n}"
+    return agreement

@@ -1,0 +1,205 @@
+"""The HMAC-SHA256 audit chain (DESIGN.md §1): ``$XDG_STATE_HOME/harness/audit/audit.jsonl``.
+
+It owns the audit file, its key (``audit/key``: 32 random bytes, created 0600 with
+O_EXCL on first use) and the chain rule. Each line is the canonical JSON of
+``{seq, at, event, data, prev, mac}`` where ``mac = HMAC-SHA256(key, canonical(line
+without mac))`` and ``prev`` is the previous line's ``mac`` (64 zeros for the first).
+
+Invariants: lines are only ever appended, each one synced before `append_event`
+returns, under an exclusive ``flock`` so two processes never interleave or reuse a
+seq; ``data`` passes through the secret scrubber before it is written, so no secret
+reaches the file; the key is never logged, printed or put in a message. A torn last
+line (a crash mid-append) is not part of the chain and the next append starts on a
+fresh line after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import hmac
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+
+from harness.ledger.canonical import canonical
+from harness.ledger.files import make_private_dir
+from harness.ledger.scrub import scrub_value
+from harness.paths import state_dir
+from harness.timefmt import format_ns, now_ns
+
+GENESIS = "0" * 64
+KEY_BYTES = 32
+
+_decode = msgspec.json.Decoder()
+
+
+class AuditError(Exception):
+    """The audit chain or its key cannot be used (bad key file, unreadable directory)."""
+
+
+def audit_dir() -> str:
+    return os.path.join(state_dir(), "audit")
+
+
+def audit_path() -> str:
+    return os.path.join(audit_dir(), "audit.jsonl")
+
+
+def key_path() -> str:
+    return os.path.join(audit_dir(), "key")
+
+
+def _load_key(create: bool) -> bytes | None:
+    path = key_path()
+    if create and not os.path.exists(path):
+        make_private_dir(audit_dir())
+        # The key is written under a private name and linked into place, so a concurrent
+        # first use never reads a key file that exists but is still empty.
+        tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                os.write(fd, os.urandom(KEY_BYTES))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, path)
+        finally:
+            os.unlink(tmp)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & 0o077:
+            # A key others can read lets them forge the chain; refuse rather than use it.
+            raise AuditError(f"audit key {path} must be mode 0600 (it is {st.st_mode & 0o777:o})")
+        key = os.read(fd, KEY_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(key) != KEY_BYTES:
+        # A key file created by a process that died before writing it fully.
+        raise AuditError(f"audit key {path} is not {KEY_BYTES} bytes long")
+    return key
+
+
+def _mac(key: bytes, body: dict[str, Any]) -> str:
+    return hmac.new(key, canonical(body), hashlib.sha256).hexdigest()
+
+
+@contextlib.contextmanager
+def _locked_append() -> Iterator[int]:
+    make_private_dir(audit_dir())
+    fd = os.open(audit_path(), os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _last_line(fd: int) -> tuple[bytes | None, bytes]:
+    """The last complete line of the file, and what must be written to close a torn tail."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return None, b""
+    block = 4096
+    while True:
+        start = max(0, size - block)
+        lines = os.pread(fd, size - start, start).split(b"\n")
+        fragment = lines.pop()  # b"" unless the file ends in a torn line
+        if fragment:
+            try:
+                _decode.decode(fragment)
+            except msgspec.DecodeError:
+                pass
+            else:
+                # Only the newline was lost: the line is whole and the chain goes on from it.
+                return fragment, b"\n"
+        while lines and not lines[-1]:
+            lines.pop()
+        # The last line is known to be whole only when a newline precedes it.
+        if start == 0 or len(lines) >= 2:
+            return (lines[-1] if lines else None), (b"\n" if fragment else b"")
+        block *= 4
+
+
+def append_event(event: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Append one event to the audit chain, synced; return the line as written."""
+    key = _load_key(create=True)
+    assert key is not None
+    clean, _ = scrub_value(data)
+    with _locked_append() as fd:
+        last, closer = _last_line(fd)
+        if last is None:
+            seq, prev = 1, GENESIS
+        else:
+            try:
+                row = _decode.decode(last)
+                seq, prev = int(row["seq"]) + 1, str(row["mac"])
+            except (msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
+                raise AuditError(f"the last line of {audit_path()} is not an audit line") from exc
+        body: dict[str, Any] = {
+            "seq": seq,
+            "at": format_ns(now_ns()),
+            "event": event,
+            "data": clean,
+            "prev": prev,
+        }
+        line = dict(body, mac=_mac(key, body))
+        # A torn fragment stays where it is, closed off by a newline: the file is only
+        # ever appended to, and `verify_audit` links across the fragment.
+        os.write(fd, closer + canonical(line) + b"\n")
+        os.fsync(fd)
+    return line
+
+
+def verify_audit() -> tuple[bool, int, int | None]:
+    """Walk the chain: (ok, number of good lines, seq of the first bad line or None).
+
+    A missing file is an empty, valid chain. A torn last line is not counted and is not
+    a failure; any other line that does not parse, skips a seq, breaks the ``prev`` link
+    or carries a wrong ``mac`` is.
+    """
+    try:
+        with open(audit_path(), "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return True, 0, None
+    key = _load_key(create=False)
+    lines = raw.split(b"\n")
+    if lines[-1]:
+        try:
+            _decode.decode(lines[-1])
+        except msgspec.DecodeError:
+            lines.pop()  # a torn tail: not part of the chain
+    prev, count = GENESIS, 0
+    for line in lines:
+        if not line:
+            continue
+        expected_seq = count + 1
+        try:
+            row = _decode.decode(line)
+        except msgspec.DecodeError:
+            # A fragment a crash left before a later append closed it off; the chain
+            # links across it.
+            continue
+        if not isinstance(row, dict) or key is None:
+            return False, count, expected_seq
+        mac = row.pop("mac", None)
+        ok = (
+            row.get("seq") == expected_seq
+            and row.get("prev") == prev
+            and isinstance(mac, str)
+            and hmac.compare_digest(mac, _mac(key, row))
+        )
+        if not ok:
+            return False, count, expected_seq
+        prev, count = mac, expected_seq
+    return True, count, None

@@ -1,0 +1,63 @@
+"""The portable work ledger (shared/specs/durable-work-ledger.txt, DESIGN.md §1, §2, §4).
+
+A goal's task graph as a hash-chained JSONL ledger in
+``<workdir>/.harness/runtime/ledger/<run-id>/000000.jsonl`` (later segments 000001.jsonl, …,
+read in name order), anchored into ``refs/harness/work-ledger/<run-id>``, fetched on
+another machine and resumed there. Built on the run ledger's engine
+(`harness.ledger`: canonical JSON, the secret scrubber, the single writer thread and
+its file layer), not beside it.
+
+Modules and the contracts between them:
+
+* `rows` — the row contract of DESIGN.md §2: ``seq`` (1, 2, …), ``ts`` (RFC 3339
+  UTC), ``kind``, ``task_id`` (str, or None for ``run.*``), ``payload`` (object),
+  ``prev_hash``, ``entry_hash``, ``schema_version`` (1), ``redactions`` (only when > 0).
+  ``entry_hash = sha256(canonical({"kind","payload","prev_hash","task_id"}))``; genesis
+  ``prev_hash`` is 64 zeros. `validate_run_id`, `check_kind`, `entry_hash`, `GENESIS`,
+  `ledger_dir(workdir, run_id)`.
+* `verify` — `verify_lines(lines) -> WorkVerify` over complete lines (bytes, no "\\n")
+  in order, and `read_ledger(dir) -> (lines, torn_tail)`; `verify_dir(dir)`. A torn
+  trailing fragment is excluded exactly as writer recovery excludes it.
+* `store` — `WorkLedger(workdir, run_id)`: `record(kind, task_id, payload) -> row`,
+  synced, under a cross-process lock; recovery on open.
+* `replay` — `replay(rows) -> State`: the projected task graph and the resume frontier.
+* `git` / `anchor` — the side ref: anchor, fetch, gc, listing; divergence detection.
+* `resume` — resume: verify, replay, append ``run.resumed``, write frontier signals.
+
+Errors are `WorkLedgerError` with an ``exit_code`` (1 no ledger, 2 verification failed,
+3 divergence) that the CLI uses; no caller decides by matching message text.
+"""
+
+from __future__ import annotations
+
+
+class WorkLedgerError(Exception):
+    """A work-ledger failure with the exit code the `harness ledger` group reports."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class NoLedger(WorkLedgerError):
+    """Nothing to work on: no local ledger, no anchored ref (exit 1)."""
+
+    exit_code = 1
+
+
+class VerificationFailed(WorkLedgerError):
+    """A chain that does not verify, or a row that breaks the contract (exit 2)."""
+
+    exit_code = 2
+
+
+class Divergence(WorkLedgerError):
+    """Two chains extend the same parent entry (exit 3). Nothing is merged."""
+
+    exit_code = 3
+
+
+EXIT_OK, EXIT_NO_LEDGER, EXIT_BROKEN, EXIT_DIVERGED = 0, 1, 2, 3

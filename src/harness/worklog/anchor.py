@@ -1,0 +1,659 @@
+"""Anchoring a work ledger into git, fetching it back, squashing and listing anchors.
+
+It owns the side ref ``refs/harness/work-ledger/<run-id>`` and the anchor tree format
+(DESIGN.md §2 "Anchor tree"): ``chunk-000000.jsonl``, ``chunk-000001.jsonl``, … holding
+1,000 ledger lines each, byte for byte and "\\n"-terminated, plus ``LEDGER.json`` =
+canonical ``{run_id, head_hash, entry_count, chunk_count, format_version}``. It also owns
+the one rule for comparing two chains (`compare_chains`), which resume uses too.
+
+Invariants:
+
+* Nothing unverified crosses a boundary: a local chain that does not verify is never
+  anchored, and an anchored chain is verified before a byte of it is written into the
+  local ledger. A torn local tail is excluded exactly as `verify.read_ledger` excludes it.
+* The tree is a pure function of the chain (no timestamps), so the same chain gives the
+  same tree id on every machine; chunk boundaries are fixed from the start of the chain,
+  so a re-anchor reuses every full chunk's blob and writes only what is new.
+* Refs move only by compare-and-swap; two chains that disagree are never merged:
+  divergence is an error (exit 3) naming the fork entry and both heads.
+* Every anchor that moved the ref is mirrored into the audit chain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import msgspec
+
+from harness import audit
+from harness.ledger.canonical import canonical
+from harness.ledger.files import make_private_dir
+
+from . import Divergence, NoLedger, VerificationFailed, rows, store, verify
+from .git import Git, GitFailed
+
+__all__ = [
+    "CHUNK_LINES",
+    "FORMAT_VERSION",
+    "REF_PREFIX",
+    "AnchorResult",
+    "AnchoredAhead",
+    "AnchoredChain",
+    "AnchoredInfo",
+    "FetchResult",
+    "LocalAhead",
+    "Relation",
+    "anchor",
+    "chunk_blobs",
+    "compare_chains",
+    "divergence_message",
+    "fetch",
+    "gc",
+    "list_anchored",
+    "read_anchor",
+]
+
+REF_PREFIX: Final = "refs/harness/work-ledger/"
+FETCHED_PREFIX: Final = "refs/harness/fetched/"
+CHUNK_LINES: Final = 1000
+FORMAT_VERSION: Final = 1
+META_NAME: Final = "LEDGER.json"
+_CHUNK_RX: Final = re.compile(r"chunk-(\d{6})\.jsonl")
+_HEX64: Final = re.compile(r"[0-9a-f]{64}")
+_META_KEYS: Final = frozenset(("run_id", "head_hash", "entry_count", "chunk_count",
+                               "format_version"))
+# Trees verified on this host, by id: a tree id names its content exactly, so a tree
+# verified once verifies for ever, and a re-anchor need not walk the whole chain again.
+_MEMO_NAME: Final = "harness-verified-anchors"
+
+Relation = (
+    Literal["identical", "local_ahead", "anchored_ahead"] | tuple[Literal["diverged"], int]
+)
+
+
+class AnchoredAhead(VerificationFailed):
+    """The anchored chain extends the local one: fetch first (exit 2)."""
+
+
+class LocalAhead(VerificationFailed):
+    """The local chain extends the fetched one: anchor instead (exit 2)."""
+
+
+@dataclass
+class AnchorResult:
+    status: Literal["created", "unchanged", "extended"]
+    commit: str
+    head_hash: str
+    entry_count: int
+    run_id: str = ""
+    ref: str = ""
+    tree: str = ""
+    chunk_count: int = 0
+    blobs_written: int = 0
+    warning: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class FetchResult:
+    status: Literal["written", "extended", "unchanged"]
+    commit: str
+    head_hash: str
+    entry_count: int
+    run_id: str = ""
+    remote: str = ""
+    new_entries: int = 0
+    warning: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class AnchoredInfo:
+    run_id: str
+    entry_count: int
+    head_hash: str
+    commit: str
+    error: str | None = None
+
+
+@dataclass
+class AnchoredChain:
+    """An anchor read from git and checked: its tree, metadata and (when read) its lines."""
+
+    ref: str
+    commit: str
+    tree: str
+    head_hash: str
+    entry_count: int
+    chunk_ids: list[str]
+    lines: list[bytes] | None = field(default=None, repr=False)
+
+
+# -- chains -----------------------------------------------------------------------------
+
+
+class _Hash(msgspec.Struct):
+    entry_hash: str | None = None
+
+
+_hash_of = msgspec.json.Decoder(_Hash)
+
+
+def _entry_hash(line: bytes) -> str | None:
+    try:
+        return _hash_of.decode(line).entry_hash
+    except msgspec.DecodeError:
+        return None
+
+
+def compare_chains(local_lines: Sequence[bytes], anchored_lines: Sequence[bytes]) -> Relation:
+    """How two chains relate, entry by entry from genesis.
+
+    Entries are the same when their lines are byte-identical or carry the same
+    ``entry_hash`` (metadata outside the hash, such as ``ts``, may differ). Both chains
+    must already have been verified. ``("diverged", n)`` names the first differing entry
+    by its seq (1-based), the child both chains hang on the same parent.
+    """
+    n = min(len(local_lines), len(anchored_lines))
+    if list(local_lines[:n]) != list(anchored_lines[:n]):
+        for i in range(n):
+            a, b = local_lines[i], anchored_lines[i]
+            if a != b:
+                ha = _entry_hash(a)
+                if ha is None or ha != _entry_hash(b):
+                    return ("diverged", i + 1)
+    if len(local_lines) == len(anchored_lines):
+        return "identical"
+    return "local_ahead" if len(local_lines) > len(anchored_lines) else "anchored_ahead"
+
+
+def _head(lines: Sequence[bytes]) -> str:
+    return (_entry_hash(lines[-1]) or "") if lines else rows.GENESIS
+
+
+def divergence_message(
+    fork_seq: int, local_head: str, anchored_head: str, run_id: str, action: str
+) -> str:
+    """The one message every divergence gives (anchor, fetch, resume)."""
+    return (
+        f"work ledgers diverge at entry {fork_seq}: two chains extend the same parent entry "
+        f"(local head {local_head}, anchored head {anchored_head}). Two lineages of run "
+        f"{run_id} exist; refusing to {action}. Inspect both chains with "
+        f"'harness ledger verify {run_id} --json', keep exactly one lineage (move the other "
+        f"ledger directory aside, or delete the anchor with 'git update-ref -d "
+        f"{REF_PREFIX}{run_id}'), and re-anchor it."
+    )
+
+
+def chunk_blobs(lines: Sequence[bytes]) -> list[bytes]:
+    """The chunk files of a chain: 1,000 lines each, each line "\\n"-terminated."""
+    return [
+        b"\n".join(lines[i : i + CHUNK_LINES]) + b"\n"
+        for i in range(0, len(lines), CHUNK_LINES)
+    ]
+
+
+def chunk_name(index: int) -> str:
+    return f"chunk-{index:06d}.jsonl"
+
+
+def _meta_blob(run_id: str, head_hash: str, entry_count: int, chunk_count: int) -> bytes:
+    return canonical({
+        "run_id": run_id,
+        "head_hash": head_hash,
+        "entry_count": entry_count,
+        "chunk_count": chunk_count,
+        "format_version": FORMAT_VERSION,
+    }) + b"\n"
+
+
+# -- the verified-tree memo -------------------------------------------------------------
+
+
+def _memo_path(git: Git) -> Path:
+    return git.git_dir / _MEMO_NAME
+
+
+def _memo_has(git: Git, tree: str) -> bool:
+    try:
+        with open(_memo_path(git), "rb") as f:
+            return any(line.split(b" ", 1)[0] == tree.encode("ascii") for line in f)
+    except OSError:
+        return False
+
+
+def _memo_add(git: Git, tree: str, head_hash: str, entry_count: int) -> None:
+    if _memo_has(git, tree):
+        return
+    try:
+        fd = os.open(_memo_path(git), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                     0o600)
+    except OSError:
+        return  # only a cache: the next anchor walks the whole chain instead
+    try:
+        os.write(fd, f"{tree} {head_hash} {entry_count}\n".encode("ascii"))
+    finally:
+        os.close(fd)
+
+
+# -- reading an anchor ------------------------------------------------------------------
+
+
+def _not_anchor(ref: str, why: str) -> VerificationFailed:
+    return VerificationFailed(f"{ref} is not a work-ledger anchor: {why}")
+
+
+def _read_tree(git: Git, ref: str, commit: str) -> tuple[str, list[str], str]:
+    """(tree, chunk blob ids in order, LEDGER.json blob id), the tree's shape checked."""
+    try:
+        tree, _ = git.read_commit(commit)
+    except GitFailed:
+        raise _not_anchor(ref, f"it points at {commit}, which is not a commit") from None
+    chunks: dict[int, str] = {}
+    meta: str | None = None
+    for e in git.ls_tree(tree):
+        m = _CHUNK_RX.fullmatch(e.name)
+        if e.type != "blob" or e.mode != "100644" or (m is None and e.name != META_NAME):
+            raise _not_anchor(ref, f"its tree holds a stray entry {e.name!r} ({e.mode} {e.type})")
+        if m is None:
+            meta = e.oid
+        else:
+            chunks[int(m.group(1))] = e.oid
+    if meta is None:
+        raise _not_anchor(ref, f"its tree has no {META_NAME}")
+    if not chunks:
+        raise _not_anchor(ref, "its tree has no chunk files")
+    if sorted(chunks) != list(range(len(chunks))):
+        gap = next(i for i in range(len(chunks)) if i not in chunks)
+        raise _not_anchor(ref, f"its chunk files are not contiguous ({chunk_name(gap)} missing)")
+    return tree, [chunks[i] for i in range(len(chunks))], meta
+
+
+def _parse_meta(ref: str, raw: bytes, run_id: str, chunk_count: int) -> tuple[str, int]:
+    """Check LEDGER.json against the run and the tree; return (head_hash, entry_count)."""
+    try:
+        meta = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise _not_anchor(ref, f"{META_NAME} is not JSON ({exc})") from None
+    if not isinstance(meta, dict) or set(meta) != _META_KEYS:
+        got = sorted(meta) if isinstance(meta, dict) else type(meta).__name__
+        raise _not_anchor(ref, f"{META_NAME} must hold exactly {sorted(_META_KEYS)}, got {got}")
+    if meta["format_version"] != FORMAT_VERSION:
+        raise _not_anchor(ref, f"{META_NAME} has format_version {meta['format_version']!r}, "
+                               f"this harness reads {FORMAT_VERSION}")
+    if meta["run_id"] != run_id:
+        raise _not_anchor(ref, f"{META_NAME} names run {meta['run_id']!r}, not {run_id!r}")
+    head, count, chunks = meta["head_hash"], meta["entry_count"], meta["chunk_count"]
+    if not isinstance(head, str) or _HEX64.fullmatch(head) is None:
+        raise _not_anchor(ref, f"{META_NAME} head_hash {head!r} is not 64 lowercase hex digits")
+    if type(count) is not int or type(chunks) is not int or chunks != chunk_count:
+        raise _not_anchor(ref, f"{META_NAME} says {chunks!r} chunks, the tree holds "
+                               f"{chunk_count}")
+    if not (chunk_count - 1) * CHUNK_LINES < count <= chunk_count * CHUNK_LINES:
+        raise _not_anchor(ref, f"{META_NAME} says {count!r} entries, which {chunk_count} "
+                               f"chunks of {CHUNK_LINES} lines cannot hold")
+    return head, count
+
+
+def _chunk_lines(ref: str, index: int, blob: bytes, last: bool) -> list[bytes]:
+    name = chunk_name(index)
+    if not blob.endswith(b"\n"):
+        raise _not_anchor(ref, f"{name} does not end with a newline")
+    lines = blob[:-1].split(b"\n")
+    ok = 1 <= len(lines) <= CHUNK_LINES if last else len(lines) == CHUNK_LINES
+    if not ok:
+        raise _not_anchor(ref, f"{name} holds {len(lines)} lines; chunks hold {CHUNK_LINES}, "
+                               "only the last may hold fewer")
+    return lines
+
+
+def read_anchor(git: Git, ref: str, commit: str, run_id: str, *,
+                remember: bool = True) -> AnchoredChain:
+    """Read every line of the anchor at `commit` and verify it; `VerificationFailed` if
+    it is not a well-formed anchor of `run_id` whose chain verifies. With remember=False
+    nothing is written (not even the verified-tree cache): for dry runs."""
+    tree, chunk_ids, meta_id = _read_tree(git, ref, commit)
+    objs = git.read_objects([meta_id, *chunk_ids])
+    if any(o is None or o[0] != "blob" for o in objs):
+        raise _not_anchor(ref, "a blob of its tree is missing from the repository")
+    blobs = [o[1] for o in objs if o is not None]
+    head, count = _parse_meta(ref, blobs[0], run_id, len(chunk_ids))
+    lines: list[bytes] = []
+    for i, blob in enumerate(blobs[1:]):
+        lines.extend(_chunk_lines(ref, i, blob, i == len(chunk_ids) - 1))
+    if len(lines) != count:
+        raise _not_anchor(ref, f"{META_NAME} says {count} entries, the chunks hold {len(lines)}")
+    v = verify.verify_lines(lines, expected_head=head)
+    if not v.ok:
+        raise _not_anchor(ref, f"its chain does not verify: {v.describe()}")
+    if remember:
+        _memo_add(git, tree, head, count)
+    return AnchoredChain(ref, commit, tree, head, count, chunk_ids, lines)
+
+
+def anchored_prefix(
+    git: Git, ref: str, commit: str, run_id: str, lines: list[bytes], local_ids: list[str]
+) -> tuple[AnchoredChain, bool] | None:
+    """The anchor at `commit` if its chain is byte for byte a prefix of `lines`, found by
+    comparing blob ids and reading only LEDGER.json and the last chunk; with whether its
+    tree is one this host has verified. None when it is not such a prefix. Writes nothing.
+    `local_ids` are the blob ids of `chunk_blobs(lines)`."""
+    tree, chunk_ids, meta_id = _read_tree(git, ref, commit)
+    k = len(chunk_ids)
+    if k > len(local_ids) or chunk_ids[: k - 1] != local_ids[: k - 1]:
+        return None
+    objs = git.read_objects([meta_id, chunk_ids[-1]])
+    if objs[0] is None or objs[1] is None:
+        return None
+    head, count = _parse_meta(ref, objs[0][1], run_id, k)
+    last = _chunk_lines(ref, k - 1, objs[1][1], True)
+    start = (k - 1) * CHUNK_LINES
+    if count != start + len(last) or lines[start : start + len(last)] != last:
+        return None
+    if _entry_hash(last[-1]) != head:
+        raise _not_anchor(ref, f"{META_NAME} head_hash {head} is not the hash of its last entry")
+    chain = AnchoredChain(ref, commit, tree, head, count, chunk_ids, None)
+    return chain, _memo_has(git, tree)
+
+
+# -- anchor -----------------------------------------------------------------------------
+
+
+def _local_lines(workdir: str | os.PathLike[str], run_id: str) -> tuple[Path, list[bytes],
+                                                                        bytes | None]:
+    d = rows.ledger_dir(Path(workdir), run_id)
+    lines, torn = verify.read_ledger(d)
+    return d, lines, torn
+
+
+def _refuse_broken(run_id: str, v: verify.WorkVerify, action: str) -> VerificationFailed:
+    return VerificationFailed(
+        f"refusing to {action} run {run_id}: the local work ledger does not verify at "
+        f"{v.describe()}"
+    )
+
+
+def _verify_from(lines: list[bytes], start: int, prev_hash: str) -> verify.WorkVerify:
+    """Verify `lines[start:]` as the continuation of a verified prefix ending in `prev_hash`."""
+    # Only the new lines are walked: this is what keeps a re-anchor's cost proportional
+    # to what is new.
+    if start == 0:
+        return verify.verify_lines(lines)
+    return verify.verify_continuation(lines, start, prev_hash)
+
+
+def anchor(workdir: str | os.PathLike[str], run_id: str) -> AnchorResult:
+    """Publish the verified local chain of `run_id` to ``refs/harness/work-ledger/<run-id>``."""
+    rows.validate_run_id(run_id)
+    git = Git.open(workdir)
+    _, lines, _torn = _local_lines(workdir, run_id)
+    if not lines:
+        raise NoLedger(f"work ledger {run_id} has no complete entries to anchor")
+    ref = REF_PREFIX + run_id
+    chunks = chunk_blobs(lines)
+    ids = [git.blob_id(c) for c in chunks]
+    old = git.resolve(ref)
+    known: list[str] = []
+    if old is None:
+        v = verify.verify_lines(lines)
+        if not v.ok:
+            raise _refuse_broken(run_id, v, "anchor")
+        head = v.head_hash
+    else:
+        found = anchored_prefix(git, ref, old, run_id, lines, ids)
+        if found is not None:
+            chain, trusted = found
+            v = (_verify_from(lines, chain.entry_count, chain.head_hash) if trusted
+                 else verify.verify_lines(lines))
+            if not v.ok:
+                raise _refuse_broken(run_id, v, "anchor")
+            if not trusted:
+                _memo_add(git, chain.tree, chain.head_hash, chain.entry_count)
+            relation: Relation = ("identical" if chain.entry_count == len(lines)
+                                  else "local_ahead")
+            anchored_head = chain.head_hash
+        else:
+            chain = read_anchor(git, ref, old, run_id)
+            assert chain.lines is not None
+            v = verify.verify_lines(lines)
+            if not v.ok:
+                raise _refuse_broken(run_id, v, "anchor")
+            relation = compare_chains(lines, chain.lines)
+            anchored_head = chain.head_hash
+        head = v.head_hash
+        if isinstance(relation, tuple):
+            raise Divergence(
+                divergence_message(relation[1], head, anchored_head, run_id, "anchor")
+            )
+        if relation == "anchored_ahead":
+            raise AnchoredAhead(
+                f"the anchored ledger {ref} is ahead of the local chain ({chain.entry_count} > "
+                f"{len(lines)} entries); run 'harness ledger fetch {run_id}' first"
+            )
+        if relation == "identical":
+            return AnchorResult("unchanged", old, head, len(lines), run_id, ref, chain.tree,
+                                len(chain.chunk_ids), 0)
+        known = chain.chunk_ids
+    meta = _meta_blob(run_id, head, len(lines), len(chunks))
+    before = set(known)
+    written = git.write_blobs([*chunks, meta], [*ids, git.blob_id(meta)], known=known)
+    names = [(chunk_name(i), oid) for i, oid in enumerate(written[:-1])]
+    tree = git.mktree([*names, (META_NAME, written[-1])])
+    message = (f"harness work ledger anchor\n\nrun_id={run_id}\nhead={head}\n"
+               f"entries={len(lines)}\n")
+    commit = git.commit_tree(tree, [old] if old else [], message)
+    git.update_ref(ref, commit, old, reason=f"harness ledger anchor {run_id}")
+    _memo_add(git, tree, head, len(lines))
+    result = AnchorResult("created" if old is None else "extended", commit, head, len(lines),
+                          run_id, ref, tree, len(chunks),
+                          sum(1 for oid in written if oid not in before))
+    result.warning = _mirror(run_id, head, commit)
+    return result
+
+
+def _mirror(run_id: str, head: str, commit: str) -> str | None:
+    """Record the anchor in the audit chain; a failure there is reported, not raised,
+    because the ref has already moved and the anchor itself stands."""
+    try:
+        audit.append_event("work_ledger.anchor",
+                           {"run_id": run_id, "head_hash": head, "commit": commit})
+    except (OSError, audit.AuditError) as exc:
+        return f"anchored, but the audit chain was not updated: {exc}"
+    return None
+
+
+# -- fetch ------------------------------------------------------------------------------
+
+
+def _remote_component(remote: str) -> str:
+    if (re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", remote)):
+        return remote
+    # A URL or a path: name the private ref after a digest of it.
+    return "url-" + hashlib.sha256(remote.encode("utf-8")).hexdigest()[:16]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_new(d: Path, lines: list[bytes]) -> None:
+    make_private_dir(str(d))
+    target = d / "000000.jsonl"
+    tmp = d / f".000000.jsonl.fetch-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            data = memoryview(b"".join(line + b"\n" for line in lines))
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(d)
+
+
+def _append(d: Path, new: list[bytes], torn: bytes | None) -> None:
+    seg = verify.iter_segments(d)[-1]
+    fd = os.open(seg, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        if torn:
+            # Writer recovery drops a torn tail before appending; so does this, so the
+            # first new line does not fuse with the fragment.
+            size -= len(torn)
+            os.ftruncate(fd, size)
+        data = memoryview(b"".join(line + b"\n" for line in new))
+        pos = size
+        while data:
+            n = os.pwrite(fd, data, pos)
+            data, pos = data[n:], pos + n
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _bring_up_to(
+    d: Path, chain: AnchoredChain, run_id: str, remote: str
+) -> tuple[Literal["written", "extended", "unchanged"], int]:
+    """Make the local ledger in `d` equal the verified anchored chain, or refuse."""
+    assert chain.lines is not None
+    try:
+        lines, torn = verify.read_ledger(d)
+    except NoLedger:
+        lines, torn = [], None
+    if not lines:
+        _write_new(d, chain.lines)
+        return "written", len(chain.lines)
+    v = verify.verify_lines(lines)
+    if not v.ok:
+        raise _refuse_broken(run_id, v, "fetch onto")
+    relation = compare_chains(lines, chain.lines)
+    if isinstance(relation, tuple):
+        raise Divergence(
+            divergence_message(relation[1], v.head_hash, chain.head_hash, run_id, "fetch")
+        )
+    if relation == "local_ahead":
+        raise LocalAhead(
+            f"the local ledger of run {run_id} is ahead of the anchored chain on "
+            f"'{remote}' ({len(lines)} > {chain.entry_count} entries); nothing was "
+            f"changed. Run 'harness ledger anchor {run_id}' (and push the ref) instead"
+        )
+    if relation == "anchored_ahead":
+        _append(d, chain.lines[len(lines):], torn)
+        return "extended", chain.entry_count - len(lines)
+    return "unchanged", 0
+
+
+def fetch(workdir: str | os.PathLike[str], run_id: str, remote: str = "origin") -> FetchResult:
+    """Bring the anchored chain of `run_id` from `remote` into the local ledger, verified."""
+    rows.validate_run_id(run_id)
+    git = Git.open(workdir)
+    ref = REF_PREFIX + run_id
+    private = f"{FETCHED_PREFIX}{_remote_component(remote)}/{run_id}"
+    commit = git.fetch_ref(remote, ref, private)
+    chain = read_anchor(git, f"{remote} {ref}", commit, run_id)
+    assert chain.lines is not None
+    d = rows.ledger_dir(Path(workdir), run_id)
+    make_private_dir(str(d))
+    # The writer's lock: no append can slip in between reading the local chain and
+    # writing after it, and a live writer makes fetch refuse rather than race it.
+    lock = store.take_lock(d, run_id)
+    try:
+        status, new = _bring_up_to(d, chain, run_id, remote)
+    finally:
+        store.release_lock(lock)
+    warning = _follow(git, ref, chain, run_id)
+    return FetchResult(status, commit, chain.head_hash, chain.entry_count, run_id, remote,
+                       new, warning)
+
+
+def _follow(git: Git, ref: str, chain: AnchoredChain, run_id: str) -> str | None:
+    """Move the local side ref to the fetched anchor unless that would lose anchored
+    entries the fetched one lacks."""
+    cur = git.resolve(ref)
+    if cur == chain.commit:
+        return None
+    if cur is not None and not git.is_ancestor(cur, chain.commit):
+        try:
+            mine = read_anchor(git, ref, cur, run_id)
+        except VerificationFailed:
+            mine = None  # not an anchor at all: nothing to keep
+        if mine is not None:
+            assert mine.lines is not None and chain.lines is not None
+            if compare_chains(mine.lines, chain.lines) not in ("identical", "anchored_ahead"):
+                return (f"kept {ref} at {cur}: it anchors entries the fetched anchor lacks; "
+                        "the local ledger now follows the fetched chain")
+    git.update_ref(ref, chain.commit, cur, reason=f"harness ledger fetch {run_id}")
+    return None
+
+
+# -- gc and listing ---------------------------------------------------------------------
+
+
+def gc(workdir: str | os.PathLike[str], run_id: str) -> str:
+    """Squash the anchor history of `run_id` into one parentless commit of the same tree."""
+    rows.validate_run_id(run_id)
+    git = Git.open(workdir)
+    ref = REF_PREFIX + run_id
+    commit = git.resolve(ref)
+    if commit is None:
+        raise NoLedger(f"no anchored ledger for run {run_id} ({ref} does not exist)")
+    tree, chunk_ids, _ = _read_tree(git, ref, commit)
+    if not _memo_has(git, tree):
+        read_anchor(git, ref, commit, run_id)
+    _, parents = git.read_commit(commit)
+    if not parents:
+        return f"{ref} is already a single parentless commit ({commit}); nothing to do"
+    dropped = git.count_commits(commit) - 1
+    message = f"harness work ledger anchor (gc)\n\nrun_id={run_id}\n"
+    new = git.commit_tree(tree, [], message)
+    git.update_ref(ref, new, commit, reason=f"harness ledger gc {run_id}")
+    return (
+        f"{ref}: squashed {dropped + 1} commits into one parentless commit {new} "
+        f"(tree {tree} unchanged, {len(chunk_ids)} chunks). The ref no longer fast-forwards "
+        f"from what was pushed, so pushing it now needs a forced refspec: git push REMOTE "
+        f"'+{ref}:{ref}'"
+    )
+
+
+def list_anchored(workdir: str | os.PathLike[str]) -> list[AnchoredInfo]:
+    """Every anchored run in the repository, from its LEDGER.json (one ``cat-file``)."""
+    git = Git.open(workdir)
+    refs = git.for_each_ref(REF_PREFIX)
+    if not refs:
+        return []
+    objs = git.read_objects([f"{oid}:{META_NAME}" for _, oid in refs])
+    out: list[AnchoredInfo] = []
+    for (name, oid), obj in zip(refs, objs, strict=True):
+        run_id = name[len(REF_PREFIX):]
+        info = AnchoredInfo(run_id, 0, "", oid)
+        try:
+            if obj is None or obj[0] != "blob":
+                raise _not_anchor(name, f"no {META_NAME}")
+            meta = msgspec.json.decode(obj[1])
+            if not isinstance(meta, dict):
+                raise _not_anchor(name, f"{META_NAME} is not an object")
+            info.entry_count = int(meta.get("entry_count", 0))
+            info.head_hash = str(meta.get("head_hash", ""))
+        except (VerificationFailed, msgspec.DecodeError, TypeError, ValueError) as exc:
+            info.error = str(exc)
+        out.append(info)
+    return out

@@ -1,0 +1,185 @@
+"""Replaying a verified work-ledger chain into the run's projected state.
+
+It owns the projection `replay(rows) -> State`: per task its status, attempts, deps
+and last seq; for the run whether it was opened and closed and how often it was
+resumed; and the resume frontier — the in-flight tasks plus the scheduled tasks whose
+``deps`` all completed, in the order they were first scheduled.
+
+Invariants:
+
+* Deterministic: the state is a pure function of the rows in order (no clock, no
+  host, no dict-order accident), so two machines replaying one chain agree.
+* Completed is terminal: completed work is never redone, so a later row for a
+  completed task is recorded (``last_seq``) but does not reopen it.
+* Rows of kinds this version does not know are counted and carried through untouched,
+  never errors: a ledger written by a newer scheduler still resumes here.
+
+Rows are taken as verified (`harness.worklog.verify`); replay does not check hashes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["State", "TaskState", "replay"]
+
+SCHEDULED, STARTED, COMPLETED, FAILED, ABANDONED = (
+    "scheduled",
+    "started",
+    "completed",
+    "failed",
+    "abandoned",
+)
+_STATUS_OF = {
+    "task.scheduled": SCHEDULED,
+    "task.started": STARTED,
+    "task.completed": COMPLETED,
+    "task.failed": FAILED,
+    "task.abandoned": ABANDONED,
+}
+
+
+@dataclass
+class TaskState:
+    task_id: str
+    status: str
+    first_seq: int  # the seq that first scheduled (or, failing that, first named) it
+    last_seq: int
+    attempts: int = 0  # task.started rows
+    deps: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "task_id": self.task_id,
+            "status": self.status,
+            "attempts": self.attempts,
+            "deps": list(self.deps),
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+        }
+
+
+@dataclass
+class State:
+    tasks: dict[str, TaskState] = field(default_factory=dict)
+    opened: bool = False
+    closed: bool = False
+    resumes: int = 0
+    unknown: list[dict[str, Any]] = field(default_factory=list)  # rows carried untouched
+    unknown_kinds: dict[str, int] = field(default_factory=dict)
+    entry_count: int = 0
+    head_seq: int = 0
+    head_hash: str | None = None
+
+    def _ids(self, status: str) -> list[str]:
+        return [t.task_id for t in self._ordered() if t.status == status]
+
+    def _ordered(self) -> list[TaskState]:
+        return sorted(self.tasks.values(), key=lambda t: (t.first_seq, t.task_id))
+
+    @property
+    def finished(self) -> list[str]:
+        return self._ids(COMPLETED)
+
+    @property
+    def in_flight(self) -> list[str]:
+        return self._ids(STARTED)
+
+    @property
+    def scheduled(self) -> list[str]:
+        return self._ids(SCHEDULED)
+
+    @property
+    def failed(self) -> list[str]:
+        return self._ids(FAILED)
+
+    @property
+    def abandoned(self) -> list[str]:
+        return self._ids(ABANDONED)
+
+    @property
+    def frontier(self) -> list[str]:
+        """In-flight tasks plus scheduled tasks whose deps all completed, by first schedule."""
+        return [t.task_id for t in self._ordered() if t.status == STARTED or self._ready(t)]
+
+    def _ready(self, t: TaskState) -> bool:
+        # A dep the ledger never names cannot have completed: the task waits.
+        return t.status == SCHEDULED and all(
+            d in self.tasks and self.tasks[d].status == COMPLETED for d in t.deps
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "finished": self.finished,
+            "in_flight": self.in_flight,
+            "scheduled": self.scheduled,
+            "failed": self.failed,
+            "abandoned": self.abandoned,
+            "prior_resumes": self.resumes,
+            "frontier": self.frontier,
+            "opened": self.opened,
+            "closed": self.closed,
+            "entry_count": self.entry_count,
+            "head_seq": self.head_seq,
+            "head_hash": self.head_hash,
+            "unknown_kinds": dict(sorted(self.unknown_kinds.items())),
+            "tasks": [t.to_json() for t in self._ordered()],
+        }
+
+
+def _deps(payload: object) -> list[str] | None:
+    """The ``deps`` a task.scheduled payload names, or None when it names none."""
+    if not isinstance(payload, dict) or "deps" not in payload:
+        return None
+    raw = payload["deps"]
+    if not isinstance(raw, list):
+        return []
+    # Order kept, duplicates dropped: deps are a set, but a stable order keeps
+    # to_json deterministic without sorting away what the scheduler wrote.
+    return list(dict.fromkeys(d for d in raw if isinstance(d, str)))
+
+
+def replay(rows: Iterable[dict[str, Any]]) -> State:
+    """Project rows (in chain order) into the run's state and frontier."""
+    st = State()
+    for row in rows:
+        kind = row.get("kind")
+        seq = row.get("seq")
+        seq = seq if type(seq) is int else st.head_seq + 1
+        st.entry_count += 1
+        st.head_seq = seq
+        st.head_hash = row.get("entry_hash")
+        status = _STATUS_OF.get(kind) if isinstance(kind, str) else None
+        if status is not None:
+            tid = row.get("task_id")
+            if not isinstance(tid, str):
+                _carry(st, row, str(kind))
+                continue
+            t = st.tasks.get(tid)
+            if t is None:
+                t = st.tasks[tid] = TaskState(tid, status, seq, seq)
+            t.last_seq = seq
+            if status == STARTED:
+                t.attempts += 1
+            if status == SCHEDULED:
+                deps = _deps(row.get("payload"))
+                if deps is not None:
+                    t.deps = deps
+            if t.status != COMPLETED:
+                t.status = status
+        elif kind == "run.open":
+            st.opened = True
+        elif kind == "run.resumed":
+            st.resumes += 1
+        elif kind == "run.closed":
+            st.closed = True
+        else:
+            _carry(st, row, str(kind))
+    return st
+
+
+def _carry(st: State, row: dict[str, Any], kind: str) -> None:
+    st.unknown.append(row)
+    st.unknown_kinds[kind] = st.unknown_kinds.get(kind, 0) + 1

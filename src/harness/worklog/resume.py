@@ -1,0 +1,411 @@
+"""Resume a goal's work ledger: verify, compare with the anchor, replay, record, signal.
+
+This module owns `harness ledger resume` (shared/specs/durable-work-ledger.txt, "resume"),
+the resume signal files in ``<workdir>/.harness/runtime/resume/``, and `survey`, the
+read-only overview of every run's ledger that `harness ledger runs` prints (what a resume
+of each run would find: entries, head, open or closed, local and anchored agreement).
+
+Invariants:
+
+* Nothing is written unless the local chain verifies end to end and, when an anchored ref
+  of the run exists, the anchored chain verifies too and does not diverge from the local
+  one. A divergence is refused (`Divergence`, exit 3), never merged.
+* A closed run is never resumed. A dry run and `survey` never take the writer's lock and
+  write no row, signal, tail recovery or ref. When the anchor is the local chain or a
+  prefix of it, they write nothing at all (not even under .git): that case is decided from
+  blob ids without a full read. Any other anchor is read whole through
+  `anchor.read_anchor`, which may note the tree in its verified-tree cache.
+* The ``run.resumed`` row is recorded (synced) before any signal is written, so a watcher
+  never acts on a resume the chain does not hold; each signal is written atomically
+  (temporary file, fsync, rename, 0600) and named ``<run-id>__<task-id>.signal`` so
+  signals of two runs never collide. Completed tasks never get a signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from . import Divergence, NoLedger, VerificationFailed, WorkLedgerError
+from . import anchor as anchor_mod
+from .git import Git
+from .replay import State, replay
+from .rows import ledger_dir, validate_run_id
+from .store import WorkLedger
+from .verify import WorkVerify, read_ledger, verify_lines
+
+__all__ = [
+    "ResumeResult",
+    "resume",
+    "resume_dir",
+    "signal_name",
+    "survey",
+]
+
+SIGNAL_SUFFIX = ".signal"
+
+
+@dataclass
+class ResumeResult:
+    """What `resume` did (or, for a dry run, would do).
+
+    ``state``, ``entry_count`` and ``head_hash`` describe the chain as it was before the
+    resume; ``resume_seq`` and ``resumed_head`` name the ``run.resumed`` row appended.
+    """
+
+    run_id: str
+    status: str  # "resumed" | "closed" | "dry_run"
+    dry_run: bool
+    state: State
+    entry_count: int
+    head_hash: str
+    anchored: str  # "none" | "identical" | "local_ahead"
+    resume_seq: int | None = None
+    resumed_head: str | None = None
+    nonce: str | None = None
+    frontier: list[str] = field(default_factory=list)
+    signals: list[str] = field(default_factory=list)
+    torn_tail: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.state.to_json())
+        out.update(
+            run_id=self.run_id,
+            status=self.status,
+            dry_run=self.dry_run,
+            entry_count=self.entry_count,
+            head_hash=self.head_hash,
+            anchored=self.anchored,
+            resume_seq=self.resume_seq,
+            resumed_head=self.resumed_head,
+            frontier=list(self.frontier),
+            signals=list(self.signals),
+            torn_tail=self.torn_tail,
+        )
+        return out
+
+
+def resume_dir(workdir: str | os.PathLike[str]) -> Path:
+    return Path(workdir) / ".harness" / "runtime" / "resume"
+
+
+def _run_part(run_id: str) -> str:
+    part = quote(run_id, safe="-._~")
+    # The first "__" in a signal name must be the separator, so a run part that could
+    # contribute one (an inner "__" or a trailing "_") has its underscores escaped.
+    if "__" in part or part.endswith("_"):
+        part = part.replace("_", "%5F")
+    return part
+
+
+def signal_name(run_id: str, task_id: str) -> str:
+    """``<run-id>__<task-id>.signal``, escaped so that distinct pairs never share a name."""
+    return f"{_run_part(run_id)}__{quote(task_id, safe='-._~')}{SIGNAL_SUFFIX}"
+
+
+def _has_anchor(workdir: Path, run_id: str) -> bool:
+    try:
+        return Git.open(workdir).resolve(anchor_mod.REF_PREFIX + run_id) is not None
+    except NoLedger:
+        return False
+
+
+def _rows(lines: list[bytes]) -> list[dict[str, Any]]:
+    # Only verified lines reach here, so every one is a JSON object.
+    return [json.loads(line) for line in lines]
+
+
+def _broken(what: str, res: WorkVerify, run_id: str) -> VerificationFailed:
+    where = f" at entry {res.error_seq}" if res.error_seq is not None else ""
+    line = f" (line {res.error_line})" if res.error_line is not None else ""
+    return VerificationFailed(
+        f"{what} work ledger of run '{run_id}' does not verify{where}{line}: {res.reason}"
+    )
+
+
+def _anchored_prefix(git: Git, ref: str, commit: str, run_id: str,
+                     local: list[bytes]) -> anchor_mod.AnchoredChain | None:
+    """The anchor at `commit` when it is exactly the anchor of a prefix of the verified
+    `local` chain (decided from blob ids; nothing is written), else None."""
+    ids = [git.blob_id(c) for c in anchor_mod.chunk_blobs(local)]
+    found = anchor_mod.anchored_prefix(git, ref, commit, run_id, local, ids)
+    return found[0] if found is not None else None
+
+
+def _check_anchor(workdir: Path, run_id: str, local: list[bytes],
+                  local_head: str, remember: bool = True) -> str:
+    """Compare the verified local chain with the anchored one; return the relation or raise."""
+    try:
+        git = Git.open(workdir)
+    except NoLedger:
+        return "none"  # a work tree outside git has no anchor
+    ref = anchor_mod.REF_PREFIX + run_id
+    commit = git.resolve(ref)
+    if commit is None:
+        return "none"
+    prefix = _anchored_prefix(git, ref, commit, run_id, local)
+    if prefix is not None:
+        return "identical" if prefix.entry_count == len(local) else "local_ahead"
+    # Not a prefix of the local chain: read and verify it whole to say why (anchored
+    # ahead, diverged, or not an anchor at all).
+    chain = anchor_mod.read_anchor(git, ref, commit, run_id, remember=remember)
+    assert chain.lines is not None  # read_anchor reads and verifies every line
+    relation = anchor_mod.compare_chains(local, chain.lines)
+    if isinstance(relation, tuple):
+        raise Divergence(anchor_mod.divergence_message(
+            relation[1], local_head, chain.head_hash, run_id, "resume"))
+    if relation == "anchored_ahead":
+        # Resuming the shorter chain would fork it from the anchored one at the very
+        # next entry; the operator brings the local chain up to date first.
+        raise anchor_mod.AnchoredAhead(
+            f"the anchored work ledger {chain.ref} is ahead of the local one "
+            f"({chain.entry_count} > {len(local)} entries); refusing to resume a stale "
+            f"chain: run 'harness ledger fetch {run_id}' first"
+        )
+    return str(relation)
+
+
+def _local(workdir: Path, run_id: str) -> tuple[Path, list[bytes], WorkVerify]:
+    directory = ledger_dir(workdir, run_id)
+    if not directory.is_dir():
+        hint = ""
+        if _has_anchor(workdir, run_id):
+            hint = (f"; {anchor_mod.REF_PREFIX}{run_id} exists here: run 'harness ledger "
+                    f"fetch {run_id} --remote .' to restore the local ledger from it")
+        raise NoLedger(f"no work ledger for run '{run_id}' in {directory}{hint}")
+    lines, torn = read_ledger(directory)
+    if not lines:
+        raise NoLedger(f"the work ledger of run '{run_id}' in {directory} holds no entries")
+    res = verify_lines(lines)
+    if not res.ok:
+        raise _broken("the local", res, run_id)
+    res.torn_tail = torn or res.torn_tail
+    return directory, lines, res
+
+
+def _write_signal(directory: Path, name: str, body: dict[str, Any]) -> Path:
+    path = directory / name
+    tmp = directory / f".{name}.{os.getpid()}.tmp"
+    data = json.dumps(body, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False).encode("utf-8") + b"\n"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fchmod(fd, 0o600)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _sync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _task_info(state: State, task_id: str) -> tuple[str, int]:
+    task = state.tasks.get(task_id)
+    if task is None:
+        return "scheduled", 0
+    return task.status, task.attempts
+
+
+def _signal_dir(workdir: Path) -> Path:
+    directory = resume_dir(workdir)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return directory
+
+
+def _signal(workdir: Path, run_id: str, state: State, frontier: list[str], resume_seq: int,
+            head_hash: str) -> list[str]:
+    directory = _signal_dir(workdir)
+    written: list[str] = []
+    keep: set[str] = set()
+    for task_id in frontier:
+        status, attempts = _task_info(state, task_id)
+        name = signal_name(run_id, task_id)
+        keep.add(name)
+        _write_signal(directory, name, {
+            "run_id": run_id, "task_id": task_id, "status": status, "attempts": attempts,
+            "resume_seq": resume_seq, "head_hash": head_hash,
+        })
+        written.append(str(directory / name))
+    # A signal left by an earlier resume of this run may name a task that has since
+    # completed; leaving it would let a watcher redo finished work.
+    prefix = f"{_run_part(run_id)}__"
+    for old in directory.iterdir():
+        if old.name.startswith(prefix) and old.name.endswith(SIGNAL_SUFFIX) \
+                and old.name not in keep:
+            old.unlink(missing_ok=True)
+    _sync_dir(directory)
+    return written
+
+
+def resume(workdir: str | os.PathLike[str], run_id: str, dry_run: bool = False) -> ResumeResult:
+    """Resume run `run_id` of the work tree `workdir` from its verified chain.
+
+    Raises `NoLedger` (1), `VerificationFailed` (2) or `Divergence` (3).
+    """
+    validate_run_id(run_id)
+    wd = Path(workdir)
+    _, lines, res = _local(wd, run_id)
+    # Opening the writer below cuts a torn tail; report the one this call found.
+    torn = bool(res.torn_tail)
+    relation = _check_anchor(wd, run_id, lines, res.head_hash, remember=not dry_run)
+    state = replay(_rows(lines))
+    frontier = list(state.frontier)
+    base = ResumeResult(run_id=run_id, status="dry_run" if dry_run else "resumed",
+                        dry_run=dry_run, state=state, entry_count=res.entry_count,
+                        head_hash=res.head_hash, anchored=relation, frontier=frontier,
+                        torn_tail=torn)
+    if state.closed:
+        base.status = "closed"
+        return base
+    if dry_run:
+        return base
+
+    # A signal directory that cannot be made must fail the resume before its row is
+    # recorded, not leave a recorded resume whose frontier nobody was told about.
+    _signal_dir(wd)
+    with WorkLedger(wd, run_id) as ledger:
+        # The checks above ran without the writer's lock; redo them under it so the
+        # resume row extends exactly the chain that was verified and replayed.
+        _, lines, res = _local(wd, run_id)
+        relation = _check_anchor(wd, run_id, lines, res.head_hash)
+        state = replay(_rows(lines))
+        if state.closed:
+            base.status = "closed"
+            base.state = state
+            return base
+        frontier = list(state.frontier)
+        nonce = secrets.token_hex(16)
+        row = ledger.record("run.resumed", None, {
+            "nonce": nonce, "host": socket.gethostname(), "frontier": frontier,
+        })
+        resume_seq = int(row["seq"])
+        resumed_head = str(row["entry_hash"])
+        # Still under the writer's lock: a later resume of this run cannot interleave its
+        # signals with these, so the files always match the newest run.resumed row.
+        signals = _signal(wd, run_id, state, frontier, resume_seq, resumed_head)
+    return ResumeResult(
+        run_id=run_id, status="resumed", dry_run=False, state=state,
+        entry_count=res.entry_count, head_hash=res.head_hash, anchored=relation,
+        resume_seq=resume_seq, resumed_head=resumed_head, nonce=nonce, frontier=frontier,
+        signals=signals, torn_tail=torn,
+    )
+
+
+def _relation_text(relation: anchor_mod.Relation) -> str:
+    if isinstance(relation, tuple):
+        return f"diverged at entry {relation[1]}"
+    return relation
+
+
+def _open_or_closed(lines: list[bytes]) -> tuple[str, str | None]:
+    """("open" | "closed", ts of the last row) of verified lines."""
+    rows = _rows(lines)
+    state = replay(rows)
+    last = rows[-1].get("ts") if rows else None
+    return ("closed" if state.closed else "open"), (last if isinstance(last, str) else None)
+
+
+def _survey_local(directory: Path) -> tuple[dict[str, Any], list[bytes] | None]:
+    lines, torn = read_ledger(directory)
+    res = verify_lines(lines)
+    info: dict[str, Any] = {
+        "local": True, "local_entry_count": res.entry_count, "local_head": res.head_hash,
+        "ok": res.ok, "torn_tail": torn is not None,
+    }
+    if not res.ok:
+        # A broken chain is listed, not fatal: the listing is how an operator finds it.
+        info.update(state="broken", error=f"entry {res.error_seq} (line {res.error_line}): "
+                                          f"{res.reason}")
+        return info, None
+    info["state"], info["last_activity"] = _open_or_closed(lines)
+    return info, lines
+
+
+def survey(workdir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every work ledger of `workdir`, local or anchored, sorted by run id (read only).
+
+    Each entry: run_id, local, anchored, entry_count and head_hash (the local chain's
+    when there is one), state ("open", "closed" or "broken"), last_activity (the last
+    row's ts), and agreement between the two ("identical", "local_ahead",
+    "anchored_ahead", "diverged at entry N", or None when only one side exists).
+    """
+    wd = Path(workdir)
+    runs: dict[str, dict[str, Any]] = {}
+    local_lines: dict[str, list[bytes] | None] = {}
+    root = wd / ".harness" / "runtime" / "ledger"
+    if root.is_dir():
+        for child in sorted(root.iterdir()):
+            try:
+                validate_run_id(child.name)
+                if not child.is_dir():
+                    continue
+                info, lines = _survey_local(child)
+            except WorkLedgerError:
+                continue  # not a run directory (a stray name, or no segment files)
+            runs[child.name] = {"run_id": child.name, "anchored": False, **info}
+            local_lines[child.name] = lines
+    try:
+        git: Git | None = Git.open(wd)
+    except NoLedger:
+        git = None  # a work tree outside git has local ledgers only
+    anchored = anchor_mod.list_anchored(wd) if git is not None else []
+    for item in anchored:
+        entry = runs.setdefault(item.run_id, {"run_id": item.run_id, "local": False})
+        entry.update(anchored=True, anchored_entry_count=item.entry_count,
+                     anchored_head=item.head_hash, anchored_commit=item.commit)
+        assert git is not None
+        ref = anchor_mod.REF_PREFIX + item.run_id
+        mine = local_lines.get(item.run_id)
+        if mine is not None and item.error is None:
+            try:
+                prefix = _anchored_prefix(git, ref, item.commit, item.run_id, mine)
+            except VerificationFailed:
+                prefix = None  # the full read below names what is wrong with it
+            if prefix is not None:
+                entry["agreement"] = ("identical" if prefix.entry_count == len(mine)
+                                      else "local_ahead")
+                continue
+        chain: anchor_mod.AnchoredChain | None = None
+        try:
+            if item.error is not None:
+                raise VerificationFailed(item.error)
+            chain = anchor_mod.read_anchor(git, ref, item.commit, item.run_id, remember=False)
+        except VerificationFailed as exc:
+            # Listed, not fatal: the listing is how an operator finds a bad anchor.
+            entry["anchor_error"] = str(exc)
+        if chain is None or chain.lines is None:
+            entry["agreement"] = "anchor broken"
+        elif mine is not None:
+            entry["agreement"] = _relation_text(anchor_mod.compare_chains(mine, chain.lines))
+        elif not entry["local"]:
+            entry["state"], entry["last_activity"] = _open_or_closed(chain.lines)
+    out: list[dict[str, Any]] = []
+    for run_id in sorted(runs):
+        entry = runs[run_id]
+        side = "local" if entry["local"] else "anchored"
+        entry["entry_count"] = entry[f"{side}_entry_count"]
+        entry["head_hash"] = entry[f"{side}_head"]
+        for key in ("state", "last_activity", "agreement"):
+            entry.setdefault(key, None)
+        out.append(entry)
+    return out

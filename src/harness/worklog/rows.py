@@ -1,0 +1,260 @@
+"""The work-ledger row contract (DESIGN.md §2 "Work-ledger rows").
+
+This module owns what a row is and how its hash is computed; the writer (`store`), the
+verifier (`verify`) and anchoring all take the contract from here.
+
+A row is one canonical JSON object per line with ``seq`` (1, 2, …), ``ts`` (RFC 3339
+UTC), ``kind``, ``task_id`` (str, or None for ``run.*`` kinds), ``payload`` (object),
+``prev_hash``, ``entry_hash``, ``schema_version`` (1) and ``redactions`` (only when > 0).
+
+Invariants:
+
+* ``entry_hash = sha256(canonical({"kind", "payload", "prev_hash", "task_id"}))`` in
+  lowercase hex; the first row's ``prev_hash`` is `GENESIS`. ``seq``, ``ts``,
+  ``redactions`` and ``schema_version`` are metadata outside the hash.
+* Every payload string has passed the secret scrubber before the hash is computed, and
+  nothing else rewrites the payload: the hash depends only on the row's content, never
+  on the host (no ``$HOME`` folding, no path normalisation).
+* Anything this module refuses raises `RowRejected` naming the field and the value;
+  nothing is ever written for a refused row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from harness.ledger.canonical import canonical
+from harness.ledger.scrub import scrub_text, scrub_value
+from harness.timefmt import format_ns
+
+from . import WorkLedgerError
+
+__all__ = [
+    "GENESIS",
+    "KINDS",
+    "RUN_KINDS",
+    "SCHEMA_VERSION",
+    "TASK_KINDS",
+    "RowRejected",
+    "check_kind",
+    "check_task_id",
+    "clean_payload",
+    "encode_row",
+    "entry_hash",
+    "hash_doc",
+    "ledger_dir",
+    "make_row",
+    "validate_run_id",
+]
+
+GENESIS: Final = "0" * 64
+SCHEMA_VERSION: Final = 1
+
+RUN_KINDS: Final = ("run.open", "run.resumed", "run.closed")
+TASK_KINDS: Final = (
+    "task.scheduled",
+    "task.started",
+    "task.completed",
+    "task.failed",
+    "task.abandoned",
+)
+KINDS: Final = frozenset(RUN_KINDS + TASK_KINDS)
+
+_KIND_RX: Final = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+_MAX_TASK_ID: Final = 128
+_MAX_RUN_ID: Final = 128
+# C0, DEL and C1 controls: a task id ends up in file names and terminal output.
+_CONTROL_RX: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# git check-ref-format's forbidden characters, plus "/" because a run id is a single
+# ref component and a single directory name.
+_RUN_ID_BAD_CHARS: Final = re.compile(r"[\x00-\x20\x7f~^:?*\[\\/]")
+
+
+class RowRejected(WorkLedgerError):
+    """A row (or run id) that breaks the contract; nothing was written (exit 2)."""
+
+    exit_code = 2
+
+
+def check_kind(kind: object) -> str:
+    """Return `kind` if it may be written; refuse typos inside the reserved families."""
+    if not isinstance(kind, str) or _KIND_RX.fullmatch(kind) is None:
+        raise RowRejected(
+            f"kind {kind!r} is not a valid kind (a lowercase letter, then up to 63 of "
+            "[a-z0-9_.-])"
+        )
+    if scrub_text(kind)[1]:
+        raise RowRejected("kind looks like it holds a secret; refusing to record it")
+    family = kind.split(".", 1)[0]
+    if family in ("run", "task") and kind not in KINDS:
+        # A typo inside a reserved family would silently fall out of replay as an
+        # unknown kind; other families are extensions that replay carries through.
+        valid = ", ".join(RUN_KINDS + TASK_KINDS)
+        raise RowRejected(f"kind {kind!r} is not a known {family}.* kind; valid kinds: {valid}")
+    return kind
+
+
+def check_task_id(kind: str, task_id: object) -> str | None:
+    """Return `task_id` if it fits `kind`: required for ``task.*``, None for ``run.*``."""
+    if kind.startswith("run."):
+        if task_id is not None:
+            raise RowRejected(f"kind {kind!r} is run-level: task_id must be None, got {task_id!r}")
+        return None
+    if task_id is None:
+        if kind.startswith("task."):
+            raise RowRejected(f"kind {kind!r} needs a task_id")
+        return None
+    if not isinstance(task_id, str) or not task_id:
+        raise RowRejected(f"task_id must be a non-empty string, got {task_id!r}")
+    if len(task_id) > _MAX_TASK_ID:
+        raise RowRejected(
+            f"task_id {task_id[:32]!r}… is {len(task_id)} characters (at most {_MAX_TASK_ID})"
+        )
+    if _CONTROL_RX.search(task_id) or '"' in task_id:
+        raise RowRejected(f"task_id {task_id!r} contains a control character or '\"'")
+    try:
+        task_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RowRejected(f"task_id {task_id!r} is not valid UTF-8 text") from None
+    if scrub_text(task_id)[1]:
+        # Ids are hashed and shipped as they are; one that holds a secret is refused
+        # rather than rewritten, since a rewritten id would no longer name the task.
+        raise RowRejected("task_id looks like it holds a secret; refusing to record it")
+    return task_id
+
+
+_plain = msgspec.json.Decoder()
+
+
+def clean_payload(payload: object) -> tuple[dict[str, Any], bytes, int]:
+    """Scrub `payload` and return (its JSON form, its canonical bytes, secrets replaced).
+
+    The JSON form is the payload exactly as a reader will decode it from the line
+    (tuples become lists), so the row a writer returns equals the row read back.
+    """
+    if type(payload) is not dict:
+        raise RowRejected(f"payload must be a JSON object (dict), got {type(payload).__name__}")
+    try:
+        scrubbed, count = scrub_value(payload)
+        data = canonical(scrubbed)
+    except ValueError as exc:
+        raise RowRejected(f"payload is not canonical JSON: {exc}") from None
+    except RecursionError:
+        raise RowRejected("payload is nested too deeply to encode") from None
+    # Parsing is value-exact (only float *spelling* differs between encoders), so the
+    # decoded form equals what any reader gets from the line.
+    obj: dict[str, Any] = _plain.decode(data)
+    return obj, data, count
+
+
+def hash_doc(kind: str, task_id: str | None, payload: Any, prev_hash: str) -> bytes:
+    """The canonical bytes the entry hash is computed over."""
+    return canonical(
+        {"kind": kind, "payload": payload, "prev_hash": prev_hash, "task_id": task_id}
+    )
+
+
+def entry_hash(kind: str, task_id: str | None, payload: Any, prev_hash: str) -> str:
+    """``sha256(canonical({"kind", "payload", "prev_hash", "task_id"}))`` in lowercase hex."""
+    return hashlib.sha256(hash_doc(kind, task_id, payload, prev_hash)).hexdigest()
+
+
+def _json_str(s: str | None) -> bytes:
+    return canonical(s)
+
+
+def make_row(
+    *,
+    seq: int,
+    ts_ns: int,
+    kind: str,
+    task_id: str | None,
+    payload: dict[str, Any],
+    payload_bytes: bytes,
+    prev_hash: str,
+    redactions: int,
+) -> tuple[dict[str, Any], bytes]:
+    """Build a checked row and its canonical line (no newline) from cleaned parts.
+
+    `payload_bytes` must be ``canonical(payload)`` (what `clean_payload` returned): the
+    hashed document and the line are assembled from it rather than re-encoded.
+    """
+    k = _json_str(kind)
+    t = _json_str(task_id)
+    doc = b'{"kind":' + k + b',"payload":' + payload_bytes + b',"prev_hash":"' + (
+        prev_hash.encode("ascii") + b'","task_id":' + t + b"}"
+    )
+    digest = hashlib.sha256(doc).hexdigest()
+    row: dict[str, Any] = {
+        "seq": seq,
+        "ts": format_ns(ts_ns),
+        "kind": kind,
+        "task_id": task_id,
+        "payload": payload,
+        "prev_hash": prev_hash,
+        "entry_hash": digest,
+        "schema_version": SCHEMA_VERSION,
+    }
+    if redactions > 0:
+        row["redactions"] = redactions
+    red = b'"redactions":%d,' % redactions if redactions > 0 else b""
+    line = (
+        b'{"entry_hash":"' + digest.encode("ascii") + b'","kind":' + k + b',"payload":'
+        + payload_bytes + b',"prev_hash":"' + prev_hash.encode("ascii") + b'",' + red
+        + b'"schema_version":%d,"seq":%d,"task_id":' % (SCHEMA_VERSION, seq) + t
+        + b',"ts":"' + row["ts"].encode("ascii") + b'"}'
+    )
+    return row, line
+
+
+def encode_row(row: dict[str, Any]) -> bytes:
+    """A row's canonical line (no newline): sorted keys, compact, UTF-8."""
+    return canonical(row)
+
+
+def validate_run_id(run_id: object) -> str:
+    """Return `run_id` if it is usable as one git ref component and one directory name."""
+    if not isinstance(run_id, str) or not run_id:
+        raise RowRejected(f"run id must be a non-empty string, got {run_id!r}")
+    why = None
+    if len(run_id) > _MAX_RUN_ID:
+        why = f"is longer than {_MAX_RUN_ID} characters"
+    elif _RUN_ID_BAD_CHARS.search(run_id):
+        why = "contains a control character, a space, or one of / ~ ^ : ? * [ \\"
+    elif ".." in run_id:
+        why = "contains '..'"
+    elif run_id.startswith("."):
+        why = "starts with '.'"
+    elif run_id.endswith("."):
+        why = "ends with '.'"
+    elif run_id.endswith(".lock"):
+        why = "ends with '.lock'"
+    elif run_id == "@":
+        why = "is '@'"
+    elif "@{" in run_id:
+        why = "contains '@{'"
+    else:
+        try:
+            run_id.encode("utf-8")
+        except UnicodeEncodeError:
+            why = "is not valid UTF-8 text"
+    if why:
+        raise RowRejected(f"run id {run_id!r} {why}")
+    return run_id
+
+
+def ledger_dir(workdir: str | Path, run_id: str) -> Path:
+    """``<workdir>/.harness/runtime/ledger/<run_id>``, checked to stay inside that root."""
+    validate_run_id(run_id)
+    root = (Path(workdir) / ".harness" / "runtime" / "ledger").resolve()
+    path = root / run_id
+    # A validated id cannot escape, but a symlinked run directory could: refuse it
+    # rather than write a ledger somewhere the anchor and resume code will not look.
+    if path.resolve() != path:
+        raise RowRejected(f"run id {run_id!r} resolves outside {root} (a symlink?)")
+    return path

@@ -1,0 +1,597 @@
+"""Reading and verifying a work ledger's chain (DESIGN.md §2, the spec's "Crash recovery").
+
+This module owns the one tail policy every reader shares (verify, writer recovery,
+anchoring, resume): only a final unterminated fragment of the last segment is a torn
+tail — excluded and reported, never a failure. Every complete line is part of the
+chain, so an unparseable complete line, an extra or missing field, a wrong type, a
+``seq`` that is not the previous + 1 (from 1), a ``prev_hash`` that is not the previous
+``entry_hash`` (genesis first), an ``entry_hash`` that the row's content does not hash
+to, or a ``schema_version`` other than 1 is a break, named by seq and 1-based line.
+
+Invariant: a result says ok only if ``sha256(canonical({"kind","payload","prev_hash",
+"task_id"}))`` of every row equals its ``entry_hash`` and the rows link in order. For
+speed, the hashed document is sliced from the line's own bytes, but only after the line
+has been shown to be exactly the canonical encoding of the row it decodes to; any line
+that is not (a hand-written one, a float or an escape spelled another way) is parsed
+strictly and re-encoded with `canonical` instead. `verify_dir` streams: memory does not
+grow with the ledger. Large ledgers are checked on every core, in byte ranges stitched
+link to link, with the sequential walk as the single judge of any failure.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import multiprocessing
+import os
+import re
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+import msgspec
+
+from harness.ledger.canonical import canonical
+from harness.timefmt import is_rfc3339
+
+from . import NoLedger
+from .rows import GENESIS
+
+__all__ = [
+    "SEGMENT_RX",
+    "WorkVerify",
+    "iter_segments",
+    "read_ledger",
+    "verify_dir",
+    "verify_lines",
+]
+
+SEGMENT_RX: Final = re.compile(r"[0-9]{6}\.jsonl")
+_BLOCK: Final = 2 << 20  # bytes read per system call while streaming (cache-sized)
+_CHUNK: Final = 1024  # lines decoded per batch on the fast path
+
+_FIELDS: Final = frozenset(
+    ("seq", "ts", "kind", "task_id", "payload", "prev_hash", "entry_hash", "schema_version")
+)
+_OPTIONAL: Final = frozenset(("redactions",))
+
+
+class _Row(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True, gc=False):
+    # Declared in sorted key order: encoding a decoded row then reproduces a canonical
+    # line byte for byte, which is how a line proves itself canonical. The payload is
+    # kept as its raw bytes (cheap) and proven canonical in a separate batched pass.
+    entry_hash: str
+    kind: str
+    payload: msgspec.Raw
+    prev_hash: str
+    # Absent means 0; omit_defaults makes an explicit "redactions":0 (off-contract) fail
+    # the canonical comparison and take the strict slow path, which refuses it.
+    redactions: Annotated[int, msgspec.Meta(ge=1)] = 0
+    schema_version: Literal[1]
+    seq: int
+    task_id: str | None
+    ts: str
+
+
+class _NotCanonical:
+    """Stands in for a float spelled other than canonically: the encoder fails on it,
+    so the row cannot be proven canonical and takes the strict path."""
+
+    __slots__ = ()
+
+
+_MARK: Final = _NotCanonical()
+
+
+def _float_hook(text: str) -> msgspec.Raw | _NotCanonical:
+    # msgspec spells floats unlike the standard library, so a float must not be
+    # re-encoded by it. A literal that already is the canonical spelling of its value
+    # (float.__repr__, what canonical JSON writes) is kept as raw bytes and re-emitted
+    # verbatim; any other spelling ("0.00001", "1E5", "1e999") marks the row unproven.
+    value = float(text)
+    if value - value == 0.0 and float.__repr__(value) == text:
+        return msgspec.Raw(text.encode("ascii"))
+    return _MARK
+
+
+_one: Final = msgspec.json.Decoder(_Row)
+_many: Final = msgspec.json.Decoder(list[_Row])
+_payloads: Final = msgspec.json.Decoder(list[dict[str, Any]], float_hook=_float_hook)
+_payload: Final = msgspec.json.Decoder(dict[str, Any], float_hook=_float_hook)
+_plain: Final = msgspec.json.Decoder()
+_enc: Final = msgspec.json.Encoder(order="sorted")
+_sha256: Final = hashlib.sha256
+# Whatever stops a line from being proven canonical on the fast path sends it to the
+# strict path, which names the problem; none of these may escape as a crash.
+_UNPROVEN: Final = (msgspec.MsgspecError, ValueError, TypeError, OverflowError, RecursionError)
+# The stamp our writer produces; anything else is checked by the general parser.
+_TS_FAST: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{9}Z")
+# ASCII digits only ([0-9], not \d): the fast path relies on a stamp being 30 *bytes*.
+_TS_MANY: Final = re.compile(
+    r"(?:[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{9}Z\n)*"
+)
+# A line whose ts is in our 30-character form ends in ',"ts":"<30>"}' (39 bytes).
+_TS_TAIL: Final = -39
+_PREV_KEY: Final = b',"prev_hash":"'
+_TASK_KEY: Final = b',"task_id":'
+_TS_KEY: Final = b',"ts":'
+_HASH_AT: Final = len(b'{"entry_hash":"') + 64 + len(b'",')  # where "kind" starts
+
+
+@dataclass
+class WorkVerify:
+    """The outcome of verifying one chain; on failure, the first break."""
+
+    ok: bool
+    entry_count: int
+    head_hash: str
+    torn_tail: bytes | None = None
+    error_seq: int | None = None
+    error_line: int | None = None
+    reason: str | None = None
+    head_seq: int = 0
+
+    def to_json(self, run_id: str) -> dict[str, object]:
+        out: dict[str, object] = {
+            "run_id": run_id,
+            "ok": self.ok,
+            "entry_count": self.entry_count,
+            "head_hash": self.head_hash,
+            "head_seq": self.head_seq,
+            "torn_tail": self.torn_tail is not None,
+            "torn_tail_bytes": len(self.torn_tail) if self.torn_tail is not None else 0,
+        }
+        if not self.ok:
+            out.update(seq=self.error_seq, line=self.error_line, reason=self.reason)
+        return out
+
+    def describe(self) -> str:
+        """One line for a human: the position of the break, or the verified head."""
+        if self.ok:
+            return f"ok: {self.entry_count} entries, head {self.head_hash}"
+        return f"entry {self.error_seq} (line {self.error_line}): {self.reason}"
+
+
+class _Break(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"duplicate key {dup!r}")
+    return out
+
+
+def _strict_parse(raw: bytes) -> dict[str, Any]:
+    """Parse a line the fast path could not vouch for, refusing what JSON parsers
+    disagree on (duplicate keys, NaN/Infinity, invalid UTF-8)."""
+    try:
+        text = raw.decode("utf-8")
+        obj = json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise _Break(f"not a parseable ledger row ({exc})") from None
+    if not isinstance(obj, dict):
+        raise _Break(f"not a parseable ledger row (a JSON {type(obj).__name__}, not an object)")
+    return obj
+
+
+def _slow_row(raw: bytes, expect_seq: int, prev: str) -> str:
+    """Check one line by the contract's letter, re-encoding the hashed document."""
+    obj = _strict_parse(raw)
+    keys = set(obj)
+    missing = _FIELDS - keys
+    if missing:
+        raise _Break(f"row lacks field(s) {', '.join(sorted(missing))}")
+    extra = keys - _FIELDS - _OPTIONAL
+    if extra:
+        raise _Break(f"row has field(s) outside the contract: {', '.join(sorted(extra))}")
+    seq = obj["seq"]
+    if type(seq) is not int:
+        raise _Break(f"seq must be an integer, got {seq!r}")
+    for name in ("kind", "prev_hash", "entry_hash", "ts"):
+        if type(obj[name]) is not str:
+            raise _Break(f"{name} must be a string, got {obj[name]!r}")
+    if obj["task_id"] is not None and type(obj["task_id"]) is not str:
+        raise _Break(f"task_id must be a string or null, got {obj['task_id']!r}")
+    if type(obj["payload"]) is not dict:
+        raise _Break(f"payload must be an object, got {obj['payload']!r}")
+    sv = obj["schema_version"]
+    if type(sv) is not int or sv != 1:
+        raise _Break(f"schema_version must be 1, got {sv!r}")
+    if "redactions" in obj:
+        red = obj["redactions"]
+        if type(red) is not int or red < 1:
+            raise _Break(f"redactions must be a positive integer when present, got {red!r}")
+    _check_link(seq, obj["prev_hash"], expect_seq, prev)
+    _check_ts(obj["ts"])
+    doc = {k: obj[k] for k in ("kind", "payload", "prev_hash", "task_id")}
+    try:
+        digest = _sha256(canonical(doc)).hexdigest()
+    except ValueError as exc:
+        raise _Break(f"payload cannot be canonically encoded ({exc})") from None
+    except RecursionError:
+        raise _Break("payload is nested too deeply to encode") from None
+    if digest != obj["entry_hash"]:
+        raise _Break(_hash_reason(digest, obj["entry_hash"]))
+    return digest
+
+
+def _check_link(seq: int, prev_hash: str, expect_seq: int, prev: str) -> None:
+    if seq != expect_seq:
+        raise _Break(
+            f"seq mismatch (expected {expect_seq}, got {seq}): a row was removed, inserted,"
+            " duplicated or reordered"
+        )
+    if prev_hash != prev:
+        raise _Break(
+            f"prev_hash mismatch (expected {prev[:16]}…, got {prev_hash[:16]}…): the row does"
+            " not link to the one before it"
+        )
+
+
+def _check_ts(ts: str) -> None:
+    if _TS_FAST.fullmatch(ts) is None and not is_rfc3339(ts):
+        raise _Break(f"ts {ts!r} is not an RFC 3339 time")
+
+
+def _hash_reason(recomputed: str, stored: str) -> str:
+    return (
+        f"entry_hash mismatch (recomputed {recomputed[:16]}…, stored {stored[:16]}…):"
+        " the row's kind, task_id or payload was changed"
+    )
+
+
+class _Walker:
+    """Follows the chain through successive batches of complete lines."""
+
+    __slots__ = ("count", "failure", "line", "prev")
+
+    def __init__(self) -> None:
+        self.count = 0  # verified rows; also the seq of the last one
+        self.line = 0  # complete lines consumed
+        self.prev = GENESIS
+        self.failure: tuple[int, int, str] | None = None  # (seq, line, reason)
+
+    def feed(self, lines: list[bytes]) -> bool:
+        """Check `lines`; return False (and record the failure) at the first break."""
+        if self.failure is not None:
+            return False
+        if lines and self._batch(lines):
+            return True
+        # Something in the batch is off (or merely unusual, like a hand-written line):
+        # the per-line path decides, and names the first break.
+        return all(self._one(raw) for raw in lines)
+
+    def _batch(self, lines: list[bytes]) -> bool:
+        """Verify a whole batch with a handful of C-level passes, or return False having
+        changed nothing (the caller then walks it line by line)."""
+        blob = b"[" + b",".join(lines) + b"]"
+        try:
+            rows = _many.decode(blob)
+            # One comparison proves every line canonical (payload aside): each line
+            # holds exactly one value (the counts match), so equal bytes mean equal lines.
+            if len(rows) != len(lines) or _enc.encode(rows) != blob:
+                return False
+            pblob = b"[" + b",".join([r.payload for r in rows]) + b"]"
+            if _enc.encode(_payloads.decode(pblob)) != pblob:
+                return False
+        except _UNPROVEN:
+            return False
+        first = self.count + 1
+        if [r.seq for r in rows] != list(range(first, first + len(rows))):
+            return False
+        hashes = [r.entry_hash for r in rows]
+        if [r.prev_hash for r in rows] != [self.prev, *hashes[:-1]]:
+            return False
+        # Every ts must be our 30-character stamp: the digest below slices at a fixed
+        # offset from the end of the line. The length test matters: a ts holding a
+        # newline could otherwise pass as two stamps and shift that offset.
+        stamps = "\n".join([r.ts for r in rows]) + "\n"
+        if len(stamps) != 31 * len(rows) or _TS_MANY.fullmatch(stamps) is None:
+            return False
+        # Every line is canonical, so its members are in sorted order: "kind",
+        # "payload" and "prev_hash" lie side by side after "entry_hash", and the
+        # "task_id" member sits just before the fixed-length "ts" one. The last
+        # top-level ',"prev_hash":"' cannot occur inside a string (its quotes would be
+        # escaped) and nothing nested follows the payload.
+        sha, pk, tk, tail, at = _sha256, _PREV_KEY, _TASK_KEY, _TS_TAIL, _HASH_AT
+        digests = [
+            sha(
+                b"{%b%b}"
+                % (raw[at : raw.rfind(pk) + 79], raw[raw.rfind(tk, 0, tail) : tail])
+            ).hexdigest()
+            for raw in lines
+        ]
+        if digests != hashes:
+            return False
+        self.count += len(rows)
+        self.prev = hashes[-1]
+        self.line += len(lines)
+        return True
+
+    def _one(self, raw: bytes) -> bool:
+        """Check one line on its own (decode, prove canonical or re-encode)."""
+        self.line += 1
+        expect = self.count + 1
+        try:
+            digest = self._fast_one(raw, expect)
+            if digest is None:
+                digest = _slow_row(raw, expect, self.prev)
+        except _Break as b:
+            self.failure = (expect, self.line, b.reason)
+            return False
+        self.count = expect
+        self.prev = digest
+        return True
+
+    def _fast_one(self, raw: bytes, expect: int) -> str | None:
+        try:
+            r = _one.decode(raw)
+            if _enc.encode(r) != raw or _enc.encode(_payload.decode(r.payload)) != r.payload:
+                return None
+        except _UNPROVEN:
+            return None
+        _check_link(r.seq, r.prev_hash, expect, self.prev)
+        _check_ts(r.ts)
+        k = raw.rfind(_PREV_KEY) + 79
+        doc = b"{" + raw[_HASH_AT:k] + raw[raw.rfind(_TASK_KEY) : raw.rfind(_TS_KEY)] + b"}"
+        digest = _sha256(doc).hexdigest()
+        if digest != r.entry_hash:
+            raise _Break(_hash_reason(digest, r.entry_hash))
+        return digest
+
+    def result(self, torn: bytes | None, expected_head: str | None) -> WorkVerify:
+        head = self.prev
+        res = WorkVerify(
+            ok=self.failure is None,
+            entry_count=self.count,
+            head_hash=head,
+            torn_tail=torn,
+            head_seq=self.count,
+        )
+        if self.failure is not None:
+            res.error_seq, res.error_line, res.reason = self.failure
+        elif expected_head is not None and expected_head != head:
+            res.ok = False
+            res.error_seq, res.error_line = self.count, self.line
+            res.reason = (
+                f"head mismatch: expected {expected_head[:16]}…, got {head[:16]}…"
+                " (rows were removed from the end, or the chain was rewritten)"
+            )
+        return res
+
+
+def _run(batches: Iterable[list[bytes]], walker: _Walker) -> None:
+    # Decoding allocates many short-lived containers that hold no cycles; pausing the
+    # collector keeps it from rescanning them over and over on a large ledger.
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for batch in batches:
+            if not walker.feed(batch):
+                break
+    finally:
+        if was:
+            gc.enable()
+
+
+def _batched(lines: list[bytes]) -> Iterator[list[bytes]]:
+    for i in range(0, len(lines), _CHUNK):
+        yield lines[i : i + _CHUNK]
+
+
+def verify_lines(lines: list[bytes], expected_head: str | None = None) -> WorkVerify:
+    """Verify complete lines (bytes without "\\n") in chain order from genesis."""
+    walker = _Walker()
+    _run(_batched(lines), walker)
+    return walker.result(None, expected_head)
+
+
+def verify_continuation(lines: list[bytes], start: int, prev_hash: str) -> WorkVerify:
+    """Verify `lines[start:]` as the continuation of an already verified prefix of `start`
+    entries whose last entry_hash is `prev_hash`: the cost is what is new, not the chain."""
+    walker = _Walker()
+    walker.count = walker.line = start
+    walker.prev = prev_hash
+    _run(_batched(lines[start:]), walker)
+    return walker.result(None, None)
+
+
+def iter_segments(directory: str | Path) -> list[Path]:
+    """The segment files of a ledger directory, in name (= chain) order."""
+    d = Path(directory)
+    return sorted(p for p in d.iterdir() if SEGMENT_RX.fullmatch(p.name) and p.is_file())
+
+
+class _Stream:
+    """Complete lines from the segments in order, in batches; remembers the torn tail."""
+
+    def __init__(self, segments: list[Path]) -> None:
+        self.segments = segments
+        self.torn: bytes | None = None
+
+    def batches(self) -> Iterator[list[bytes]]:
+        last = len(self.segments) - 1
+        for i, path in enumerate(self.segments):
+            rest = b""
+            with open(path, "rb") as f:
+                while True:
+                    block = f.read(_BLOCK)
+                    if not block:
+                        break
+                    parts = (rest + block).split(b"\n")
+                    rest = parts.pop()
+                    for j in range(0, len(parts), _CHUNK):
+                        yield parts[j : j + _CHUNK]
+            if rest:
+                if i == last:
+                    self.torn = rest
+                else:
+                    # A segment that ends unterminated while a later one continues the
+                    # chain is interior damage, not a crash tail: keep it in the chain
+                    # so it is judged like any other complete line.
+                    yield [rest]
+
+
+def read_ledger(directory: str | Path) -> tuple[list[bytes], bytes | None]:
+    """All complete lines across the segments, in order, and the torn tail (or None)."""
+    stream = _Stream(_segments_or_none(directory))
+    lines: list[bytes] = []
+    for batch in stream.batches():
+        lines.extend(batch)
+    return lines, stream.torn
+
+
+def _segments_or_none(directory: str | Path) -> list[Path]:
+    d = Path(directory)
+    if not d.is_dir():
+        raise NoLedger(f"no work ledger at {d}")
+    segs = iter_segments(d)
+    if not segs:
+        raise NoLedger(f"no work ledger at {d} (no segment files)")
+    return segs
+
+
+def verify_dir(
+    directory: str | Path, expected_head: str | None = None, *, parallel: bool | None = None
+) -> WorkVerify:
+    """Verify a ledger directory end to end; `NoLedger` when there is none.
+
+    With `parallel` (default: when the ledger is large, there are several cores, and
+    this process runs no other thread, so forking is safe), byte ranges are checked on
+    every core and stitched; any break sends the walk back to the sequential path, so
+    a failure is always reported exactly as the sequential walk names it.
+    """
+    segments = _segments_or_none(directory)
+    if parallel is None:
+        parallel = (
+            (os.cpu_count() or 1) > 1
+            and threading.active_count() == 1
+            and sum(p.stat().st_size for p in segments) >= PARALLEL_BYTES
+        )
+    if parallel:
+        res = _verify_parallel(segments, expected_head)
+        if res is not None:
+            return res
+    stream = _Stream(segments)
+    walker = _Walker()
+    _run(stream.batches(), walker)
+    return walker.result(stream.torn, expected_head)
+
+
+# Below this many bytes the fork costs more than the other cores save.
+PARALLEL_BYTES: Final = 32 << 20
+
+
+def _torn_len(path: Path) -> int:
+    """Length of the unterminated fragment at the end of `path` (0 if none)."""
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        pos = size
+        while pos > 0:
+            step = min(pos, 64 << 10)
+            f.seek(pos - step)
+            block = f.read(step)
+            nl = block.rfind(b"\n")
+            if nl >= 0:
+                return size - (pos - step + nl + 1)
+            pos -= step
+        return size
+
+
+def _split(segments: list[Path], torn: int, pieces: int) -> list[tuple[str, int, int]]:
+    """Byte ranges that each start a line; the last segment stops before its fragment."""
+    total = sum(p.stat().st_size for p in segments)
+    target = max(1, total // pieces)
+    out: list[tuple[str, int, int]] = []
+    for i, p in enumerate(segments):
+        end = p.stat().st_size - (torn if i == len(segments) - 1 else 0)
+        start = 0
+        with open(p, "rb") as f:
+            while start < end:
+                cut = start + target
+                if cut >= end:
+                    out.append((str(p), start, end))
+                    break
+                f.seek(cut)
+                rest = f.readline()
+                cut += len(rest)
+                if cut >= end:
+                    out.append((str(p), start, end))
+                    break
+                out.append((str(p), start, cut))
+                start = cut
+    return out
+
+
+# (first seq, first prev_hash, last seq, last entry_hash, lines) of a clean range, or
+# None when the range has a break (the caller then walks sequentially).
+_Span = tuple[int, str, int, str, int] | None
+
+
+def _check_range(job: tuple[str, int, int]) -> _Span:
+    path, start, end = job
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    if not lines:
+        return None
+    try:
+        head = _plain.decode(lines[0])
+    except _UNPROVEN:
+        return None
+    if not isinstance(head, dict) or type(head.get("seq")) is not int or not isinstance(
+        head.get("prev_hash"), str
+    ):
+        return None
+    walker = _Walker()
+    # Detached start: this range trusts its first link; the parent stitches it to the
+    # range before, so every link is still checked exactly once.
+    walker.count = head["seq"] - 1
+    walker.prev = head["prev_hash"]
+    _run(_batched(lines), walker)
+    if walker.failure is not None:
+        return None
+    return head["seq"], head["prev_hash"], walker.count, walker.prev, len(lines)
+
+
+def _verify_parallel(segments: list[Path], expected_head: str | None) -> WorkVerify | None:
+    torn = _torn_len(segments[-1])
+    procs = os.cpu_count() or 1
+    jobs = _split(segments, torn, procs * 4)
+    if len(jobs) < 2:
+        return None
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(procs) as pool:
+        spans = pool.map(_check_range, jobs, chunksize=1)
+    seq, prev, lines = 0, GENESIS, 0
+    for span in spans:
+        if span is None:
+            return None
+        first, first_prev, last, last_hash, n = span
+        if first != seq + 1 or first_prev != prev:
+            return None
+        seq, prev, lines = last, last_hash, lines + n
+    walker = _Walker()
+    walker.count, walker.prev, walker.line = seq, prev, lines
+    tail: bytes | None = None
+    if torn:
+        with open(segments[-1], "rb") as f:
+            f.seek(-torn, os.SEEK_END)
+            tail = f.read()
+    return walker.result(tail, expected_head)

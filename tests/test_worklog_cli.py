@@ -1,0 +1,818 @@
+"""The `harness ledger` group on work ledgers, through the real CLI (DESIGN.md §2).
+
+Each test makes a throwaway git work tree, writes a goal's work ledger (by hand to the
+row contract, or through `WorkLedger`), and runs the real `harness` in it. Checked: verify
+(ok, broken, torn tail, no ledger, --expected-head, the --json fields), resume (the frontier
+signals, a closed run, --dry-run changing nothing, the four relations to an anchored
+chain), runs, gc, and bad inputs (an unknown or invalid run id, a malformed row, no git
+work tree, a missing remote, a ref that is not an anchor). Exit codes are exact: 0 ok,
+1 no ledger, 2 verification failed, 3 divergence; no failure prints a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import World
+from harness.worklog.store import WorkLedger
+
+ZERO = "0" * 64
+RUN = "goal-42"
+REF = f"refs/harness/work-ledger/{RUN}"
+GIT_ID = {
+    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
+}
+
+
+# -- helpers (also used by test_worklog_e2e) ---------------------------------------------------
+
+
+def canonical(obj: Any) -> bytes:
+    """DESIGN.md §2's canonical JSON, spelled out so the tests do not trust the engine's."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode()
+
+
+def hand_row(seq: int, kind: str, task_id: str | None, payload: dict[str, Any],
+             prev: str) -> tuple[bytes, str]:
+    """A row sealed by hand to the §2 contract: (its line, its entry_hash)."""
+    digest = hashlib.sha256(canonical(
+        {"kind": kind, "payload": payload, "prev_hash": prev, "task_id": task_id}
+    )).hexdigest()
+    row = {"seq": seq, "ts": f"2026-11-30T08:00:{seq:02d}Z", "kind": kind, "task_id": task_id,
+           "payload": payload, "prev_hash": prev, "entry_hash": digest, "schema_version": 1}
+    return canonical(row), digest
+
+
+GOAL: list[tuple[str, str | None, dict[str, Any]]] = [
+    ("run.open", None, {"goal": "ship it"}),
+    ("task.scheduled", "t1", {"deps": []}),
+    ("task.scheduled", "t2", {"deps": ["t1"]}),
+    ("task.scheduled", "t3", {"deps": ["t1"]}),
+    ("task.scheduled", "t4", {"deps": ["t2", "t3"]}),
+    ("task.started", "t1", {"harness": "worker", "run_id": 1}),
+    ("task.completed", "t1", {"commit": "abc123"}),
+    ("task.started", "t2", {"harness": "worker", "run_id": 2}),
+]
+"""t1 done, t2 in flight, t3 ready (its only dep done), t4 waiting on t2 and t3."""
+
+
+def ledger_path(workdir: Path, run_id: str = RUN) -> Path:
+    return workdir / ".harness" / "runtime" / "ledger" / run_id / "000000.jsonl"
+
+
+def hand_ledger(workdir: Path, events: list[tuple[str, str | None, dict[str, Any]]] = GOAL,
+                run_id: str = RUN) -> list[str]:
+    """Write `events` by hand as the run's ledger; return the entry hashes in order."""
+    path = ledger_path(workdir, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prev, lines, hashes = ZERO, [], []
+    for seq, (kind, task, payload) in enumerate(events, 1):
+        line, prev = hand_row(seq, kind, task, payload, prev)
+        lines.append(line)
+        hashes.append(prev)
+    path.write_bytes(b"".join(x + b"\n" for x in lines))
+    return hashes
+
+
+def record(workdir: Path, events: list[tuple[str, str | None, dict[str, Any]]],
+           run_id: str = RUN) -> list[dict[str, Any]]:
+    """Append `events` through the real writer; return the rows it wrote."""
+    with WorkLedger(workdir, run_id) as led:
+        return [led.record(kind, task, payload) for kind, task, payload in events]
+
+
+def rows_of(workdir: Path, run_id: str = RUN) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in ledger_path(workdir, run_id).read_bytes().splitlines()]
+
+
+def git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, LC_ALL="C", GIT_TERMINAL_PROMPT="0", **GIT_ID)
+    res = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                         timeout=120)
+    if check and res.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed: {res.stderr}")
+    return res
+
+
+def make_repo(path: Path) -> Path:
+    """A git work tree with one commit on main."""
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", "main")
+    (path / "README").write_text("work\n")
+    git(path, "add", "README")
+    git(path, "commit", "-q", "-m", "init")
+    return path
+
+
+def cli(world: World, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real `harness` CLI, run in `cwd` inside the test's XDG world."""
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd,
+                          env=world.env, capture_output=True, text=True, timeout=120)
+
+
+def err_line(res: subprocess.CompletedProcess[str]) -> str:
+    """A failure's stderr: exactly one line, no traceback."""
+    assert "Traceback" not in res.stderr, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    return lines[0]
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """sha256 of every file under `root` (the work tree and its .git, refs included)."""
+    out: dict[str, str] = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            p = Path(dirpath) / name
+            if p.is_symlink():
+                out[str(p.relative_to(root))] = "link:" + os.readlink(p)
+            else:
+                out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def refs(repo: Path) -> str:
+    return git(repo, "for-each-ref", "--format=%(refname) %(objectname)").stdout
+
+
+def signals(workdir: Path) -> dict[str, dict[str, Any]]:
+    d = workdir / ".harness" / "runtime" / "resume"
+    if not d.is_dir():
+        return {}
+    return {p.name: json.loads(p.read_text()) for p in sorted(d.iterdir())}
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo")
+
+
+# -- verify -----------------------------------------------------------------------------------
+
+
+def test_verify_hand_written_ledger(world: World, repo: Path) -> None:
+    hashes = hand_ledger(repo)
+    res = cli(world, repo, "ledger", "verify", RUN)
+    assert res.returncode == 0, res.stderr
+    assert f"{len(GOAL)} entries" in res.stdout and hashes[-1] in res.stdout
+
+
+def test_verify_json_fields(world: World, repo: Path) -> None:
+    hashes = hand_ledger(repo)
+    res = cli(world, repo, "ledger", "verify", RUN, "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert {k: data[k] for k in ("run_id", "ok", "entry_count", "head_hash", "torn_tail")} == {
+        "run_id": RUN, "ok": True, "entry_count": 8, "head_hash": hashes[-1],
+        "torn_tail": False,
+    }
+
+
+def test_verify_finds_the_work_tree_from_a_subdirectory(world: World, repo: Path) -> None:
+    hand_ledger(repo)
+    sub = repo / "deep" / "er"
+    sub.mkdir(parents=True)
+    res = cli(world, sub, "ledger", "verify", RUN, "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["entry_count"] == 8
+
+
+def test_verify_with_workdir_from_anywhere(world: World, repo: Path, tmp_path: Path) -> None:
+    hand_ledger(repo)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    res = cli(world, elsewhere, "ledger", "verify", RUN, "--workdir", str(repo))
+    assert res.returncode == 0, res.stderr
+
+
+def test_verify_edited_payload(world: World, repo: Path) -> None:
+    hand_ledger(repo)
+    path = ledger_path(repo)
+    lines = path.read_bytes().splitlines()
+    lines[2] = lines[2].replace(b'"deps":["t1"]', b'"deps":[]')
+    path.write_bytes(b"".join(x + b"\n" for x in lines))
+    res = cli(world, repo, "ledger", "verify", RUN, "--json")
+    assert res.returncode == 2
+    data = json.loads(res.stdout)
+    assert (data["ok"], data["seq"], data["line"]) == (False, 3, 3)
+    assert "entry_hash" in data["reason"]
+    plain = cli(world, repo, "ledger", "verify", RUN)
+    assert plain.returncode == 2
+    assert "entry 3 (line 3)" in err_line(plain)
+
+
+def test_verify_malformed_row(world: World, repo: Path) -> None:
+    hand_ledger(repo)
+    path = ledger_path(repo)
+    lines = path.read_bytes().splitlines()
+    lines[1] = b'{"seq": 2, "kind": "task.sched'
+    path.write_bytes(b"".join(x + b"\n" for x in lines))
+    res = cli(world, repo, "ledger", "verify", RUN, "--json")
+    assert res.returncode == 2
+    data = json.loads(res.stdout)
+    assert (data["ok"], data["seq"], data["line"]) == (False, 2, 2)
+    assert "not a parseable ledger row" in data["reason"]
+
+
+def test_verify_removed_row(world: World, repo: Path) -> None:
+    hand_ledger(repo)
+    path = ledger_path(repo)
+    lines = path.read_bytes().splitlines()
+    del lines[4]
+    path.write_bytes(b"".join(x + b"\n" for x in lines))
+    res = cli(world, repo, "ledger", "verify", RUN, "--json")
+    assert res.returncode == 2
+    data = json.loads(res.stdout)
+    assert (data["seq"], data["line"]) == (5, 5)
+    assert "seq mismatch" in data["reason"]
+
+
+def test_verify_torn_tail_is_not_a_break(world: World, repo: Path) -> None:
+    hashes = hand_ledger(repo)
+    with ledger_path(repo).open("ab") as f:
+        f.write(b'{"entry_hash":"ab')
+    res = cli(world, repo, "ledger", "verify", RUN, "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert (data["ok"], data["entry_count"], data["head_hash"], data["torn_tail"]) == (
+        True, 8, hashes[-1], True)
+
+
+def test_verify_unknown_run_is_no_ledger(world: World, repo: Path) -> None:
+    res = cli(world, repo, "ledger", "verify", "goal-nope")
+    assert res.returncode == 1
+    assert "no work ledger" in err_line(res)
+    js = cli(world, repo, "ledger", "verify", "goal-nope", "--json")
+    assert js.returncode == 1
+    assert json.loads(js.stdout)["ok"] is False
+
+
+def test_verify_expected_head(world: World, repo: Path) -> None:
+    hashes = hand_ledger(repo)
+    ok = cli(world, repo, "ledger", "verify", RUN, "--expected-head", hashes[-1])
+    assert ok.returncode == 0, ok.stderr
+    # A chain cut back to entry 7 still links, but no longer reaches the expected head.
+    path = ledger_path(repo)
+    path.write_bytes(b"".join(x + b"\n" for x in path.read_bytes().splitlines()[:7]))
+    cut = cli(world, repo, "ledger", "verify", RUN, "--expected-head", hashes[-1], "--json")
+    assert cut.returncode == 2
+    data = json.loads(cut.stdout)
+    assert (data["ok"], data["entry_count"], data["head_hash"]) == (False, 7, hashes[6])
+    assert "head mismatch" in data["reason"]
+    bad = cli(world, repo, "ledger", "verify", RUN, "--expected-head", "xyz")
+    assert bad.returncode == 2
+    assert "--expected-head" in err_line(bad)
+
+
+def test_verify_without_run_id_is_the_run_ledger(world: World, repo: Path) -> None:
+    # The daemon's run ledger (none in this world): exit 1, as before work ledgers existed,
+    # even inside a work tree that holds a work ledger.
+    hand_ledger(repo)
+    res = cli(world, repo, "ledger", "verify")
+    assert res.returncode == 1
+    assert "no run ledger" in res.stderr
+
+
+def test_verify_is_read_only(world: World, repo: Path) -> None:
+    hand_ledger(repo)
+    with ledger_path(repo).open("ab") as f:
+        f.write(b'{"torn')
+    before = snapshot(repo)
+    assert cli(world, repo, "ledger", "verify", RUN).returncode == 0
+    assert snapshot(repo) == before
+
+
+# -- bad inputs -------------------------------------------------------------------------------
+
+SUBCOMMANDS = [
+    ["verify", RUN], ["anchor", RUN], ["fetch", RUN], ["resume", RUN],
+    ["resume", RUN, "--dry-run"], ["gc", RUN], ["runs"],
+]
+
+
+@pytest.mark.parametrize("args", SUBCOMMANDS, ids=lambda a: "-".join(a))
+def test_outside_a_git_work_tree(world: World, tmp_path: Path, args: list[str]) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    env_ceiling = dict(world.env, GIT_CEILING_DIRECTORIES=str(tmp_path))
+    res = subprocess.run([sys.executable, "-m", "harness.cli", "ledger", *args], cwd=plain,
+                         env=env_ceiling, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stderr
+    line = err_line(res)
+    assert "not inside a git work tree" in line and "--workdir" in line
+
+
+@pytest.mark.parametrize("args", [a for a in SUBCOMMANDS if a != ["runs"]],
+                         ids=lambda a: "-".join(a))
+@pytest.mark.parametrize("bad", ["../x", "a b", ".hidden", "x.lock", "a..b", "a/b"])
+def test_invalid_run_id(world: World, repo: Path, args: list[str], bad: str) -> None:
+    res = cli(world, repo, "ledger", args[0], bad, *args[2:])
+    assert res.returncode == 2, res.stderr
+    assert f"run id {bad!r}" in err_line(res)
+
+
+def test_workdir_that_does_not_exist(world: World, repo: Path, tmp_path: Path) -> None:
+    res = cli(world, repo, "ledger", "resume", RUN, "--workdir", str(tmp_path / "nope"))
+    assert res.returncode == 1
+    assert "no such directory" in err_line(res)
+
+
+def test_unknown_run(world: World, repo: Path) -> None:
+    for args in (["resume", RUN], ["resume", RUN, "--dry-run"], ["anchor", RUN], ["gc", RUN]):
+        res = cli(world, repo, "ledger", *args)
+        assert res.returncode == 1, (args, res.stderr)
+        err_line(res)
+
+
+def test_missing_remote(world: World, repo: Path) -> None:
+    res = cli(world, repo, "ledger", "fetch", RUN)
+    assert res.returncode == 1
+    assert "origin" in err_line(res)
+    res = cli(world, repo, "ledger", "fetch", RUN, "--remote", "nosuch")
+    assert res.returncode == 1
+    assert "nosuch" in err_line(res)
+
+
+def test_remote_without_the_ref(world: World, repo: Path, tmp_path: Path) -> None:
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(repo, "remote", "add", "origin", str(bare))
+    res = cli(world, repo, "ledger", "fetch", RUN)
+    assert res.returncode == 1
+    err_line(res)
+
+
+def test_malformed_row_refuses_resume_and_anchor(world: World, repo: Path) -> None:
+    hand_ledger(repo)
+    path = ledger_path(repo)
+    lines = path.read_bytes().splitlines()
+    lines[3] = b"not json at all"
+    path.write_bytes(b"".join(x + b"\n" for x in lines))
+    before = snapshot(repo)
+    for args in (["resume", RUN], ["resume", RUN, "--dry-run"], ["anchor", RUN]):
+        res = cli(world, repo, "ledger", *args)
+        assert res.returncode == 2, (args, res.stderr)
+        assert "entry 4" in err_line(res)
+    assert snapshot(repo) == before
+
+
+def _bogus_anchor(repo: Path) -> None:
+    """Point the run's anchor ref at an ordinary commit (no LEDGER.json, no chunks)."""
+    git(repo, "update-ref", REF, "HEAD")
+
+
+def test_ref_that_is_not_an_anchor(world: World, repo: Path, tmp_path: Path) -> None:
+    record(repo, GOAL)
+    _bogus_anchor(repo)
+    before = snapshot(repo)
+    for args in (["resume", RUN], ["resume", RUN, "--dry-run"], ["anchor", RUN]):
+        res = cli(world, repo, "ledger", *args)
+        assert res.returncode == 2, (args, res.stderr)
+        err_line(res)
+    assert snapshot(repo) == before
+    # Fetched from a remote, it is refused before a byte is written locally.
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(repo, "push", "-q", str(bare), f"{REF}:{REF}")
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(bare), str(other))
+    res = cli(world, other, "ledger", "fetch", RUN)
+    assert res.returncode == 2, res.stderr
+    err_line(res)
+    assert not ledger_path(other).exists()
+
+
+# -- resume -----------------------------------------------------------------------------------
+
+
+def test_resume_writes_the_frontier(world: World, repo: Path) -> None:
+    rows = record(repo, GOAL)
+    res = cli(world, repo, "ledger", "resume", RUN, "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    after = rows_of(repo)
+    assert len(after) == 9
+    resumed = after[-1]
+    assert (resumed["seq"], resumed["kind"], resumed["task_id"]) == (9, "run.resumed", None)
+    assert resumed["prev_hash"] == rows[-1]["entry_hash"]
+    assert resumed["payload"]["frontier"] == ["t2", "t3"]
+    assert len(resumed["payload"]["nonce"]) == 32
+    int(resumed["payload"]["nonce"], 16)
+    assert resumed["payload"]["host"]
+    assert data["resume_seq"] == 9 and data["resumed_head"] == resumed["entry_hash"]
+    assert data["head_hash"] == rows[-1]["entry_hash"] and data["entry_count"] == 8
+    assert signals(repo) == {
+        f"{RUN}__t2.signal": {"run_id": RUN, "task_id": "t2", "status": "started",
+                              "attempts": 1, "resume_seq": 9,
+                              "head_hash": resumed["entry_hash"]},
+        f"{RUN}__t3.signal": {"run_id": RUN, "task_id": "t3", "status": "scheduled",
+                              "attempts": 0, "resume_seq": 9,
+                              "head_hash": resumed["entry_hash"]},
+    }
+    sig_dir = repo / ".harness" / "runtime" / "resume"
+    for p in sig_dir.iterdir():
+        assert p.stat().st_mode & 0o777 == 0o600
+    assert cli(world, repo, "ledger", "verify", RUN).returncode == 0
+
+
+def test_resume_plain_output(world: World, repo: Path) -> None:
+    record(repo, GOAL)
+    res = cli(world, repo, "ledger", "resume", RUN)
+    assert res.returncode == 0, res.stderr
+    assert "resumed goal-42 at entry 9" in res.stdout
+    assert "frontier: t2, t3" in res.stdout
+
+
+def test_second_resume_counts_the_first_and_replaces_stale_signals(world: World,
+                                                                  repo: Path) -> None:
+    record(repo, GOAL)
+    assert cli(world, repo, "ledger", "resume", RUN).returncode == 0
+    record(repo, [("task.completed", "t2", {}), ("task.started", "t3", {})])
+    res = cli(world, repo, "ledger", "resume", RUN, "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["prior_resumes"] == 1
+    assert data["frontier"] == ["t3"]
+    # t2 completed since the first resume: its old signal must not survive.
+    assert list(signals(repo)) == [f"{RUN}__t3.signal"]
+    assert signals(repo)[f"{RUN}__t3.signal"]["resume_seq"] == 12
+
+
+def test_signals_of_two_runs_do_not_collide(world: World, repo: Path) -> None:
+    record(repo, GOAL, run_id="goal-a")
+    record(repo, GOAL, run_id="goal-b")
+    assert cli(world, repo, "ledger", "resume", "goal-a").returncode == 0
+    assert cli(world, repo, "ledger", "resume", "goal-b").returncode == 0
+    assert sorted(signals(repo)) == ["goal-a__t2.signal", "goal-a__t3.signal",
+                                     "goal-b__t2.signal", "goal-b__t3.signal"]
+
+
+def test_resume_dry_run_changes_nothing(world: World, repo: Path) -> None:
+    rows = record(repo, GOAL)
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    with ledger_path(repo).open("ab") as f:
+        f.write(b'{"torn')  # a dry run must not even recover a torn tail
+    before, refs_before = snapshot(repo), refs(repo)
+    res = cli(world, repo, "ledger", "resume", RUN, "--dry-run", "--json")
+    assert res.returncode == 0, res.stderr
+    assert snapshot(repo) == before and refs(repo) == refs_before
+    data = json.loads(res.stdout)
+    assert data["dry_run"] is True
+    assert data["frontier"] == ["t2", "t3"]
+    assert data["prior_resumes"] == 0
+    assert data["closed"] is False
+    assert data["entry_count"] == 8 and data["head_hash"] == rows[-1]["entry_hash"]
+    assert data["torn_tail"] is True
+    assert data["resume_seq"] is None and data["signals"] == []
+    assert "t1" in json.dumps(data["finished"])
+    assert "t2" in json.dumps(data["in_flight"])
+    plain = cli(world, repo, "ledger", "resume", RUN, "--dry-run")
+    assert plain.returncode == 0 and "would resume: t2, t3" in plain.stdout
+    assert snapshot(repo) == before and refs(repo) == refs_before
+
+
+def test_closed_run_is_not_resumed(world: World, repo: Path) -> None:
+    record(repo, [*GOAL, ("run.closed", None, {"why": "done"})])
+    before = snapshot(repo)
+    res = cli(world, repo, "ledger", "resume", RUN)
+    assert res.returncode == 0, res.stderr
+    assert "closed" in res.stdout and "nothing was written" in res.stdout
+    assert snapshot(repo) == before
+    assert len(rows_of(repo)) == 9
+    assert signals(repo) == {}
+    js = cli(world, repo, "ledger", "resume", RUN, "--json")
+    assert js.returncode == 0 and json.loads(js.stdout)["status"] == "closed"
+
+
+def test_resume_of_a_hand_written_ledger(world: World, repo: Path) -> None:
+    hashes = hand_ledger(repo)
+    res = cli(world, repo, "ledger", "resume", RUN, "--json")
+    assert res.returncode == 0, res.stderr
+    assert rows_of(repo)[-1]["prev_hash"] == hashes[-1]
+    assert sorted(signals(repo)) == [f"{RUN}__t2.signal", f"{RUN}__t3.signal"]
+
+
+# -- resume against an anchored chain: the four relations --------------------------------------
+
+
+def test_resume_identical_to_anchor(world: World, repo: Path) -> None:
+    record(repo, GOAL)
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    res = cli(world, repo, "ledger", "resume", RUN, "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["anchored"] == "identical"
+    assert len(rows_of(repo)) == 9
+
+
+def test_resume_local_ahead_of_anchor(world: World, repo: Path) -> None:
+    record(repo, GOAL[:6])
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    record(repo, GOAL[6:])
+    res = cli(world, repo, "ledger", "resume", RUN, "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["anchored"] == "local_ahead"
+    assert len(rows_of(repo)) == 9
+
+
+def test_resume_anchor_ahead_of_local(world: World, repo: Path) -> None:
+    record(repo, GOAL)
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    path = ledger_path(repo)
+    path.write_bytes(b"".join(x + b"\n" for x in path.read_bytes().splitlines()[:6]))
+    before = snapshot(repo)
+    res = cli(world, repo, "ledger", "resume", RUN)
+    assert res.returncode == 2, res.stderr
+    line = err_line(res)
+    assert "ahead" in line and f"harness ledger fetch {RUN}" in line
+    assert snapshot(repo) == before
+
+
+def test_resume_diverged_from_anchor(world: World, repo: Path) -> None:
+    record(repo, GOAL[:6])
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    # The anchored chain gets a 7th entry; the local one is cut back and gets another.
+    extra = record(repo, [GOAL[6]])[0]
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    anchored_head = extra["entry_hash"]
+    path = ledger_path(repo)
+    path.write_bytes(b"".join(x + b"\n" for x in path.read_bytes().splitlines()[:6]))
+    local = record(repo, [("task.failed", "t1", {"why": "elsewhere"})])[0]
+    before = snapshot(repo)
+    for args in (["resume", RUN], ["resume", RUN, "--dry-run"]):
+        res = cli(world, repo, "ledger", *args)
+        assert res.returncode == 3, res.stderr
+        line = err_line(res)
+        assert "work ledgers diverge at entry 7: two chains extend the same parent entry" in line
+        assert f"local head {local['entry_hash']}" in line
+        assert f"anchored head {anchored_head}" in line
+        assert "keep exactly one lineage" in line.lower()
+    assert snapshot(repo) == before
+
+
+# -- anchor, runs, gc -------------------------------------------------------------------------
+
+
+def test_anchor_and_runs(world: World, repo: Path) -> None:
+    rows = record(repo, GOAL)
+    res = cli(world, repo, "ledger", "anchor", RUN, "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert (data["entry_count"], data["head_hash"]) == (8, rows[-1]["entry_hash"])
+    assert git(repo, "rev-parse", REF).stdout.strip() == data["commit"]
+    tree = git(repo, "ls-tree", "--name-only", REF).stdout.split()
+    assert tree == ["LEDGER.json", "chunk-000000.jsonl"]
+    chunk = git(repo, "cat-file", "blob", f"{REF}:chunk-000000.jsonl").stdout.encode()
+    assert chunk == ledger_path(repo).read_bytes()
+    meta = json.loads(git(repo, "cat-file", "blob", f"{REF}:LEDGER.json").stdout)
+    assert meta == {"run_id": RUN, "head_hash": rows[-1]["entry_hash"], "entry_count": 8,
+                    "chunk_count": 1, "format_version": 1}
+    # The anchor is mirrored into this world's HMAC audit chain, once per ref move.
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0  # unchanged
+    audit = [json.loads(x) for x in (world.state / "audit" / "audit.jsonl").read_text()
+             .splitlines()]
+    assert [(a["event"], a["data"]["run_id"], a["data"]["head_hash"]) for a in audit] == [
+        ("work_ledger.anchor", RUN, rows[-1]["entry_hash"])]
+
+    record(repo, GOAL, run_id="goal-local")
+    record(repo, [*GOAL, ("run.closed", None, {})], run_id="goal-closed")
+    listing = cli(world, repo, "ledger", "runs", "--json")
+    assert listing.returncode == 0, listing.stderr
+    runs = {r["run_id"]: r for r in json.loads(listing.stdout)["runs"]}
+    assert sorted(runs) == ["goal-42", "goal-closed", "goal-local"]
+    r = runs[RUN]
+    assert (r["local"], r["anchored"], r["entry_count"], r["head_hash"], r["state"],
+            r["agreement"]) == (True, True, 8, rows[-1]["entry_hash"], "open", "identical")
+    assert r["last_activity"] == rows[-1]["ts"]
+    assert (runs["goal-local"]["anchored"], runs["goal-local"]["agreement"]) == (False, None)
+    assert runs["goal-closed"]["state"] == "closed"
+    table = cli(world, repo, "ledger", "runs")
+    assert table.returncode == 0 and "goal-closed" in table.stdout
+
+    # After a resume the local chain is ahead of the anchor, and runs says so.
+    assert cli(world, repo, "ledger", "resume", RUN).returncode == 0
+    runs = {r["run_id"]: r for r in json.loads(
+        cli(world, repo, "ledger", "runs", "--json").stdout)["runs"]}
+    assert runs[RUN]["agreement"] == "local_ahead"
+    assert runs[RUN]["entry_count"] == 9 and runs[RUN]["anchored_entry_count"] == 8
+
+
+def test_runs_lists_anchored_only(world: World, repo: Path, tmp_path: Path) -> None:
+    rows = record(repo, GOAL)
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(repo, "push", "-q", str(bare), f"{REF}:{REF}")
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(bare), str(other))
+    empty = cli(world, other, "ledger", "runs", "--json")
+    assert empty.returncode == 0 and json.loads(empty.stdout) == {"runs": []}
+    git(other, "fetch", "-q", "origin", f"{REF}:{REF}")
+    res = cli(world, other, "ledger", "runs", "--json")
+    assert res.returncode == 0, res.stderr
+    [r] = json.loads(res.stdout)["runs"]
+    assert (r["run_id"], r["local"], r["anchored"], r["entry_count"], r["head_hash"],
+            r["state"]) == (RUN, False, True, 8, rows[-1]["entry_hash"], "open")
+
+
+def test_runs_in_an_empty_work_tree(world: World, repo: Path) -> None:
+    res = cli(world, repo, "ledger", "runs", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == {"runs": []}
+
+
+def test_anchor_refuses_a_broken_chain(world: World, repo: Path) -> None:
+    hand_ledger(repo)
+    path = ledger_path(repo)
+    lines = path.read_bytes().splitlines()
+    lines[5] = lines[5].replace(b'"run_id":1', b'"run_id":7')
+    path.write_bytes(b"".join(x + b"\n" for x in lines))
+    res = cli(world, repo, "ledger", "anchor", RUN)
+    assert res.returncode == 2
+    err_line(res)
+    assert git(repo, "rev-parse", "--verify", "--quiet", REF, check=False).returncode != 0
+
+
+def test_gc_squashes_the_anchor_history(world: World, repo: Path) -> None:
+    record(repo, GOAL[:4])
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    record(repo, GOAL[4:])
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    assert git(repo, "rev-list", "--count", REF).stdout.strip() == "2"
+    tree = git(repo, "rev-parse", f"{REF}^{{tree}}").stdout.strip()
+    res = cli(world, repo, "ledger", "gc", RUN)
+    assert res.returncode == 0, res.stderr
+    assert "squashed 2 commits" in res.stdout
+    assert git(repo, "rev-list", "--count", REF).stdout.strip() == "1"
+    assert git(repo, "rev-parse", f"{REF}^{{tree}}").stdout.strip() == tree
+    again = cli(world, repo, "ledger", "gc", RUN)
+    assert again.returncode == 0, again.stderr
+    assert git(repo, "rev-parse", f"{REF}^{{tree}}").stdout.strip() == tree
+
+
+def test_runs_table(world: World, repo: Path) -> None:
+    record(repo, GOAL)
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    assert cli(world, repo, "ledger", "resume", RUN).returncode == 0
+    record(repo, GOAL, run_id="goal-solo")
+    res = cli(world, repo, "ledger", "runs")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].split()[:3] == ["RUN", "ENTRIES", "STATE"]
+    assert lines[1].startswith("goal-42 ") and lines[1].endswith("local ahead by 1")
+    assert " 9  open " in lines[1]
+    assert lines[2].startswith("goal-solo ") and lines[2].endswith("local only")
+
+
+# -- resume: failures that must not leave half a resume ---------------------------------------
+
+
+def test_resume_while_a_writer_holds_the_run(world: World, repo: Path) -> None:
+    record(repo, GOAL)
+    with WorkLedger(repo, RUN):
+        res = cli(world, repo, "ledger", "resume", RUN)
+        assert res.returncode == 2
+        assert f"pid {os.getpid()}" in err_line(res)
+        # A dry run only reads: it works beside a live writer.
+        dry = cli(world, repo, "ledger", "resume", RUN, "--dry-run")
+        assert dry.returncode == 0, dry.stderr
+    assert len(rows_of(repo)) == 8
+    assert signals(repo) == {}
+
+
+def test_resume_when_signals_cannot_be_written(world: World, repo: Path) -> None:
+    record(repo, GOAL)
+    blocker = repo / ".harness" / "runtime" / "resume"
+    blocker.write_text("a file where the signal directory belongs\n")
+    res = cli(world, repo, "ledger", "resume", RUN)
+    assert res.returncode == 2
+    assert str(blocker) in err_line(res)
+    assert len(rows_of(repo)) == 8  # nothing recorded: no resume nobody was told about
+
+
+def test_resume_with_only_an_anchor_points_at_fetch(world: World, repo: Path,
+                                                    tmp_path: Path) -> None:
+    record(repo, GOAL)
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    ledger_path(repo).parent.rename(tmp_path / "aside")
+    res = cli(world, repo, "ledger", "resume", RUN)
+    assert res.returncode == 1
+    assert f"harness ledger fetch {RUN} --remote ." in err_line(res)
+    restored = cli(world, repo, "ledger", "fetch", RUN, "--remote", ".")
+    assert restored.returncode == 0, restored.stderr
+    assert ledger_path(repo).read_bytes() == (tmp_path / "aside" / "000000.jsonl").read_bytes()
+    assert cli(world, repo, "ledger", "resume", RUN).returncode == 0
+
+
+def test_frontier_skips_failed_abandoned_and_blocked_work(world: World, repo: Path) -> None:
+    record(repo, [
+        *GOAL,
+        ("task.scheduled", "t5", {"deps": []}),
+        ("task.started", "t5", {}),
+        ("task.failed", "t5", {"exit_code": 1}),
+        ("task.scheduled", "t6", {"deps": []}),
+        ("task.abandoned", "t6", {}),
+        ("task.scheduled", "t7", {"deps": ["t5"]}),  # its dep failed: it waits
+        ("task.scheduled", "lint/py", {"deps": ["t1"]}),
+        ("mission.note", None, {"text": "a kind this version does not know"}),
+        ("task.started", "t1", {"late": True}),  # completed stays completed
+    ])
+    res = cli(world, repo, "ledger", "resume", RUN, "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["frontier"] == ["t2", "t3", "lint/py"]
+    assert (data["finished"], data["failed"], data["abandoned"]) == (["t1"], ["t5"], ["t6"])
+    assert sorted(signals(repo)) == [f"{RUN}__lint%2Fpy.signal", f"{RUN}__t2.signal",
+                                     f"{RUN}__t3.signal"]
+    assert signals(repo)[f"{RUN}__lint%2Fpy.signal"]["task_id"] == "lint/py"
+    assert rows_of(repo)[-1]["payload"]["frontier"] == ["t2", "t3", "lint/py"]
+
+
+def test_signal_names_never_collide() -> None:
+    from harness.worklog.resume import signal_name
+
+    pairs = [("a", "b__c"), ("a__b", "c"), ("a_", "_b"), ("a", "__b"), ("a_", "b"),
+             ("a", "_b"), ("goal-1", "t/1"), ("goal-1", "t%2F1"), ("goal-1", "..")]
+    names = [signal_name(r, t) for r, t in pairs]
+    assert len(set(names)) == len(names)
+    assert all("/" not in n and n.endswith(".signal") for n in names)
+    assert signal_name("goal-42", "t1") == "goal-42__t1.signal"
+
+
+def test_concurrent_resumes_never_fork_the_local_chain(world: World, repo: Path) -> None:
+    record(repo, GOAL)
+    procs = [subprocess.Popen([sys.executable, "-m", "harness.cli", "ledger", "resume", RUN],
+                              cwd=repo, env=world.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outcomes = []
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        outcomes.append(p.returncode)
+        if p.returncode != 0:
+            assert p.returncode == 2 and "held by" in err, err
+    ok = outcomes.count(0)
+    assert ok >= 1
+    rows = rows_of(repo)
+    assert len(rows) == 8 + ok
+    assert [r["kind"] for r in rows[8:]] == ["run.resumed"] * ok
+    verified = cli(world, repo, "ledger", "verify", RUN, "--json")
+    assert verified.returncode == 0 and json.loads(verified.stdout)["entry_count"] == 8 + ok
+    # The signals belong to the newest resume, whatever order the processes finished in.
+    assert {s["resume_seq"] for s in signals(repo).values()} == {8 + ok}
+
+
+def test_resume_after_a_crash_mid_write(world: World, repo: Path) -> None:
+    rows = record(repo, GOAL)
+    with ledger_path(repo).open("ab") as f:
+        f.write(b'{"entry_hash":"dead')  # the torn tail a hard kill leaves
+    res = cli(world, repo, "ledger", "resume", RUN, "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert (data["torn_tail"], data["entry_count"], data["resume_seq"]) == (True, 8, 9)
+    after = rows_of(repo)  # every line parses: the fragment was cut, not glued onto
+    assert len(after) == 9 and after[-1]["prev_hash"] == rows[-1]["entry_hash"]
+    verified = json.loads(cli(world, repo, "ledger", "verify", RUN, "--json").stdout)
+    assert (verified["ok"], verified["entry_count"], verified["torn_tail"]) == (True, 9, False)
+
+
+def test_dry_run_and_runs_write_nothing_even_for_an_unseen_anchor(world: World, repo: Path,
+                                                                   tmp_path: Path) -> None:
+    record(repo, GOAL)
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(repo, "push", "-q", str(bare), f"{REF}:{REF}")
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(bare), str(other))
+    # The ref arrives by plain git and the ledger by copy: nothing on this host has
+    # looked at the anchor yet.
+    git(other, "fetch", "-q", "origin", f"{REF}:{REF}")
+    ledger_path(other).parent.mkdir(parents=True)
+    ledger_path(other).write_bytes(ledger_path(repo).read_bytes())
+    before = snapshot(other)
+    dry = cli(world, other, "ledger", "resume", RUN, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["anchored"] == "identical"
+    listing = cli(world, other, "ledger", "runs", "--json")
+    assert listing.returncode == 0, listing.stderr
+    assert json.loads(listing.stdout)["runs"][0]["agreement"] == "identical"
+    assert snapshot(other) == before
+
+
+def test_runs_lists_a_bad_anchor_without_failing(world: World, repo: Path) -> None:
+    record(repo, GOAL)
+    _bogus_anchor(repo)
+    res = cli(world, repo, "ledger", "runs", "--json")
+    assert res.returncode == 0, res.stderr
+    [r] = json.loads(res.stdout)["runs"]
+    assert (r["run_id"], r["agreement"], r["entry_count"]) == (RUN, "anchor broken", 8)
+    assert "not a work-ledger anchor" in r["anchor_error"]

@@ -1,0 +1,626 @@
+"""Anchoring, fetching, squashing and listing work ledgers against real git repositories."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import audit
+from harness.ledger.canonical import canonical
+from harness.worklog import Divergence, NoLedger, VerificationFailed, WorkLedgerError
+from harness.worklog import anchor as anc
+from harness.worklog.git import Git, RefMoved
+
+GENESIS = "0" * 64
+RUN = "goal-42"
+REF = f"refs/harness/work-ledger/{RUN}"
+
+
+# -- ledgers written by hand to DESIGN.md §2's row contract -----------------------------
+
+
+def chain(n: int, salt: str = "", prefix: list[bytes] | None = None) -> list[bytes]:
+    """`prefix` continued to `n` lines; `salt` makes the new entries differ from another
+    chain's (the way a resume nonce does)."""
+    lines = list(prefix or [])
+    prev = GENESIS
+    if lines:
+        prev = anc._entry_hash(lines[-1]) or ""
+    for seq in range(len(lines) + 1, n + 1):
+        kind = "task.completed" if seq > 1 else "run.open"
+        task_id = f"t{seq}" if seq > 1 else None
+        payload: dict[str, Any] = {"n": seq, "note": f"entry {seq}{salt}"}
+        digest = hashlib.sha256(canonical(
+            {"kind": kind, "payload": payload, "prev_hash": prev, "task_id": task_id}
+        )).hexdigest()
+        row = {"seq": seq, "ts": "2026-11-30T07:00:00.000000000Z", "kind": kind,
+               "task_id": task_id, "payload": payload, "prev_hash": prev,
+               "entry_hash": digest, "schema_version": 1}
+        lines.append(canonical(row))
+        prev = digest
+    return lines
+
+
+def head_of(lines: list[bytes]) -> str:
+    return anc._entry_hash(lines[-1]) or ""
+
+
+def ledger_file(workdir: Path, run_id: str = RUN) -> Path:
+    return workdir / ".harness" / "runtime" / "ledger" / run_id / "000000.jsonl"
+
+
+def write_ledger(workdir: Path, lines: list[bytes], run_id: str = RUN, tail: bytes = b"") -> Path:
+    path = ledger_file(workdir, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(line + b"\n" for line in lines) + tail)
+    return path
+
+
+# -- git fixtures -----------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def bare_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No git user, no system or global config, a private audit chain."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL",
+                "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL"):
+        monkeypatch.delenv(var, raising=False)
+    yield
+
+
+def git(*args: str, cwd: Path) -> str:
+    res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
+
+
+def new_repo(path: Path) -> Path:
+    path.mkdir(parents=True)
+    git("init", "-q", cwd=path)
+    return path
+
+
+def push(repo: Path, remote: str = "origin", run_id: str = RUN, force: bool = False) -> None:
+    ref = f"refs/harness/work-ledger/{run_id}"
+    git("push", "-q", remote, f"{'+' if force else ''}{ref}:{ref}", cwd=repo)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return new_repo(tmp_path / "repo")
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> tuple[Path, Path]:
+    """A bare origin, the anchoring host A (with origin) and a fresh clone B."""
+    origin = tmp_path / "origin.git"
+    git("init", "-q", "--bare", str(origin), cwd=tmp_path)
+    a = new_repo(tmp_path / "a")
+    git("remote", "add", "origin", str(origin), cwd=a)
+    git("clone", "-q", str(origin), str(tmp_path / "b"), cwd=tmp_path)
+    return a, tmp_path / "b"
+
+
+def tree_entries(repo: Path, rev: str) -> dict[str, str]:
+    return {e.name: e.oid for e in Git.open(repo).ls_tree(rev)}
+
+
+def audit_events() -> list[dict[str, Any]]:
+    import json
+
+    path = Path(audit.audit_path())
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+# -- anchor -----------------------------------------------------------------------------
+
+
+def test_anchor_created_then_unchanged(repo: Path) -> None:
+    lines = chain(2500)
+    write_ledger(repo, lines)
+    res = anc.anchor(repo, RUN)
+    assert (res.status, res.entry_count, res.head_hash) == ("created", 2500, head_of(lines))
+    assert git("rev-parse", REF, cwd=repo) == res.commit
+    entries = tree_entries(repo, REF)
+    assert sorted(entries) == ["LEDGER.json", "chunk-000000.jsonl", "chunk-000001.jsonl",
+                               "chunk-000002.jsonl"]
+    g = Git.open(repo)
+    blobs = g.read_blobs([entries[f"chunk-00000{i}.jsonl"] for i in range(3)])
+    assert b"".join(blobs) == b"".join(line + b"\n" for line in lines)
+    assert blobs[0].count(b"\n") == 1000 and blobs[2].count(b"\n") == 500
+    meta = g.read_blobs([entries["LEDGER.json"]])[0]
+    assert meta.rstrip(b"\n") == canonical({"run_id": RUN, "head_hash": head_of(lines),
+                                            "entry_count": 2500, "chunk_count": 3,
+                                            "format_version": 1})
+    # The fixed identity: no git user is configured in this environment.
+    assert git("log", "-1", "--format=%an <%ae>|%cn <%ce>", REF, cwd=repo) == (
+        "harness <harness@localhost>|harness <harness@localhost>")
+
+    again = anc.anchor(repo, RUN)
+    assert (again.status, again.commit) == ("unchanged", res.commit)
+    events = [e for e in audit_events() if e["event"] == "work_ledger.anchor"]
+    assert [e["data"] for e in events] == [
+        {"run_id": RUN, "head_hash": head_of(lines), "commit": res.commit}]
+    assert audit.verify_audit() == (True, 1, None)
+
+
+def test_anchor_extended_reuses_unchanged_chunk_blobs(repo: Path) -> None:
+    lines = chain(2500)
+    write_ledger(repo, lines)
+    first = anc.anchor(repo, RUN)
+    more = chain(3600, prefix=lines)
+    write_ledger(repo, more)
+    res = anc.anchor(repo, RUN)
+    assert (res.status, res.entry_count, res.head_hash) == ("extended", 3600, head_of(more))
+    assert git("rev-parse", f"{REF}^", cwd=repo) == first.commit
+    before, after = tree_entries(repo, first.commit), tree_entries(repo, res.commit)
+    assert after["chunk-000000.jsonl"] == before["chunk-000000.jsonl"]
+    assert after["chunk-000001.jsonl"] == before["chunk-000001.jsonl"]
+    assert after["chunk-000002.jsonl"] != before["chunk-000002.jsonl"]
+    assert "chunk-000003.jsonl" in after
+    # Only the last partial chunk, the new chunk and LEDGER.json were new objects.
+    assert res.blobs_written == 3
+    assert len(audit_events()) == 2
+
+
+def test_reanchor_without_memo_still_verifies(repo: Path) -> None:
+    lines = chain(1500)
+    write_ledger(repo, lines)
+    anc.anchor(repo, RUN)
+    (repo / ".git" / "harness-verified-anchors").unlink()
+    write_ledger(repo, chain(1600, prefix=lines))
+    assert anc.anchor(repo, RUN).status == "extended"
+
+
+def test_same_chain_gives_same_tree_in_two_repos(tmp_path: Path) -> None:
+    lines = chain(1200)
+    trees = []
+    for name in ("one", "two"):
+        r = new_repo(tmp_path / name)
+        write_ledger(r, lines)
+        res = anc.anchor(r, RUN)
+        trees.append(res.tree)
+        assert git("rev-parse", f"{REF}^{{tree}}", cwd=r) == res.tree
+    assert trees[0] == trees[1]
+
+
+def test_torn_tail_is_excluded(repo: Path) -> None:
+    lines = chain(5)
+    write_ledger(repo, lines, tail=b'{"seq":6,"ts":"2026')
+    res = anc.anchor(repo, RUN)
+    assert (res.entry_count, res.head_hash) == (5, head_of(lines))
+
+
+def test_broken_chain_is_never_anchored(repo: Path) -> None:
+    lines = chain(8)
+    lines[4] = lines[4].replace(b"entry 5", b"entry X")
+    write_ledger(repo, lines)
+    with pytest.raises(VerificationFailed) as ei:
+        anc.anchor(repo, RUN)
+    assert ei.value.exit_code == 2 and "entry 5" in str(ei.value)
+    assert Git.open(repo).resolve(REF) is None
+
+
+def test_broken_local_extension_is_refused(repo: Path) -> None:
+    lines = chain(1500)
+    write_ledger(repo, lines)
+    anc.anchor(repo, RUN)
+    more = chain(1510, prefix=lines)
+    more[1505] = more[1505].replace(b"entry 1506", b"entry 9999")
+    write_ledger(repo, more)
+    with pytest.raises(VerificationFailed, match="entry 1506"):
+        anc.anchor(repo, RUN)
+
+
+def test_no_local_ledger(repo: Path) -> None:
+    with pytest.raises(NoLedger) as ei:
+        anc.anchor(repo, RUN)
+    assert ei.value.exit_code == 1
+
+
+def test_anchored_ahead_is_refused(repo: Path) -> None:
+    lines = chain(10)
+    write_ledger(repo, lines)
+    anc.anchor(repo, RUN)
+    write_ledger(repo, lines[:7])
+    with pytest.raises(anc.AnchoredAhead) as ei:
+        anc.anchor(repo, RUN)
+    assert ei.value.exit_code == 2
+    assert f"harness ledger fetch {RUN}" in str(ei.value)
+
+
+def test_divergence_names_the_fork_entry_and_both_heads(repo: Path) -> None:
+    base = chain(5)
+    theirs = chain(8, salt="-theirs", prefix=base)
+    mine = chain(9, salt="-mine", prefix=base)
+    write_ledger(repo, theirs)
+    old = anc.anchor(repo, RUN)
+    write_ledger(repo, mine)
+    with pytest.raises(Divergence) as ei:
+        anc.anchor(repo, RUN)
+    msg = str(ei.value)
+    assert ei.value.exit_code == 3
+    assert msg.startswith("work ledgers diverge at entry 6: two chains extend the same parent "
+                          "entry (local head ")
+    assert head_of(mine) in msg and head_of(theirs) in msg
+    assert "keep exactly one lineage" in msg and "\n" not in msg
+    assert Git.open(repo).resolve(REF) == old.commit
+
+
+def _forge(repo: Path, files: dict[str, bytes], parent: str | None = None) -> str:
+    """Point REF at a commit whose tree holds exactly `files` (bypassing anchor)."""
+    g = Git.open(repo)
+    ids = g.write_blobs(list(files.values()))
+    tree = g.mktree(list(zip(files, ids, strict=True)))
+    commit = g.commit_tree(tree, [parent] if parent else [], "forged\n")
+    g.update_ref(REF, commit, g.resolve(REF))
+    return commit
+
+
+def _meta(lines: list[bytes], **over: Any) -> bytes:
+    m = {"run_id": RUN, "head_hash": head_of(lines), "entry_count": len(lines),
+         "chunk_count": 1, "format_version": 1}
+    m.update(over)
+    return canonical(m) + b"\n"
+
+
+def _blob(lines: list[bytes]) -> bytes:
+    return b"".join(line + b"\n" for line in lines)
+
+
+@pytest.mark.parametrize("case", ["stray", "gap", "count", "run", "tampered", "no-meta",
+                                  "head", "version", "blob-ref"])
+def test_a_ref_that_is_not_an_anchor(repo: Path, case: str) -> None:
+    lines = chain(6)
+    write_ledger(repo, lines)
+    files = {"LEDGER.json": _meta(lines), "chunk-000000.jsonl": _blob(lines)}
+    if case == "stray":
+        files["README"] = b"hi\n"
+    elif case == "gap":
+        files["chunk-000002.jsonl"] = files.pop("chunk-000000.jsonl")
+    elif case == "count":
+        files["LEDGER.json"] = _meta(lines, entry_count=5)
+    elif case == "run":
+        files["LEDGER.json"] = _meta(lines, run_id="other")
+    elif case == "tampered":
+        files["chunk-000000.jsonl"] = _blob(lines).replace(b"entry 3", b"entry Z")
+    elif case == "no-meta":
+        del files["LEDGER.json"]
+    elif case == "head":
+        files["LEDGER.json"] = _meta(lines, head_hash="a" * 64)
+    elif case == "version":
+        files["LEDGER.json"] = _meta(lines, format_version=2)
+    if case == "blob-ref":
+        g = Git.open(repo)
+        g.update_ref(REF, g.write_blobs([b"x"])[0], None)
+    else:
+        _forge(repo, files)
+    for op in (anc.anchor, anc.gc):
+        with pytest.raises(VerificationFailed) as ei:
+            op(repo, RUN)
+        assert str(ei.value).startswith(f"{REF} is not a work-ledger anchor: ")
+        assert ei.value.exit_code == 2
+
+
+def test_non_git_directory(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    write_ledger(plain, chain(3))
+    for op in (anc.anchor, anc.gc, anc.fetch):
+        with pytest.raises(NoLedger) as ei:
+            op(plain, RUN)
+        assert str(ei.value) == f"not a git repository: {plain}"
+    with pytest.raises(NoLedger):
+        anc.list_anchored(plain)
+
+
+def test_anchor_with_gpg_signing_configured(repo: Path) -> None:
+    git("config", "commit.gpgSign", "true", cwd=repo)
+    git("config", "gpg.program", "false", cwd=repo)
+    git("config", "user.signingKey", "nobody", cwd=repo)
+    write_ledger(repo, chain(3))
+    res = anc.anchor(repo, RUN)
+    assert res.status == "created"
+    assert "gpgsig" not in git("cat-file", "commit", res.commit, cwd=repo)
+
+
+def test_update_ref_is_compare_and_swap(repo: Path) -> None:
+    write_ledger(repo, chain(3))
+    res = anc.anchor(repo, RUN)
+    g = Git.open(repo)
+    with pytest.raises(RefMoved):
+        g.update_ref(REF, res.tree, None)  # create, but it exists
+    with pytest.raises(RefMoved):
+        g.update_ref(REF, res.commit, "1" * 40)  # wrong old value
+    assert g.resolve(REF) == res.commit
+
+
+def test_objects_are_written_in_batches(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+    real = subprocess.run
+
+    def spy(argv: list[str], *a: Any, **kw: Any) -> Any:
+        calls.append(argv)
+        return real(argv, *a, **kw)
+
+    monkeypatch.setattr(subprocess, "run", spy)
+    write_ledger(repo, chain(12_000))
+    anc.anchor(repo, RUN)
+    assert len(calls) <= 10, [c[7] for c in calls]
+    g = Git.open(repo)
+    blobs = [b"a\n", b"b\n", b"a\n"]
+    calls.clear()
+    ids = g.write_blobs(blobs)
+    assert ids[0] == ids[2]
+    assert g.read_blobs(ids) == blobs
+    calls.clear()
+    g.write_blobs(blobs)  # all present: a presence check, no write
+    assert [c[7] for c in calls] == ["cat-file"]
+
+
+def test_blob_ids_match_git(repo: Path) -> None:
+    g = Git.open(repo)
+    data = b"hello\nworld\n"
+    out = subprocess.run(["git", "hash-object", "--stdin"], cwd=repo, input=data,
+                         capture_output=True, check=True).stdout.decode().strip()
+    assert g.blob_id(data) == out
+
+
+# -- fetch ------------------------------------------------------------------------------
+
+
+def test_fetch_into_a_clone_without_a_ledger(hosts: tuple[Path, Path]) -> None:
+    a, b = hosts
+    lines = chain(2100)
+    write_ledger(a, lines)
+    anchored = anc.anchor(a, RUN)
+    push(a)
+    res = anc.fetch(b, RUN)
+    assert (res.status, res.entry_count, res.head_hash) == ("written", 2100, head_of(lines))
+    path = ledger_file(b)
+    assert path.read_bytes() == ledger_file(a).read_bytes()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert Git.open(b).resolve(REF) == anchored.commit
+    assert anc.fetch(b, RUN).status == "unchanged"
+
+
+def test_fetch_extends_a_local_prefix(hosts: tuple[Path, Path]) -> None:
+    a, b = hosts
+    lines = chain(1500)
+    write_ledger(a, lines)
+    anc.anchor(a, RUN)
+    push(a)
+    write_ledger(b, lines[:1200], tail=b'{"seq":1201,"ts')
+    before = ledger_file(b).stat().st_ino
+    res = anc.fetch(b, RUN)
+    assert (res.status, res.new_entries) == ("extended", 300)
+    assert ledger_file(b).read_bytes() == _blob(lines)
+    assert ledger_file(b).stat().st_ino == before  # appended, not rewritten
+
+
+def test_fetch_identical_is_unchanged(hosts: tuple[Path, Path]) -> None:
+    a, b = hosts
+    lines = chain(40)
+    write_ledger(a, lines)
+    anc.anchor(a, RUN)
+    push(a)
+    write_ledger(b, lines)
+    assert anc.fetch(b, RUN).status == "unchanged"
+    assert ledger_file(b).read_bytes() == _blob(lines)
+
+
+def test_fetch_refuses_when_local_is_ahead(hosts: tuple[Path, Path]) -> None:
+    a, b = hosts
+    lines = chain(40)
+    write_ledger(a, lines[:30])
+    anc.anchor(a, RUN)
+    push(a)
+    write_ledger(b, lines)
+    with pytest.raises(anc.LocalAhead) as ei:
+        anc.fetch(b, RUN)
+    assert ei.value.exit_code == 2 and f"harness ledger anchor {RUN}" in str(ei.value)
+    assert ledger_file(b).read_bytes() == _blob(lines)
+
+
+def test_fetch_refuses_a_diverged_local_chain(hosts: tuple[Path, Path]) -> None:
+    a, b = hosts
+    base = chain(5)
+    theirs, mine = chain(7, "-a", base), chain(7, "-b", base)
+    write_ledger(a, theirs)
+    anc.anchor(a, RUN)
+    push(a)
+    write_ledger(b, mine)
+    with pytest.raises(Divergence) as ei:
+        anc.fetch(b, RUN)
+    msg = str(ei.value)
+    assert ei.value.exit_code == 3 and "diverge at entry 6" in msg
+    assert head_of(mine) in msg and head_of(theirs) in msg
+    assert ledger_file(b).read_bytes() == _blob(mine)
+
+
+@pytest.mark.parametrize("local", [None, 3])
+def test_fetch_verifies_before_a_byte_is_written(
+    hosts: tuple[Path, Path], local: int | None
+) -> None:
+    a, b = hosts
+    lines = chain(10)
+    write_ledger(a, lines)
+    anc.anchor(a, RUN)
+    bad = _blob(lines).replace(b"entry 7", b"entry 0")
+    _forge(a, {"LEDGER.json": _meta(lines), "chunk-000000.jsonl": bad})
+    push(a, force=True)
+    if local is not None:
+        write_ledger(b, lines[:local])
+    before = {p: p.read_bytes() for p in (b / ".harness").rglob("*") if p.is_file()} \
+        if (b / ".harness").exists() else None
+    with pytest.raises(VerificationFailed, match="not a work-ledger anchor"):
+        anc.fetch(b, RUN)
+    if local is None:
+        assert not (b / ".harness").exists()
+    else:
+        assert before == {p: p.read_bytes() for p in (b / ".harness").rglob("*") if p.is_file()}
+    assert Git.open(b).resolve(REF) is None
+
+
+def test_fetch_from_a_missing_remote(hosts: tuple[Path, Path]) -> None:
+    _, b = hosts
+    with pytest.raises(NoLedger, match="no remote named 'nowhere'") as ei:
+        anc.fetch(b, RUN, remote="nowhere")
+    assert ei.value.exit_code == 1
+    with pytest.raises(NoLedger, match="cannot read remote"):
+        anc.fetch(b, RUN, remote=str(b.parent / "absent.git"))
+
+
+def test_fetch_from_a_remote_without_the_ref(hosts: tuple[Path, Path]) -> None:
+    _, b = hosts
+    with pytest.raises(NoLedger, match=f"remote 'origin' has no {REF}") as ei:
+        anc.fetch(b, RUN)
+    assert ei.value.exit_code == 1
+
+
+def test_migration_round_trip_then_reanchor_on_the_new_host(hosts: tuple[Path, Path]) -> None:
+    a, b = hosts
+    lines = chain(1100)
+    write_ledger(a, lines)
+    anc.anchor(a, RUN)
+    push(a)
+    anc.fetch(b, RUN)
+    more = chain(1150, prefix=lines)
+    write_ledger(b, more)
+    res = anc.anchor(b, RUN)
+    assert res.status == "extended"
+    push(b)
+    assert anc.fetch(a, RUN).status == "extended"
+    assert ledger_file(a).read_bytes() == _blob(more)
+
+
+# -- gc and listing ---------------------------------------------------------------------
+
+
+def test_gc_squashes_to_one_parentless_commit(repo: Path) -> None:
+    lines = chain(1000)
+    write_ledger(repo, lines)
+    anc.anchor(repo, RUN)
+    for n in (1500, 2100):
+        lines = chain(n, prefix=lines)
+        write_ledger(repo, lines)
+        last = anc.anchor(repo, RUN)
+    msg = anc.gc(repo, RUN)
+    assert f"+{REF}:{REF}" in msg
+    assert git("rev-list", "--count", REF, cwd=repo) == "1"
+    assert git("rev-parse", f"{REF}^{{tree}}", cwd=repo) == last.tree
+    assert git("rev-parse", REF, cwd=repo) != last.commit
+    assert "already" in anc.gc(repo, RUN)
+    assert anc.anchor(repo, RUN).status == "unchanged"
+
+
+def test_gc_without_an_anchor(repo: Path) -> None:
+    with pytest.raises(NoLedger):
+        anc.gc(repo, RUN)
+
+
+def test_list_anchored(repo: Path) -> None:
+    assert anc.list_anchored(repo) == []
+    write_ledger(repo, chain(3), run_id="r1")
+    write_ledger(repo, chain(1001), run_id="r2")
+    c1 = anc.anchor(repo, "r1").commit
+    c2 = anc.anchor(repo, "r2").commit
+    g = Git.open(repo)
+    g.update_ref("refs/harness/work-ledger/junk", g.write_blobs([b"x"])[0], None)
+    got = {i.run_id: i for i in anc.list_anchored(repo)}
+    assert (got["r1"].entry_count, got["r1"].commit, got["r1"].error) == (3, c1, None)
+    assert (got["r2"].entry_count, got["r2"].head_hash) == (1001, head_of(chain(1001)))
+    assert got["r2"].commit == c2
+    assert got["junk"].error is not None
+
+
+# -- compare_chains ---------------------------------------------------------------------
+
+
+def test_compare_chains() -> None:
+    base = chain(4)
+    longer = chain(6, prefix=base)
+    other = chain(6, "-x", base)
+    assert anc.compare_chains(base, base) == "identical"
+    assert anc.compare_chains(longer, base) == "local_ahead"
+    assert anc.compare_chains(base, longer) == "anchored_ahead"
+    assert anc.compare_chains(longer, other) == ("diverged", 5)
+    assert anc.compare_chains(chain(3, "-p"), chain(3, "-q")) == ("diverged", 1)
+    assert anc.compare_chains([], []) == "identical"
+    # Metadata outside the hash (ts) does not make two entries differ.
+    restamped = [x.replace(b"07:00:00", b"08:00:00") for x in base]
+    assert anc.compare_chains(restamped, base) == "identical"
+
+
+def test_errors_are_work_ledger_errors() -> None:
+    for cls in (anc.AnchoredAhead, anc.LocalAhead, RefMoved):
+        assert issubclass(cls, WorkLedgerError)
+    assert os.environ["GIT_CONFIG_NOSYSTEM"] == "1"
+
+
+def test_fetch_refuses_while_a_writer_holds_the_ledger(hosts: tuple[Path, Path]) -> None:
+    from harness.worklog import store
+
+    a, b = hosts
+    lines = chain(20)
+    write_ledger(a, lines)
+    anc.anchor(a, RUN)
+    push(a)
+    path = write_ledger(b, lines[:10])
+    fd = store.take_lock(path.parent, RUN)
+    try:
+        with pytest.raises(store.LedgerLocked) as ei:
+            anc.fetch(b, RUN)
+        assert ei.value.exit_code == 2
+    finally:
+        store.release_lock(fd)
+    assert path.read_bytes() == _blob(lines[:10])
+    assert anc.fetch(b, RUN).status == "extended"
+
+
+def test_reanchor_rewalks_a_prefix_that_changed_locally(repo: Path) -> None:
+    lines = chain(1500)
+    write_ledger(repo, lines)
+    anc.anchor(repo, RUN)
+    more = chain(1600, prefix=lines)
+    more[9] = more[9].replace(b"entry 10", b"entry 1O")
+    write_ledger(repo, more)
+    with pytest.raises(VerificationFailed, match="entry 10 "):
+        anc.anchor(repo, RUN)
+
+
+def test_fetch_after_gc_and_forced_push_follows_the_squashed_ref(
+    hosts: tuple[Path, Path],
+) -> None:
+    a, b = hosts
+    lines = chain(1200)
+    write_ledger(a, lines)
+    anc.anchor(a, RUN)
+    lines = chain(1300, prefix=lines)
+    write_ledger(a, lines)
+    anc.anchor(a, RUN)
+    push(a)
+    assert anc.fetch(b, RUN).status == "written"
+    anc.gc(a, RUN)
+    with pytest.raises(AssertionError):
+        push(a)  # no longer a fast-forward
+    push(a, force=True)
+    res = anc.fetch(b, RUN)
+    assert (res.status, res.warning) == ("unchanged", None)
+    assert Git.open(b).resolve(REF) == Git.open(a).resolve(REF)
