@@ -37,7 +37,6 @@ import fcntl
 import json
 import os
 import re
-import tempfile
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -57,7 +56,7 @@ from harness.config.model import (
     WebhookConfig,
     toml_type,
 )
-from harness.ledger.files import make_private_dir
+from harness.ledger.files import atomic_write, make_private_dir
 from harness.paths import config_path, state_dir
 
 __all__ = [
@@ -505,27 +504,10 @@ def _registry_lock() -> Iterator[None]:
 
 def _write_registry(projects: list[Project]) -> None:
     path = registry_path()
-    d = os.path.dirname(path)
     body = json.dumps({"version": 1, "projects": [{"name": p.name, "dir": p.dir}
                                                   for p in projects]}, indent=2) + "\n"
-    # Write-then-rename in the same directory: a reader sees the old registry or the new
-    # one, never a torn file; mkstemp creates the file 0600.
-    fd, tmp = tempfile.mkstemp(prefix=".projects.", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(body)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    # A reader sees the old registry or the new one, never a torn file.
+    atomic_write(path, body.encode("utf-8"))
 
 
 def register_project(directory: str, name: str | None = None) -> Project:

@@ -12,6 +12,7 @@ passed to open/mkdir; nothing is chmod'ed afterwards).
 
 from __future__ import annotations
 
+import contextlib
 import errno as errno_mod
 import os
 import threading
@@ -37,6 +38,42 @@ def make_private_dir(path: str) -> bool:
     return True
 
 
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a directory's entries (a created, renamed or deleted file) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace `path` with `data`: readers see the old content or the new, never a mix.
+
+    A temporary file beside it, created 0600, is written and fsync'd, renamed over the
+    target, and the directory is synced so the rename survives a crash.
+    """
+    target = os.fspath(path)
+    d = os.path.dirname(target) or "."
+    tmp = os.path.join(d, f".{os.path.basename(target)}.{os.getpid()}."
+                          f"{threading.get_ident()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(d)
+
+
 class FileLayer:
     """Real file operations used by the writer."""
 
@@ -59,11 +96,7 @@ class FileLayer:
         _SYNC(fd)
 
     def sync_dir(self, path: str) -> None:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(path)
 
     def size(self, fd: int) -> int:
         return os.fstat(fd).st_size

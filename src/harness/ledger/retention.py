@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from ..timefmt import day_start_ns, utc_day
 from .dayfiles import CHAIN_FILE, list_day_files, read_tail
+from .files import atomic_write, fsync_dir
 from .verify import read_chain_file
 
 log = logging.getLogger("harness.ledger")
@@ -54,15 +55,8 @@ def plan(days: list[tuple[str, str, int]], now_ns: int, retention_ns: int,
 
 def write_chain_file(directory: str, seq: int, digest: str) -> None:
     """Replace ledger/CHAIN with the pruned tail's last (seq, hash), atomically."""
-    path = os.path.join(directory, CHAIN_FILE)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, json.dumps({"hash": digest, "seq": seq}).encode() + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    atomic_write(os.path.join(directory, CHAIN_FILE),
+                 json.dumps({"hash": digest, "seq": seq}).encode() + b"\n")
 
 
 def prune(
@@ -102,11 +96,7 @@ def prune(
         res.deleted.append(day)
     if res.deleted:
         try:
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(directory)
         except OSError as exc:  # the deletes happened; only their durability is in doubt
             log.warning("ledger: syncing %s after pruning failed: %s", directory, exc)
     return res

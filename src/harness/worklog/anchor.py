@@ -33,7 +33,7 @@ import msgspec
 
 from harness import audit
 from harness.ledger.canonical import canonical
-from harness.ledger.files import make_private_dir
+from harness.ledger.files import atomic_write, make_private_dir
 
 from . import Divergence, NoLedger, VerificationFailed, rows, store, verify
 from .git import Git, GitFailed
@@ -482,32 +482,10 @@ def _remote_component(remote: str) -> str:
     return "url-" + hashlib.sha256(remote.encode("utf-8")).hexdigest()[:16]
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 
 def _write_new(d: Path, lines: list[bytes]) -> None:
     make_private_dir(str(d))
-    target = d / "000000.jsonl"
-    tmp = d / f".000000.jsonl.fetch-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            data = memoryview(b"".join(line + b"\n" for line in lines))
-            while data:
-                data = data[os.write(fd, data):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(d)
+    atomic_write(d / "000000.jsonl", b"".join(line + b"\n" for line in lines))
 
 
 def _append(d: Path, new: list[bytes], torn: bytes | None) -> None:

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from harness.ledger.files import atomic_write, fsync_dir
+
 from . import Divergence, NoLedger, VerificationFailed, WorkLedgerError
 from . import anchor as anchor_mod
 from .git import Git
@@ -191,32 +193,10 @@ def _local(workdir: Path, run_id: str) -> tuple[Path, list[bytes], WorkVerify]:
 
 def _write_signal(directory: Path, name: str, body: dict[str, Any]) -> Path:
     path = directory / name
-    tmp = directory / f".{name}.{os.getpid()}.tmp"
-    data = json.dumps(body, sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False).encode("utf-8") + b"\n"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fchmod(fd, 0o600)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write(path, json.dumps(body, sort_keys=True, separators=(",", ":"),
+                                  ensure_ascii=False).encode("utf-8") + b"\n")
     return path
 
-
-def _sync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _task_info(state: State, task_id: str) -> tuple[str, int]:
@@ -253,7 +233,7 @@ def _signal(workdir: Path, run_id: str, state: State, frontier: list[str], resum
         if old.name.startswith(prefix) and old.name.endswith(SIGNAL_SUFFIX) \
                 and old.name not in keep:
             old.unlink(missing_ok=True)
-    _sync_dir(directory)
+    fsync_dir(directory)
     return written
 
 

@@ -1,0 +1,127 @@
+"""Control ops served from the run ledger (SPEC-0022 REQ-15): the `runs` op.
+
+Owns turning a `runs` request into a `Query` and its answer. Invariants: every
+field is checked before the ledger is asked, and a bad one is answered with
+``bad_request`` naming the field (and, for outcomes and triggers, listing the valid
+values); the ledger is only ever read on a worker thread, so a disk scan never
+stalls the daemon's event loop; the answer is always
+``{"runs": [records newest first], "oldest_seq": seq or null}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..ledger.query import MAX_LIMIT, Query, QueryError
+from ..ledger.runledger import RunLedger
+from ..timefmt import parse_ns
+from .server import Handler, OpError
+
+DEFAULT_LIMIT = 50
+LEGACY_LIMIT = 20  # SPEC-0008's `runs NAME` default
+_ENVELOPE = frozenset({"id", "op"})
+_QUERY_FIELDS = frozenset({"names", "since", "until", "outcomes", "triggers", "limit",
+                           "before_seq"})
+_LEGACY_FIELDS = frozenset({"name", "limit"})
+
+
+def _bad(message: str) -> OpError:
+    return OpError("bad_request", message)
+
+
+def _int(req: dict[str, Any], key: str) -> int | None:
+    v = req.get(key)
+    if v is None:
+        return None
+    # bool is an int in Python but never a count or a seq on the wire.
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise _bad(f"{key} must be an integer, got {v!r}")
+    return v
+
+
+def _limit(req: dict[str, Any], default: int) -> int:
+    v = _int(req, "limit")
+    if v is None:
+        return default
+    if not 1 <= v <= MAX_LIMIT:
+        raise _bad(f"limit must be between 1 and {MAX_LIMIT}, got {v}")
+    return v
+
+
+def _strings(req: dict[str, Any], key: str) -> tuple[str, ...]:
+    v = req.get(key)
+    if v is None:
+        return ()
+    if not isinstance(v, list) or not all(isinstance(s, str) and s for s in v):
+        raise _bad(f"{key} must be a list of non-empty strings, got {v!r}"[:300])
+    return tuple(dict.fromkeys(v))
+
+
+def _time(req: dict[str, Any], key: str) -> int | None:
+    v = req.get(key)
+    if v is None:
+        return None
+    try:
+        return parse_ns(v)
+    except ValueError as exc:
+        raise _bad(f"{key}: {exc}"[:300]) from None
+
+
+def _name(req: dict[str, Any]) -> str:
+    v = req.get("name")
+    if not isinstance(v, str) or not v:
+        raise _bad(f"name must be a non-empty string, got {v!r}"[:300])
+    return v
+
+
+def _check_fields(req: dict[str, Any]) -> None:
+    # Unknown fields are refused, not ignored: a filter this daemon does not know would
+    # otherwise be dropped silently and the caller would take the answer as filtered.
+    fields = set(req) - _ENVELOPE
+    unknown = sorted(fields - _QUERY_FIELDS - _LEGACY_FIELDS)
+    if unknown:
+        valid = ", ".join(sorted(_QUERY_FIELDS | _LEGACY_FIELDS))
+        raise _bad(f"unknown field {unknown[0]!r} (valid: {valid})"[:300])
+    if "name" in fields and not fields <= _LEGACY_FIELDS:
+        extra = ", ".join(sorted(fields - _LEGACY_FIELDS))
+        raise _bad(f"name is the single-harness form and takes only limit; got {extra} too"
+                   " (use names with filters)")
+
+
+def parse_runs_request(req: dict[str, Any]) -> Query:
+    """The query a `runs` request asks for; OpError("bad_request", …) when it cannot."""
+    _check_fields(req)
+    if "name" in req:
+        # SPEC-0008: that harness's newest records, with no time bound.
+        return Query(names=(_name(req),), limit=_limit(req, LEGACY_LIMIT))
+    names = _strings(req, "names")
+    outcomes = frozenset(_strings(req, "outcomes"))
+    triggers = frozenset(_strings(req, "triggers"))
+    since_ns = _time(req, "since")
+    until_ns = _time(req, "until")
+    limit = _limit(req, DEFAULT_LIMIT)
+    before_seq = _int(req, "before_seq")
+    if before_seq is not None and before_seq < 1:
+        raise _bad(f"before_seq must be a positive seq, got {before_seq}")
+    # Query owns the valid outcome and trigger sets; asking it one field at a time lets
+    # the error name the field as well as list the valid values.
+    for key, probe in (("outcomes", {"outcomes": outcomes}), ("triggers", {"triggers": triggers})):
+        try:
+            Query(**probe)
+        except QueryError as exc:
+            raise _bad(f"{key}: {exc}") from None
+    return Query(names=names, since_ns=since_ns, until_ns=until_ns, outcomes=outcomes,
+                 triggers=triggers, limit=limit, before_seq=before_seq)
+
+
+def runs_op(ledger: RunLedger) -> Handler:
+    """The handler of the `runs` op, answering from `ledger`."""
+
+    async def runs(req: dict[str, Any]) -> dict[str, Any]:
+        q = parse_runs_request(req)
+        # The ledger may fall back to scanning day files: keep that off the event loop.
+        records, oldest = await asyncio.to_thread(ledger.query, q)
+        return {"runs": records, "oldest_seq": oldest}
+
+    return runs

@@ -1,0 +1,368 @@
+"""The daemon's side of the control socket (DESIGN.md §2): an asyncio Unix-socket server.
+
+`ControlServer` owns the socket file, the accept loop and the wire protocol
+(newline-delimited JSON, hello first, one reply per request carrying its id). What
+each op does belongs to the handler table it is given, so it serves any table.
+
+Invariants:
+- the socket is never reachable by another user: it is bound and set to 0600 inside a
+  fresh 0700 directory and only then renamed to its path;
+- at most one server owns a path: an flock on ``PATH.lock`` is held while it runs, and
+  a socket that still answers is never replaced (a stale one is);
+- every request line gets exactly one reply line with its id (``null`` when it had no
+  valid id), and nothing a client sends — malformed, oversized or a handler failure —
+  ends the server or disturbs another connection;
+- a connection never buffers more than about twice `max_line` bytes of unread input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import socket
+import stat
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from .. import __version__
+from . import PROTO
+
+log = logging.getLogger("harness.control")
+
+Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+
+MAX_LINE = 1024 * 1024
+HELLO_TIMEOUT = 10.0
+MAX_INFLIGHT = 16  # per connection: pipelined requests beyond this wait to be read
+PROBE_TIMEOUT = 1.0
+_MAX_MESSAGE = 512
+
+
+class OpError(Exception):
+    """Raised by a handler to answer with a specific error code and message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        self.message = message
+        super().__init__(f"{code}: {message}")
+
+
+class SocketInUse(RuntimeError):
+    """Another server owns the socket path (or something that is not a socket sits there)."""
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _major(proto: str) -> str:
+    return proto.split(".", 1)[0]
+
+
+def _error(rid: Any, code: str, message: str) -> dict[str, Any]:
+    return {"id": rid, "ok": False, "error": {"code": code, "message": message}}
+
+
+def _encode(msg: dict[str, Any]) -> bytes:
+    # allow_nan=False: a NaN would make the line unreadable to strict JSON parsers.
+    return json.dumps(msg, ensure_ascii=False, allow_nan=False).encode() + b"\n"
+
+
+def _valid_id(msg: dict[str, Any]) -> bool:
+    rid = msg.get("id")
+    return isinstance(rid, int) and not isinstance(rid, bool)
+
+
+class _Connection:
+    """One client: serialises its reply writes and bounds its in-flight requests."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.write_lock = asyncio.Lock()
+        self.slots = asyncio.Semaphore(MAX_INFLIGHT)
+        self.inflight: set[asyncio.Task[None]] = set()
+
+    async def send(self, msg: dict[str, Any]) -> None:
+        await self.send_bytes(_encode(msg))
+
+    async def send_bytes(self, data: bytes) -> None:
+        # One lock around write+drain: concurrent drains on one stream are not safe on 3.11.
+        async with self.write_lock:
+            self.writer.write(data)
+            await self.writer.drain()
+
+
+class ControlServer:
+    """Serve `handlers` (op name → async handler) on the Unix socket at `path`."""
+
+    def __init__(self, path: str, handlers: Mapping[str, Handler], *,
+                 max_line: int = MAX_LINE, hello_timeout: float = HELLO_TIMEOUT) -> None:
+        self.path = path
+        self.handlers = dict(handlers)
+        self.max_line = max_line
+        self.hello_timeout = hello_timeout
+        self._server: asyncio.base_events.Server | None = None
+        self._lock_fd: int | None = None
+        self._conns: set[asyncio.Task[Any]] = set()
+        self._inode: tuple[int, int] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Take the path (replacing a stale socket) and start accepting connections."""
+        if self._server is not None:
+            raise RuntimeError("control server already started")
+        self._take_lock()
+        try:
+            await self._clear_stale()
+            sock = self._bind_private()
+            # limit bounds readuntil's buffer; the stream pauses reading past twice that.
+            self._server = await asyncio.start_unix_server(
+                self._accept, sock=sock, limit=self.max_line + 1)
+        except BaseException:
+            self._release_lock()
+            raise
+        log.info("control: listening on %s", self.path)
+
+    async def close(self) -> None:
+        """Stop accepting, end every connection and remove the socket file."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        for task in list(self._conns):
+            task.cancel()
+        if self._conns:
+            await asyncio.gather(*self._conns, return_exceptions=True)
+        self._remove_socket()
+        self._release_lock()
+
+    async def __aenter__(self) -> ControlServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _take_lock(self) -> None:
+        # The lock closes the race between two starting daemons that both see a stale
+        # socket: without it the second would unlink the first one's fresh socket.
+        # The lock file is never unlinked: unlinking it would let two holders exist.
+        fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise SocketInUse(f"another harness daemon owns {self.path}") from None
+            raise
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # closing drops the flock
+
+    async def _clear_stale(self) -> None:
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(st.st_mode):
+            raise SocketInUse(f"{self.path} exists and is not a socket; not replacing it")
+        # A daemon that predates the lock (or holds it elsewhere) still answers connects.
+        try:
+            _r, w = await asyncio.wait_for(asyncio.open_unix_connection(self.path),
+                                           PROBE_TIMEOUT)
+        except (ConnectionRefusedError, FileNotFoundError):
+            pass
+        except (OSError, TimeoutError) as exc:
+            raise SocketInUse(f"cannot tell whether {self.path} is in use: {exc}") from None
+        else:
+            w.close()
+            with contextlib.suppress(OSError):
+                await w.wait_closed()
+            raise SocketInUse(f"a harness daemon is already listening on {self.path}")
+        log.warning("control: replacing stale socket %s", self.path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def _bind_private(self) -> socket.socket:
+        parent = os.path.dirname(os.path.abspath(self.path))
+        # mkdtemp makes the directory 0700, so the socket is unreachable to others between
+        # bind and chmod; a umask change would be process-wide and race other threads.
+        tmpdir = tempfile.mkdtemp(prefix=".harness-sock-", dir=parent)
+        tmp = os.path.join(tmpdir, "s")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(tmp)
+            os.chmod(tmp, 0o600)
+            sock.listen(128)
+            os.rename(tmp, self.path)  # same directory's filesystem: atomic
+            st = os.lstat(self.path)
+            self._inode = (st.st_dev, st.st_ino)
+        except BaseException:
+            sock.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        finally:
+            os.rmdir(tmpdir)
+        sock.setblocking(False)
+        return sock
+
+    def _remove_socket(self) -> None:
+        # Only our own socket: never a file someone else put at the path meanwhile.
+        try:
+            st = os.lstat(self.path)
+            if (st.st_dev, st.st_ino) == self._inode:
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        self._inode = None
+
+    # -- connections -------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        conn = _Connection(reader, writer)
+        try:
+            if await self._hello(conn):
+                await self._serve(conn)
+        except (ConnectionError, BrokenPipeError):
+            pass  # the client went away: nothing to answer
+        except asyncio.CancelledError:
+            pass  # server closing
+        except Exception:
+            log.exception("control: connection failed")
+        finally:
+            for t in conn.inflight:
+                t.cancel()
+            if conn.inflight:
+                await asyncio.gather(*conn.inflight, return_exceptions=True)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            self._conns.discard(task)
+
+    async def _read_line(self, conn: _Connection) -> bytes | None:
+        """The next line without its newline; None at end of input."""
+        try:
+            return (await conn.reader.readuntil(b"\n"))[:-1]
+        except asyncio.IncompleteReadError as exc:
+            # A last line without "\n" still counts; an empty one is just EOF.
+            return exc.partial if exc.partial.strip() else None
+        except asyncio.LimitOverrunError:
+            raise _TooLarge from None
+
+    async def _too_large(self, conn: _Connection) -> None:
+        await conn.send(_error(None, "too_large",
+                               f"a request line may be at most {self.max_line} bytes; closing"))
+
+    async def _hello(self, conn: _Connection) -> bool:
+        try:
+            line = await asyncio.wait_for(self._read_line(conn), self.hello_timeout)
+        except TimeoutError:
+            return False
+        except _TooLarge:
+            await self._too_large(conn)
+            return False
+        if line is None:
+            return False
+        msg, err = self._parse(line)
+        if msg is None:
+            await conn.send(err)
+            return False
+        rid = msg["id"] if _valid_id(msg) else None
+        if msg.get("op") != "hello":
+            await conn.send(_error(rid, "hello_required",
+                                   'the first message must be {"op": "hello", "proto": "1.0"}'))
+            return False
+        proto = msg.get("proto")
+        if not isinstance(proto, str) or _major(proto) != _major(PROTO):
+            await conn.send(_error(rid, "unsupported_proto",
+                                   f"protocol {proto!r} is not supported (server speaks {PROTO})"))
+            return False
+        reply: dict[str, Any] = {"ok": True, "proto": PROTO, "version": __version__}
+        if rid is not None:
+            reply["id"] = rid
+        await conn.send(reply)
+        return True
+
+    def _parse(self, line: bytes) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """The request object, or None and the error reply to send instead."""
+        try:
+            msg = json.loads(line)
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            return None, _error(None, "bad_request", f"not valid JSON: {exc}")
+        if not isinstance(msg, dict):
+            return None, _error(None, "bad_request",
+                                f"a request must be a JSON object, not {type(msg).__name__}")
+        return msg, {}
+
+    async def _serve(self, conn: _Connection) -> None:
+        while True:
+            try:
+                line = await self._read_line(conn)
+            except _TooLarge:
+                await self._too_large(conn)
+                return
+            if line is None:
+                break
+            if not line.strip():
+                continue  # a blank line is not a request: nothing to answer
+            # Bounded in-flight work per connection: past it, stop reading (backpressure).
+            await conn.slots.acquire()
+            task = asyncio.create_task(self._answer(conn, line))
+            conn.inflight.add(task)
+            task.add_done_callback(lambda t: (conn.inflight.discard(t), conn.slots.release()))
+        # End of input: a client may half-close after its last request; still answer it.
+        while conn.inflight:
+            await asyncio.gather(*conn.inflight, return_exceptions=True)
+
+    async def _answer(self, conn: _Connection, line: bytes) -> None:
+        op, reply = await self._dispatch(line)
+        try:
+            data = _encode(reply)
+        except (TypeError, ValueError) as exc:
+            log.error("control: the result of op %r is not JSON-encodable: %s", op, exc)
+            data = _encode(_error(reply.get("id"), "internal",
+                                  f"the result of op {op!r} could not be encoded as JSON"))
+        await conn.send_bytes(data)
+
+    async def _dispatch(self, line: bytes) -> tuple[str | None, dict[str, Any]]:
+        """The op named (when there is one) and the reply to send."""
+        msg, err = self._parse(line)
+        if msg is None:
+            return None, err
+        if not _valid_id(msg):
+            what = "missing" if "id" not in msg else f"not an integer: {msg['id']!r}"
+            return None, _error(None, "bad_request", f"request id is {what}"[:_MAX_MESSAGE])
+        rid = msg["id"]
+        op = msg.get("op")
+        if not isinstance(op, str) or not op:
+            return None, _error(rid, "bad_request", "request op must be a non-empty string")
+        if op == "hello":  # harmless to repeat; answers what the handshake did
+            return op, {"id": rid, "ok": True, "data": {"proto": PROTO, "version": __version__}}
+        handler = self.handlers.get(op)
+        if handler is None:
+            known = ", ".join(sorted(["hello", *self.handlers]))
+            return op, _error(rid, "unknown_op", f"unknown op {op[:64]!r} (known: {known})")
+        try:
+            data = await handler(msg)
+        except OpError as exc:
+            return op, _error(rid, str(exc.code), str(exc.message)[:_MAX_MESSAGE])
+        except Exception as exc:
+            log.exception("control: op %r failed", op)
+            detail = str(exc) or type(exc).__name__
+            return op, _error(rid, "internal", f"op {op!r} failed: {detail}"[:_MAX_MESSAGE])
+        return op, {"id": rid, "ok": True, "data": data}

@@ -1,0 +1,334 @@
+"""Run history at boot and shutdown: the legacy import and closing open records.
+
+`import_legacy` (SPEC-0022 REQ-13) moves the pre-ledger state.json run lists into the
+ledger once: each legacy run becomes the lines it would have had (``decided`` for
+skipped/missed, ``opened`` + ``closed`` for a finished run, ``opened`` alone for one still
+running), marked ``imported: true``, in time order, each in the day file of its own time.
+Invariants: no legacy run is ever imported twice — the marker ``ledger/.imported`` is
+written only after every line is durable, and a retry after a failed or interrupted
+import skips the imported lines already on disk; state.json loses its lists only once
+the marker exists, so a failed import keeps them for the next boot.
+
+`reconcile` (REQ-7, at boot before any start) and `close_open_on_shutdown` (REQ-7, clean
+shutdown) close every open record as ``interrupted``; neither raises for one record's
+failure, so one bad disk write cannot stop a daemon from booting or stopping.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..ledger.errors import LedgerError, LineRejected
+from ..ledger.runledger import RunLedger
+from ..ledger.schema import OUTCOMES, prepare_line
+from ..timefmt import format_ns, is_rfc3339, parse_ns
+from .state import HARNESSES_KEY, LEGACY_KEY, StateError, StateFile
+
+log = logging.getLogger("harness.supervisor")
+
+MARKER = ".imported"
+CRASH_NOTE = "run interrupted: the daemon stopped without closing it (daemon_crash)"
+_DECIDED = frozenset({"skipped", "missed"})
+_TYPE_ORDER = {"decided": 0, "opened": 0, "closed": 1}
+
+
+@dataclass
+class SkippedEntry:
+    """A legacy run that could not be imported, and why."""
+
+    harness: str
+    index: int
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.harness}[{self.index}]: {self.problem}"
+
+
+@dataclass
+class ImportResult:
+    """What `import_legacy` did; `error` is set when it failed (state.json kept its lists)."""
+
+    ran: bool = False  # an import was attempted on this boot
+    already: bool = False  # the marker was there: an earlier boot imported
+    records: int = 0  # legacy runs now in the ledger (written now or by an interrupted try)
+    lines: int = 0  # lines this call appended
+    found: int = 0  # imported lines an interrupted earlier try left, not written again
+    skipped: list[SkippedEntry] = field(default_factory=list)
+    lists_dropped: bool = False
+    error: str | None = None
+    state_error: str | None = None  # imported, but state.json still holds its lists
+
+
+def marker_path(ledger: RunLedger) -> str:
+    return os.path.join(ledger.directory, MARKER)
+
+
+# -- building the lines of one legacy run ------------------------------------------------
+
+
+def _time(entry: dict[str, Any], key: str) -> str | None:
+    v = entry.get(key)
+    if v is None:
+        return None
+    if not is_rfc3339(v):
+        raise ValueError(f"{key} is not an RFC 3339 time: {v!r:.60}")
+    return format_ns(parse_ns(v))
+
+
+def _lines_of(harness: str, entry: Any, jobs_dir: str) -> list[dict[str, Any]]:
+    """The ledger lines of one legacy run; ValueError saying what is wrong with it."""
+    if type(entry) is not dict:
+        raise ValueError(f"not an object: {entry!r:.60}")
+    run_id = entry.get("run_id")
+    if type(run_id) is not int or run_id < 1:
+        raise ValueError(f"run_id must be an integer ≥ 1, got {run_id!r:.60}")
+    outcome = entry.get("outcome")
+    if outcome not in OUTCOMES:
+        raise ValueError(f"unknown outcome {outcome!r:.60}")
+    started = _time(entry, "started_at")
+    ended = _time(entry, "ended_at")
+    window = _time(entry, "window")
+    first_window = _time(entry, "first_window")
+    base: dict[str, Any] = {"harness": harness, "run_id": run_id, "imported": True,
+                            "kind": "oneshot"}  # residents had no state.json records
+    for key in ("trigger", "reason", "exit_code", "windows"):
+        if entry.get(key) is not None:
+            base[key] = entry[key]
+    if window is not None:
+        base["window"] = window
+    if first_window is not None:
+        base["first_window"] = first_window
+    if outcome in _DECIDED:
+        at = started or window or first_window
+        if at is None:
+            raise ValueError("a skipped/missed run needs started_at or window")
+        line = {**base, "type": "decided", "at": at, "outcome": outcome}
+        if started is not None:
+            line["started_at"] = started
+        return [line]
+    if started is None:
+        raise ValueError("started_at is missing")
+    opened = {**{k: v for k, v in base.items() if k not in ("reason", "exit_code")},
+              "type": "opened", "at": started, "started_at": started, "outcome": "running"}
+    logfile = _legacy_log(jobs_dir, harness, run_id)
+    if logfile is not None:
+        opened["log"] = logfile
+    if outcome == "running":
+        return [opened]  # reconciliation closes it as daemon_crash
+    closed: dict[str, Any] = {"harness": harness, "run_id": run_id, "imported": True,
+                              "type": "closed", "outcome": outcome,
+                              "at": ended or started}  # an interrupted run may have no end
+    for key in ("reason", "exit_code"):
+        if entry.get(key) is not None:
+            closed[key] = entry[key]
+    if ended is not None:
+        closed["ended_at"] = ended
+        duration = (parse_ns(ended) - parse_ns(started)) // 1_000_000
+        if duration < 0:
+            raise ValueError(f"ended_at {ended} is before started_at {started}")
+        closed["duration_ms"] = duration
+    return [opened, closed]
+
+
+def _legacy_log(jobs_dir: str, harness: str, run_id: int) -> str | None:
+    """The run's per-run log path when it (or its compressed form) is still on disk.
+
+    A log keep_runs already deleted is not named: we cannot tell it from a run that never
+    had one, and a named missing log would read as pruned.
+    """
+    path = os.path.join(jobs_dir, harness, f"{run_id}.log")
+    return path if os.path.exists(path) or os.path.exists(path + ".zst") else None
+
+
+def _collect(legacy: dict[str, Any], jobs_dir: str
+             ) -> tuple[list[dict[str, Any]], int, list[SkippedEntry]]:
+    lines: list[dict[str, Any]] = []
+    skipped: list[SkippedEntry] = []
+    records = 0
+    seen: set[tuple[str, int]] = set()
+    for harness in sorted(legacy):
+        entry = legacy[harness]
+        runs = entry.get("runs") if type(entry) is dict else None
+        if runs is None:
+            continue
+        if type(runs) is not list:
+            skipped.append(SkippedEntry(harness, -1, "the run list is not a list"))
+            continue
+        for i, run in enumerate(runs):
+            try:
+                got = _lines_of(harness, run, jobs_dir)
+                for line in got:
+                    prepare_line(line)  # the ledger's own check, before anything is queued
+            except (ValueError, LineRejected) as exc:
+                msg = exc.message if isinstance(exc, LineRejected) else str(exc)
+                skipped.append(SkippedEntry(harness, i, msg))
+                continue
+            key = (harness, got[0]["run_id"])
+            if key in seen:
+                skipped.append(SkippedEntry(harness, i, f"run_id {key[1]} appears twice"))
+                continue
+            seen.add(key)
+            records += 1
+            lines.extend(got)
+    lines.sort(key=lambda x: (parse_ns(x["at"]), x["harness"], x["run_id"],
+                              _TYPE_ORDER[x["type"]]))
+    return lines, records, skipped
+
+
+def _already_imported(ledger: RunLedger) -> set[tuple[str, int, str]]:
+    """(harness, run_id, type) of every imported line on disk, from an interrupted try."""
+    return {(o["harness"], o["run_id"], o["type"]) for o in ledger.since(0) if o.get("imported")}
+
+
+def _write_marker(path: str, lines: int, now: int) -> None:
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, f"imported {lines} lines at {format_ns(now)}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _drop_lists(state: StateFile, imported_max: dict[str, int]) -> None:
+    """Rewrite state.json with only a last_run_id per harness (the legacy table goes)."""
+    doc = dict(state.load())
+    hs = dict(doc.get(HARNESSES_KEY, {}))
+    names = set(state.legacy()) | set(imported_max)
+    for name in names:
+        n = max(state.last_run_id(name), imported_max.get(name, 0))
+        hs[name] = {**hs.get(name, {}), "last_run_id": n}
+    doc[HARNESSES_KEY] = hs
+    doc.pop(LEGACY_KEY, None)
+    state.save(doc)
+
+
+def import_legacy(ledger: RunLedger, state_path: str, *, created: bool | None = None,
+                  now: int | None = None) -> ImportResult:
+    """Import state.json's legacy run lists into `ledger` once (REQ-13); never raises.
+
+    `created` is whether this boot created ledger/ (default: `ledger.created`). The import
+    runs on that first boot, and again on a later boot only while no marker exists and
+    state.json still holds lists (the earlier try failed or was cut short).
+    """
+    res = ImportResult()
+    created = ledger.created if created is None else created
+    now = ledger.clock() if now is None else now
+    state = StateFile(state_path)
+    marker = marker_path(ledger)
+    try:
+        state.load()
+        if os.path.exists(marker):
+            res.already = True
+            if state.has_legacy_lists():  # imported, but the state save was lost
+                _drop_lists(state, {})
+                res.lists_dropped = True
+            return res
+        if not created and not state.has_legacy_lists():
+            return res  # a ledger from an earlier boot and nothing waiting to import
+        jobs_dir = os.path.join(os.path.dirname(os.path.abspath(state_path)), "jobs")
+        lines, res.records, res.skipped = _collect(state.legacy(), jobs_dir)
+    except StateError as exc:
+        res.error = str(exc)
+        log.error("ledger import: %s", exc)
+        return res
+    res.ran = True
+    for s in res.skipped:
+        log.warning("ledger import: skipped legacy run %s", s)
+    done = set() if created else _already_imported(ledger)
+    todo = [x for x in lines if (x["harness"], x["run_id"], x["type"]) not in done]
+    res.found = len(lines) - len(todo)
+    try:
+        for i, line in enumerate(todo):
+            # Only the last line waits for the disk: the writer syncs every earlier
+            # buffered line with it, across day files.
+            ledger.append(line, sync=i == len(todo) - 1)
+            res.lines += 1
+        _write_marker(marker, len(lines), now)
+    except (LedgerError, OSError) as exc:
+        res.error = f"import into {ledger.directory} failed after {res.lines} line(s): {exc}"
+        log.error("ledger import: %s; state.json keeps its run lists for the next boot",
+                  res.error)
+        return res
+    imported_max: dict[str, int] = {}
+    for x in lines:
+        imported_max[x["harness"]] = max(imported_max.get(x["harness"], 0), x["run_id"])
+    try:
+        _drop_lists(state, imported_max)
+        res.lists_dropped = True
+    except StateError as exc:
+        # The marker exists, so the next boot drops the lists without importing again.
+        res.state_error = str(exc)
+        log.error("ledger import: done, but %s", exc)
+    return res
+
+
+# -- closing open records ----------------------------------------------------------------
+
+
+def _note_in_log(path: Any, text: str, now: int) -> bool:
+    """Append one line to an existing run log; False (logged) when it cannot."""
+    if type(path) is not str or not path or not os.path.isfile(path):
+        return False
+    try:
+        # No O_CREAT: a log keep_runs deleted is not recreated to hold only this line.
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            os.write(fd, f"{format_ns(now)} harness: {text}\n".encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.warning("cannot note the interruption in %s: %s", path, exc)
+        return False
+    return True
+
+
+def _close_all(ledger: RunLedger, records: Iterable[dict[str, Any]],
+               extra: dict[str, Any], now: int, with_end: bool) -> list[dict[str, Any]]:
+    closed: list[dict[str, Any]] = []
+    for rec in records:
+        line: dict[str, Any] = {"type": "closed", "harness": rec["harness"],
+                                "run_id": rec["run_id"], "at": format_ns(now),
+                                "outcome": "interrupted", **extra}
+        if with_end:
+            line["ended_at"] = format_ns(now)
+            started = rec.get("started_at")
+            if isinstance(started, str) and is_rfc3339(started):
+                line["duration_ms"] = max(0, (now - parse_ns(started)) // 1_000_000)
+        try:
+            ledger.append(line, sync=True)
+        except LedgerError as exc:
+            # Not fatal: the line stays queued and the writer retries it in order.
+            log.error("cannot close open run: %s", exc)
+            continue
+        closed.append(ledger.get(rec["harness"], rec["run_id"]) or {**rec, **line})
+    return closed
+
+
+def reconcile(ledger: RunLedger, now: int) -> list[dict[str, Any]]:
+    """Close every open record as interrupted/daemon_crash (REQ-7); return them, closed.
+
+    No ended_at: nobody saw the run end. Each record's log (per-run or a resident's durable
+    log) gains a line saying so when it exists.
+    """
+    open_recs = ledger.open_records()
+    closed = _close_all(ledger, open_recs, {"reason": "daemon_crash"}, now, with_end=False)
+    for rec in closed:
+        _note_in_log(rec.get("log"), CRASH_NOTE, now)
+    return closed
+
+
+def close_open_on_shutdown(ledger: RunLedger, now: int) -> list[dict[str, Any]]:
+    """Close every record still open at a clean shutdown: interrupted/shutdown, ended now."""
+    return _close_all(ledger, ledger.open_records(), {"reason": "shutdown"}, now,
+                      with_end=True)

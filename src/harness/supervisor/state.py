@@ -1,0 +1,222 @@
+"""state.json and the run-id allocator (SPEC-0022 REQ-13, SPEC-0008 "run ids never reused").
+
+`StateFile` owns `$XDG_STATE_HOME/harness/state.json`. Its shape is
+``{"harnesses": {NAME: {"last_run_id": N}}}`` plus whatever other top-level keys the
+daemon keeps there; a legacy ``"runs"`` table (the pre-ledger history) is read for its
+``last_run_id`` counters and carried untouched until `history.import_legacy` drops it.
+Invariants: the file on disk is always a whole, valid JSON document (it is replaced by
+rename, never rewritten in place) and mode 0600; top-level keys this module does not
+know survive every rewrite; a corrupt file is a `StateError` naming the path and the
+JSON problem, never a traceback.
+
+`RunIds` hands out run ids. Invariant: an id is persisted as ``last_run_id`` before it is
+returned, and the first id handed out per harness per process is above everything
+already used — state.json's counters, the ledger's records and the per-run logs on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from typing import Any, Protocol
+
+from ..ledger.files import make_private_dir
+
+LEGACY_KEY = "runs"
+HARNESSES_KEY = "harnesses"
+_LOG_NAME = re.compile(r"(\d+)\.log(?:\.zst)?\Z")
+
+
+class StateError(Exception):
+    """state.json cannot be read or written; the message names the path and the problem."""
+
+
+class _MaxRunIds(Protocol):
+    def max_run_id(self, harness: str) -> int: ...
+
+
+def _counter(v: Any) -> bool:
+    return type(v) is int and v >= 0
+
+
+class StateFile:
+    """state.json: read tolerantly, validated, rewritten atomically."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._data: dict[str, Any] | None = None
+
+    # -- reading -------------------------------------------------------------------
+
+    def load(self) -> dict[str, Any]:
+        """The document (cached after the first read); a missing file is empty."""
+        if self._data is None:
+            self._data = self._read()
+        return self._data
+
+    def reload(self) -> dict[str, Any]:
+        self._data = None
+        return self.load()
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            with open(self.path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise StateError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+        if not raw.strip():
+            # An empty file is what a crash before the first write could leave on
+            # filesystems without rename atomicity; it carries no history to lose.
+            return {}
+        try:
+            doc = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise StateError(
+                f"{self.path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            ) from None
+        except UnicodeDecodeError as exc:
+            raise StateError(f"{self.path}: not valid UTF-8: {exc.reason}") from None
+        if type(doc) is not dict:
+            raise StateError(f"{self.path}: the top level must be a JSON object, "
+                             f"not {type(doc).__name__}")
+        self._check(doc)
+        return doc
+
+    def _check(self, doc: dict[str, Any]) -> None:
+        hs = doc.get(HARNESSES_KEY, {})
+        if type(hs) is not dict:
+            raise StateError(f"{self.path}: {HARNESSES_KEY!r} must be an object")
+        for name, entry in hs.items():
+            if type(entry) is not dict or not _counter(entry.get("last_run_id", 0)):
+                raise StateError(f"{self.path}: {HARNESSES_KEY}.{name}.last_run_id must be "
+                                 "an integer ≥ 0")
+        legacy = doc.get(LEGACY_KEY, {})
+        if type(legacy) is not dict:
+            raise StateError(f"{self.path}: {LEGACY_KEY!r} must be an object")
+        for name, entry in legacy.items():
+            if type(entry) is not dict:
+                raise StateError(f"{self.path}: {LEGACY_KEY}.{name} must be an object")
+            # A bad legacy counter is not fatal: the allocator also floors at the ledger
+            # and the logs, and the import reports the entry; the daemon must still boot.
+
+    def last_run_id(self, harness: str) -> int:
+        """The counter for `harness`: the higher of the current and the legacy entry."""
+        doc = self.load()
+        best = 0
+        for key in (HARNESSES_KEY, LEGACY_KEY):
+            entry = doc.get(key, {}).get(harness)
+            if type(entry) is dict and _counter(entry.get("last_run_id")):
+                best = max(best, entry["last_run_id"])
+        return best
+
+    def legacy(self) -> dict[str, Any]:
+        """The pre-ledger ``runs`` table (empty when there is none)."""
+        legacy = self.load().get(LEGACY_KEY, {})
+        return legacy if type(legacy) is dict else {}
+
+    def has_legacy_lists(self) -> bool:
+        return any(type(e) is dict and "runs" in e for e in self.legacy().values())
+
+    # -- writing -------------------------------------------------------------------
+
+    def set_last_run_id(self, harness: str, value: int) -> None:
+        """Persist `value` as `harness`'s counter (durable when this returns)."""
+        doc = dict(self.load())
+        hs = dict(doc.get(HARNESSES_KEY, {}))
+        hs[harness] = {**hs.get(harness, {}), "last_run_id": value}
+        doc[HARNESSES_KEY] = hs
+        self.save(doc)
+
+    def save(self, doc: dict[str, Any]) -> None:
+        """Replace state.json with `doc`: tmp file (0600) → write → fsync → rename → fsync dir.
+
+        A crash at any point leaves either the old document or the new one, whole.
+        """
+        try:
+            data = json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False,
+                              allow_nan=False).encode("utf-8") + b"\n"
+        except (TypeError, ValueError) as exc:
+            raise StateError(f"{self.path}: cannot encode the state: {exc}") from None
+        directory = os.path.dirname(os.path.abspath(self.path))
+        tmp = os.path.join(directory, f".{os.path.basename(self.path)}.{os.getpid()}.tmp")
+        try:
+            make_private_dir(directory)
+            try:
+                os.unlink(tmp)  # a leftover from a crash of this pid's predecessor
+            except FileNotFoundError:
+                pass
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass  # nothing was created, or the dir is gone: the old file is untouched
+            raise StateError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
+        # The rename is only durable once the directory entry is; a failure here still
+        # left a whole file in place, so the state is valid either way.
+        try:
+            dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            raise StateError(f"{directory}: cannot sync the directory after writing "
+                             f"{os.path.basename(self.path)}: {exc.strerror or exc}") from None
+        self._data = doc
+
+
+def highest_log_id(jobs_dir: str, harness: str) -> int:
+    """The highest run id with a per-run log (`<id>.log` or `<id>.log.zst`) for `harness`."""
+    try:
+        names = os.listdir(os.path.join(jobs_dir, harness))
+    except OSError:
+        return 0  # no logs yet (or none readable): the other floors still apply
+    best = 0
+    for name in names:
+        m = _LOG_NAME.match(name)
+        if m:
+            best = max(best, int(m.group(1)))
+    return best
+
+
+class RunIds:
+    """The per-harness run-id allocator; one per daemon."""
+
+    def __init__(self, state: StateFile, ledger: _MaxRunIds | None, jobs_dir: str) -> None:
+        self.state = state
+        self.ledger = ledger
+        self.jobs_dir = jobs_dir
+        self._lock = threading.Lock()
+        self._last: dict[str, int] = {}
+
+    def floor(self, harness: str) -> int:
+        """The highest id already used anywhere we can see."""
+        floor = max(self.state.last_run_id(harness), highest_log_id(self.jobs_dir, harness))
+        if self.ledger is not None:
+            floor = max(floor, self.ledger.max_run_id(harness))
+        return floor
+
+    def next(self, harness: str) -> int:
+        """A fresh id for `harness`, persisted before it is returned; StateError if it cannot be."""
+        with self._lock:
+            last = self._last.get(harness)
+            if last is None:
+                # Once per harness per process: after that every id came from here.
+                last = self.floor(harness)
+            n = last + 1
+            self.state.set_last_run_id(harness, n)
+            self._last[harness] = n
+            return n
