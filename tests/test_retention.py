@@ -159,8 +159,10 @@ def test_a_run_open_across_the_prune_is_carried_forward_before_its_file_goes(
 
     def watching_unlink(path: Any, *a: Any, **kw: Any) -> None:
         # At the moment the old file goes, today's file must already hold the new line.
-        seen.append((os.path.basename(path), lines_of(today) if today.exists() else [],
-                     (d / "CHAIN").exists()))
+        # (os.unlink is patched module-wide: only day files are the prune's deletions.)
+        if os.fspath(path).endswith(".jsonl"):
+            seen.append((os.path.basename(path), lines_of(today) if today.exists() else [],
+                         (d / "CHAIN").exists()))
         real_unlink(path, *a, **kw)
 
     monkeypatch.setattr(retention_mod.os, "unlink", watching_unlink)

@@ -925,3 +925,19 @@ def _umask() -> int:
     old = os.umask(0)
     os.umask(old)
     return old
+
+
+def test_atomic_write_replaces_a_tmp_left_by_a_killed_process(tmp_path: Path) -> None:
+    """A process killed between creating its tmp file and the rename leaves the tmp behind;
+    a later process with the same pid and thread id (a container's PID 1) must still write."""
+    import threading
+
+    from harness.ledger.files import atomic_write
+
+    target = tmp_path / "state.json"
+    stale = tmp_path / f".state.json.{os.getpid()}.{threading.get_ident()}.tmp"
+    stale.write_bytes(b"half a docum")
+    atomic_write(target, b'{"harnesses": {}}\n')
+    assert target.read_bytes() == b'{"harnesses": {}}\n'
+    assert not stale.exists()
+    assert os.stat(target).st_mode & 0o777 == 0o600

@@ -57,6 +57,10 @@ def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     d = os.path.dirname(target) or "."
     tmp = os.path.join(d, f".{os.path.basename(target)}.{os.getpid()}."
                           f"{threading.get_ident()}.tmp")
+    # A tmp of this name can only be left by a killed process that had our pid and
+    # thread id (a restarted container's PID 1): it is ours to replace.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
