@@ -106,11 +106,14 @@ def parse_runs_request(req: dict[str, Any]) -> Query:
         raise _bad(f"before_seq must be a positive seq, got {before_seq}")
     # Query owns the valid outcome and trigger sets; asking it one field at a time lets
     # the error name the field as well as list the valid values.
-    for key, probe in (("outcomes", {"outcomes": outcomes}), ("triggers", {"triggers": triggers})):
-        try:
-            Query(**probe)
-        except QueryError as exc:
-            raise _bad(f"{key}: {exc}") from None
+    try:
+        Query(outcomes=outcomes)
+    except QueryError as exc:
+        raise _bad(f"outcomes: {exc}") from None
+    try:
+        Query(triggers=triggers)
+    except QueryError as exc:
+        raise _bad(f"triggers: {exc}") from None
     return Query(names=names, since_ns=since_ns, until_ns=until_ns, outcomes=outcomes,
                  triggers=triggers, limit=limit, before_seq=before_seq)
 

@@ -13,6 +13,10 @@ Invariants:
   valid id), and nothing a client sends — malformed, oversized or a handler failure —
   ends the server or disturbs another connection;
 - a connection never buffers more than about twice `max_line` bytes of unread input.
+
+Requests pipelined on one connection run concurrently (at most `MAX_INFLIGHT`; past
+that the connection is not read) and are answered as they finish: match replies by id.
+``PATH.lock`` is left in place on close; see `_take_lock` for why.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ HELLO_TIMEOUT = 10.0
 MAX_INFLIGHT = 16  # per connection: pipelined requests beyond this wait to be read
 PROBE_TIMEOUT = 1.0
 _MAX_MESSAGE = 512
+_SUN_PATH = 108  # sizeof(sockaddr_un.sun_path) on Linux, NUL included
 
 
 class OpError(Exception):
@@ -66,12 +71,18 @@ def _major(proto: str) -> str:
 
 
 def _error(rid: Any, code: str, message: str) -> dict[str, Any]:
-    return {"id": rid, "ok": False, "error": {"code": code, "message": message}}
+    # Messages may quote client input (an op name, a proto): keep replies small.
+    return {"id": rid, "ok": False, "error": {"code": code, "message": message[:_MAX_MESSAGE]}}
 
 
 def _encode(msg: dict[str, Any]) -> bytes:
     # allow_nan=False: a NaN would make the line unreadable to strict JSON parsers.
     return json.dumps(msg, ensure_ascii=False, allow_nan=False).encode() + b"\n"
+
+
+def _no_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON; accepting them would echo values no peer can parse.
+    raise ValueError(f"{name} is not valid JSON")
 
 
 def _valid_id(msg: dict[str, Any]) -> bool:
@@ -88,6 +99,10 @@ class _Connection:
         self.write_lock = asyncio.Lock()
         self.slots = asyncio.Semaphore(MAX_INFLIGHT)
         self.inflight: set[asyncio.Task[None]] = set()
+
+    def finished(self, task: asyncio.Task[None]) -> None:
+        self.inflight.discard(task)
+        self.slots.release()
 
     async def send(self, msg: dict[str, Any]) -> None:
         await self.send_bytes(_encode(msg))
@@ -108,10 +123,11 @@ class ControlServer:
         self.handlers = dict(handlers)
         self.max_line = max_line
         self.hello_timeout = hello_timeout
-        self._server: asyncio.base_events.Server | None = None
+        self._server: asyncio.Server | None = None
         self._lock_fd: int | None = None
         self._conns: set[asyncio.Task[Any]] = set()
         self._inode: tuple[int, int] | None = None
+        self._closing = False
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -119,6 +135,7 @@ class ControlServer:
         """Take the path (replacing a stale socket) and start accepting connections."""
         if self._server is not None:
             raise RuntimeError("control server already started")
+        self._closing = False
         self._take_lock()
         try:
             await self._clear_stale()
@@ -136,11 +153,13 @@ class ControlServer:
         server, self._server = self._server, None
         if server is None:
             return
+        self._closing = True
         server.close()
         for task in list(self._conns):
             task.cancel()
         if self._conns:
             await asyncio.gather(*self._conns, return_exceptions=True)
+        await server.wait_closed()
         self._remove_socket()
         self._release_lock()
 
@@ -195,25 +214,34 @@ class ControlServer:
             os.unlink(self.path)
 
     def _bind_private(self) -> socket.socket:
+        if len(os.fsencode(self.path)) >= _SUN_PATH:
+            raise OSError(errno.ENAMETOOLONG, "socket path too long for a Unix socket",
+                          self.path)
         parent = os.path.dirname(os.path.abspath(self.path))
         # mkdtemp makes the directory 0700, so the socket is unreachable to others between
         # bind and chmod; a umask change would be process-wide and race other threads.
-        tmpdir = tempfile.mkdtemp(prefix=".harness-sock-", dir=parent)
+        tmpdir = tempfile.mkdtemp(prefix=".hs-", dir=parent)
+        dfd = os.open(tmpdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         tmp = os.path.join(tmpdir, "s")
+        if len(os.fsencode(tmp)) >= _SUN_PATH and os.path.isdir("/proc/self/fd"):
+            # The final path fits but the temporary one does not: reach the directory
+            # through its descriptor instead (Linux).
+            tmp = f"/proc/self/fd/{dfd}/s"
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.bind(tmp)
-            os.chmod(tmp, 0o600)
+            os.chmod("s", 0o600, dir_fd=dfd)
             sock.listen(128)
-            os.rename(tmp, self.path)  # same directory's filesystem: atomic
+            os.rename("s", self.path, src_dir_fd=dfd)  # within one filesystem: atomic
             st = os.lstat(self.path)
             self._inode = (st.st_dev, st.st_ino)
         except BaseException:
             sock.close()
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+                os.unlink("s", dir_fd=dfd)
             raise
         finally:
+            os.close(dfd)
             os.rmdir(tmpdir)
         sock.setblocking(False)
         return sock
@@ -233,12 +261,15 @@ class ControlServer:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if self._closing:  # accepted just before close: would escape its cancellation
+            writer.close()
+            return
         self._conns.add(task)
         conn = _Connection(reader, writer)
         try:
             if await self._hello(conn):
                 await self._serve(conn)
-        except (ConnectionError, BrokenPipeError):
+        except ConnectionError:
             pass  # the client went away: nothing to answer
         except asyncio.CancelledError:
             pass  # server closing
@@ -247,10 +278,13 @@ class ControlServer:
         finally:
             for t in conn.inflight:
                 t.cancel()
-            if conn.inflight:
-                await asyncio.gather(*conn.inflight, return_exceptions=True)
             writer.close()
-            with contextlib.suppress(Exception):
+            # close() may cancel us again mid-cleanup; ending as a cancelled task would make
+            # asyncio's stream callback (3.11) log a spurious error, and there is nothing
+            # left to stop anyway.
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                if conn.inflight:
+                    await asyncio.gather(*conn.inflight, return_exceptions=True)
                 await writer.wait_closed()
             self._conns.discard(task)
 
@@ -301,7 +335,8 @@ class ControlServer:
     def _parse(self, line: bytes) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """The request object, or None and the error reply to send instead."""
         try:
-            msg = json.loads(line)
+            # Decode first: json.loads would guess UTF-16/32 from bytes; the wire is UTF-8.
+            msg = json.loads(line.decode("utf-8"), parse_constant=_no_constant)
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             return None, _error(None, "bad_request", f"not valid JSON: {exc}")
         if not isinstance(msg, dict):
@@ -324,7 +359,7 @@ class ControlServer:
             await conn.slots.acquire()
             task = asyncio.create_task(self._answer(conn, line))
             conn.inflight.add(task)
-            task.add_done_callback(lambda t: (conn.inflight.discard(t), conn.slots.release()))
+            task.add_done_callback(conn.finished)
         # End of input: a client may half-close after its last request; still answer it.
         while conn.inflight:
             await asyncio.gather(*conn.inflight, return_exceptions=True)
@@ -337,7 +372,12 @@ class ControlServer:
             log.error("control: the result of op %r is not JSON-encodable: %s", op, exc)
             data = _encode(_error(reply.get("id"), "internal",
                                   f"the result of op {op!r} could not be encoded as JSON"))
-        await conn.send_bytes(data)
+        try:
+            await conn.send_bytes(data)
+        except ConnectionError:
+            # The peer is gone; the read loop sees it too. Raising here would only leave
+            # an exception no one retrieves.
+            conn.writer.close()
 
     async def _dispatch(self, line: bytes) -> tuple[str | None, dict[str, Any]]:
         """The op named (when there is one) and the reply to send."""
@@ -346,7 +386,7 @@ class ControlServer:
             return None, err
         if not _valid_id(msg):
             what = "missing" if "id" not in msg else f"not an integer: {msg['id']!r}"
-            return None, _error(None, "bad_request", f"request id is {what}"[:_MAX_MESSAGE])
+            return None, _error(None, "bad_request", f"request id is {what}")
         rid = msg["id"]
         op = msg.get("op")
         if not isinstance(op, str) or not op:
@@ -360,9 +400,9 @@ class ControlServer:
         try:
             data = await handler(msg)
         except OpError as exc:
-            return op, _error(rid, str(exc.code), str(exc.message)[:_MAX_MESSAGE])
+            return op, _error(rid, str(exc.code), str(exc.message))
         except Exception as exc:
             log.exception("control: op %r failed", op)
             detail = str(exc) or type(exc).__name__
-            return op, _error(rid, "internal", f"op {op!r} failed: {detail}"[:_MAX_MESSAGE])
+            return op, _error(rid, "internal", f"op {op!r} failed: {detail}")
         return op, {"id": rid, "ok": True, "data": data}
