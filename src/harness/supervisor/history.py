@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..ledger.errors import LedgerError, LineRejected
+from ..ledger.files import atomic_write
 from ..ledger.runledger import RunLedger
 from ..ledger.schema import OUTCOMES, prepare_line
 from ..timefmt import format_ns, is_rfc3339, parse_ns
@@ -55,7 +56,7 @@ class ImportResult:
     ran: bool = False  # an import was attempted on this boot
     already: bool = False  # the marker was there: an earlier boot imported
     records: int = 0  # legacy runs now in the ledger (written now or by an interrupted try)
-    lines: int = 0  # lines this call appended
+    lines: int = 0  # lines this call handed to the ledger (all durable unless `error`)
     found: int = 0  # imported lines an interrupted earlier try left, not written again
     skipped: list[SkippedEntry] = field(default_factory=list)
     lists_dropped: bool = False
@@ -179,25 +180,21 @@ def _collect(legacy: dict[str, Any], jobs_dir: str
     return lines, records, skipped
 
 
-def _already_imported(ledger: RunLedger) -> set[tuple[str, int, str]]:
-    """(harness, run_id, type) of every imported line on disk, from an interrupted try."""
-    return {(o["harness"], o["run_id"], o["type"]) for o in ledger.since(0) if o.get("imported")}
+def _on_disk(ledger: RunLedger) -> tuple[set[tuple[str, int, str]], set[tuple[str, int]]]:
+    """What an earlier, interrupted try left: (harness, run_id, type) of every imported
+    line, and (harness, run_id) of every run the daemon itself wrote since."""
+    imported: set[tuple[str, int, str]] = set()
+    native: set[tuple[str, int]] = set()
+    for o in ledger.since(0):
+        if o.get("imported"):
+            imported.add((o["harness"], o["run_id"], o["type"]))
+        else:
+            native.add((o["harness"], o["run_id"]))
+    return imported, native
 
 
 def _write_marker(path: str, lines: int, now: int) -> None:
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, f"imported {lines} lines at {format_ns(now)}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    atomic_write(path, f"imported {lines} lines at {format_ns(now)}\n".encode())
 
 
 def _drop_lists(state: StateFile, imported_max: dict[str, int]) -> None:
@@ -243,9 +240,18 @@ def import_legacy(ledger: RunLedger, state_path: str, *, created: bool | None = 
         log.error("ledger import: %s", exc)
         return res
     res.ran = True
+    done: set[tuple[str, int, str]] = set()
+    if not created:
+        done, native = _on_disk(ledger)
+        # Folding a legacy run into a run the daemon wrote under the same id would mix two
+        # runs into one record; the live record wins and the legacy one is reported.
+        clash = {(x["harness"], x["run_id"]) for x in lines} & native
+        for h, rid in sorted(clash):
+            res.skipped.append(SkippedEntry(h, -1, f"run_id {rid} is already in the ledger"))
+            res.records -= 1
+        lines = [x for x in lines if (x["harness"], x["run_id"]) not in clash]
     for s in res.skipped:
         log.warning("ledger import: skipped legacy run %s", s)
-    done = set() if created else _already_imported(ledger)
     todo = [x for x in lines if (x["harness"], x["run_id"], x["type"]) not in done]
     res.found = len(lines) - len(todo)
     try:
@@ -256,7 +262,8 @@ def import_legacy(ledger: RunLedger, state_path: str, *, created: bool | None = 
             res.lines += 1
         _write_marker(marker, len(lines), now)
     except (LedgerError, OSError) as exc:
-        res.error = f"import into {ledger.directory} failed after {res.lines} line(s): {exc}"
+        res.error = (f"import into {ledger.directory} failed with {res.lines} of {len(todo)} "
+                     f"line(s) handed to the ledger: {exc}")
         log.error("ledger import: %s; state.json keeps its run lists for the next boot",
                   res.error)
         return res

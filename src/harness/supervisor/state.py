@@ -22,7 +22,7 @@ import re
 import threading
 from typing import Any, Protocol
 
-from ..ledger.files import make_private_dir
+from ..ledger.files import atomic_write, make_private_dir
 
 LEGACY_KEY = "runs"
 HARNESSES_KEY = "harnesses"
@@ -132,7 +132,7 @@ class StateFile:
         self.save(doc)
 
     def save(self, doc: dict[str, Any]) -> None:
-        """Replace state.json with `doc`: tmp file (0600) → write → fsync → rename → fsync dir.
+        """Replace state.json with `doc` (tmp file 0600, fsync, rename, fsync the directory).
 
         A crash at any point leaves either the old document or the new one, whole.
         """
@@ -141,40 +141,14 @@ class StateFile:
                               allow_nan=False).encode("utf-8") + b"\n"
         except (TypeError, ValueError) as exc:
             raise StateError(f"{self.path}: cannot encode the state: {exc}") from None
-        directory = os.path.dirname(os.path.abspath(self.path))
-        tmp = os.path.join(directory, f".{os.path.basename(self.path)}.{os.getpid()}.tmp")
         try:
-            make_private_dir(directory)
-            try:
-                os.unlink(tmp)  # a leftover from a crash of this pid's predecessor
-            except FileNotFoundError:
-                pass
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
+            make_private_dir(os.path.dirname(os.path.abspath(self.path)))
+            atomic_write(self.path, data)
         except OSError as exc:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass  # nothing was created, or the dir is gone: the old file is untouched
+            # The rename may or may not have happened (a failed directory sync comes after
+            # it): forget the cached document so the next read takes the disk's word.
+            self._data = None
             raise StateError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
-        # The rename is only durable once the directory entry is; a failure here still
-        # left a whole file in place, so the state is valid either way.
-        try:
-            dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError as exc:
-            raise StateError(f"{directory}: cannot sync the directory after writing "
-                             f"{os.path.basename(self.path)}: {exc.strerror or exc}") from None
         self._data = doc
 
 

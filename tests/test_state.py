@@ -1,0 +1,247 @@
+"""state.json and the run-id allocator (SPEC-0022 REQ-13; SPEC-0008 run ids never reused).
+
+Real files in a tmp dir: what is read back is what a restarted daemon would read. The
+atomic-write tests break the rename on purpose and check the old document survives whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.supervisor.state import RunIds, StateError, StateFile, highest_log_id
+
+
+class FakeLedger:
+    """Only what the allocator asks a ledger: its highest run id per harness."""
+
+    def __init__(self, ids: dict[str, int]) -> None:
+        self.ids = ids
+
+    def max_run_id(self, harness: str) -> int:
+        return self.ids.get(harness, 0)
+
+
+def write_json(path: Path, doc: Any) -> None:
+    path.write_text(json.dumps(doc))
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def test_missing_file_is_empty(tmp_path: Path) -> None:
+    sf = StateFile(str(tmp_path / "state.json"))
+    assert sf.load() == {}
+    assert sf.last_run_id("nightly") == 0
+    assert sf.legacy() == {}
+    assert not (tmp_path / "state.json").exists()  # reading never creates it
+
+
+def test_corrupt_file_names_path_and_problem(tmp_path: Path) -> None:
+    p = tmp_path / "state.json"
+    p.write_text('{"harnesses": {"nightly": {"last_run_id": 3}')
+    with pytest.raises(StateError) as ei:
+        StateFile(str(p)).load()
+    msg = str(ei.value)
+    assert msg.startswith(f"{p}: not valid JSON: Expecting ',' delimiter at line 1 column")
+    assert ei.value.__traceback__ is not None and ei.value.__cause__ is None
+
+
+@pytest.mark.parametrize(("doc", "problem"), [
+    ([1, 2], "the top level must be a JSON object, not list"),
+    ({"harnesses": []}, "'harnesses' must be an object"),
+    ({"harnesses": {"n": {"last_run_id": "7"}}}, "harnesses.n.last_run_id must be an integer ≥ 0"),
+    ({"harnesses": {"n": {"last_run_id": -1}}}, "harnesses.n.last_run_id must be an integer ≥ 0"),
+    ({"runs": {"n": 3}}, "runs.n must be an object"),
+])
+def test_wrong_shapes_are_errors(tmp_path: Path, doc: Any, problem: str) -> None:
+    p = tmp_path / "state.json"
+    write_json(p, doc)
+    with pytest.raises(StateError) as ei:
+        StateFile(str(p)).load()
+    assert str(ei.value) == f"{p}: {problem}"
+
+
+def test_not_utf8_is_an_error(tmp_path: Path) -> None:
+    p = tmp_path / "state.json"
+    p.write_bytes(b'{"x": "\xff"}')
+    with pytest.raises(StateError, match="not valid"):
+        StateFile(str(p)).load()
+
+
+def test_counter_reads_current_and_legacy(tmp_path: Path) -> None:
+    p = tmp_path / "state.json"
+    write_json(p, {"harnesses": {"a": {"last_run_id": 4}, "b": {"last_run_id": 9}},
+                   "runs": {"a": {"last_run_id": 7, "runs": []}, "b": {"last_run_id": 2}}})
+    sf = StateFile(str(p))
+    assert sf.last_run_id("a") == 7
+    assert sf.last_run_id("b") == 9
+    assert sf.last_run_id("c") == 0
+    assert sf.has_legacy_lists()
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+def test_write_keeps_unknown_keys_and_is_0600(tmp_path: Path) -> None:
+    p = tmp_path / "state.json"
+    write_json(p, {"paused": ["x"], "harnesses": {"other": {"last_run_id": 2, "note": "k"}}})
+    os.chmod(p, 0o644)
+    sf = StateFile(str(p))
+    sf.set_last_run_id("nightly", 5)
+    assert json.loads(p.read_text()) == {
+        "paused": ["x"],
+        "harnesses": {"other": {"last_run_id": 2, "note": "k"}, "nightly": {"last_run_id": 5}},
+    }
+    assert mode(p) == 0o600  # the replacement was created 0600, whatever the old mode
+    assert sorted(os.listdir(tmp_path)) == ["state.json"]  # no tmp file left
+
+
+def test_new_file_is_0600_even_with_open_umask(tmp_path: Path) -> None:
+    p = tmp_path / "sub" / "state.json"
+    old = os.umask(0)
+    try:
+        StateFile(str(p)).set_last_run_id("n", 1)
+    finally:
+        os.umask(old)
+    assert mode(p) == 0o600
+    assert mode(p.parent) == 0o700
+    assert json.loads(p.read_text()) == {"harnesses": {"n": {"last_run_id": 1}}}
+
+
+def test_failed_rename_leaves_old_file_whole(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "state.json"
+    write_json(p, {"harnesses": {"n": {"last_run_id": 3}}})
+    before = p.read_bytes()
+    seen: list[tuple[str, bytes, int]] = []
+
+    def dying_rename(src: str, dst: str) -> None:
+        # The new document is complete and 0600 in the tmp file when the rename is tried.
+        seen.append((os.path.basename(src), Path(src).read_bytes(), mode(Path(src))))
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "replace", dying_rename)
+    sf = StateFile(str(p))
+    with pytest.raises(StateError) as ei:
+        sf.set_last_run_id("n", 4)
+    assert str(ei.value) == f"{p}: cannot write: Input/output error"
+    assert len(seen) == 1
+    name, data, tmp_mode = seen[0]
+    assert name.startswith(f".state.json.{os.getpid()}.") and name.endswith(".tmp")
+    assert json.loads(data) == {"harnesses": {"n": {"last_run_id": 4}}}
+    assert tmp_mode == 0o600
+    assert p.read_bytes() == before  # the old document, byte for byte
+    assert json.loads(p.read_text()) == {"harnesses": {"n": {"last_run_id": 3}}}
+    assert sorted(os.listdir(tmp_path)) == ["state.json"]  # the tmp file was removed
+    monkeypatch.undo()
+    assert StateFile(str(p)).last_run_id("n") == 3
+
+
+def test_process_dying_before_rename_leaves_valid_json(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A death between write and rename: the tmp file stays, state.json is the old one."""
+    p = tmp_path / "state.json"
+    write_json(p, {"harnesses": {"n": {"last_run_id": 3}}})
+
+    class Died(BaseException):
+        pass
+
+    def die(src: str, dst: str) -> None:
+        raise Died
+
+    monkeypatch.setattr(os, "replace", die)
+    with pytest.raises(Died):
+        StateFile(str(p)).set_last_run_id("n", 4)
+    monkeypatch.undo()
+    assert json.loads(p.read_text()) == {"harnesses": {"n": {"last_run_id": 3}}}
+    assert sorted(os.listdir(tmp_path)) == ["state.json"]  # the tmp file went with it
+    StateFile(str(p)).set_last_run_id("n", 5)
+    assert json.loads(p.read_text()) == {"harnesses": {"n": {"last_run_id": 5}}}
+    assert sorted(os.listdir(tmp_path)) == ["state.json"]
+
+
+def test_unwritable_directory_is_a_state_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    sf = StateFile(str(blocker / "state.json"))
+    with pytest.raises(StateError, match="cannot read: Not a directory"):
+        sf.set_last_run_id("n", 1)
+    with pytest.raises(StateError, match=r"cannot write: [Nn]ot a directory"):
+        sf.save({"harnesses": {}})
+
+
+# -- the allocator -------------------------------------------------------------------------
+
+
+def test_floor_is_the_highest_of_state_ledger_and_logs(tmp_path: Path) -> None:
+    p = tmp_path / "state.json"
+    write_json(p, {"harnesses": {"a": {"last_run_id": 10}, "b": {"last_run_id": 1},
+                                 "c": {"last_run_id": 2}}})
+    jobs = tmp_path / "jobs"
+    (jobs / "b").mkdir(parents=True)
+    for name in ("3.log", "12.log.zst", "40.txt", "x.log", "11.log"):
+        (jobs / "b" / name).write_text("")
+    ids = RunIds(StateFile(str(p)), FakeLedger({"a": 6, "c": 30}), str(jobs))
+    assert ids.next("a") == 11  # state.json
+    assert ids.next("b") == 13  # the compressed log of run 12
+    assert ids.next("c") == 31  # the ledger
+    assert ids.next("d") == 1
+    assert ids.next("a") == 12
+    assert json.loads(p.read_text())["harnesses"] == {
+        "a": {"last_run_id": 12}, "b": {"last_run_id": 13}, "c": {"last_run_id": 31},
+        "d": {"last_run_id": 1}}
+
+
+def test_id_is_persisted_before_it_is_returned(tmp_path: Path) -> None:
+    p = tmp_path / "state.json"
+    ids = RunIds(StateFile(str(p)), None, str(tmp_path / "jobs"))
+    for want in (1, 2, 3):
+        assert ids.next("n") == want
+        assert json.loads(p.read_text()) == {"harnesses": {"n": {"last_run_id": want}}}
+    # A restarted daemon (new allocator, fresh read) continues; nothing is reused.
+    again = RunIds(StateFile(str(p)), None, str(tmp_path / "jobs"))
+    assert again.next("n") == 4
+
+
+def test_failed_persist_hands_out_nothing(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "state.json"
+    ids = RunIds(StateFile(str(p)), None, str(tmp_path / "jobs"))
+    assert ids.next("n") == 1
+
+    def broken(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(StateError, match="No space left on device"):
+        ids.next("n")
+    monkeypatch.undo()
+    assert ids.next("n") == 2  # the id that could not be persisted was never used
+
+
+def test_legacy_counter_floors_before_the_import(tmp_path: Path) -> None:
+    p = tmp_path / "state.json"
+    write_json(p, {"runs": {"nightly": {"last_run_id": 20, "runs": []}}})
+    ids = RunIds(StateFile(str(p)), None, str(tmp_path / "jobs"))
+    assert ids.next("nightly") == 21
+    doc = json.loads(p.read_text())
+    assert doc["harnesses"] == {"nightly": {"last_run_id": 21}}
+    assert doc["runs"] == {"nightly": {"last_run_id": 20, "runs": []}}  # kept for the import
+
+
+def test_highest_log_id_of_a_namespaced_harness(tmp_path: Path) -> None:
+    d = tmp_path / "jobs" / "proj" / "build"
+    d.mkdir(parents=True)
+    (d / "7.log").write_text("")
+    assert highest_log_id(str(tmp_path / "jobs"), "proj/build") == 7
+    assert highest_log_id(str(tmp_path / "jobs"), "missing") == 0
