@@ -1,0 +1,177 @@
+"""Per-run logs (DESIGN.md §2, SPEC-0008 "Per-Run Logs", SPEC-0022 REQ-12): where they live,
+how they are created, compressed once their run has closed, and bounded by ``keep_runs``.
+
+A one-shot's log is ``<jobs_dir>/<harness>/<run_id>.log``; once its run closes it becomes
+``<run_id>.log.zst``. Invariants: a log is created 0600 inside a 0700 directory (the mode is
+given at creation, never chmod'ed after); a ``.zst`` is only ever visible whole (written to a
+temporary file, synced, renamed), and the plain log is deleted only after that rename is
+durable, so at every instant at least one complete copy exists; pruning deletes only the
+logs of the oldest run ids beyond ``keep_runs`` and never a run id the caller protects (a
+run still writing its log).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import threading
+from collections.abc import Collection
+
+import zstandard
+
+from .. import paths
+from ..ledger.files import fsync_dir, make_private_dir
+
+log = logging.getLogger("harness.supervisor")
+
+ZST = ".zst"
+_LOG_NAME = re.compile(r"(\d+)\.log(?:\.zst)?\Z")
+_CHUNK = 1 << 20
+
+
+def default_jobs_dir() -> str:
+    return os.path.join(paths.state_dir(), "jobs")
+
+
+def harness_dir(jobs_dir: str, harness: str) -> str:
+    return os.path.join(jobs_dir, harness)
+
+
+def run_log_path(jobs_dir: str, harness: str, run_id: int) -> str:
+    return os.path.join(harness_dir(jobs_dir, harness), f"{run_id}.log")
+
+
+def create_run_log(path: str) -> int:
+    """Create a fresh per-run log (0600, its directory 0700) and return an append fd.
+
+    O_EXCL: run ids are never reused, so an existing file means a bug or a stale file we
+    must not append a new run's output to.
+    """
+    make_private_dir(os.path.dirname(path))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+    return os.open(path, flags, 0o600)
+
+
+def append_note(path: str, text: str) -> bool:
+    """Append one line of ours to an existing plain log; False when it cannot.
+
+    No O_CREAT: a log that is gone (compressed or pruned) is not recreated for a note.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        os.write(fd, f"harness: {text}\n".encode())
+    except OSError as exc:
+        log.warning("cannot write a note to %s: %s", path, exc)
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def read_log(path: str) -> bytes | None:
+    """The log's bytes, plain or from ``<path>.zst``; None when neither exists."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        pass
+    try:
+        with open(path + ZST, "rb") as f:
+            return zstandard.ZstdDecompressor().stream_reader(f).read()
+    except FileNotFoundError:
+        return None
+
+
+def compress_log(path: str) -> bool:
+    """Replace a closed run's log with ``<path>.zst``; True when the plain log is gone.
+
+    Never raises: a log that cannot be compressed stays plain, which readers accept.
+    """
+    if not os.path.exists(path):
+        return False
+    d = os.path.dirname(path) or "."
+    target = path + ZST
+    tmp = os.path.join(d, f".{os.path.basename(target)}.{os.getpid()}."
+                          f"{threading.get_ident()}.tmp")
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # only a killed process with our pid and thread could leave it
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            with open(path, "rb") as src, os.fdopen(os.dup(fd), "wb") as dst:
+                cctx = zstandard.ZstdCompressor(level=3)
+                with cctx.stream_writer(dst, closefd=False) as w:
+                    while chunk := src.read(_CHUNK):
+                        w.write(chunk)
+                dst.flush()
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+        fsync_dir(d)  # the .zst must be durable before the only other copy goes
+        os.unlink(path)
+        fsync_dir(d)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        log.warning("cannot compress %s: %s", path, exc)
+        return False
+    return True
+
+
+def log_ids(jobs_dir: str, harness: str) -> dict[int, list[str]]:
+    """Run id → the log files (plain and/or .zst) it has for `harness`."""
+    d = harness_dir(jobs_dir, harness)
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return {}
+    out: dict[int, list[str]] = {}
+    for name in names:
+        m = _LOG_NAME.match(name)
+        if m:
+            out.setdefault(int(m.group(1)), []).append(os.path.join(d, name))
+    return out
+
+
+def prune_logs(jobs_dir: str, harness: str, keep_runs: int,
+               protect: Collection[int] = ()) -> list[int]:
+    """Delete the logs of all but the newest `keep_runs` run ids; return the ids pruned.
+
+    Run ids grow with time, so the lowest ids are the oldest runs. Protected ids (runs
+    still writing) are never deleted, but they do count toward `keep_runs`.
+    """
+    if keep_runs < 1:
+        raise ValueError(f"keep_runs must be at least 1, got {keep_runs}")
+    ids = log_ids(jobs_dir, harness)
+    pruned: list[int] = []
+    for rid in sorted(ids, reverse=True)[keep_runs:]:
+        if rid in protect:
+            continue
+        ok = True
+        for p in ids[rid]:
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                ok = False
+                log.warning("cannot prune %s: %s", p, exc)
+        if ok:
+            pruned.append(rid)
+    if pruned:
+        with contextlib.suppress(OSError):
+            fsync_dir(harness_dir(jobs_dir, harness))
+    return sorted(pruned)
+
+
+def finish_log(jobs_dir: str, harness: str, run_id: int, keep_runs: int,
+               protect: Collection[int] = ()) -> list[int]:
+    """After a run closed: compress its log, then apply keep_runs; the ids pruned."""
+    compress_log(run_log_path(jobs_dir, harness, run_id))
+    return prune_logs(jobs_dir, harness, keep_runs, protect)

@@ -1,0 +1,364 @@
+"""One process run of a harness, from admission to its closed record (SPEC-0022 REQ-3, REQ-5,
+REQ-6, REQ-17; DESIGN.md §3 "Runs").
+
+`Run` owns a single spawn: it allocates the run id, writes the ``opened`` line, spawns
+``argv`` (exec, no shell) in its own process group with output to the per-run log, ends it
+on timeout or `stop`, writes the ``closed`` line and then compresses and prunes the logs.
+`run_once` is the whole of that for a one-shot. Everything runs on one asyncio loop; the
+ledger's and the filesystem's blocking calls go through `asyncio.to_thread`.
+
+Invariants: the opened line is durable before the process is spawned; every started `Run`
+writes exactly one closed line, whichever way it ends, and it is durable before `wait` or
+`stop` return the record; a process we signal is signalled as a group (SIGTERM, then
+SIGKILL after the grace) so no descendant outlives a timeout or stop; env_file values
+reach the child's environment and nowhere else — no ledger line and no line we write to
+a log ever holds one (errors name the file and line, never the text). A daemon shutting
+down calls ``stop("shutdown")``; a loop torn down without that cancels the supervision task,
+which still ends the group and closes the record as interrupted/shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..ledger.errors import LedgerError
+from ..ledger.runledger import RunLedger
+from ..timefmt import format_ns
+from . import logs
+from .state import RunIds
+
+if TYPE_CHECKING:
+    from ..config.model import HarnessConfig
+
+log = logging.getLogger("harness.supervisor")
+
+DEFAULT_GRACE = 5.0
+# Why a run was stopped → (outcome, reason) of its record (REQ-5).
+STOP_REASONS: dict[str, tuple[str, str | None]] = {
+    "operator": ("cancelled", "operator"),
+    "hours": ("cancelled", "hours"),
+    "reload": ("cancelled", "reload"),
+    "replace": ("replaced", None),
+    "shutdown": ("interrupted", "shutdown"),
+}
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_POLL = 0.05
+
+
+class SpawnError(Exception):
+    """The process could not be started; the message is safe to log (it holds no env value)."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a run needs of a harness's config; `timeout` in seconds, None for none."""
+
+    name: str
+    argv: Sequence[str]
+    workdir: str | None = None
+    env_file: str | Sequence[str] | None = None
+    timeout: float | None = None
+    keep_runs: int = 20
+
+    @classmethod
+    def from_config(cls, name: str, cfg: HarnessConfig) -> RunSpec:
+        timeout = cfg.timeout / 1e9 if cfg.timeout is not None else None
+        return cls(name=name, argv=tuple(cfg.argv), workdir=cfg.workdir,
+                   env_file=tuple(cfg.env_file) if cfg.env_file else None,
+                   timeout=timeout, keep_runs=cfg.keep_runs)
+
+
+def read_env_files(env_file: str | Sequence[str] | None) -> dict[str, str]:
+    """The KEY=VALUE pairs of the env files, later files winning; SpawnError when one is bad.
+
+    Blank lines and ``#`` comments are skipped; a value may be wrapped in one pair of
+    matching quotes. An error names the file and line number only, since the line itself
+    may be a secret with a typo.
+    """
+    if env_file is None:
+        return {}
+    files = [env_file] if isinstance(env_file, str) else list(env_file)
+    out: dict[str, str] = {}
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            raise SpawnError(f"env_file {path}: cannot read: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise SpawnError(f"env_file {path}: not valid UTF-8") from None
+        for n, raw in enumerate(text.splitlines(), 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, sep, value = line.partition("=")
+            key = key.strip()
+            if not sep or not _ENV_KEY.match(key):
+                raise SpawnError(f"env_file {path}:{n}: not a KEY=VALUE line")
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            if "\0" in value:
+                raise SpawnError(f"env_file {path}:{n}: the value holds a NUL byte")
+            out[key] = value
+    return out
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Signal a process group; False when no member is left."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        # A member changed credentials (setuid); the rest of the group was still signalled.
+        return True
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any member of the group is still running (zombies do not count).
+
+    kill(pgid, 0) alone says yes for a zombie, and a descendant reparented to an init that
+    does not reap (a container's PID 1) stays one: every stop would wait out the grace.
+    """
+    if not _signal_group(pgid, 0):
+        return False
+    try:
+        pids = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return True  # no /proc: trust kill(2)
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+@dataclass
+class Run:
+    """One spawn of `spec`: `start`, then `wait` for its end or `stop` it."""
+
+    spec: RunSpec
+    ledger: RunLedger
+    ids: RunIds
+    trigger: str
+    kind: str = "oneshot"
+    env_extra: Mapping[str, str] | None = None
+    jobs_dir: str = field(default_factory=logs.default_jobs_dir)
+    grace: float = DEFAULT_GRACE
+    base_env: Mapping[str, str] | None = None  # the daemon's env; None means os.environ
+
+    run_id: int | None = field(default=None, init=False)
+    log_path: str | None = field(default=None, init=False)
+    error: str | None = field(default=None, init=False)  # a spawn failure, safe to show
+    pid: int | None = field(default=None, init=False)
+    _proc: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
+    _started_ns: int = field(default=0, init=False, repr=False)
+    _end: tuple[str, str | None] | None = field(default=None, init=False, repr=False)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
+    _task: asyncio.Task[dict[str, Any]] | None = field(default=None, init=False, repr=False)
+    _closing: bool = field(default=False, init=False, repr=False)
+
+    # -- start -------------------------------------------------------------------------
+
+    async def start(self) -> int:
+        """Allocate the id, make the opened line durable, spawn; return the run id.
+
+        A spawn failure is not raised: the run closes failed/spawn and `wait` returns that
+        record. StateError (no run id could be persisted) and a ledger failure on the opened
+        line are raised, with nothing spawned.
+        """
+        if self._task is not None:
+            raise RuntimeError("a Run is started once")
+        name = self.spec.name
+        self.run_id = await asyncio.to_thread(self.ids.next, name)
+        path = logs.run_log_path(self.jobs_dir, name, self.run_id)
+        fd: int | None
+        try:
+            fd = await asyncio.to_thread(logs.create_run_log, path)
+            self.log_path = path
+        except OSError as exc:
+            fd = None
+            self.error = f"cannot create the run log {path}: {exc.strerror or exc}"
+        try:
+            self._started_ns = self.ledger.clock()
+            at = format_ns(self._started_ns)
+            opened: dict[str, Any] = {"type": "opened", "harness": name, "run_id": self.run_id,
+                                      "at": at, "kind": self.kind, "trigger": self.trigger,
+                                      "started_at": at, "outcome": "running"}
+            if self.log_path is not None:
+                opened["log"] = self.log_path
+            await asyncio.to_thread(self.ledger.append, opened, sync=True)
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+            raise
+        if fd is not None:
+            try:
+                await self._spawn(fd)
+            except SpawnError as exc:
+                self.error = str(exc)
+            finally:
+                os.close(fd)  # the child holds its own copy
+        if self.error is not None:
+            self._end = ("failed", "spawn")
+            if self.log_path is not None:
+                await asyncio.to_thread(logs.append_note, self.log_path,
+                                        f"spawn failed: {self.error}")
+        self._task = asyncio.get_running_loop().create_task(self._supervise())
+        return self.run_id
+
+    async def _spawn(self, fd: int) -> None:
+        env = dict(os.environ if self.base_env is None else self.base_env)
+        env.update(await asyncio.to_thread(read_env_files, self.spec.env_file))
+        if self.env_extra:
+            env.update(self.env_extra)
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.spec.argv, cwd=self.spec.workdir, env=env,
+                stdin=asyncio.subprocess.DEVNULL, stdout=fd, stderr=fd,
+                start_new_session=True)
+        except OSError as exc:
+            # strerror + filename: the argv[0] or workdir, never the environment.
+            what = exc.filename if exc.filename is not None else self.spec.argv[0]
+            raise SpawnError(f"{what}: {exc.strerror or exc}") from None
+        self.pid = self._proc.pid
+
+    # -- end ---------------------------------------------------------------------------
+
+    async def wait(self) -> dict[str, Any]:
+        """The closed record, once the run has ended and its closed line is durable."""
+        if self._task is None:
+            raise RuntimeError("the Run was not started")
+        # Shielded: a caller giving up on waiting must not abandon the run unclosed.
+        return await asyncio.shield(self._task)
+
+    async def stop(self, reason: str) -> dict[str, Any]:
+        """End the run for `reason` (operator, hours, reload, replace, shutdown) and wait.
+
+        A run that already ended keeps the outcome it had.
+        """
+        if reason not in STOP_REASONS:
+            raise ValueError(f"unknown stop reason {reason!r} "
+                             f"(valid: {', '.join(STOP_REASONS)})")
+        if self._end is None:
+            self._end = STOP_REASONS[reason]
+        self._stop.set()
+        return await self.wait()
+
+    async def _supervise(self) -> dict[str, Any]:
+        try:
+            return await self._watch()
+        except asyncio.CancelledError:
+            # The loop is going away (a shutdown that did not stop us first): end the run
+            # as a shutdown would rather than leave a live group and an open record.
+            if not self._closing:
+                if self._end is None:
+                    self._end = STOP_REASONS["shutdown"]
+                proc = self._proc
+                exit_code: int | None = None
+                if proc is not None:
+                    if proc.returncode is None:
+                        waiter = asyncio.ensure_future(proc.wait())
+                        await self._kill_group(proc.pid, waiter)
+                        await waiter
+                    rc = proc.returncode
+                    exit_code = None if rc is None else (-1 if rc < 0 else rc)
+                await self._close(exit_code)
+            raise
+
+    async def _watch(self) -> dict[str, Any]:
+        proc = self._proc
+        exit_code: int | None = None
+        if proc is not None:
+            waiter = asyncio.ensure_future(proc.wait())
+            stopper = asyncio.ensure_future(self._stop.wait())
+            try:
+                done, _ = await asyncio.wait({waiter, stopper}, timeout=self.spec.timeout,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if waiter not in done:
+                    if stopper not in done:
+                        self._end = ("timed_out", None)
+                        await self._note(f"timed out after {self.spec.timeout:g}s; "
+                                         "stopping the process group")
+                    await self._kill_group(proc.pid, waiter)
+            finally:
+                stopper.cancel()
+            rc = await waiter
+            exit_code = -1 if rc < 0 else rc
+            if self._end is None:
+                self._end = ("success", None) if rc == 0 else ("failed", None)
+        return await self._close(exit_code)
+
+    async def _kill_group(self, pgid: int, waiter: asyncio.Future[int]) -> None:
+        """SIGTERM the group; SIGKILL whatever of it is left after the grace.
+
+        The leader exiting is not enough: a descendant that ignores SIGTERM would outlive
+        the run, so the group itself is polled until empty or the grace runs out.
+        """
+        _signal_group(pgid, signal.SIGTERM)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.grace
+        while loop.time() < deadline:
+            if waiter.done() and not _group_alive(pgid):
+                return
+            await asyncio.sleep(_POLL)
+        if _group_alive(pgid):
+            _signal_group(pgid, signal.SIGKILL)
+            await self._note(f"still running {self.grace:g}s after SIGTERM; sent SIGKILL")
+
+    async def _note(self, text: str) -> None:
+        if self.log_path is not None:
+            await asyncio.to_thread(logs.append_note, self.log_path, text)
+
+    async def _close(self, exit_code: int | None) -> dict[str, Any]:
+        assert self.run_id is not None and self._end is not None
+        self._closing = True
+        name = self.spec.name
+        end_ns = self.ledger.clock()
+        outcome, reason = self._end
+        line: dict[str, Any] = {"type": "closed", "harness": name, "run_id": self.run_id,
+                                "at": format_ns(end_ns), "outcome": outcome,
+                                "ended_at": format_ns(end_ns),
+                                "duration_ms": max(0, (end_ns - self._started_ns) // 1_000_000)}
+        if reason is not None:
+            line["reason"] = reason
+        if exit_code is not None:
+            line["exit_code"] = exit_code
+        try:
+            await asyncio.to_thread(self.ledger.append, line, sync=True)
+        except LedgerError as exc:
+            # The writer keeps the line queued and retries it in order (REQ-6).
+            log.error("run %s/%s: closed line not yet durable: %s", name, self.run_id, exc)
+        if self.log_path is not None:
+            await asyncio.to_thread(logs.finish_log, self.jobs_dir, name, self.run_id,
+                                    self.spec.keep_runs)
+        rec = await asyncio.to_thread(self.ledger.get, name, self.run_id)
+        return rec if rec is not None else {k: v for k, v in line.items() if k != "type"}
+
+
+async def run_once(spec: RunSpec, ledger: RunLedger, ids: RunIds, *, trigger: str,
+                   kind: str = "oneshot", env_extra: Mapping[str, str] | None = None,
+                   jobs_dir: str | None = None, grace: float = DEFAULT_GRACE,
+                   ) -> dict[str, Any]:
+    """Run `spec` once to its end and return its closed record (the ledger's fold)."""
+    run = Run(spec, ledger, ids, trigger, kind, env_extra,
+              jobs_dir if jobs_dir is not None else logs.default_jobs_dir(), grace)
+    await run.start()
+    return await run.wait()
+
+
+__all__ = ["DEFAULT_GRACE", "STOP_REASONS", "Run", "RunSpec", "SpawnError", "read_env_files",
+           "run_once"]
