@@ -29,6 +29,7 @@ span tables (a trigger naming a webhook) and files are the loader's.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictStr, model_validator
@@ -105,24 +106,19 @@ def _argv(value: Any) -> Any:
     return value
 
 
-def _schedule(value: Any) -> Any:
-    if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {toml_type(value)} {value!r}")
-    try:
-        parse_schedule(value)
-    except ScheduleError as exc:
-        raise ValueError(str(exc)) from exc
-    return value
+def _expression(parse: Callable[[str], Any]) -> Callable[[Any], Any]:
+    """A validator that accepts a string `parse` accepts, keeping the string as written."""
 
+    def check(value: Any) -> Any:
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string, got {toml_type(value)} {value!r}")
+        try:
+            parse(value)
+        except ScheduleError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
 
-def _hours(value: Any) -> Any:
-    if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {toml_type(value)} {value!r}")
-    try:
-        parse_hours(value)
-    except ScheduleError as exc:
-        raise ValueError(str(exc)) from exc
-    return value
+    return check
 
 
 def _trigger(value: Any) -> Any:
@@ -172,7 +168,7 @@ class HarnessConfig(BaseModel):
     env_file: EnvFiles | None = None
     adapter: Literal["command", "claude-code", "codex", "crush"] = "command"
     kind: Literal["oneshot", "resident"]
-    schedule: Annotated[str, BeforeValidator(_schedule)] | None = None
+    schedule: Annotated[str, BeforeValidator(_expression(parse_schedule))] | None = None
     catch_up: bool = False
     timeout: OptionalDuration = 3600 * SECOND_NS
     on_overlap: Literal["skip", "queue", "replace"] = "skip"
@@ -180,7 +176,7 @@ class HarnessConfig(BaseModel):
     restart: Literal["no", "always", "on-failure", "unless-stopped"]
     restart_delay: Duration = SECOND_NS
     enabled: bool
-    operating_hours: Annotated[str, BeforeValidator(_hours)] | None = None
+    operating_hours: Annotated[str, BeforeValidator(_expression(parse_hours))] | None = None
     hours_shutdown: Literal["graceful", "immediate"] | None = None
     max_runs_per_day: PositiveInt | None = None
     max_cost_usd: PositiveFloat | None = None
