@@ -11,6 +11,7 @@ import sys
 import click
 
 from .. import __version__
+from .daemon import COMMANDS as DAEMON_COMMANDS
 from .ledger import ledger_group
 from .runs import runs_command
 
@@ -29,6 +30,8 @@ def cli(ctx: click.Context, socket_path: str | None, config_path: str | None) ->
 
 cli.add_command(runs_command)
 cli.add_command(ledger_group)
+for _cmd in DAEMON_COMMANDS:
+    cli.add_command(_cmd)
 
 
 def main() -> None:
