@@ -1,0 +1,148 @@
+"""`harness daemon`, `trigger`, `jobs` and `list` (DESIGN.md §2): the daemon and its clients.
+
+Owns the commands that need a running daemon (everything but `daemon` itself) and the
+mapping of a finished run to `trigger --wait`'s exit code. Invariant: when the daemon
+cannot be reached, or answers with an error, a command prints one line on stderr and
+exits 1 — never a traceback — and `trigger --wait` exits with exactly DESIGN §2's code
+for the run it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import click
+
+from .. import paths
+from ..control.client import Client, DaemonError, DaemonUnreachable
+
+WAIT_POLL = 0.2
+EXIT_TIMED_OUT = 124
+EXIT_SKIPPED = 75
+EXIT_FAILED = 1
+
+
+def exit_code_of(rec: dict[str, Any]) -> int:
+    """DESIGN §2: the run's exit code, 124 timed_out, 75 skipped, 1 other failure, 0 success."""
+    outcome = rec.get("outcome")
+    if outcome == "timed_out":
+        return EXIT_TIMED_OUT
+    if outcome == "skipped":
+        return EXIT_SKIPPED
+    code = rec.get("exit_code")
+    # A successful record always exits 0; a failure never does, whatever it exited
+    # (-1, a signal death, is not an exit status and reads as a plain failure).
+    if (isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255
+            and (outcome == "success" or code != 0)):
+        return code
+    return 0 if outcome == "success" else EXIT_FAILED
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"harness: {message}", err=True)
+    sys.exit(1)
+
+
+def _call(ctx: click.Context, fn: Callable[[Client], Any]) -> Any:
+    """Run `fn` against the daemon; any way it cannot be reached ends the command (exit 1)."""
+    sock = paths.socket_path((ctx.obj or {}).get("socket"))
+    try:
+        client = Client(sock)
+    except DaemonUnreachable as exc:
+        _fail(f"daemon {exc.why} ({sock}); start it with `harness daemon`")
+    try:
+        return fn(client)
+    except DaemonError as exc:
+        _fail(f"{exc} ({exc.code})")
+    except (OSError, ValueError) as exc:
+        _fail(f"lost the daemon ({exc})")
+    finally:
+        client.close()
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                     for r in [header, *rows])
+
+
+@click.command("daemon")
+@click.pass_context
+def daemon_command(ctx: click.Context) -> None:
+    """Run the daemon in the foreground until SIGTERM or Ctrl-C."""
+    from ..daemon import main as daemon_main  # the daemon's imports are not every command's
+
+    sys.exit(asyncio.run(daemon_main((ctx.obj or {}).get("config"))))
+
+
+@click.command("trigger")
+@click.argument("name")
+@click.option("--wait", is_flag=True, help="Wait for the run and exit with its exit code.")
+@click.pass_context
+def trigger_command(ctx: click.Context, name: str, wait: bool) -> None:
+    """Start a run of the one-shot NAME now."""
+
+    def go(client: Client) -> int:
+        data = client.request("trigger", name=name)
+        run_id = data["run_id"]
+        if not wait:
+            click.echo(str(run_id))
+            return 0
+        while True:
+            runs = client.request("runs", name=name, limit=50)["runs"]
+            rec = next((r for r in runs if r.get("run_id") == run_id), None)
+            if rec is not None and rec.get("outcome") != "running":
+                click.echo(f"{name} run {run_id}: {rec.get('outcome')}"
+                           + (f" ({rec['reason']})" if rec.get("reason") else ""), err=True)
+                return exit_code_of(rec)
+            time.sleep(WAIT_POLL)
+
+    sys.exit(_call(ctx, go))
+
+
+def _last(job: dict[str, Any]) -> str:
+    last = job.get("last_run")
+    if not last:
+        return "—"
+    return f"#{last['run_id']} {last.get('outcome')}"
+
+
+@click.command("jobs")
+@click.option("--json", "as_json", is_flag=True, help="Print the jobs as a JSON array.")
+@click.pass_context
+def jobs_command(ctx: click.Context, as_json: bool) -> None:
+    """One-shot harnesses: state, schedule, next fire, last run, consecutive failures."""
+    jobs = _call(ctx, lambda c: c.request("jobs"))["jobs"]
+    if as_json:
+        click.echo(json.dumps(jobs, indent=2, ensure_ascii=False))
+        return
+    if not jobs:
+        click.echo("no one-shot harnesses configured")
+        return
+    rows = [[j["name"], j["state"], j.get("schedule") or "—", j.get("next") or "—", _last(j),
+             str(j.get("fails", 0))] for j in jobs]
+    click.echo(_table(["NAME", "STATE", "SCHEDULE", "NEXT", "LAST RUN", "FAILS"], rows))
+
+
+@click.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the harnesses as a JSON array.")
+@click.pass_context
+def list_command(ctx: click.Context, as_json: bool) -> None:
+    """Every configured harness with its kind and state."""
+    harnesses = _call(ctx, lambda c: c.request("list"))["harnesses"]
+    if as_json:
+        click.echo(json.dumps(harnesses, indent=2, ensure_ascii=False))
+        return
+    if not harnesses:
+        click.echo("no harnesses configured")
+        return
+    rows = [[h["name"], h["kind"], h["state"]] for h in harnesses]
+    click.echo(_table(["NAME", "KIND", "STATE"], rows))
+
+
+COMMANDS = (daemon_command, trigger_command, jobs_command, list_command)

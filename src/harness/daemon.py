@@ -1,0 +1,186 @@
+"""`harness daemon`: boot, serve and shut down (DESIGN.md §2–§3, SPEC-0022 REQ-6/7/15/20).
+
+Owns the daemon's lifecycle order. Boot: load the config (a bad one ends the process
+with exit 2 before anything is created); take the control socket, whose lock makes this
+the only daemon (requests wait until the boot is done); open the ledger, import the
+legacy history, close what a crash left open (REQ-7, before any run starts), prune, then
+start the Manager and answer requests. Shutdown on SIGTERM/SIGINT: stop accepting, stop
+live runs, close anything still open, drain the ledger.
+
+Invariants: no run starts before reconciliation; every record opened by this process is
+closed before `main` returns 0; logs never carry an env_file value (only names, ids,
+outcomes and paths are logged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from . import __version__, paths
+from .config.load import ConfigError, load_config
+from .config.model import Config
+from .control.ops import runs_op
+from .control.server import ControlServer, Handler, OpError, SocketInUse
+from .ledger.runledger import RunLedger
+from .supervisor import logs
+from .supervisor.history import close_open_on_shutdown, import_legacy, reconcile
+from .supervisor.manager import Manager, UnknownHarness
+from .supervisor.state import RunIds, StateError, StateFile
+from .timefmt import format_ns
+
+log = logging.getLogger("harness.daemon")
+
+LEDGER_CLOSE_TIMEOUT = 10.0
+_STATS = ("next_seq", "queued", "append_errors", "degraded", "skipped", "torn", "truncated",
+          "redactions", "pruned", "carried_forward", "bytes", "oldest_day",
+          "records_in_memory")
+
+
+def _setup_logging() -> None:
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+OPS = ("list", "daemon_info", "runs", "trigger", "jobs")
+
+
+def _handlers(manager: Manager, ledger: RunLedger, info: dict[str, Any]) -> dict[str, Handler]:
+    async def list_op(req: dict[str, Any]) -> dict[str, Any]:
+        return {"harnesses": manager.list()}
+
+    async def daemon_info(req: dict[str, Any]) -> dict[str, Any]:
+        stats = await asyncio.to_thread(ledger.stats)
+        return {**info, "ledger": {k: getattr(stats, k) for k in _STATS}}
+
+    async def trigger(req: dict[str, Any]) -> dict[str, Any]:
+        name = req.get("name")
+        if not isinstance(name, str) or not name:
+            raise OpError("bad_request", f"name must be a non-empty string, got {name!r}"[:300])
+        try:
+            run_id = await manager.trigger(name, "manual")
+        except UnknownHarness:
+            raise OpError("not_found", f"no one-shot harness named {name!r}"[:300]) from None
+        except RuntimeError as exc:
+            raise OpError("unavailable", str(exc)) from None
+        return {"run_id": run_id}
+
+    async def jobs(req: dict[str, Any]) -> dict[str, Any]:
+        return {"jobs": await manager.jobs()}
+
+    return {"list": list_op, "daemon_info": daemon_info, "runs": runs_op(ledger),
+            "trigger": trigger, "jobs": jobs}
+
+
+def _gated(table: dict[str, Handler], ready: asyncio.Event) -> dict[str, Handler]:
+    """Handlers that wait for the boot to finish, then answer from `table`."""
+
+    def one(op: str) -> Handler:
+        async def handler(req: dict[str, Any]) -> Any:
+            await ready.wait()
+            return await table[op](req)
+        return handler
+
+    return {op: one(op) for op in OPS}
+
+
+async def main(config_path: str | None = None) -> int:
+    """Run the daemon until SIGTERM/SIGINT; 0 after a clean shutdown, 2 for a bad config,
+    1 when it cannot boot (another daemon owns the socket, the ledger cannot be opened)."""
+    _setup_logging()
+    cfg_file = paths.config_path(config_path)
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+
+    # The socket is taken before the ledger is touched: its flock is what makes this
+    # the only daemon, and a second one must not reconcile the first one's live runs
+    # as crashed. Requests wait on `ready` until the boot below is done.
+    table: dict[str, Handler] = {}
+    ready = asyncio.Event()
+    server = ControlServer(paths.socket_path(), _gated(table, ready))
+    try:
+        await server.start()
+    except (SocketInUse, OSError) as exc:
+        print(f"harness: cannot serve the control socket: {exc}", file=sys.stderr)
+        return 1
+    try:
+        ledger_dir = paths.ledger_dir()
+        try:
+            ledger = RunLedger(ledger_dir, retention_ns=config.ledger.retention,
+                               max_bytes=config.ledger.max_mb * 1024 * 1024)
+        except Exception as exc:
+            print(f"harness: cannot open the ledger {ledger_dir}: {exc}", file=sys.stderr)
+            return 1
+        try:
+            return await _serve(config, cfg_file, ledger, server, table, ready)
+        finally:
+            await asyncio.to_thread(ledger.close, LEDGER_CLOSE_TIMEOUT)
+    finally:
+        await server.close()
+
+
+async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: ControlServer,
+                 table: dict[str, Handler], ready: asyncio.Event) -> int:
+    state_path = os.path.join(paths.state_dir(), "state.json")
+    jobs_dir = logs.default_jobs_dir()
+    imported = await asyncio.to_thread(import_legacy, ledger, state_path)
+    if imported.ran:
+        log.info("ledger import: %d legacy run(s), %d line(s)", imported.records, imported.lines)
+    # REQ-7: every record a crash left open is closed before anything can start a run.
+    crashed = await asyncio.to_thread(reconcile, ledger, ledger.clock())
+    for rec in crashed:
+        log.warning("run %s/%s: closed as interrupted (daemon_crash)", rec["harness"],
+                    rec["run_id"])
+    pruned = await asyncio.to_thread(ledger.prune)
+    if pruned.deleted:
+        log.info("ledger: pruned %d day file(s)", len(pruned.deleted))
+
+    state = StateFile(state_path)
+    try:
+        state.load()
+    except StateError as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return 1
+    ids = RunIds(state, ledger, jobs_dir)
+    manager = Manager(config, ledger, ids, jobs_dir)
+    info = {"pid": os.getpid(), "version": __version__,
+            "started_at": format_ns(ledger.clock()), "config": cfg_file,
+            "ledger_dir": ledger.directory}
+    table.update(_handlers(manager, ledger, info))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        manager.start()
+        ready.set()
+        log.info("daemon %s up: pid %d, %d harness(es), socket %s", __version__, os.getpid(),
+                 len(config.harness), server.path)
+        await stop.wait()
+        log.info("shutting down")
+        # The socket goes first so no trigger can start a run the shutdown would miss.
+        await server.close()
+        await manager.shutdown()
+        left = await asyncio.to_thread(close_open_on_shutdown, ledger, ledger.clock())
+        if left:
+            log.warning("closed %d open record(s) as interrupted (shutdown)", len(left))
+    finally:
+        # Kept until the shutdown is done: a second Ctrl-C must not cut it short and
+        # leave runs without their closed lines.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return 0
+
+
+__all__ = ["main"]

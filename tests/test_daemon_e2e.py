@@ -1,0 +1,323 @@
+"""`harness daemon` end to end: a real daemon process, driven through the real CLI.
+
+Each test boots `python -m harness.cli daemon` in the throwaway XDG world with a config
+it writes, waits for the control socket, and checks what the CLI and the ledger say:
+trigger --wait exit codes, the schedule ticker, overlap skips, crash reconciliation
+(SIGKILL) and clean shutdown (SIGTERM), a bad config, and the jobs failure streak.
+Daemons, and any process a test left running, are killed at teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import pytest
+
+from conftest import World
+from harness.cli.daemon import exit_code_of
+from harness.control.client import Client, DaemonUnreachable
+
+DEADLINE = 30.0
+T = TypeVar("T")
+
+
+def _until(what: str, probe: Callable[[], T | None], deadline: float = DEADLINE) -> T:
+    end = time.monotonic() + deadline
+    while True:
+        got = probe()
+        if got:
+            return got
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {deadline:g}s waiting for {what}")
+        time.sleep(0.1)
+
+
+class Daemons:
+    """Starts daemons in a world; kills every one still alive (and the pids in pidfiles)."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.procs: list[subprocess.Popen[str]] = []
+        self.pidfiles: list[Path] = []
+        self.files: list[IO[str]] = []
+
+    @property
+    def socket(self) -> Path:
+        return self.world.root / "run" / "harness.sock"
+
+    @property
+    def config(self) -> Path:
+        return self.world.root / "config" / "harness" / "harness.toml"
+
+    def write_config(self, text: str) -> None:
+        self.config.parent.mkdir(parents=True, exist_ok=True)
+        self.config.write_text(text)
+
+    def start(self, *, wait: bool = True) -> subprocess.Popen[str]:
+        n = len(self.procs)
+        out = open(self.world.root / f"daemon{n}.out", "w")  # noqa: SIM115
+        err = open(self.world.root / f"daemon{n}.err", "w")  # noqa: SIM115
+        self.files += [out, err]  # closed at teardown, after the daemon is gone
+        proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "daemon"],
+                                env=self.world.env, text=True, stdout=out, stderr=err)
+        self.procs.append(proc)
+        if wait:
+            _until("the control socket", lambda: self._answers(proc))
+        return proc
+
+    def stderr(self, n: int = -1) -> str:
+        idx = n if n >= 0 else len(self.procs) + n
+        return (self.world.root / f"daemon{idx}.err").read_text()
+
+    def _answers(self, proc: subprocess.Popen[str]) -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"daemon exited {proc.returncode}: {self.stderr()}")
+        try:
+            Client(str(self.socket), timeout=2.0).close()
+        except DaemonUnreachable:
+            return False
+        return True
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=DEADLINE)
+        for pf in self.pidfiles:
+            with contextlib.suppress(OSError, ValueError):
+                os.killpg(int(pf.read_text().strip()), signal.SIGKILL)
+        for f in self.files:
+            f.close()
+
+
+@pytest.fixture
+def daemons(world: World) -> Iterator[Daemons]:
+    d = Daemons(world)
+    yield d
+    d.kill_all()
+
+
+def _config(world: World, d: Daemons) -> str:
+    pidfile = world.root / "long.pid"
+    d.pidfiles.append(pidfile)
+    return f"""
+[harness.ok]
+kind = "oneshot"
+argv = ["sh", "-c", "echo fine; exit 0"]
+
+[harness.bad]
+kind = "oneshot"
+argv = ["sh", "-c", "echo broken >&2; exit 3"]
+
+[harness.tick]
+schedule = "@every 2s"
+argv = ["sh", "-c", "echo tick"]
+
+[harness.slow]
+kind = "oneshot"
+timeout = "1s"
+argv = ["sleep", "30"]
+
+[harness.missing]
+kind = "oneshot"
+argv = ["/nonexistent/harness-test-binary"]
+
+[harness.long]
+kind = "oneshot"
+argv = ["sh", "-c", "echo $$ > {pidfile}; exec sleep 120"]
+"""
+
+
+def _runs(world: World, name: str) -> list[dict[str, Any]]:
+    res = world.harness("runs", name, "--json")
+    assert res.returncode == 0, res.stderr
+    runs: list[dict[str, Any]] = json.loads(res.stdout)
+    return runs
+
+
+def _record(world: World, name: str, run_id: int) -> dict[str, Any] | None:
+    return next((r for r in _runs(world, name) if r["run_id"] == run_id), None)
+
+
+def _wait_running(world: World, d: Daemons, name: str) -> int:
+    res = world.harness("trigger", name)
+    assert res.returncode == 0, res.stderr
+    run_id = int(res.stdout.strip())
+    # Running, and the script has got as far as writing its pid.
+    _until("the long run to start",
+           lambda: (rec := _record(world, name, run_id)) is not None
+           and rec["outcome"] == "running" and (world.root / "long.pid").exists())
+    return run_id
+
+
+def test_trigger_wait_exits_with_the_run_and_the_daemon_answers_runs(
+        world: World, daemons: Daemons) -> None:
+    daemons.write_config(_config(world, daemons))
+    daemons.start()
+    ok = world.harness("trigger", "ok", "--wait")
+    assert ok.returncode == 0, ok.stderr
+    bad = world.harness("trigger", "bad", "--wait")
+    assert bad.returncode == 3, bad.stderr
+
+    for name, code, outcome in (("ok", 0, "success"), ("bad", 3, "failed")):
+        res = world.harness("runs", name, "--json")
+        assert res.returncode == 0
+        assert res.stderr == ""  # answered by the daemon, not read from disk
+        [rec] = json.loads(res.stdout)
+        assert rec["outcome"] == outcome and "?" not in rec["outcome"]
+        assert rec["exit_code"] == code
+        assert rec["trigger"] == "manual" and "ended_at" in rec
+
+    jobs = world.harness("jobs", "--json")
+    assert jobs.returncode == 0, jobs.stderr
+    by_name = {j["name"]: j for j in json.loads(jobs.stdout)}
+    assert by_name["bad"]["fails"] == 1
+    assert by_name["bad"]["last_run"]["outcome"] == "failed"
+    assert by_name["ok"]["fails"] == 0
+    assert by_name["tick"]["schedule"] == "@every 2s" and by_name["tick"]["next"]
+
+    table = world.harness("jobs")
+    assert table.returncode == 0
+    assert table.stdout.split("\n")[0].split() == ["NAME", "STATE", "SCHEDULE", "NEXT",
+                                                   "LAST", "RUN", "FAILS"]
+    listed = world.harness("list", "--json")
+    assert listed.returncode == 0
+    assert {h["name"]: h["kind"] for h in json.loads(listed.stdout)} == dict.fromkeys(
+        ("ok", "bad", "tick", "slow", "missing", "long"), "oneshot")
+
+    client = Client(str(daemons.socket))
+    try:
+        info = client.request("daemon_info")
+    finally:
+        client.close()
+    assert info["pid"] == daemons.procs[0].pid
+    assert info["config"] == str(daemons.config)
+    assert info["ledger_dir"] == str(world.ledger)
+    assert info["ledger"]["next_seq"] > 1 and info["started_at"].endswith("Z")
+
+    unknown = world.harness("trigger", "nope")
+    assert unknown.returncode == 1
+    assert "not_found" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_timeouts_and_spawn_failures_map_to_their_exit_codes(
+        world: World, daemons: Daemons) -> None:
+    daemons.write_config(_config(world, daemons))
+    daemons.start()
+    slow = world.harness("trigger", "slow", "--wait")
+    assert slow.returncode == 124, slow.stderr
+    [rec] = _runs(world, "slow")
+    assert rec["outcome"] == "timed_out"
+    missing = world.harness("trigger", "missing", "--wait")
+    assert missing.returncode == 1, missing.stderr
+    [rec] = _runs(world, "missing")
+    assert rec["outcome"] == "failed" and rec["reason"] == "spawn"
+    assert "exit_code" not in rec
+
+
+@pytest.mark.parametrize(("rec", "code"), [
+    ({"outcome": "success", "exit_code": 0}, 0),
+    ({"outcome": "failed", "exit_code": 3}, 3),
+    ({"outcome": "failed", "exit_code": -1}, 1),  # killed by a signal: no exit status
+    ({"outcome": "failed", "exit_code": 0}, 1),  # a failure never reads as success
+    ({"outcome": "failed", "reason": "spawn"}, 1),
+    ({"outcome": "timed_out", "exit_code": -1}, 124),
+    ({"outcome": "skipped", "reason": "overlap"}, 75),
+    ({"outcome": "interrupted", "reason": "shutdown", "exit_code": -1}, 1),
+])
+def test_trigger_wait_exit_codes(rec: dict[str, Any], code: int) -> None:
+    assert exit_code_of(rec) == code
+
+
+def test_a_scheduled_one_shot_fires_each_window(world: World, daemons: Daemons) -> None:
+    daemons.write_config(_config(world, daemons))
+    daemons.start()
+    runs = _until("two scheduled runs", lambda: (
+        r if len(r := [x for x in _runs(world, "tick") if x["outcome"] == "success"]) >= 2
+        else None))
+    assert all(r["trigger"] == "schedule" for r in runs)
+    # One run per window: the windows are 2 s apart, so the starts are too (give or take).
+    starts = sorted(r["started_at"] for r in runs)
+    assert len(set(s[:19] for s in starts)) == len(starts)
+
+
+def test_overlap_skips_and_sigterm_closes_the_live_run(world: World, daemons: Daemons) -> None:
+    daemons.write_config(_config(world, daemons))
+    proc = daemons.start()
+    first = _wait_running(world, daemons, "long")
+
+    again = world.harness("trigger", "long", "--wait")
+    assert again.returncode == 75, again.stderr
+    skipped = [r for r in _runs(world, "long") if r["outcome"] == "skipped"]
+    assert len(skipped) == 1
+    assert skipped[0]["reason"] == "overlap" and skipped[0]["trigger"] == "manual"
+    assert skipped[0]["run_id"] == first + 1
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+    assert not daemons.socket.exists()
+    res = world.harness("runs", "long", "--json")
+    rec = next(r for r in json.loads(res.stdout) if r["run_id"] == first)
+    assert rec["outcome"] == "interrupted" and rec["reason"] == "shutdown"
+    assert "ended_at" in rec
+    pid = int((world.root / "long.pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the run's process group went with it
+
+
+def test_a_crashed_daemon_is_reconciled_on_restart(world: World, daemons: Daemons) -> None:
+    daemons.write_config(_config(world, daemons))
+    proc = daemons.start()
+    first = _wait_running(world, daemons, "long")
+    proc.kill()
+    proc.wait(timeout=DEADLINE)
+    # The orphaned run is not the new daemon's to end; stop it as an operator would.
+    pidfile = world.root / "long.pid"
+    os.killpg(int(pidfile.read_text()), signal.SIGKILL)
+    pidfile.unlink()
+
+    daemons.start()
+    rec = _record(world, "long", first)
+    assert rec is not None
+    assert rec["outcome"] == "interrupted" and rec["reason"] == "daemon_crash"
+    assert "ended_at" not in rec
+    second = _wait_running(world, daemons, "long")
+    assert second == first + 1
+
+
+def test_a_second_daemon_leaves_the_first_ones_runs_alone(
+        world: World, daemons: Daemons) -> None:
+    daemons.write_config(_config(world, daemons))
+    daemons.start()
+    first = _wait_running(world, daemons, "long")
+    second = daemons.start(wait=False)
+    assert second.wait(timeout=DEADLINE) == 1
+    assert "another harness daemon owns" in daemons.stderr()
+    rec = _record(world, "long", first)
+    assert rec is not None and rec["outcome"] == "running"  # not reconciled as crashed
+
+
+def test_a_bad_config_exits_2_before_anything_starts(world: World, daemons: Daemons) -> None:
+    daemons.write_config('[harness.x]\nkind = "oneshot"\nargv = ["true"]\nbogus = 1\n')
+    proc = daemons.start(wait=False)
+    assert proc.wait(timeout=DEADLINE) == 2
+    assert f"{daemons.config}:4: harness.x.bogus" in daemons.stderr()
+    assert not daemons.socket.exists()
+    assert not world.ledger.exists()
+
+
+def test_commands_without_a_daemon_say_so(world: World) -> None:
+    for args in (("trigger", "x"), ("jobs",), ("list", "--json")):
+        res = world.harness(*args)
+        assert res.returncode == 1
+        assert res.stderr.startswith("harness: daemon not running")
+        assert "Traceback" not in res.stderr
