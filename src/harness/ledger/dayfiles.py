@@ -61,34 +61,11 @@ def day_path(directory: str, day: str) -> str:
     return os.path.join(directory, f"{day}.jsonl")
 
 
-def iter_lines(path: str, start: int = 0) -> Iterator[tuple[int, bytes | None]]:
-    """Yield (line number, bytes without "\\n") for each complete line of `path`.
-
-    A final unterminated fragment is yielded once as (line number, None): torn.
-    """
-    lineno = 0
-    with open(path, "rb", buffering=0) as f:
-        if start:
-            f.seek(start)
-        rest = b""
-        while True:
-            chunk = f.read(CHUNK)
-            if not chunk:
-                break
-            buf = rest + chunk if rest else chunk
-            parts = buf.split(b"\n")
-            rest = parts.pop()
-            for p in parts:
-                lineno += 1
-                yield lineno, p
-        if rest:
-            yield lineno + 1, None
-
-
 def iter_chunks(path: str) -> Iterator[tuple[int, list[bytes], bool]]:
-    """Yield (number of the first line, complete lines, ends_torn) per chunk of `path`.
+    """Yield (number of the first line, complete lines, ends_torn) per chunk of `path`,
+    for readers that look at each line's bytes (`iter_blocks` is for batch decoders).
 
-    The batch form of `iter_lines`, for readers that decode many lines per call.
+    A final unterminated fragment comes once as (its line number, [], True).
     """
     lineno = 0
     with open(path, "rb", buffering=0) as f:
