@@ -4,8 +4,9 @@ Owns the daemon's lifecycle order. Boot: load the config (a bad one ends the pro
 with exit 2 before anything is created); take the control socket, whose lock makes this
 the only daemon (requests wait until the boot is done); open the ledger, import the
 legacy history, close what a crash left open (REQ-7, before any run starts), prune, then
-start the Manager and answer requests. Shutdown on SIGTERM/SIGINT: stop accepting, stop
-live runs, close anything still open, drain the ledger.
+start the Manager (schedules armed, enabled residents autostarted) and answer requests.
+Shutdown on SIGTERM/SIGINT: stop accepting, stop live runs (residents too, without
+restarting them), close anything still open, drain the ledger.
 
 Invariants: no run starts before reconciliation; every record opened by this process is
 closed before `main` returns 0; logs never carry an env_file value (only names, ids,
@@ -19,6 +20,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from . import __version__, paths
@@ -29,7 +31,7 @@ from .control.server import ControlServer, Handler, OpError, SocketInUse
 from .ledger.runledger import RunLedger
 from .supervisor import logs
 from .supervisor.history import close_open_on_shutdown, import_legacy, reconcile
-from .supervisor.manager import Manager, UnknownHarness
+from .supervisor.manager import Manager, NotResident, UnknownHarness
 from .supervisor.state import RunIds, StateError, StateFile
 from .timefmt import format_ns
 
@@ -50,7 +52,7 @@ def _setup_logging() -> None:
     root.setLevel(logging.INFO)
 
 
-OPS = ("list", "daemon_info", "runs", "trigger", "jobs")
+OPS = ("list", "daemon_info", "runs", "trigger", "jobs", "start", "stop", "restart")
 
 
 def _handlers(manager: Manager, ledger: RunLedger, info: dict[str, Any]) -> dict[str, Handler]:
@@ -76,8 +78,28 @@ def _handlers(manager: Manager, ledger: RunLedger, info: dict[str, Any]) -> dict
     async def jobs(req: dict[str, Any]) -> dict[str, Any]:
         return {"jobs": await manager.jobs()}
 
+    def lifecycle(op: str, call: Callable[[str], Awaitable[dict[str, Any]]]) -> Handler:
+        async def handler(req: dict[str, Any]) -> dict[str, Any]:
+            name = req.get("name")
+            if not isinstance(name, str) or not name:
+                raise OpError("bad_request",
+                              f"name must be a non-empty string, got {name!r}"[:300])
+            try:
+                return await call(name)
+            except UnknownHarness:
+                raise OpError("not_found", f"no harness named {name!r}"[:300]) from None
+            except NotResident:
+                raise OpError("bad_request",
+                              f"{op} applies to resident harnesses; {name!r} is a one-shot"
+                              [:300]) from None
+            except RuntimeError as exc:
+                raise OpError("unavailable", str(exc)) from None
+        return handler
+
     return {"list": list_op, "daemon_info": daemon_info, "runs": runs_op(ledger),
-            "trigger": trigger, "jobs": jobs}
+            "trigger": trigger, "jobs": jobs, "start": lifecycle("start", manager.start_op),
+            "stop": lifecycle("stop", manager.stop_op),
+            "restart": lifecycle("restart", manager.restart_op)}
 
 
 def _gated(table: dict[str, Handler], ready: asyncio.Event) -> dict[str, Handler]:
@@ -164,6 +186,7 @@ async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: Contr
         loop.add_signal_handler(sig, stop.set)
     try:
         manager.start()
+        await manager.start_residents()
         ready.set()
         log.info("daemon %s up: pid %d, %d harness(es), socket %s", __version__, os.getpid(),
                  len(config.harness), server.path)

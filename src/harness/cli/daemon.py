@@ -1,4 +1,5 @@
-"""`harness daemon`, `trigger`, `jobs` and `list` (DESIGN.md §2): the daemon and its clients.
+"""`harness daemon`, `trigger`, `jobs`, `list`, `start`, `stop` and `restart` (DESIGN.md §2):
+the daemon and its clients.
 
 Owns the commands that need a running daemon (everything but `daemon` itself) and the
 mapping of a finished run to `trigger --wait`'s exit code. Invariant: when the daemon
@@ -145,4 +146,43 @@ def list_command(ctx: click.Context, as_json: bool) -> None:
     click.echo(_table(["NAME", "KIND", "STATE"], rows))
 
 
-COMMANDS = (daemon_command, trigger_command, jobs_command, list_command)
+def _describe(data: dict[str, Any]) -> str:
+    """One line saying what a start/stop/restart did, from the daemon's reply."""
+    name, action = data.get("name"), data.get("action")
+    if action == "started":
+        return f"{name}: started (run {data.get('run_id')})"
+    if action == "triggered":
+        return f"{name}: triggered (run {data.get('run_id')})"
+    if action == "already_running":
+        return f"{name}: already running (run {data.get('run_id')})"
+    if action == "stopped":
+        reason = f"/{data['reason']}" if data.get("reason") else ""
+        return f"{name}: stopped run {data.get('run_id')} ({data.get('outcome')}{reason})"
+    if action == "not_running":
+        return f"{name}: not running"
+    if action == "restarted":
+        old = data.get("replaced")
+        was = f"replaced run {old}, " if old is not None else ""
+        return f"{name}: restarted ({was}new run {data.get('run_id')})"
+    return f"{name}: {action}"
+
+
+def _lifecycle(op: str, doc: str) -> click.Command:
+    @click.command(op, help=doc)
+    @click.argument("name")
+    @click.pass_context
+    def command(ctx: click.Context, name: str) -> None:
+        click.echo(_describe(_call(ctx, lambda c: c.request(op, name=name))))
+
+    return command
+
+
+start_command = _lifecycle(
+    "start", "Start the stopped resident NAME (a one-shot NAME is triggered).")
+stop_command = _lifecycle(
+    "stop", "Stop NAME's live run; a stopped resident is not restarted until started.")
+restart_command = _lifecycle(
+    "restart", "Replace the resident NAME's live run with a new one.")
+
+COMMANDS = (daemon_command, trigger_command, jobs_command, list_command, start_command,
+            stop_command, restart_command)

@@ -4,8 +4,10 @@ REQ-6, REQ-17; DESIGN.md §3 "Runs").
 `Run` owns a single spawn: it allocates the run id, writes the ``opened`` line, spawns
 ``argv`` (exec, no shell) in its own process group with output to the per-run log, ends it
 on timeout or `stop`, writes the ``closed`` line and then compresses and prunes the logs.
-`run_once` is the whole of that for a one-shot. Everything runs on one asyncio loop; the
-ledger's and the filesystem's blocking calls go through `asyncio.to_thread`.
+`run_once` is the whole of that for a one-shot. A resident's spawns all append to one durable
+log, ``$XDG_STATE_HOME/harness/logs/<harness>.log``, which is never compressed or pruned.
+Everything runs on one asyncio loop; the ledger's and the filesystem's blocking calls go
+through `asyncio.to_thread`.
 
 Invariants: the opened line is durable before the process is spawned; every started `Run`
 writes exactly one closed line, whichever way it ends, and it is durable before `wait` or
@@ -28,7 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .. import paths
 from ..ledger.errors import LedgerError
+from ..ledger.files import make_private_dir
 from ..ledger.runledger import RunLedger
 from ..timefmt import format_ns
 from . import logs
@@ -46,10 +50,27 @@ STOP_REASONS: dict[str, tuple[str, str | None]] = {
     "hours": ("cancelled", "hours"),
     "reload": ("cancelled", "reload"),
     "replace": ("replaced", None),
+    # An operator's `harness restart`: the old run gives way to the new one (REQ-5).
+    "restart": ("replaced", "operator"),
     "shutdown": ("interrupted", "shutdown"),
 }
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _POLL = 0.05
+
+
+def resident_log_path(harness: str) -> str:
+    """The durable log every run of resident `harness` appends to."""
+    return os.path.join(paths.state_dir(), "logs", f"{harness}.log")
+
+
+def open_resident_log(path: str) -> int:
+    """An append fd on the durable log, creating it 0600 in a 0700 directory if missing.
+
+    No O_EXCL, unlike a per-run log: each spawn of the resident continues the same file.
+    """
+    make_private_dir(os.path.dirname(path))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+    return os.open(path, flags, 0o600)
 
 
 class SpawnError(Exception):
@@ -184,10 +205,13 @@ class Run:
             raise RuntimeError("a Run is started once")
         name = self.spec.name
         self.run_id = await asyncio.to_thread(self.ids.next, name)
-        path = logs.run_log_path(self.jobs_dir, name, self.run_id)
+        resident = self.kind == "resident"
+        path = (resident_log_path(name) if resident
+                else logs.run_log_path(self.jobs_dir, name, self.run_id))
         fd: int | None
         try:
-            fd = await asyncio.to_thread(logs.create_run_log, path)
+            fd = await asyncio.to_thread(
+                open_resident_log if resident else logs.create_run_log, path)
             self.log_path = path
         except OSError as exc:
             fd = None
@@ -342,7 +366,8 @@ class Run:
         except LedgerError as exc:
             # The writer keeps the line queued and retries it in order (REQ-6).
             log.error("run %s/%s: closed line not yet durable: %s", name, self.run_id, exc)
-        if self.log_path is not None:
+        # The durable log of a resident outlives its runs: no compression, no keep_runs.
+        if self.log_path is not None and self.kind != "resident":
             await asyncio.to_thread(logs.finish_log, self.jobs_dir, name, self.run_id,
                                     self.spec.keep_runs)
         rec = await asyncio.to_thread(self.ledger.get, name, self.run_id)
@@ -360,5 +385,5 @@ async def run_once(spec: RunSpec, ledger: RunLedger, ids: RunIds, *, trigger: st
     return await run.wait()
 
 
-__all__ = ["DEFAULT_GRACE", "STOP_REASONS", "Run", "RunSpec", "SpawnError", "read_env_files",
-           "run_once"]
+__all__ = ["DEFAULT_GRACE", "STOP_REASONS", "Run", "RunSpec", "SpawnError", "open_resident_log",
+           "read_env_files", "resident_log_path", "run_once"]

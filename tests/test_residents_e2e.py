@@ -1,0 +1,252 @@
+"""Resident harnesses end to end (SPEC-0022 REQ-3, REQ-5): a real daemon, the real CLI.
+
+Covers autostart, the restart policy with its crash-loop backoff, the durable log, the
+operator verbs `start`, `stop` and `restart`, and shutdown. The daemon fixtures and
+polling helpers are the ones of test_daemon_e2e; every daemon and every pid a test
+recorded is killed at teardown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import World
+from harness.supervisor.manager import MAX_BACKOFF, next_delay
+from test_daemon_e2e import DEADLINE, Daemons, _record, _runs, _until
+
+
+@pytest.fixture
+def residents(world: World) -> Iterator[Daemons]:
+    d = Daemons(world)
+    yield d
+    d.kill_all()
+
+
+def _durable_log(world: World, name: str) -> Path:
+    return world.state / "logs" / f"{name}.log"
+
+
+def _states(world: World) -> dict[str, str]:
+    res = world.harness("list", "--json")
+    assert res.returncode == 0, res.stderr
+    return {h["name"]: h["state"] for h in json.loads(res.stdout)}
+
+
+def _closed_on_disk(world: World, name: str, run_id: int) -> dict[str, Any] | None:
+    """The closed line of (name, run_id) read straight from the ledger's day files."""
+    for path in sorted(world.ledger.rglob("*")):
+        if not path.is_file():
+            continue
+        for raw in path.read_bytes().splitlines():
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue  # a compressed or foreign file: not where today's lines are
+            if (isinstance(line, dict) and line.get("type") == "closed"
+                    and line.get("harness") == name and line.get("run_id") == run_id):
+                return line
+    return None
+
+
+def test_a_crash_loop_backs_off_and_restart_no_exits_once(
+        world: World, residents: Daemons) -> None:
+    residents.write_config("""
+[harness.crashy]
+kind = "resident"
+restart_delay = "200ms"
+argv = ["sh", "-c", "echo boom; sleep 0.05; exit 1"]
+
+[harness.once]
+kind = "resident"
+restart = "no"
+restart_delay = "200ms"
+argv = ["sh", "-c", "echo once; exit 1"]
+
+[harness.done]
+kind = "resident"
+restart_delay = "200ms"
+argv = ["sh", "-c", "exit 0"]
+
+[harness.again]
+kind = "resident"
+restart = "always"
+restart_delay = "200ms"
+argv = ["sh", "-c", "exit 0"]
+""")
+    residents.start()
+
+    def four_closed() -> list[dict[str, Any]] | None:
+        recs = sorted(_runs(world, "crashy"), key=lambda r: r["run_id"])
+        closed = [r for r in recs if r["outcome"] != "running"]
+        return closed[:4] if len(closed) >= 4 else None
+
+    recs = _until("four closed crash-loop runs", four_closed)
+    # Delays 0.2, 0.4, 0.8 s got here; the next is 1.6 s, so the loop is now backing off
+    # (or, on a slow machine, has already started a fifth run).
+    state = _states(world)["crashy"]
+    assert state in ("backoff", "running")
+    log_path = _durable_log(world, "crashy")
+    first = recs[0]["run_id"]
+    assert [r["run_id"] for r in recs] == [first, first + 1, first + 2, first + 3]
+    assert [r["trigger"] for r in recs] == ["autostart", "restart", "restart", "restart"]
+    for rec in recs:
+        assert rec["outcome"] == "failed" and rec["exit_code"] == 1, rec
+        assert rec["kind"] == "resident" and rec["log"] == str(log_path)
+        assert "ended_at" in rec
+    # The backoff doubles: each restart waited longer than the one before it.
+    starts = [r["started_at"] for r in recs]
+    assert starts == sorted(starts)
+
+    assert stat.S_IMODE(log_path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(log_path.parent.stat().st_mode) == 0o700
+    assert log_path.read_text().count("boom") >= 4
+    # Never a per-run log: residents write the durable one only.
+    assert not (world.state / "jobs" / "crashy").exists()
+
+    stopped = world.harness("stop", "crashy")
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.startswith("crashy: ")
+    _until("crashy to be stopped", lambda: _states(world)["crashy"] == "stopped")
+
+    # restart = "no": one run, failed, and nothing after it.
+    [once] = _until("the restart=no run to close", lambda: [
+        r for r in _runs(world, "once") if r["outcome"] != "running"])
+    assert once["outcome"] == "failed" and once["exit_code"] == 1
+    assert once["trigger"] == "autostart"
+    time.sleep(1.0)  # five restart delays
+    assert len(_runs(world, "once")) == 1
+    assert _states(world)["once"] == "stopped"
+    # on-failure (the default): a clean exit is final. always: restarted all the same.
+    [done] = _runs(world, "done")
+    assert done["outcome"] == "success" and done["exit_code"] == 0
+    again = sorted(_runs(world, "again"), key=lambda r: r["run_id"])
+    assert len(again) >= 2
+    assert again[0]["outcome"] == "success" and again[1]["trigger"] == "restart"
+
+
+@pytest.mark.parametrize(("base", "current", "up", "want"), [
+    (0.2, None, 0.05, (0.2, 0.4)),  # the first quick failure waits the configured delay
+    (0.2, 0.4, 0.05, (0.4, 0.8)),  # each further one doubles
+    (1.0, 40.0, 1.0, (40.0, MAX_BACKOFF)),  # capped
+    (1.0, MAX_BACKOFF, 1.0, (MAX_BACKOFF, MAX_BACKOFF)),
+    (1.0, 8.0, 30.0, (8.0, 8.0)),  # neither quick nor stable: the backoff holds
+    (1.0, MAX_BACKOFF, 60.0, (1.0, 1.0)),  # up a minute: reset
+])
+def test_crash_loop_backoff(base: float, current: float | None, up: float,
+                            want: tuple[float, float]) -> None:
+    assert next_delay(base, current, up) == want
+
+
+def _wait_up(world: World, name: str, run_id: int | None = None) -> dict[str, Any]:
+    """The live run of `name` (the one with `run_id` if given), once its script wrote its pid."""
+    pidfile = world.root / f"{name}.pid"
+
+    def probe() -> dict[str, Any] | None:
+        live = [r for r in _runs(world, name) if r["outcome"] == "running"
+                and (run_id is None or r["run_id"] == run_id)]
+        if live and pidfile.exists() and pidfile.read_text().strip():
+            return live[0]
+        return None
+
+    return _until(f"{name} to be running", probe)
+
+
+def _gone(pidfile: Path) -> bool:
+    try:
+        os.killpg(int(pidfile.read_text()), 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_operator_stop_start_restart_and_shutdown(world: World, residents: Daemons) -> None:
+    pidfile = world.root / "svc.pid"
+    residents.pidfiles.append(pidfile)
+    residents.write_config(f"""
+[harness.svc]
+kind = "resident"
+restart_delay = "200ms"
+argv = ["sh", "-c", "echo up; echo $$ > {pidfile}; exec sleep 120"]
+
+[harness.ok]
+kind = "oneshot"
+argv = ["true"]
+""")
+    proc = residents.start()
+    first = _wait_up(world, "svc")
+    assert first["trigger"] == "autostart" and first["kind"] == "resident"
+    assert first["log"] == str(_durable_log(world, "svc"))
+    assert _states(world)["svc"] == "running"
+
+    # stop: the closed line is on disk by the time the command returns.
+    res = world.harness("stop", "svc")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == f"svc: stopped run {first['run_id']} (cancelled/operator)"
+    line = _closed_on_disk(world, "svc", first["run_id"])
+    assert line is not None
+    assert line["outcome"] == "cancelled" and line["reason"] == "operator"
+    assert _gone(pidfile)
+    time.sleep(2.0)  # ten restart delays: a stopped resident stays down
+    assert len(_runs(world, "svc")) == 1
+    assert _states(world)["svc"] == "stopped"
+    again = world.harness("stop", "svc")
+    assert again.returncode == 0 and again.stdout.strip() == "svc: not running"
+
+    # start: a new run, trigger manual.
+    pidfile.unlink()
+    res = world.harness("start", "svc")
+    assert res.returncode == 0, res.stderr
+    second_id = first["run_id"] + 1
+    assert res.stdout.strip() == f"svc: started (run {second_id})"
+    second = _wait_up(world, "svc", second_id)
+    assert second["trigger"] == "manual"
+    already = world.harness("start", "svc")
+    assert already.stdout.strip() == f"svc: already running (run {second_id})"
+
+    # restart: the old run replaced/operator, a new one with trigger manual.
+    pidfile.unlink()
+    res = world.harness("restart", "svc")
+    assert res.returncode == 0, res.stderr
+    third_id = second_id + 1
+    assert res.stdout.strip() == (f"svc: restarted (replaced run {second_id}, "
+                                  f"new run {third_id})")
+    old = _record(world, "svc", second_id)
+    assert old is not None
+    assert old["outcome"] == "replaced" and old["reason"] == "operator"
+    third = _wait_up(world, "svc", third_id)
+    assert third["trigger"] == "manual"
+    assert _durable_log(world, "svc").read_text().count("up") == 3
+
+    # The verbs on a one-shot, an unknown name.
+    res = world.harness("start", "ok")
+    assert res.returncode == 0 and res.stdout.startswith("ok: triggered (run ")
+    res = world.harness("restart", "ok")
+    assert res.returncode == 1 and "bad_request" in res.stderr
+    assert "Traceback" not in res.stderr
+    res = world.harness("stop", "nope")
+    assert res.returncode == 1 and "not_found" in res.stderr
+
+    # SIGTERM: the live resident closes interrupted/shutdown and is not restarted.
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0, residents.stderr()
+    recs = sorted(_runs(world, "svc"), key=lambda r: r["run_id"])
+    assert [r["run_id"] for r in recs] == [first["run_id"], second_id, third_id]
+    assert recs[-1]["outcome"] == "interrupted" and recs[-1]["reason"] == "shutdown"
+    assert _gone(pidfile)
+
+
+def test_the_resident_verbs_without_a_daemon_say_so(world: World) -> None:
+    for verb in ("start", "stop", "restart"):
+        res = world.harness(verb, "svc")
+        assert res.returncode == 1
+        assert res.stderr.startswith("harness: daemon not running")
+        assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
