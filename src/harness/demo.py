@@ -70,19 +70,19 @@ def _demo_lines(state: str, now: int) -> list[dict[str, object]]:
                     "todo_id": f"T-{100 + rid}" if name == "pr-review" else None})
     start = now - 5 * 60 * MIN
     log = os.path.join(state, "logs", "todo-worker.log")
-    for rid, (trigger, life, code) in enumerate(
+    for rid, (trigger, life, status) in enumerate(
         [("autostart", 3, 1), ("restart", 3, 1), ("restart", 40, 0), ("manual", 0, None)], 1
     ):
         out.append({"type": "opened", "harness": "todo-worker", "run_id": rid,
                     "kind": "resident", "trigger": trigger, "started_at": format_ns(start),
                     "at": format_ns(start), "outcome": "running", "log": log})
-        if code is None:
+        if status is None:
             break
         start += life * MIN
         out.append({"type": "closed", "harness": "todo-worker", "run_id": rid,
                     "at": format_ns(start), "ended_at": format_ns(start),
-                    "duration_ms": life * 60_000, "exit_code": code,
-                    "outcome": "success" if code == 0 else "failed"})
+                    "duration_ms": life * 60_000, "exit_code": status,
+                    "outcome": "success" if status == 0 else "failed"})
         start += MIN
     out.sort(key=lambda line: str(line["at"]))
     return out

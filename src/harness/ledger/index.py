@@ -38,14 +38,14 @@ class Index:
         """Fold a committed (or loaded) line into its record."""
         h, rid = line["harness"], line["run_id"]
         key = (h, rid)
-        r = self.records.get(key)
-        if type(r) is Frozen:
-            r = r.thaw()
-        if r is None:
+        found = self.records.get(key)
+        if found is None:
             h = sys.intern(h)
-            r = self.records[key] = Record(h, rid)
+            r = Record(h, rid)
             if rid > self.max_ids.get(h, 0):
                 self.max_ids[h] = rid
+        else:
+            r = found.thaw() if isinstance(found, Frozen) else found
         for k in _INTERNED:  # the same few words on every record: share them
             v = line.get(k)
             if v is not None and type(v) is str:
@@ -82,7 +82,7 @@ class Index:
     def trim(self, now_ns: int) -> int:
         """Drop closed records older than the window beyond each harness's tail; raise floors."""
         start = format_ns(now_ns - self.window_ns)
-        per: dict[str, list[Record]] = {}
+        per: dict[str, list[Record | Frozen]] = {}
         for r in self.records.values():
             per.setdefault(r.harness, []).append(r)
         dropped = 0

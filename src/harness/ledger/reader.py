@@ -223,7 +223,7 @@ def scan(directory: str, q: Query, *, offline: bool = True, upto_seq: int | None
         if gc_was:
             gc.enable()
     hits, oldest = select(q, records)
-    return hits, oldest, stats
+    return [r for r in hits if isinstance(r, Record)], oldest, stats
 
 
 def _refold(files: list[tuple[str, str]], lo: int, hi: int, keys: set[tuple[str, int]],

@@ -364,8 +364,8 @@ class RunLedger:
             if complete:
                 return [r.to_json() for r in recs], oldest
         # Only what is durable: a buffered line may be in the file before its sync.
-        recs, oldest, _stats = scan(self.directory, q, offline=False, upto_seq=self._committed)
-        return [r.to_json() for r in recs], oldest
+        found, oldest, _stats = scan(self.directory, q, offline=False, upto_seq=self._committed)
+        return [r.to_json() for r in found], oldest
 
     def get(self, harness: str, run_id: int) -> dict[str, Any] | None:
         with self._lock:
