@@ -1,128 +1,93 @@
-"""`make demo`: a realistic small run ledger, written through the engine, then queried.
+"""`make demo`: the daemon on an embedded example config, in a throwaway XDG world.
 
-It builds a throwaway XDG state directory, writes a week of runs for three
-harnesses (a nightly one-shot, a webhook-triggered reviewer and a resident
-worker, with failures, a timeout, a missed window, usage and a run still open)
-through `RunLedger`, exactly as the daemon will, and then runs the real
-`harness runs` and `harness ledger verify` commands over it.
+It writes a harness.toml with a scheduled one-shot, a triggered one-shot and a resident
+worker, starts the real `harness daemon`, triggers a run, lets the schedule fire and the
+resident crash-loop for a few seconds, shows `harness runs`, `jobs` and `list` filling in,
+then stops the daemon with SIGTERM (live runs close as interrupted) and verifies the
+ledger's chain. Everything stays in the temporary directory it prints.
 """
 
 from __future__ import annotations
 
 import os
-import random
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
-from .ledger import RunLedger
-from .timefmt import format_ns, now_ns
+from .control.client import Client, DaemonUnreachable
 
-MIN = 60 * 1_000_000_000
+CONFIG = """\
+# An example harness.toml (see DESIGN.md §3 for every key).
 
+[harness.nightly-review]          # a scheduled one-shot
+argv = ["sh", "-c", "echo reviewing todays changes; sleep 1; echo looks fine"]
+schedule = "@every 4s"
 
-def _demo_lines(state: str, now: int) -> list[dict[str, object]]:
-    """A week of runs for three harnesses, as the daemon would have written them."""
-    rng = random.Random(22)
-    out: list[dict[str, object]] = []
-    ids: dict[str, int] = {}
-    starts: list[tuple[int, str, dict[str, object]]] = []
-    for day in range(6, -1, -1):
-        t = now - day * 1440 * MIN - 9 * 60 * MIN
-        starts.append((t, "nightly", {"trigger": "schedule"}))
-        for k in range(3):
-            starts.append((t + (k + 1) * 97 * MIN, "pr-review",
-                           {"trigger": "webhook", "source": "webhook.github"}))
-    newest_review = max(t for t, name, _ in starts if name == "pr-review")
-    for t, name, extra in sorted(starts, key=lambda e: e[0]):
-        ids[name] = rid = ids.get(name, 0) + 1
-        if name == "nightly" and rid == 3:
-            out.append({"type": "decided", "harness": name, "run_id": rid, "kind": "oneshot",
-                        "trigger": "schedule", "outcome": "missed", "at": format_ns(t),
-                        "started_at": format_ns(t), "window": format_ns(t - 1440 * MIN),
-                        "first_window": format_ns(t - 2880 * MIN), "windows": 2})
-            continue
-        log = os.path.join(state, "jobs", name, f"{rid}.log")
-        out.append({"type": "opened", "harness": name, "run_id": rid, "kind": "oneshot",
-                    "started_at": format_ns(t), "at": format_ns(t), "outcome": "running",
-                    "log": log, **extra})
-        took = rng.randint(2, 40) * MIN
-        if t + took > now:
-            took = max(MIN, (now - t) // 2)
-        tokens = {"input": rng.randint(20_000, 90_000), "output": rng.randint(2_000, 9_000),
-                  "cache_read": rng.randint(0, 200_000), "cache_write": 0}
-        out.append({"type": "updated", "harness": name, "run_id": rid,
-                    "at": format_ns(t + took // 2), "model": "claude-sonnet-4-5",
-                    "tokens": tokens, "model_calls": rng.randint(5, 60),
-                    "models": [{"model": "claude-sonnet-4-5", "provider": "anthropic",
-                                "output_tokens": tokens["output"]}]})
-        if t == newest_review:
-            continue  # still running
-        outcome, code = ("failed", 1) if rid % 5 == 0 else ("success", 0)
-        if name == "nightly" and rid == 5:
-            outcome, code, took = "timed_out", -1, 60 * MIN
-        end = t + took
-        out.append({"type": "closed", "harness": name, "run_id": rid, "at": format_ns(end),
-                    "ended_at": format_ns(end), "duration_ms": took // 1_000_000,
-                    "outcome": outcome, "exit_code": code,
-                    "cost_usd": round(tokens["output"] * 15e-6 + tokens["input"] * 3e-6, 4),
-                    "cost_source": "priced",
-                    "todo_id": f"T-{100 + rid}" if name == "pr-review" else None})
-    start = now - 5 * 60 * MIN
-    log = os.path.join(state, "logs", "todo-worker.log")
-    for rid, (trigger, life, status) in enumerate(
-        [("autostart", 3, 1), ("restart", 3, 1), ("restart", 40, 0), ("manual", 0, None)], 1
-    ):
-        out.append({"type": "opened", "harness": "todo-worker", "run_id": rid,
-                    "kind": "resident", "trigger": trigger, "started_at": format_ns(start),
-                    "at": format_ns(start), "outcome": "running", "log": log})
-        if status is None:
-            break
-        start += life * MIN
-        out.append({"type": "closed", "harness": "todo-worker", "run_id": rid,
-                    "at": format_ns(start), "ended_at": format_ns(start),
-                    "duration_ms": life * 60_000, "exit_code": status,
-                    "outcome": "success" if status == 0 else "failed"})
-        start += MIN
-    out.sort(key=lambda line: str(line["at"]))
-    return out
+[harness.pr-check]                # a one-shot run on demand: harness trigger pr-check
+kind = "oneshot"
+argv = ["sh", "-c", "echo checking the PR; sleep 1; echo 'test_login failed'; exit 3"]
+
+[harness.todo-worker]             # a resident worker, restarted when it exits
+argv = ["sh", "-c", "echo draining the todo queue; sleep 2; exit 1"]
+restart_delay = "500ms"
+"""
 
 
-def write_demo_ledger(state: str, now: int) -> int:
-    """Write the demo runs through the engine; keep_runs=5 worth of per-run logs on disk."""
-    lines = _demo_lines(state, now)
-    ledger = RunLedger(os.path.join(state, "ledger"))
-    for line in lines:
-        ledger.append(line, sync=line["type"] != "updated")
-    ledger.close()
-    logs = sorted({str(x["log"]) for x in lines if "log" in x})
-    by_dir: dict[str, list[str]] = {}
-    for path in logs:
-        by_dir.setdefault(os.path.dirname(path), []).append(path)
-    for paths in by_dir.values():
-        paths.sort(key=lambda p: int(os.path.basename(p).split(".")[0]) if "jobs" in p else 0)
-        for path in paths[-5:]:
-            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-            os.close(fd)
-    return len(lines)
+def _run(env: dict[str, str], *args: str) -> int:
+    print("$ harness " + " ".join(args), flush=True)
+    res = subprocess.run([sys.executable, "-m", "harness.cli", *args], env=env, check=False,
+                         stderr=subprocess.STDOUT)
+    print(flush=True)
+    return res.returncode
 
 
 def main() -> None:
-    state = tempfile.mkdtemp(prefix="harness-demo-")
-    env = dict(os.environ, XDG_STATE_HOME=state, HARNESS_SOCKET=os.path.join(state, "none.sock"))
-    home = os.path.join(state, "harness")
-    n = write_demo_ledger(home, now_ns())
-    print(f"wrote {n} lines to {home}/ledger\n")
-    harness = [sys.executable, "-m", "harness.cli"]
-    for args in (["runs", "--since", "7d", "--limit", "12"],
-                 ["runs", "pr-review", "--wide", "--limit", "5"],
-                 ["runs", "--since", "7d", "--outcome", "failed,timed_out,missed"],
-                 ["ledger", "verify"]):
-        print("$ harness " + " ".join(args), flush=True)
-        subprocess.run(harness + args, env=env, check=False, stderr=subprocess.STDOUT)
-        print(flush=True)
-    print(f"(the ledger stays in {state} for you to query with XDG_STATE_HOME={state})")
+    seconds = float(os.environ.get("HARNESS_DEMO_SECONDS", "10"))
+    root = tempfile.mkdtemp(prefix="harness-demo-")
+    env = dict(os.environ)
+    env.update(XDG_CONFIG_HOME=os.path.join(root, "config"),
+               XDG_STATE_HOME=os.path.join(root, "state"),
+               XDG_RUNTIME_DIR=os.path.join(root, "run"))
+    for var in ("HARNESS_CONFIG", "HARNESS_SOCKET"):
+        env.pop(var, None)
+    os.makedirs(os.path.join(root, "config", "harness"), mode=0o700)
+    os.makedirs(os.path.join(root, "run"), mode=0o700)
+    config = os.path.join(root, "config", "harness", "harness.toml")
+    with open(config, "w", encoding="utf-8") as f:
+        f.write(CONFIG)
+    print(f"example config: {config}\n\n{CONFIG}", flush=True)
+
+    with open(os.path.join(root, "daemon.log"), "w") as log:
+        daemon = subprocess.Popen([sys.executable, "-m", "harness.cli", "daemon"], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=log)
+    sock = os.path.join(root, "run", "harness.sock")
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            Client(sock, timeout=2.0).close()
+            break
+        except DaemonUnreachable:
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                sys.exit(f"harness daemon did not start; see {root}/daemon.log")
+            time.sleep(0.1)
+    print(f"harness daemon is up (pid {daemon.pid}); its log: {root}/daemon.log\n", flush=True)
+    try:
+        _run(env, "trigger", "pr-check", "--wait")
+        time.sleep(max(0.0, seconds - 2))
+        _run(env, "runs", "--since", "1h")
+        _run(env, "jobs")
+        _run(env, "list")
+        _run(env, "runs", "todo-worker", "--wide", "--limit", "3")
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        code = daemon.wait(timeout=60)
+    print(f"harness daemon stopped on SIGTERM (exit {code}); the runs it was supervising "
+          "closed as interrupted:\n", flush=True)
+    _run(env, "runs", "--since", "1h", "--outcome", "interrupted")
+    _run(env, "ledger", "verify")
+    print(f"(everything stays in {root}; query it with XDG_STATE_HOME={root}/state)")
 
 
 if __name__ == "__main__":
