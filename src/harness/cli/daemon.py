@@ -21,6 +21,7 @@ import click
 
 from .. import paths
 from ..control.client import Client, DaemonError, DaemonUnreachable
+from . import render
 
 WAIT_POLL = 0.2
 EXIT_TIMED_OUT = 124
@@ -64,12 +65,6 @@ def _call(ctx: click.Context, fn: Callable[[Client], Any]) -> Any:
         _fail(f"lost the daemon ({exc})")
     finally:
         client.close()
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                     for r in [header, *rows])
 
 
 @click.command("daemon")
@@ -127,7 +122,7 @@ def jobs_command(ctx: click.Context, as_json: bool) -> None:
         return
     rows = [[j["name"], j["state"], j.get("schedule") or "—", j.get("next") or "—", _last(j),
              str(j.get("fails", 0))] for j in jobs]
-    click.echo(_table(["NAME", "STATE", "SCHEDULE", "NEXT", "LAST RUN", "FAILS"], rows))
+    click.echo(render.grid(["NAME", "STATE", "SCHEDULE", "NEXT", "LAST RUN", "FAILS"], rows))
 
 
 @click.command("list")
@@ -143,7 +138,7 @@ def list_command(ctx: click.Context, as_json: bool) -> None:
         click.echo("no harnesses configured")
         return
     rows = [[h["name"], h["kind"], h["state"]] for h in harnesses]
-    click.echo(_table(["NAME", "KIND", "STATE"], rows))
+    click.echo(render.grid(["NAME", "KIND", "STATE"], rows))
 
 
 def _describe(data: dict[str, Any]) -> str:

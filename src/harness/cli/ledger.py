@@ -31,6 +31,7 @@ from ..worklog import anchor as anchor_mod
 from ..worklog.resume import resume, survey
 from ..worklog.rows import ledger_dir
 from ..worklog.verify import WorkVerify, verify_dir
+from . import render
 
 __all__ = ["EXIT_BROKEN", "EXIT_DIVERGED", "EXIT_NO_LEDGER", "EXIT_OK", "ledger_group"]
 
@@ -315,18 +316,11 @@ def runs_command(as_json: bool, workdir: str | None) -> None:
     if not rows:
         click.echo("no work ledgers")
         return
-    table = [("RUN", "ENTRIES", "STATE", "LAST ACTIVITY", "HEAD", "LOCAL / ANCHORED")]
-    for r in rows:
-        table.append((
-            str(r["run_id"]), str(r.get("entry_count", 0)), str(r.get("state") or "-"),
-            str(r.get("last_activity") or "-"), str(r.get("head_hash") or "-")[:16],
-            _sync_text(r),
-        ))
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        cells = [c.rjust(w) if i == 1 else c.ljust(w)
-                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]
-        click.echo("  ".join(cells).rstrip())
+    body = [[str(r["run_id"]), str(r.get("entry_count", 0)), str(r.get("state") or "-"),
+             str(r.get("last_activity") or "-"), str(r.get("head_hash") or "-")[:16],
+             _sync_text(r)] for r in rows]
+    click.echo(render.grid(["RUN", "ENTRIES", "STATE", "LAST ACTIVITY", "HEAD",
+                            "LOCAL / ANCHORED"], body, right=frozenset({1})))
 
 
 def _sync_text(r: dict[str, Any]) -> str:

@@ -95,9 +95,26 @@ def cut(s: str, width: int) -> str:
     return s if len(s) <= width else s[: max(0, width - 1)] + "…"
 
 
+def column_widths(header: list[str], body: list[list[str]]) -> list[int]:
+    return [max(len(c) for c in col) for col in zip(header, *body, strict=True)]
+
+
+def grid(header: list[str], body: list[list[str]], *, right: frozenset[int] = frozenset(),
+         widths: list[int] | None = None, gap: int = 2) -> str:
+    """Aligned columns (those in `right` right-aligned); a cell wider than its column is
+    cut with a visible "…"; no trailing spaces."""
+    widths = widths or column_widths(header, body)
+    lines = []
+    for row in [header, *body]:
+        cells = [cut(c, w).rjust(w) if i in right else cut(c, w).ljust(w)
+                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        lines.append((" " * gap).join(cells).rstrip())
+    return "\n".join(lines)
+
+
 def table(records: list[dict[str, Any]], *, wide: bool = False) -> str:
     head, body = rows(records, wide)
-    widths = [max(len(c) for c in col) for col in zip(head, *body, strict=True)]
+    widths = column_widths(head, body)
     gap = 2
     if not wide:
         total = sum(widths) + gap * (len(widths) - 1)
@@ -106,10 +123,4 @@ def table(records: list[dict[str, Any]], *, wide: bool = False) -> str:
             total = sum(widths) + gap * (len(widths) - 1)
         if total > WIDTH:
             widths[0] = max(len("HARNESS"), widths[0] - (total - WIDTH))
-    lines = []
-    for row in [head, *body]:
-        cells = [cut(row[0], widths[0]).ljust(widths[0])]
-        for i, c in enumerate(row[1:], start=1):
-            cells.append(c.rjust(widths[i]) if i == 1 else c.ljust(widths[i]))
-        lines.append((" " * gap).join(cells).rstrip())
-    return "\n".join(lines)
+    return grid(head, body, right=frozenset({1}), widths=widths, gap=gap)
