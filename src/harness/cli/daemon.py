@@ -108,21 +108,27 @@ def _last(job: dict[str, Any]) -> str:
     return f"#{last['run_id']} {last.get('outcome')}"
 
 
+def _show(ctx: click.Context, op: str, as_json: bool, empty: str, header: list[str],
+          row: Callable[[dict[str, Any]], list[str]], key: str | None = None) -> None:
+    """Ask the daemon for a listing op and print it as JSON or as a table."""
+    items = _call(ctx, lambda c: c.request(op))[key or op]
+    if as_json:
+        click.echo(json.dumps(items, indent=2, ensure_ascii=False))
+    elif not items:
+        click.echo(empty)
+    else:
+        click.echo(render.grid(header, [row(i) for i in items]))
+
+
 @click.command("jobs")
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as a JSON array.")
 @click.pass_context
 def jobs_command(ctx: click.Context, as_json: bool) -> None:
     """One-shot harnesses: state, schedule, next fire, last run, consecutive failures."""
-    jobs = _call(ctx, lambda c: c.request("jobs"))["jobs"]
-    if as_json:
-        click.echo(json.dumps(jobs, indent=2, ensure_ascii=False))
-        return
-    if not jobs:
-        click.echo("no one-shot harnesses configured")
-        return
-    rows = [[j["name"], j["state"], j.get("schedule") or "—", j.get("next") or "—", _last(j),
-             str(j.get("fails", 0))] for j in jobs]
-    click.echo(render.grid(["NAME", "STATE", "SCHEDULE", "NEXT", "LAST RUN", "FAILS"], rows))
+    _show(ctx, "jobs", as_json, "no one-shot harnesses configured",
+          ["NAME", "STATE", "SCHEDULE", "NEXT", "LAST RUN", "FAILS"],
+          lambda j: [j["name"], j["state"], j.get("schedule") or "—", j.get("next") or "—",
+                     _last(j), str(j.get("fails", 0))])
 
 
 @click.command("list")
@@ -130,15 +136,8 @@ def jobs_command(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def list_command(ctx: click.Context, as_json: bool) -> None:
     """Every configured harness with its kind and state."""
-    harnesses = _call(ctx, lambda c: c.request("list"))["harnesses"]
-    if as_json:
-        click.echo(json.dumps(harnesses, indent=2, ensure_ascii=False))
-        return
-    if not harnesses:
-        click.echo("no harnesses configured")
-        return
-    rows = [[h["name"], h["kind"], h["state"]] for h in harnesses]
-    click.echo(render.grid(["NAME", "KIND", "STATE"], rows))
+    _show(ctx, "list", as_json, "no harnesses configured", ["NAME", "KIND", "STATE"],
+          lambda h: [h["name"], h["kind"], h["state"]], key="harnesses")
 
 
 def _describe(data: dict[str, Any]) -> str:
