@@ -70,3 +70,9 @@ class Client:
             self._file.close()
         finally:
             self._sock.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,19 +1,26 @@
-"""The Manager: the daemon's one-shot scheduling and triggering and its resident supervision
-(DESIGN.md §3 "Runs", SPEC-0022 REQ-3/REQ-5).
+"""The Manager: the daemon's one-shot scheduling and triggering, its resident supervision and
+its config reload (DESIGN.md §3 "Runs", SPEC-0022 REQ-3/REQ-5/REQ-6).
 
-Owns, on one asyncio loop, the wall-clock ticker of every scheduled one-shot, the manual
-trigger path, the resident lifecycle (autostart, restart policy with crash-loop backoff,
-operator start/stop/restart), the set of live runs, and the read-only views `jobs` and
-`list`. Each run goes through `runner.Run`, which owns its ledger record.
+Owns, on one asyncio loop, the wall-clock ticker of every scheduled one-shot (missed windows
+and catch-up included), the trigger path with its overlap policy, the resident lifecycle
+(autostart, restart policy with crash-loop backoff, operating hours, operator
+start/stop/restart), the set of live runs, the reload that swaps in a new config, and the
+read-only views `jobs` and `list`. Each run goes through `runner.Run`, which owns its ledger
+record.
 
-Invariants: at most one live run per harness (this slice implements ``on_overlap =
-"skip"`` for every policy: a trigger while a run is live writes a synced ``decided``
-skipped/overlap line instead of starting one); a schedule window fires at most once;
-consecutive failures and the last run are read from the ledger only, never from memory,
-so they agree with what `harness runs` shows; `shutdown` leaves no live run behind.
-A resident is restarted only when its process ended on its own and its policy says so:
-a run the Manager ended (operator stop or restart, shutdown) never triggers a restart, and
-an operator-stopped resident stays down until `start`; each spawn is a new record.
+Invariants:
+- at most one live run per harness; on overlap a trigger is skipped (a synced ``decided``
+  skipped/overlap line), held (``queue``: at most one firing, its run id allocated when it is
+  held, so a held firing that never runs still gets a record) or replaces the live run;
+- a schedule window is decided at most once, across restarts too: the newest ``window`` in
+  the ledger is where a booted ticker resumes, and it is synced before the run it accounts
+  for starts; a window first evaluated more than LATE seconds late is missed;
+- consecutive failures and the last run are read from the ledger only, never from memory;
+- a resident is restarted only when its process ended on its own and its policy says so: a
+  run the Manager ended (operator, hours, reload, shutdown) never triggers a restart; an
+  operator-stopped resident stays down until `start`, an hours-closed one until its hours
+  open (trigger ``release``);
+- `shutdown` leaves no live run and no held firing without a closed record.
 """
 
 from __future__ import annotations
@@ -21,15 +28,17 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ..config.load import diff_configs
 from ..config.model import Config, HarnessConfig
-from ..config.schedule import Schedule
+from ..config.schedule import OperatingHours, Schedule, Windows
 from ..ledger.query import Query
 from ..ledger.runledger import RunLedger
 from ..ledger.schema import FAILURE_OUTCOMES
-from ..timefmt import format_ns
+from ..timefmt import format_ns, parse_ns
 from .runner import DEFAULT_GRACE, Run, RunSpec
 from .state import RunIds
 
@@ -38,6 +47,8 @@ log = logging.getLogger("harness.manager")
 # The ticker never sleeps longer than this in one go: the wall clock is re-read after
 # every sleep, so a suspend or a clock step delays a window by at most this much.
 MAX_TICK = 1.0
+# A window first evaluated more than this many seconds after it came is missed.
+LATE = 60.0
 # How far back `jobs` looks for the failure streak; a longer streak reads as this many.
 STREAK_LIMIT = 1000
 # Crash-loop backoff (REQ-3): a run shorter than QUICK_RUN doubles the next restart delay,
@@ -45,10 +56,14 @@ STREAK_LIMIT = 1000
 QUICK_RUN = 10.0
 STABLE_RUN = 60.0
 MAX_BACKOFF = 60.0
+# With restart_delay = 0 the first restart is immediate, and a loop still escalates from here.
+MIN_BACKOFF = 0.1
+# hours_shutdown = "graceful": SIGTERM, then this long to finish before SIGKILL.
+HOURS_GRACE = 15 * 60.0
 
 
 class UnknownHarness(KeyError):
-    """No one-shot harness of that name is configured."""
+    """No harness of that name (of the kind the operation needs) is configured."""
 
 
 class NotResident(ValueError):
@@ -62,7 +77,7 @@ def next_delay(base: float, current: float | None, up: float) -> tuple[float, fl
     to `base`; a quick one doubles the next delay, capped at MAX_BACKOFF.
     """
     delay = base if up >= STABLE_RUN or current is None else current
-    return delay, (min(delay * 2, MAX_BACKOFF) if up < QUICK_RUN else delay)
+    return delay, (min(max(delay * 2, MIN_BACKOFF), MAX_BACKOFF) if up < QUICK_RUN else delay)
 
 
 def _wants_restart(policy: str, outcome: str | None) -> bool:
@@ -74,12 +89,52 @@ def _wants_restart(policy: str, outcome: str | None) -> bool:
     return False
 
 
+def unbudgeted(cfg: HarnessConfig, config: Config) -> bool:
+    """Whether no budget or admission cap applies to the harness (REQ-6's exception)."""
+    return (cfg.max_runs_per_day is None and cfg.max_cost_usd is None
+            and cfg.max_tokens is None and cfg.daily_cost_usd is None
+            and config.budget.daily_cost_usd is None and config.budget.max_concurrent is None)
+
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _rfc3339(at: datetime) -> str:
     # Integer arithmetic on the timedelta: a float timestamp can round across a second.
     return format_ns((at - _EPOCH) // timedelta(microseconds=1) * 1000)
+
+
+def _from_rfc3339(text: str) -> datetime:
+    return _EPOCH + timedelta(microseconds=parse_ns(text) // 1000)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the windows due at one tick come to (see `decide_windows`)."""
+
+    missed: Windows  # windows more than LATE late: one missed record, or one catch-up run
+    due: datetime | None  # the newest window, when one run honours the due windows
+    trigger: str  # the trigger of that run: schedule, or catch_up
+
+
+def decide_windows(sched: Schedule, last: datetime, now: datetime, catch_up: bool,
+                   late: float = LATE) -> Decision | None:
+    """The decision for the windows in (last, now]; None when none came.
+
+    Windows more than `late` seconds old are missed: with catch_up they and any on-time
+    window are honoured by one run (trigger catch_up); without, they make one missed record
+    and an on-time window still runs (trigger schedule). Several on-time windows (a
+    sub-minute schedule on a stalled loop) are honoured by one run.
+    """
+    every = sched.windows_between(last, now)
+    if every.count == 0 or every.last is None:
+        return None
+    cutoff = now - timedelta(seconds=late)
+    missed = sched.windows_between(last, cutoff) if cutoff > last else Windows(0, None, None)
+    if missed.count and catch_up:
+        return Decision(missed, every.last, "catch_up")
+    on_time = every.count - missed.count
+    return Decision(missed, every.last if on_time else None, "schedule")
 
 
 def _failure_streak(records: list[dict[str, Any]]) -> int:
@@ -94,8 +149,17 @@ def _failure_streak(records: list[dict[str, Any]]) -> int:
     return n
 
 
+@dataclass(frozen=True)
+class Held:
+    """A firing held by ``on_overlap = "queue"`` until the live run ends."""
+
+    run_id: int
+    trigger: str
+    window: str | None
+
+
 class Manager:
-    """Schedules and triggers the one-shots of `config`; one per daemon."""
+    """Schedules, triggers and supervises the harnesses of `config`; one per daemon."""
 
     def __init__(self, config: Config, ledger: RunLedger, ids: RunIds, jobs_dir: str, *,
                  grace: float = DEFAULT_GRACE) -> None:
@@ -106,55 +170,84 @@ class Manager:
         self.grace = grace
         self._live: dict[str, Run] = {}
         self._waiters: set[asyncio.Task[Any]] = set()
-        self._tickers: list[asyncio.Task[None]] = []
+        self._tickers: dict[str, asyncio.Task[None]] = {}
+        self._gates: dict[str, asyncio.Task[None]] = {}
         self._next: dict[str, datetime] = {}
-        self._schedules: dict[str, Schedule] = {}
+        self._held_firing: dict[str, Held] = {}
+        self._started = False
         self._stopping = False
         # Residents: operator-stopped names, pending restarts, and each one's next delay.
         self._held: set[str] = set()
         self._backoff: dict[str, asyncio.Task[None]] = {}
         self._delay: dict[str, float] = {}
+        # Residents outside their operating hours, and those an operator started anyway
+        # (they run until the operator stops them or the hours open and close again).
+        self._closed: set[str] = set()
+        self._override: set[str] = set()
         # (name, run_id) of runs the Manager itself is ending: their end is not a crash.
         self._ending: set[tuple[str, int]] = set()
-        # One lifecycle change per resident at a time, so no op sees another's half-started
+        # One lifecycle change per harness at a time, so no op sees another's half-started
         # run; held across run.start() and run.stop().
         self._locks: dict[str, asyncio.Lock] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start_residents(self) -> None:
-        """Autostart every enabled resident (trigger autostart)."""
+        """Autostart every enabled resident that is inside its operating hours."""
         for name, cfg in sorted(self.config.harness.items()):
-            if cfg.kind == "resident" and cfg.enabled:
-                try:
-                    async with self._lock(name):
-                        await self._spawn_resident(name, "autostart")
-                except Exception:
-                    log.exception("harness %s: autostart failed", name)
+            if cfg.kind == "resident":
+                await self._arm_resident(name, cfg, "autostart")
+
+    async def _arm_resident(self, name: str, cfg: HarnessConfig, trigger: str) -> None:
+        hours = cfg.parsed_hours()
+        if hours is not None:
+            if not hours.is_open(datetime.now(UTC)):
+                self._closed.add(name)
+            self._gates[name] = asyncio.get_running_loop().create_task(
+                self._gate(name, hours), name=f"hours:{name}")
+        if not cfg.enabled or name in self._closed:
+            return
+        try:
+            async with self._lock(name):
+                await self._spawn_resident(name, trigger)
+        except Exception:
+            log.exception("harness %s: %s failed", name, trigger)
 
     def start(self) -> None:
         """Arm the ticker of every scheduled one-shot."""
-        loop = asyncio.get_running_loop()
+        self._started = True
         for name, cfg in sorted(self.config.harness.items()):
-            sched = cfg.parsed_schedule() if cfg.kind == "oneshot" else None
-            if sched is None:
-                continue
-            self._schedules[name] = sched
-            self._tickers.append(loop.create_task(self._tick(name, sched),
-                                                  name=f"ticker:{name}"))
+            self._arm_ticker(name, cfg, resume=True)
+
+    def _arm_ticker(self, name: str, cfg: HarnessConfig, *, resume: bool) -> None:
+        sched = cfg.parsed_schedule() if cfg.kind == "oneshot" else None
+        if sched is None:
+            return
+        self._tickers[name] = asyncio.get_running_loop().create_task(
+            self._tick(name, sched, resume=resume), name=f"ticker:{name}")
+
+    def _disarm(self, name: str) -> list[asyncio.Task[None]]:
+        """Cancel the ticker, hours gate and pending restart of `name`; return them."""
+        tasks = [t for t in (self._tickers.pop(name, None), self._gates.pop(name, None),
+                             self._backoff.pop(name, None)) if t is not None]
+        for t in tasks:
+            t.cancel()
+        self._next.pop(name, None)
+        return tasks
 
     async def shutdown(self) -> None:
         """Stop the tickers, then stop every live run as interrupted/shutdown."""
         self._stopping = True
-        pending = [*self._tickers, *self._backoff.values()]
-        for t in pending:
-            t.cancel()
+        names = {*self._tickers, *self._gates, *self._backoff}
+        pending = [t for name in names for t in self._disarm(name)]
         await asyncio.gather(*pending, return_exceptions=True)
+        for name in list(self._held_firing):
+            await self._drop_held(name, "interrupted", "shutdown")
         for run in self._live.values():
             if run.run_id is not None:
                 self._ending.add((run.spec.name, run.run_id))
         runs = list(self._live.values())
-        results = await asyncio.gather(*(r.stop("shutdown") for r in runs),
+        results = await asyncio.gather(*(r.stop("shutdown", self.grace) for r in runs),
                                        return_exceptions=True)
         for run, res in zip(runs, results, strict=True):
             if isinstance(res, BaseException):
@@ -163,9 +256,38 @@ class Manager:
 
     # -- scheduling --------------------------------------------------------------------
 
-    async def _tick(self, name: str, sched: Schedule) -> None:
-        nxt = sched.next_fire(datetime.now(UTC))
+    async def _last_window(self, name: str) -> datetime | None:
+        """The newest window the ledger says was decided for `name` (None: none known)."""
+        recs, _ = await asyncio.to_thread(
+            self.ledger.query, Query(names=(name,), limit=STREAK_LIMIT))
+        for rec in recs:  # newest first
+            w = rec.get("window")
+            if isinstance(w, str):
+                try:
+                    return _from_rfc3339(w)
+                except ValueError:
+                    continue
+        return None
+
+    async def _tick(self, name: str, sched: Schedule, *, resume: bool) -> None:
+        now = datetime.now(UTC)
+        last = await self._last_window(name) if resume else None
+        if last is None or last > now:
+            # No history (or a clock stepped back past it): nothing can have been missed.
+            last = now
         while True:
+            now = datetime.now(UTC)
+            decision = decide_windows(sched, last, now, self.config.harness[name].catch_up)
+            if decision is not None:
+                try:
+                    await self._decide(name, decision)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    # One failed window must not end the schedule; the next one still fires.
+                    log.exception("harness %s: the scheduled run could not be started", name)
+                last = decision.due or decision.missed.last or last
+            nxt = sched.next_fire(max(last, now))
             self._next[name] = nxt
             while True:
                 # Wall clock, not the loop's monotonic clock: windows are wall-clock
@@ -174,18 +296,18 @@ class Manager:
                 if left <= 0:
                     break
                 await asyncio.sleep(min(left, MAX_TICK))
-            try:
-                await self.trigger(name, "schedule")
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                # One failed window must not end the schedule; the next one still fires.
-                log.exception("harness %s: the scheduled run could not be started", name)
-            now = datetime.now(UTC)
-            nxt = sched.next_fire(nxt)
-            if nxt <= now:
-                # Windows slept through (suspend) are not run: catch-up is out of scope.
-                nxt = sched.next_fire(now)
+
+    async def _decide(self, name: str, d: Decision) -> None:
+        m = d.missed
+        if m.count and d.trigger != "catch_up" and m.first is not None and m.last is not None:
+            run_id = await asyncio.to_thread(self.ids.next, name)
+            await self._decided(name, run_id, "schedule", "missed", None,
+                                window=_rfc3339(m.last), first_window=_rfc3339(m.first),
+                                windows=m.count)
+            log.warning("harness %s: %d window(s) missed, up to %s", name, m.count,
+                        _rfc3339(m.last))
+        if d.due is not None:
+            await self.trigger(name, d.trigger, window=_rfc3339(d.due))
 
     # -- triggering --------------------------------------------------------------------
 
@@ -195,28 +317,58 @@ class Manager:
             raise UnknownHarness(name)
         return cfg
 
-    async def trigger(self, name: str, trigger: str = "manual") -> int:
-        """Start a run of one-shot `name`; return its run id (or the skipped record's)."""
+    async def trigger(self, name: str, trigger: str = "manual", *,
+                      window: str | None = None) -> int:
+        """Fire one-shot `name`; return the run id of the run, held firing or skip record."""
+        return (await self.fire(name, trigger, window=window))["run_id"]
+
+    async def fire(self, name: str, trigger: str = "manual", *,
+                   window: str | None = None) -> dict[str, Any]:
+        """Fire one-shot `name`: ``{"decision": started|queued|skipped, "run_id": N}``."""
         cfg = self._oneshot(name)
         if self._stopping:
             raise RuntimeError("the daemon is shutting down")
-        if name in self._live:
-            # queue and replace are not built yet: every policy skips on overlap.
-            return await self._skip(name, trigger, "overlap")
+        async with self._lock(name):
+            live = self._live.get(name)
+            if live is not None:
+                if cfg.on_overlap == "queue" and name not in self._held_firing:
+                    run_id = await asyncio.to_thread(self.ids.next, name)
+                    self._held_firing[name] = Held(run_id, trigger, window)
+                    log.info("harness %s: run %d queued behind run %s", name, run_id,
+                             live.run_id)
+                    return {"decision": "queued", "run_id": run_id}
+                if cfg.on_overlap != "replace":
+                    run_id = await self._skip(name, trigger, "overlap", window)
+                    return {"decision": "skipped", "run_id": run_id}
+                if live.run_id is not None:
+                    await live.stop("replace")
+                    # The reaper may not have run yet; the new run takes the slot now.
+                    if self._live.get(name) is live:
+                        del self._live[name]
+            return {"decision": "started",
+                    "run_id": await self._start_oneshot(name, cfg, trigger, window)}
+
+    async def _start_oneshot(self, name: str, cfg: HarnessConfig, trigger: str,
+                             window: str | None, run_id: int | None = None) -> int:
         run = Run(RunSpec.from_config(name, cfg), self.ledger, self.ids, trigger,
-                  jobs_dir=self.jobs_dir, grace=self.grace)
+                  jobs_dir=self.jobs_dir, grace=self.grace, preallocated=run_id,
+                  window=window)
         # Claimed before the first await, so a concurrent trigger sees the run as live.
         self._live[name] = run
         try:
-            run_id = await run.start()
+            started = await run.start()
         except BaseException:
-            self._live.pop(name, None)
+            if self._live.get(name) is run:
+                del self._live[name]
             raise
-        task = asyncio.get_running_loop().create_task(self._reap(name, run))
+        self._watch(self._reap(name, run))
+        log.info("harness %s: run %d started (%s)", name, started, trigger)
+        return started
+
+    def _watch(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._waiters.add(task)
         task.add_done_callback(self._waiters.discard)
-        log.info("harness %s: run %d started (%s)", name, run_id, trigger)
-        return run_id
 
     async def _reap(self, name: str, run: Run) -> None:
         try:
@@ -227,16 +379,53 @@ class Manager:
         finally:
             if self._live.get(name) is run:
                 del self._live[name]
+        if self._stopping or name not in self._held_firing:
+            return
+        async with self._lock(name):
+            held = self._held_firing.get(name)
+            cfg = self.config.harness.get(name)
+            if held is None or name in self._live or self._stopping:
+                return
+            del self._held_firing[name]
+            if cfg is None or cfg.kind != "oneshot":  # removed by a reload meanwhile
+                await self._decided(name, held.run_id, held.trigger, "cancelled", "reload",
+                                    window=held.window)
+                return
+            try:
+                await self._start_oneshot(name, cfg, held.trigger, held.window, held.run_id)
+            except Exception:
+                log.exception("harness %s: the queued run %d could not be started", name,
+                              held.run_id)
 
-    async def _skip(self, name: str, trigger: str, reason: str) -> int:
-        run_id = await asyncio.to_thread(self.ids.next, name)
+    async def _decided(self, name: str, run_id: int, trigger: str, outcome: str,
+                       reason: str | None, **fields: Any) -> None:
+        """A synced ``decided`` line: a record that started no process."""
         at = format_ns(self.ledger.clock())
-        line = {"type": "decided", "harness": name, "run_id": run_id, "at": at,
-                "kind": "oneshot", "trigger": trigger, "started_at": at,
-                "outcome": "skipped", "reason": reason}
+        line: dict[str, Any] = {"type": "decided", "harness": name, "run_id": run_id,
+                                "at": at, "kind": "oneshot", "trigger": trigger,
+                                "started_at": at, "outcome": outcome}
+        if outcome not in ("skipped", "missed"):
+            line["ended_at"] = at
+        if reason is not None:
+            line["reason"] = reason
+        line.update({k: v for k, v in fields.items() if v is not None})
         await asyncio.to_thread(self.ledger.append, line, sync=True)
+
+    async def _skip(self, name: str, trigger: str, reason: str,
+                    window: str | None = None) -> int:
+        run_id = await asyncio.to_thread(self.ids.next, name)
+        await self._decided(name, run_id, trigger, "skipped", reason, window=window)
         log.info("harness %s: run %d skipped (%s)", name, run_id, reason)
         return run_id
+
+    async def _drop_held(self, name: str, outcome: str, reason: str) -> int | None:
+        """Close the firing held for `name`, if any, with a decided record."""
+        held = self._held_firing.pop(name, None)
+        if held is None:
+            return None
+        await self._decided(name, held.run_id, held.trigger, outcome, reason,
+                            window=held.window)
+        return held.run_id
 
     # -- residents ---------------------------------------------------------------------
 
@@ -251,14 +440,20 @@ class Manager:
             raise NotResident(name)
         return cfg
 
-    async def _spawn_resident(self, name: str, trigger: str) -> int:
-        """Start a run of resident `name`; the caller holds its lock."""
+    async def _spawn_resident(self, name: str, trigger: str, *, nowait: bool = False) -> int:
+        """Start a run of resident `name`; the caller holds its lock.
+
+        `nowait`: REQ-6's exception, a restart after the resident's own exit whose opened
+        line is queued behind that exit's closed line rather than waited for.
+        """
         cfg = self._resident(name)
         if self._stopping:
             raise RuntimeError("the daemon is shutting down")
+        exempt = unbudgeted(cfg, self.config)
         run = Run(RunSpec.from_config(name, cfg), self.ledger, self.ids, trigger,
-                  kind="resident", jobs_dir=self.jobs_dir, grace=self.grace)
-        self._live[name] = run  # claimed before the first await, as in `trigger`
+                  kind="resident", jobs_dir=self.jobs_dir, grace=self.grace,
+                  nowait_open=nowait and exempt, nowait_close=exempt)
+        self._live[name] = run  # claimed before the first await, as in `fire`
         try:
             run_id = await run.start()
         except BaseException:
@@ -270,9 +465,7 @@ class Manager:
             self._ending.add((name, run_id))
             await run.stop("shutdown")
             return run_id
-        task = asyncio.get_running_loop().create_task(self._watch_resident(name, run, cfg))
-        self._waiters.add(task)
-        task.add_done_callback(self._waiters.discard)
+        self._watch(self._watch_resident(name, run, cfg))
         log.info("harness %s: resident run %d started (%s)", name, run_id, trigger)
         return run_id
 
@@ -291,11 +484,20 @@ class Manager:
             return
         outcome = rec.get("outcome")
         log.info("harness %s: resident run %s ended %s", name, run.run_id, outcome)
-        if self._stopping or name in self._held or not _wants_restart(cfg.restart, outcome):
+        cfg = self.config.harness.get(name, cfg)  # a reload may have changed the policy
+        if (self._stopping or name in self._held or cfg.kind != "resident"
+                or (name in self._closed and name not in self._override)
+                or not _wants_restart(cfg.restart, outcome)):
             return
+        self._override.discard(name)
         up = rec.get("duration_ms", 0) / 1000
         delay, self._delay[name] = next_delay(cfg.restart_delay / 1e9, self._delay.get(name),
                                               up)
+        if delay <= 0:
+            # No delay: the restart follows at once, its opened line queued behind the
+            # closed line just queued (REQ-6's exception), so a slow disk stalls nothing.
+            await self._restart_now(name)
+            return
         self._backoff[name] = asyncio.get_running_loop().create_task(
             self._restart_later(name, delay), name=f"backoff:{name}")
 
@@ -305,12 +507,19 @@ class Manager:
         finally:
             if self._backoff.get(name) is asyncio.current_task():
                 del self._backoff[name]
+        await self._restart_now(name)
+
+    async def _restart_now(self, name: str) -> None:
         try:
             async with self._lock(name):
-                # An operator's stop or start may have won the lock while we waited for it.
-                if name in self._held or name in self._live or self._stopping:
+                # An operator's stop or start, an hours close or a reload may have won the
+                # lock while we waited for it.
+                cfg = self.config.harness.get(name)
+                if (name in self._held or name in self._live or self._stopping
+                        or cfg is None or cfg.kind != "resident"
+                        or (name in self._closed and name not in self._override)):
                     return
-                await self._spawn_resident(name, "restart")
+                await self._spawn_resident(name, "restart", nowait=True)
         except Exception:
             # Not retried: a run id or an opened line that cannot be written is not a
             # crash of the resident, and looping on it would flood the log.
@@ -321,14 +530,61 @@ class Manager:
         if task is not None:
             task.cancel()
 
+    # -- operating hours ---------------------------------------------------------------
+
+    async def _gate(self, name: str, hours: OperatingHours) -> None:
+        """Close resident `name` when its hours end and release it when they open again."""
+        while True:
+            await asyncio.sleep(MAX_TICK)  # wall clock re-read every tick: suspend-safe
+            now_open = hours.is_open(datetime.now(UTC))
+            try:
+                if not now_open and name not in self._closed:
+                    await self._close_hours(name)
+                elif now_open and name in self._closed:
+                    await self._open_hours(name)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("harness %s: the operating-hours change failed", name)
+
+    async def _close_hours(self, name: str) -> None:
+        cfg = self._resident(name)
+        async with self._lock(name):
+            self._closed.add(name)
+            self._override.discard(name)
+            self._cancel_backoff(name)
+            run = self._live.get(name)
+            if run is None or run.run_id is None:
+                return
+            self._ending.add((name, run.run_id))
+        grace = 0.0 if cfg.hours_shutdown == "immediate" else HOURS_GRACE
+        log.info("harness %s: operating hours closed; stopping run %s (%s)", name,
+                 run.run_id, cfg.hours_shutdown)
+        # Not under the lock: a graceful close may take minutes, and an operator's stop
+        # or a shutdown meanwhile only brings the SIGKILL closer.
+        self._watch(run.stop("hours", grace))
+
+    async def _open_hours(self, name: str) -> None:
+        cfg = self._resident(name)
+        async with self._lock(name):
+            self._closed.discard(name)
+            self._override.discard(name)
+            if (not cfg.enabled or name in self._held or self._stopping
+                    or name in self._live):
+                return
+            log.info("harness %s: operating hours open", name)
+            await self._spawn_resident(name, "release")
+
+    # -- operator ----------------------------------------------------------------------
+
     async def start_op(self, name: str) -> dict[str, Any]:
-        """Operator `start`: a stopped resident starts (manual); a one-shot is triggered."""
+        """Operator `start`: a stopped resident starts (manual); a one-shot is fired."""
         cfg = self.config.harness.get(name)
         if cfg is None:
             raise UnknownHarness(name)
         if cfg.kind == "oneshot":
-            return {"name": name, "kind": "oneshot", "action": "triggered",
-                    "run_id": await self.trigger(name, "manual")}
+            fired = await self.fire(name, "manual")
+            return {"name": name, "kind": "oneshot", "action": "triggered", **fired}
         async with self._lock(name):
             return await self._start_resident(name)
 
@@ -340,21 +596,29 @@ class Manager:
         self._held.discard(name)
         self._cancel_backoff(name)
         self._delay.pop(name, None)  # an operator's start is a fresh start, not a retry
+        if name in self._closed:
+            self._override.add(name)  # runs outside its hours until stopped or they cycle
         return {"name": name, "kind": "resident", "action": "started",
                 "run_id": await self._spawn_resident(name, "manual")}
 
     async def stop_op(self, name: str) -> dict[str, Any]:
         """Operator `stop`: the live run closes cancelled/operator before this returns.
 
-        A stopped resident is held down (no restart) until it is started again.
+        A stopped resident is held down (no restart, no release) until it is started again;
+        a one-shot's held firing is cancelled with it.
         """
         cfg = self.config.harness.get(name)
         if cfg is None:
             raise UnknownHarness(name)
-        if cfg.kind == "oneshot":
-            return await self._stop_live(name, cfg.kind)
         async with self._lock(name):
+            if cfg.kind == "oneshot":
+                dropped = await self._drop_held(name, "cancelled", "operator")
+                out = await self._stop_live(name, cfg.kind)
+                if dropped is not None:
+                    out["cancelled_queued"] = dropped
+                return out
             self._held.add(name)
+            self._override.discard(name)
             self._cancel_backoff(name)
             return await self._stop_live(name, cfg.kind)
 
@@ -380,6 +644,8 @@ class Manager:
         self._held.discard(name)
         self._cancel_backoff(name)
         self._delay.pop(name, None)
+        if name in self._closed:
+            self._override.add(name)
         old: int | None = None
         run = self._live.get(name)
         if run is not None and run.run_id is not None:
@@ -389,6 +655,84 @@ class Manager:
         new = await self._spawn_resident(name, "manual")
         return {"name": name, "kind": "resident", "action": "restarted", "replaced": old,
                 "run_id": new}
+
+    # -- reload ------------------------------------------------------------------------
+
+    async def reload(self, new: Config) -> dict[str, Any]:
+        """Swap in `new`: start what it adds, stop what it removes (cancelled/reload), and
+        re-apply what it changes; a harness whose config is unchanged is not touched.
+
+        A changed one-shot keeps its live run (it finishes under the config it started
+        with) and keeps its schedule's phase unless the schedule itself changed; a changed
+        resident's live run is stopped (cancelled/reload) and started again under the new
+        config. A harness that changes kind is removed and added.
+        """
+        if self._stopping:
+            raise RuntimeError("the daemon is shutting down")
+        old = self.config
+        added, removed, changed, unchanged = diff_configs(old, new)
+        for name in sorted(changed):
+            if old.harness[name].kind != new.harness[name].kind:
+                changed.discard(name)
+                removed.add(name)
+                added.add(name)
+        self.config = new
+        for name in sorted(removed):
+            await self._remove(name, old.harness[name])
+        for name in sorted(changed):
+            await self._change(name, old.harness[name], new.harness[name])
+        for name in sorted(added):
+            cfg = new.harness[name]
+            if cfg.kind == "oneshot":
+                if self._started:
+                    self._arm_ticker(name, cfg, resume=True)
+            else:
+                await self._arm_resident(name, cfg, "autostart")
+        log.info("reload: %d added, %d removed, %d changed, %d unchanged", len(added),
+                 len(removed), len(changed), len(unchanged))
+        return {"added": sorted(added), "removed": sorted(removed),
+                "changed": sorted(changed), "unchanged": len(unchanged)}
+
+    async def _remove(self, name: str, cfg: HarnessConfig) -> None:
+        tasks = self._disarm(name)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        async with self._lock(name):
+            await self._drop_held(name, "cancelled", "reload")
+            for s in (self._held, self._closed, self._override):
+                s.discard(name)
+            self._delay.pop(name, None)
+            run = self._live.get(name)
+            if run is not None and run.run_id is not None:
+                self._ending.add((name, run.run_id))
+                await run.stop("reload")
+
+    async def _change(self, name: str, before: HarnessConfig, after: HarnessConfig) -> None:
+        if after.kind == "oneshot":
+            if before.schedule != after.schedule:
+                task = self._tickers.pop(name, None)
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                self._next.pop(name, None)
+                if self._started:
+                    # A new schedule starts from now: its windows before now were never due.
+                    self._arm_ticker(name, after, resume=False)
+            return
+        tasks = [t for t in (self._gates.pop(name, None),) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        async with self._lock(name):
+            self._cancel_backoff(name)
+            self._delay.pop(name, None)
+            self._closed.discard(name)
+            run = self._live.get(name)
+            if run is not None and run.run_id is not None:
+                self._ending.add((name, run.run_id))
+                await run.stop("reload")
+        if name in self._held:
+            return  # operator-stopped: stays down under the new config too
+        await self._arm_resident(name, after, "autostart")
 
     # -- views -------------------------------------------------------------------------
 
@@ -400,6 +744,10 @@ class Manager:
             return "armed"  # ready for its schedule or a trigger
         if name in self._backoff:
             return "backoff"
+        if name in self._held:
+            return "stopped"
+        if name in self._closed:
+            return "off-hours"
         return "stopped"
 
     def list(self) -> list[dict[str, Any]]:
@@ -416,11 +764,15 @@ class Manager:
                 self.ledger.query, Query(names=(name,), limit=STREAK_LIMIT))
             last = next((r for r in recs if r.get("outcome") != "running"), None)
             nxt = self._next.get(name)
+            held = self._held_firing.get(name)
             out.append({
                 "name": name,
                 "state": self.state_of(name),
                 "schedule": cfg.schedule,
                 "next": _rfc3339(nxt) if nxt is not None else None,
+                "catch_up": cfg.catch_up,
+                "on_overlap": cfg.on_overlap,
+                "queued": None if held is None else held.run_id,
                 "last_run": None if last is None else {
                     "run_id": last["run_id"], "outcome": last.get("outcome"),
                     "ended_at": last.get("ended_at")},
@@ -429,4 +781,5 @@ class Manager:
         return out
 
 
-__all__ = ["Manager", "NotResident", "UnknownHarness", "next_delay"]
+__all__ = ["Decision", "Manager", "NotResident", "UnknownHarness", "decide_windows",
+           "next_delay", "unbudgeted"]

@@ -180,6 +180,13 @@ class Run:
     jobs_dir: str = field(default_factory=logs.default_jobs_dir)
     grace: float = DEFAULT_GRACE
     base_env: Mapping[str, str] | None = None  # the daemon's env; None means os.environ
+    # Set by the Manager: an id it already allocated (a queued firing), the schedule window
+    # the run honours, and REQ-6's one exception (an unbudgeted resident's restart opened
+    # line, and its own-exit closed line, are queued without waiting for the sync).
+    preallocated: int | None = None
+    window: str | None = None
+    nowait_open: bool = False
+    nowait_close: bool = False
 
     run_id: int | None = field(default=None, init=False)
     log_path: str | None = field(default=None, init=False)
@@ -191,6 +198,8 @@ class Run:
     _stop: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
     _task: asyncio.Task[dict[str, Any]] | None = field(default=None, init=False, repr=False)
     _closing: bool = field(default=False, init=False, repr=False)
+    _stopped: bool = field(default=False, init=False, repr=False)
+    _kill_by: float | None = field(default=None, init=False, repr=False)
 
     # -- start -------------------------------------------------------------------------
 
@@ -204,7 +213,8 @@ class Run:
         if self._task is not None:
             raise RuntimeError("a Run is started once")
         name = self.spec.name
-        self.run_id = await asyncio.to_thread(self.ids.next, name)
+        self.run_id = (self.preallocated if self.preallocated is not None
+                       else await asyncio.to_thread(self.ids.next, name))
         resident = self.kind == "resident"
         path = (resident_log_path(name) if resident
                 else logs.run_log_path(self.jobs_dir, name, self.run_id))
@@ -224,7 +234,14 @@ class Run:
                                       "started_at": at, "outcome": "running"}
             if self.log_path is not None:
                 opened["log"] = self.log_path
-            await asyncio.to_thread(self.ledger.append, opened, sync=True)
+            if self.window is not None:
+                opened["window"] = self.window
+            if self.nowait_open:
+                # Queued in order behind the previous run's closed line; the writer syncs
+                # and retries it, and logs and counts a late sync (REQ-6's exception).
+                self.ledger.enqueue(opened, sync=True)
+            else:
+                await asyncio.to_thread(self.ledger.append, opened, sync=True)
         except BaseException:
             if fd is not None:
                 os.close(fd)
@@ -249,6 +266,9 @@ class Run:
         env.update(await asyncio.to_thread(read_env_files, self.spec.env_file))
         if self.env_extra:
             env.update(self.env_extra)
+        # Last, so no env file can change them: orphans.py finds a crashed daemon's runs by them.
+        env.update(HARNESS_NAME=self.spec.name, HARNESS_RUN_ID=str(self.run_id),
+                   HARNESS_RUN_TRIGGER=self.trigger, HARNESS_SOCKET=paths.socket_path())
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *self.spec.argv, cwd=self.spec.workdir, env=env,
@@ -269,16 +289,21 @@ class Run:
         # Shielded: a caller giving up on waiting must not abandon the run unclosed.
         return await asyncio.shield(self._task)
 
-    async def stop(self, reason: str) -> dict[str, Any]:
+    async def stop(self, reason: str, grace: float | None = None) -> dict[str, Any]:
         """End the run for `reason` (operator, hours, reload, replace, shutdown) and wait.
 
-        A run that already ended keeps the outcome it had.
+        SIGTERM goes to the group, SIGKILL after `grace` (default: the run's). A run that
+        already ended, or is already being stopped, keeps the outcome it had; a second stop
+        can only bring the SIGKILL closer (a shutdown during a graceful hours close).
         """
         if reason not in STOP_REASONS:
             raise ValueError(f"unknown stop reason {reason!r} "
                              f"(valid: {', '.join(STOP_REASONS)})")
         if self._end is None:
             self._end = STOP_REASONS[reason]
+        self._stopped = True
+        by = asyncio.get_running_loop().time() + (self.grace if grace is None else grace)
+        self._kill_by = by if self._kill_by is None else min(self._kill_by, by)
         self._stop.set()
         return await self.wait()
 
@@ -334,14 +359,18 @@ class Run:
         """
         _signal_group(pgid, signal.SIGTERM)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.grace
-        while loop.time() < deadline:
+        began = loop.time()
+        if self._kill_by is None:  # a timeout, not a stop
+            self._kill_by = began + self.grace
+        # Re-read each turn: a later stop may bring the deadline closer.
+        while loop.time() < self._kill_by:
             if waiter.done() and not _group_alive(pgid):
                 return
             await asyncio.sleep(_POLL)
         if _group_alive(pgid):
             _signal_group(pgid, signal.SIGKILL)
-            await self._note(f"still running {self.grace:g}s after SIGTERM; sent SIGKILL")
+            await self._note(f"still running {loop.time() - began:.3g}s after SIGTERM; "
+                             "sent SIGKILL")
 
     async def _note(self, text: str) -> None:
         if self.log_path is not None:
@@ -362,7 +391,11 @@ class Run:
         if exit_code is not None:
             line["exit_code"] = exit_code
         try:
-            await asyncio.to_thread(self.ledger.append, line, sync=True)
+            if self.nowait_close and not self._stopped and outcome in ("success", "failed"):
+                # REQ-6's exception: a resident's own exit is queued, not waited for.
+                self.ledger.enqueue(line, sync=True)
+            else:
+                await asyncio.to_thread(self.ledger.append, line, sync=True)
         except LedgerError as exc:
             # The writer keeps the line queued and retries it in order (REQ-6).
             log.error("run %s/%s: closed line not yet durable: %s", name, self.run_id, exc)
@@ -371,7 +404,11 @@ class Run:
             await asyncio.to_thread(logs.finish_log, self.jobs_dir, name, self.run_id,
                                     self.spec.keep_runs)
         rec = await asyncio.to_thread(self.ledger.get, name, self.run_id)
-        return rec if rec is not None else {k: v for k, v in line.items() if k != "type"}
+        if rec is None or rec.get("outcome") == "running":
+            # The closed line is still queued (REQ-6's exception, or a failing disk): the
+            # record as it will read once it is written.
+            rec = {**(rec or {}), **{k: v for k, v in line.items() if k not in ("type", "at")}}
+        return rec
 
 
 async def run_once(spec: RunSpec, ledger: RunLedger, ids: RunIds, *, trigger: str,

@@ -1,0 +1,101 @@
+"""Config reload end to end (DESIGN.md §3, SPEC-0022 REQ-3/REQ-19): the `reload` op and
+SIGHUP against a real daemon process.
+
+A reload starts what the new config adds, closes the live run of what it removes as
+cancelled/reload, stops and starts again a changed resident, and leaves an unchanged
+harness's run alone (same run id, same process). A config that fails to load is refused
+with `bad_config` naming the file and key, and the last good config stays in force.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import World
+from harness.control.client import Client, DaemonError
+from test_daemon_e2e import Daemons, _record, _runs, _until
+from test_residents_e2e import _states
+
+
+@pytest.fixture
+def daemons(world: World) -> Iterator[Daemons]:
+    d = Daemons(world)
+    yield d
+    d.kill_all()
+
+
+def _resident(name: str, pidfile: Path, note: str = "") -> str:
+    return f"""
+[harness.{name}]
+argv = ["sh", "-c", "echo $$ > {pidfile}; exec sleep 600 {note}"]
+"""
+
+
+def _pid(path: Path) -> int:
+    return int(_until(f"{path.name}", lambda: path.exists() and path.read_text().strip()))
+
+
+def test_reload_applies_only_what_changed(world: World, daemons: Daemons,
+                                          tmp_path: Path) -> None:
+    keep, change, drop, new = (tmp_path / f"{n}.pid" for n in ("keep", "change", "drop", "new"))
+    daemons.pidfiles += [keep, change, drop, new]
+    base = _resident("keep", keep) + _resident("drop", drop)
+    daemons.write_config(base + _resident("change", change) + """
+[harness.job]
+kind = "oneshot"
+argv = ["true"]
+""")
+    daemons.start()
+    keep_pid, change_pid = _pid(keep), _pid(change)
+    _pid(drop)
+    change.unlink()
+    daemons.write_config(_resident("keep", keep) + _resident("change", change, "# v2")
+                         + _resident("new", new))
+    with Client(str(daemons.socket)) as c:
+        out = c.request("reload")
+    assert out == {"added": ["new"], "removed": ["drop", "job"], "changed": ["change"],
+                   "unchanged": 1}
+    dropped = _record(world, "drop", 1)
+    assert dropped is not None and (dropped["outcome"], dropped["reason"]) == (
+        "cancelled", "reload")
+    old = _record(world, "change", 1)
+    assert old is not None and (old["outcome"], old["reason"]) == ("cancelled", "reload")
+    again = _until("the changed resident's new run", lambda: _record(world, "change", 2))
+    assert (again["trigger"], again["outcome"]) == ("autostart", "running")
+    assert _pid(change) != change_pid
+    assert _pid(new) > 0
+    # The unchanged resident kept its run and its process.
+    assert [r["run_id"] for r in _runs(world, "keep")] == [1]
+    assert _pid(keep) == keep_pid
+    os.kill(keep_pid, 0)
+    assert _states(world) == {"change": "running", "keep": "running", "new": "running"}
+
+
+def test_a_bad_reload_keeps_the_last_good_config(world: World, daemons: Daemons,
+                                                 tmp_path: Path) -> None:
+    pidfile = tmp_path / "w.pid"
+    daemons.pidfiles.append(pidfile)
+    daemons.write_config(_resident("w", pidfile))
+    daemons.start()
+    pid = _pid(pidfile)
+    daemons.write_config(_resident("w", pidfile)
+                         + '\n[harness.bad]\nargv = ["x"]\nrestart = "sometimes"\n')
+    with Client(str(daemons.socket)) as c, pytest.raises(DaemonError) as err:
+        c.request("reload")
+    assert err.value.code == "bad_config"
+    assert str(daemons.config) in str(err.value) and "restart" in str(err.value)
+    assert _states(world) == {"w": "running"}
+    os.kill(pid, 0)
+    # SIGHUP reloads too: a fixed file is applied, and the failed attempt changed nothing.
+    daemons.write_config(_resident("w", pidfile) + '\n[harness.job]\nkind = "oneshot"\n'
+                         'argv = ["true"]\n')
+    daemons.procs[-1].send_signal(signal.SIGHUP)
+    _until("the SIGHUP reload", lambda: "job" in _states(world))
+    assert _states(world) == {"job": "armed", "w": "running"}
+    assert [r["run_id"] for r in _runs(world, "w")] == [1]
+    assert "reload failed" in daemons.stderr()

@@ -1,0 +1,215 @@
+"""One-shot scheduling end to end: overlap policies, missed windows and catch-up
+(DESIGN.md §3 "Runs", SPEC-0022 REQ-3/REQ-5), against a real daemon process.
+
+The window decision itself (`decide_windows`) is pinned with exact cases; the daemon tests
+seed the ledger with a scheduled record from hours ago, boot the daemon, and check the
+one record the gap comes to: a `missed` decided record (catch_up = false) or one run with
+trigger `catch_up`. Overlap: `queue` holds one firing (its run id allocated when held) and
+skips the rest, `replace` closes the live run `replaced`, and `stop` cancels a held firing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import World
+from harness.config.schedule import Windows, parse_schedule
+from harness.control.client import Client
+from harness.ledger.runledger import RunLedger
+from harness.supervisor.manager import LATE, Decision, decide_windows
+from harness.timefmt import format_ns
+from test_daemon_e2e import Daemons, _record, _runs, _until
+
+
+@pytest.fixture
+def daemons(world: World) -> Iterator[Daemons]:
+    d = Daemons(world)
+    yield d
+    d.kill_all()
+
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def _at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+@pytest.mark.parametrize(("last", "now", "catch_up", "want"), [
+    # Nothing new since the last decided window.
+    (0, 9.5, False, None),
+    # One window, on time: it runs.
+    (0, 10.2, False, Decision(Windows(0, None, None), _at(10), "schedule")),
+    # Three windows, the newest on time: the two late ones are one missed record.
+    (0, 30.5, False, Decision(Windows(2, _at(10), _at(20)), _at(30), "schedule")),
+    # All late: one missed record and no run.
+    (0, 35, False, Decision(Windows(3, _at(10), _at(30)), None, "schedule")),
+    # All late with catch_up: one run for them all, honouring the newest.
+    (0, 35, True, Decision(Windows(3, _at(10), _at(30)), _at(30), "catch_up")),
+    # catch_up with nothing late is an ordinary scheduled run.
+    (0, 10.5, True, Decision(Windows(0, None, None), _at(10), "schedule")),
+])
+def test_decide_windows(last: float, now: float, catch_up: bool,
+                        want: Decision | None) -> None:
+    sched = parse_schedule("CRON_TZ=UTC */10 * * * *")
+    got = decide_windows(sched, _at(last), _at(now), catch_up)
+    assert got == want
+    if got is not None and got.due is not None and not catch_up:
+        assert (_at(now) - got.due).total_seconds() <= LATE
+
+
+def _seed_window(world: World, name: str, window: datetime, run_id: int = 1) -> None:
+    """A scheduled run of `name` that honoured `window`, closed, as the ledger holds it."""
+    ledger = RunLedger(str(world.ledger))
+    try:
+        w = format_ns(int(window.timestamp()) * 1_000_000_000)
+        ledger.append({"type": "opened", "harness": name, "run_id": run_id, "at": w,
+                       "kind": "oneshot", "trigger": "schedule", "started_at": w,
+                       "outcome": "running", "window": w})
+        ledger.append({"type": "closed", "harness": name, "run_id": run_id, "at": w,
+                       "outcome": "success", "ended_at": w, "exit_code": 0})
+    finally:
+        ledger.close()
+
+
+def _hourly_far_from_now() -> tuple[str, datetime]:
+    """An hourly UTC cron at a minute 30 away from now, and its latest past window."""
+    now = datetime.now(UTC)
+    minute = (now.minute + 30) % 60
+    latest = now.replace(minute=minute, second=0, microsecond=0)
+    if latest > now:
+        latest -= timedelta(hours=1)
+    return f"CRON_TZ=UTC {minute} * * * *", latest
+
+
+def _rfc(at: datetime) -> str:
+    return format_ns(int(at.timestamp()) * 1_000_000_000)
+
+
+@pytest.mark.parametrize("catch_up", [False, True])
+def test_windows_missed_while_the_daemon_was_down(world: World, daemons: Daemons,
+                                                  catch_up: bool) -> None:
+    sched, latest = _hourly_far_from_now()
+    # The last run honoured the window three hours before the latest: three were missed.
+    _seed_window(world, "nightly", latest - timedelta(hours=3))
+    daemons.write_config(f"""
+[harness.nightly]
+schedule = "{sched}"
+catch_up = {"true" if catch_up else "false"}
+argv = ["sh", "-c", "echo caught up"]
+""")
+    daemons.start()
+    rec = _until("the gap's record", lambda: _record(world, "nightly", 2))
+    if catch_up:
+        rec = _until("the catch-up run to end",
+                     lambda: (r := _record(world, "nightly", 2)) and r["outcome"] != "running"
+                     and r)
+        assert (rec["trigger"], rec["outcome"], rec["window"]) == (
+            "catch_up", "success", _rfc(latest))
+        assert "windows" not in rec
+    else:
+        assert (rec["trigger"], rec["outcome"], rec["window"], rec["first_window"],
+                rec["windows"]) == ("schedule", "missed", _rfc(latest),
+                                    _rfc(latest - timedelta(hours=2)), 3)
+        assert "exit_code" not in rec and "ended_at" not in rec
+    # Decided once: a restart does not decide the same windows again.
+    with Client(str(daemons.socket)) as c:
+        c.request("daemon_info")
+    daemons.procs[-1].terminate()
+    assert daemons.procs[-1].wait(timeout=60) == 0
+    daemons.start()
+    with Client(str(daemons.socket)) as c:
+        jobs = c.request("jobs")["jobs"]
+    assert [r["run_id"] for r in _runs(world, "nightly")] == [2, 1]
+    assert jobs[0]["name"] == "nightly" and jobs[0]["catch_up"] is catch_up
+    nxt = datetime.fromisoformat(jobs[0]["next"])
+    assert nxt == latest + timedelta(hours=1)
+
+
+def _oneshot(name: str, policy: str, script: str) -> str:
+    return f"""
+[harness.{name}]
+kind = "oneshot"
+on_overlap = "{policy}"
+argv = ["sh", "-c", "{script}"]
+"""
+
+
+def _fire(c: Client, name: str) -> dict[str, Any]:
+    data: dict[str, Any] = c.request("trigger", name=name)
+    return data
+
+
+def test_queue_holds_one_firing_and_skips_the_rest(world: World, daemons: Daemons,
+                                                   tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    daemons.write_config(_oneshot("q", "queue", f"while [ ! -e {gate} ]; do sleep 0.05; done"))
+    daemons.start()
+    with Client(str(daemons.socket)) as c:
+        assert _fire(c, "q") == {"decision": "started", "run_id": 1}
+        assert _fire(c, "q") == {"decision": "queued", "run_id": 2}
+        assert _fire(c, "q") == {"decision": "skipped", "run_id": 3}
+        assert c.request("jobs")["jobs"][0]["queued"] == 2
+    skipped = _record(world, "q", 3)
+    assert skipped is not None and (skipped["outcome"], skipped["reason"]) == (
+        "skipped", "overlap")
+    assert _record(world, "q", 2) is None  # held: no record until it runs
+    gate.touch()
+    for run_id in (1, 2):
+        rec = _until(f"run {run_id} to succeed",
+                     lambda r=run_id: (x := _record(world, "q", r)) and x["outcome"] == "success"
+                     and x)
+        assert rec["trigger"] == "manual" and rec["exit_code"] == 0
+    # The queued run started after the first ended.
+    one, two = _record(world, "q", 1), _record(world, "q", 2)
+    assert one is not None and two is not None
+    assert two["started_at"] >= one["ended_at"]
+
+
+def test_stop_cancels_the_held_firing(world: World, daemons: Daemons) -> None:
+    daemons.write_config(_oneshot("q", "queue", "sleep 60"))
+    daemons.start()
+    with Client(str(daemons.socket)) as c:
+        assert _fire(c, "q")["run_id"] == 1
+        assert _fire(c, "q") == {"decision": "queued", "run_id": 2}
+        out = c.request("stop", name="q")
+    assert (out["action"], out["run_id"], out["cancelled_queued"]) == ("stopped", 1, 2)
+    runs = {r["run_id"]: r for r in _runs(world, "q")}
+    assert (runs[1]["outcome"], runs[1]["reason"]) == ("cancelled", "operator")
+    assert (runs[2]["outcome"], runs[2]["reason"]) == ("cancelled", "operator")
+    assert "exit_code" not in runs[2] and runs[2]["ended_at"]
+
+
+def test_shutdown_interrupts_the_held_firing(world: World, daemons: Daemons) -> None:
+    daemons.write_config(_oneshot("q", "queue", "sleep 60"))
+    proc = daemons.start()
+    with Client(str(daemons.socket)) as c:
+        assert _fire(c, "q")["run_id"] == 1
+        assert _fire(c, "q")["decision"] == "queued"
+    proc.terminate()
+    assert proc.wait(timeout=60) == 0
+    runs = {r["run_id"]: r for r in json.loads(world.harness("runs", "q", "--json").stdout)}
+    assert {k: (r["outcome"], r["reason"]) for k, r in runs.items()} == {
+        1: ("interrupted", "shutdown"), 2: ("interrupted", "shutdown")}
+
+
+def test_replace_closes_the_live_run_replaced(world: World, daemons: Daemons) -> None:
+    daemons.write_config(_oneshot("r", "replace", "sleep 60"))
+    daemons.start()
+    with Client(str(daemons.socket)) as c:
+        assert _fire(c, "r") == {"decision": "started", "run_id": 1}
+        _until("run 1 to be running", lambda: (x := _record(world, "r", 1))
+               and x["outcome"] == "running")
+        assert _fire(c, "r") == {"decision": "started", "run_id": 2}
+        old = _record(world, "r", 1)
+        assert old is not None and old["outcome"] == "replaced" and "reason" not in old
+        assert old["exit_code"] == -1  # ended by our SIGTERM
+        new = _record(world, "r", 2)
+        assert new is not None and new["outcome"] == "running"
+        assert c.request("stop", name="r")["outcome"] == "cancelled"
