@@ -407,10 +407,22 @@ class RunLedger:
 
     # -- retention ---------------------------------------------------------------------
 
+    def set_limits(self, retention_ns: int, max_bytes: int) -> None:
+        """The retention and size cap the next `prune` applies (REQ-19: a reload changes
+        them without reopening the ledger). Thread-safe; a prune already running keeps
+        the limits it started with."""
+        if retention_ns < 0 or max_bytes < 0:
+            raise ValueError(f"ledger limits must not be negative, got retention_ns="
+                             f"{retention_ns}, max_bytes={max_bytes}")
+        with self._lock:
+            self.retention_ns = retention_ns
+            self.max_bytes = max_bytes
+
     def prune(self) -> PruneResult:
         """Apply REQ-12 now (the daemon calls this at boot and at each UTC day rollover)."""
-        res = prune(self.directory, self.clock(), self.retention_ns, self.max_bytes,
-                    self._carry_forward)
+        with self._lock:
+            retention_ns, max_bytes = self.retention_ns, self.max_bytes
+        res = prune(self.directory, self.clock(), retention_ns, max_bytes, self._carry_forward)
         with self._lock:
             self._pruned += len(res.deleted)
             self._carried += res.carried_forward
