@@ -3,9 +3,13 @@
 Owns the daemon's lifecycle order. Boot: load the config (a bad one ends the process
 with exit 2 before anything is created); take the control socket, whose lock makes this
 the only daemon (requests wait until the boot is done); open the ledger, import the
-legacy history, close what a crash left open (REQ-7, before any run starts), prune, then
-start the Manager (schedules armed, enabled residents autostarted) and answer requests.
-Shutdown on SIGTERM/SIGINT: stop accepting, stop live runs (residents too, without
+legacy history, close what a crash left open (REQ-7, before any run starts) and stop the
+process groups it left running (orphans.py), prune, then start the Manager (schedules
+armed, enabled residents autostarted), the prune at each UTC midnight (housekeeping.py)
+and answer requests.
+SIGHUP, like the `reload` op, loads the config again and applies it through the
+Manager; a config that fails to load leaves the running one in force. Shutdown on
+SIGTERM/SIGINT: stop accepting, stop live runs (residents too, without
 restarting them), close anything still open, drain the ledger.
 
 Invariants: no run starts before reconciliation; every record opened by this process is
@@ -26,12 +30,13 @@ from typing import Any
 from . import __version__, paths
 from .config.load import ConfigError, load_config
 from .config.model import Config
-from .control.ops import runs_op
+from .control.ops import logs_op, runs_op
 from .control.server import ControlServer, Handler, OpError, SocketInUse
 from .ledger.runledger import RunLedger
-from .supervisor import logs
+from .supervisor import housekeeping, logs
 from .supervisor.history import close_open_on_shutdown, import_legacy, reconcile
 from .supervisor.manager import Manager, NotResident, UnknownHarness
+from .supervisor.orphans import kill_orphans
 from .supervisor.state import RunIds, StateError, StateFile
 from .timefmt import format_ns
 
@@ -52,10 +57,12 @@ def _setup_logging() -> None:
     root.setLevel(logging.INFO)
 
 
-OPS = ("list", "daemon_info", "runs", "trigger", "jobs", "start", "stop", "restart")
+OPS = ("list", "daemon_info", "runs", "trigger", "jobs", "start", "stop", "restart",
+       "logs", "reload")
 
 
-def _handlers(manager: Manager, ledger: RunLedger, info: dict[str, Any]) -> dict[str, Handler]:
+def _handlers(manager: Manager, ledger: RunLedger, info: dict[str, Any],
+              reload: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Handler]:
     async def list_op(req: dict[str, Any]) -> dict[str, Any]:
         return {"harnesses": manager.list()}
 
@@ -68,12 +75,14 @@ def _handlers(manager: Manager, ledger: RunLedger, info: dict[str, Any]) -> dict
         if not isinstance(name, str) or not name:
             raise OpError("bad_request", f"name must be a non-empty string, got {name!r}"[:300])
         try:
-            run_id = await manager.trigger(name, "manual")
+            return await manager.fire(name, "manual")
         except UnknownHarness:
             raise OpError("not_found", f"no one-shot harness named {name!r}"[:300]) from None
         except RuntimeError as exc:
             raise OpError("unavailable", str(exc)) from None
-        return {"run_id": run_id}
+
+    async def reload_op(req: dict[str, Any]) -> dict[str, Any]:
+        return await reload()
 
     async def jobs(req: dict[str, Any]) -> dict[str, Any]:
         return {"jobs": await manager.jobs()}
@@ -99,7 +108,51 @@ def _handlers(manager: Manager, ledger: RunLedger, info: dict[str, Any]) -> dict
     return {"list": list_op, "daemon_info": daemon_info, "runs": runs_op(ledger),
             "trigger": trigger, "jobs": jobs, "start": lifecycle("start", manager.start_op),
             "stop": lifecycle("stop", manager.stop_op),
-            "restart": lifecycle("restart", manager.restart_op)}
+            "restart": lifecycle("restart", manager.restart_op),
+            "logs": logs_op(lambda: manager.config, ledger, manager.jobs_dir),
+            "reload": reload_op}
+
+
+class Reloader:
+    """One config reload at a time, from the `reload` op or SIGHUP (REQ-19).
+
+    A config that fails to load changes nothing: the last good one stays in force. The
+    [ledger] limits are read by the next prune from the Manager's config, so they apply
+    then, without reopening the ledger.
+    """
+
+    def __init__(self, manager: Manager, config_path: str | None) -> None:
+        self.manager = manager
+        self.config_path = config_path
+        self._lock = asyncio.Lock()
+
+    async def __call__(self) -> dict[str, Any]:
+        async with self._lock:
+            try:
+                new = await asyncio.to_thread(load_config, self.config_path)
+            except ConfigError as exc:
+                log.error("reload failed; the last good config stays in force:\n%s", exc)
+                raise OpError("bad_config", str(exc)) from None
+            try:
+                return await self.manager.reload(new)
+            except RuntimeError as exc:
+                raise OpError("unavailable", str(exc)) from None
+
+    def on_sighup(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._quiet())
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+    async def _quiet(self) -> None:
+        try:
+            await self()
+        except OpError:
+            pass  # logged above
+        except Exception:
+            log.exception("reload failed")
+
+
+_background: set[asyncio.Task[Any]] = set()
 
 
 def _gated(table: dict[str, Handler], ready: asyncio.Event) -> dict[str, Handler]:
@@ -145,7 +198,7 @@ async def main(config_path: str | None = None) -> int:
             print(f"harness: cannot open the ledger {ledger_dir}: {exc}", file=sys.stderr)
             return 1
         try:
-            return await _serve(config, cfg_file, ledger, server, table, ready)
+            return await _serve(config, cfg_file, ledger, server, table, ready, config_path)
         finally:
             await asyncio.to_thread(ledger.close, LEDGER_CLOSE_TIMEOUT)
     finally:
@@ -153,7 +206,8 @@ async def main(config_path: str | None = None) -> int:
 
 
 async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: ControlServer,
-                 table: dict[str, Handler], ready: asyncio.Event) -> int:
+                 table: dict[str, Handler], ready: asyncio.Event,
+                 config_path: str | None = None) -> int:
     state_path = os.path.join(paths.state_dir(), "state.json")
     jobs_dir = logs.default_jobs_dir()
     imported = await asyncio.to_thread(import_legacy, ledger, state_path)
@@ -164,6 +218,8 @@ async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: Contr
     for rec in crashed:
         log.warning("run %s/%s: closed as interrupted (daemon_crash)", rec["harness"],
                     rec["run_id"])
+    # Their process groups outlived the crash: end them before any run starts (no twins).
+    await asyncio.to_thread(kill_orphans, server.path, crashed)
     pruned = await asyncio.to_thread(ledger.prune)
     if pruned.deleted:
         log.info("ledger: pruned %d day file(s)", len(pruned.deleted))
@@ -179,29 +235,41 @@ async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: Contr
     info = {"pid": os.getpid(), "version": __version__,
             "started_at": format_ns(ledger.clock()), "config": cfg_file,
             "ledger_dir": ledger.directory}
-    table.update(_handlers(manager, ledger, info))
+    reloader = Reloader(manager, config_path)
+    table.update(_handlers(manager, ledger, info, reloader))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # Taken now so a SIGHUP during the boot does not kill the daemon; it reloads once up.
+    def on_sighup() -> None:
+        if ready.is_set():
+            reloader.on_sighup()
+
+    loop.add_signal_handler(signal.SIGHUP, on_sighup)
+    daily: asyncio.Task[None] | None = None
     try:
         manager.start()
         await manager.start_residents()
         ready.set()
+        daily = loop.create_task(housekeeping.DailyPrune(
+            ledger, limits=lambda: housekeeping.config_limits(manager.config)).run())
         log.info("daemon %s up: pid %d, %d harness(es), socket %s", __version__, os.getpid(),
                  len(config.harness), server.path)
         await stop.wait()
         log.info("shutting down")
         # The socket goes first so no trigger can start a run the shutdown would miss.
         await server.close()
+        await housekeeping.stop(daily)
         await manager.shutdown()
         left = await asyncio.to_thread(close_open_on_shutdown, ledger, ledger.clock())
         if left:
             log.warning("closed %d open record(s) as interrupted (shutdown)", len(left))
     finally:
+        await housekeeping.stop(daily)  # no-op after a clean shutdown
         # Kept until the shutdown is done: a second Ctrl-C must not cut it short and
         # leave runs without their closed lines.
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
     return 0
 

@@ -86,6 +86,12 @@ def trigger_command(ctx: click.Context, name: str, wait: bool) -> None:
     def go(client: Client) -> int:
         data = client.request("trigger", name=name)
         run_id = data["run_id"]
+        decision = data.get("decision", "started")
+        if decision != "started":
+            # stdout stays the bare run id, for scripts; the decision is for the reader.
+            click.echo(f"{name}: run {run_id} {decision}"
+                       + (" until the live run ends" if decision == "queued" else ""),
+                       err=True)
         if not wait:
             click.echo(str(run_id))
             return 0

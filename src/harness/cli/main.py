@@ -13,6 +13,8 @@ import click
 from .. import __version__
 from .daemon import COMMANDS as DAEMON_COMMANDS
 from .ledger import ledger_group
+from .logs import logs_command
+from .projects import COMMANDS as PROJECT_COMMANDS
 from .runs import runs_command
 
 
@@ -30,7 +32,8 @@ def cli(ctx: click.Context, socket_path: str | None, config_path: str | None) ->
 
 cli.add_command(runs_command)
 cli.add_command(ledger_group)
-for _cmd in DAEMON_COMMANDS:
+cli.add_command(logs_command)
+for _cmd in (*DAEMON_COMMANDS, *PROJECT_COMMANDS):
     cli.add_command(_cmd)
 
 

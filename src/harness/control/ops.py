@@ -1,20 +1,27 @@
-"""Control ops served from the run ledger (SPEC-0022 REQ-15): the `runs` op.
+"""Control ops served from the run ledger and the run logs (SPEC-0022 REQ-15): `runs`
+and `logs`.
 
-Owns turning a `runs` request into a `Query` and its answer. Invariants: every
-field is checked before the ledger is asked, and a bad one is answered with
-``bad_request`` naming the field (and, for outcomes and triggers, listing the valid
-values); the ledger is only ever read on a worker thread, so a disk scan never
-stalls the daemon's event loop; the answer is always
-``{"runs": [records newest first], "oldest_seq": seq or null}``.
+Owns turning a `runs` request into a `Query` and its answer, and a `logs` request into
+`logview.view_log`'s. Invariants: every field is checked before the ledger or a log is
+read, and a bad one is answered with ``bad_request`` naming the field (and, for outcomes
+and triggers, listing the valid values); the ledger and the logs are only ever read on a
+worker thread, so a disk scan never stalls the daemon's event loop; the `runs` answer is
+always ``{"runs": [records newest first], "oldest_seq": seq or null}``, the `logs` answer
+``{"name", "run_id", "path", "text", "cut_bytes", "shared"}`` with at most
+``logview.SOCKET_CAP`` bytes of log in it, or ``not_found``/``pruned``.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
+from ..config.model import Config
 from ..ledger.query import MAX_LIMIT, Query, QueryError
 from ..ledger.runledger import RunLedger
+from ..supervisor import logview
+from ..supervisor.runner import resident_log_path
 from ..timefmt import parse_ns
 from .server import Handler, OpError
 
@@ -128,3 +135,59 @@ def runs_op(ledger: RunLedger) -> Handler:
         return {"runs": records, "oldest_seq": oldest}
 
     return runs
+
+
+_LOGS_FIELDS = frozenset({"name", "run", "lines"})
+
+
+def _positive(req: dict[str, Any], key: str) -> int | None:
+    v = _int(req, key)
+    if v is not None and v < 1:
+        raise _bad(f"{key} must be a positive integer, got {v}")
+    return v
+
+
+def _record_lookup(ledger: RunLedger) -> logview.Lookup:
+    """(harness, run_id) → its record: from memory, else from the day files.
+
+    The in-memory index drops old closed records, and a pruned log is usually an old
+    run's, so a miss there is not yet an unknown run.
+    """
+
+    def lookup(name: str, run_id: int) -> dict[str, Any] | None:
+        rec = ledger.get(name, run_id)
+        if rec is not None:
+            return rec
+        records, _ = ledger.query(Query(names=(name,)))
+        return next((r for r in records if r.get("run_id") == run_id), None)
+
+    return lookup
+
+
+def logs_op(config: Callable[[], Config], ledger: RunLedger, jobs_dir: str) -> Handler:
+    """The handler of the `logs` op; `config` gives the config in force (it changes on
+    reload), which says each harness's kind and keep_runs."""
+    lookup = _record_lookup(ledger)
+
+    async def logs(req: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(req) - _ENVELOPE - _LOGS_FIELDS)
+        if unknown:
+            raise _bad(f"unknown field {unknown[0]!r} (valid: lines, name, run)"[:300])
+        name = _name(req)
+        run = _positive(req, "run")
+        lines = _positive(req, "lines")
+        cfg = config().harness.get(name)
+        if cfg is None:
+            raise OpError("not_found", f"no harness named {name!r}"[:300])
+        try:
+            view = await asyncio.to_thread(
+                logview.view_log, name, cfg.kind, run=run, lines=lines, jobs_dir=jobs_dir,
+                resident_log=resident_log_path(name), keep_runs=cfg.keep_runs,
+                lookup=lookup, max_bytes=logview.SOCKET_CAP)
+        except logview.LogError as exc:
+            raise OpError(exc.code, exc.message) from None
+        except OSError as exc:
+            raise OpError("unavailable", f"cannot read {name}'s log: {exc}"[:300]) from None
+        return view.to_json()
+
+    return logs

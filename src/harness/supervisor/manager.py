@@ -677,8 +677,12 @@ class Manager:
                 removed.add(name)
                 added.add(name)
         self.config = new
+        # Before the first await: no ticker or gate of a removed harness may wake up to a
+        # config that no longer has it.
+        disarmed = [t for name in removed for t in self._disarm(name)]
+        await asyncio.gather(*disarmed, return_exceptions=True)
         for name in sorted(removed):
-            await self._remove(name, old.harness[name])
+            await self._remove(name)
         for name in sorted(changed):
             await self._change(name, old.harness[name], new.harness[name])
         for name in sorted(added):
@@ -693,9 +697,7 @@ class Manager:
         return {"added": sorted(added), "removed": sorted(removed),
                 "changed": sorted(changed), "unchanged": len(unchanged)}
 
-    async def _remove(self, name: str, cfg: HarnessConfig) -> None:
-        tasks = self._disarm(name)
-        await asyncio.gather(*tasks, return_exceptions=True)
+    async def _remove(self, name: str) -> None:
         async with self._lock(name):
             await self._drop_held(name, "cancelled", "reload")
             for s in (self._held, self._closed, self._override):

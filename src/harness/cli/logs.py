@@ -1,0 +1,140 @@
+"""`harness logs NAME [--run N] [--lines N]` (DESIGN.md §2): print a harness's log.
+
+Asks the daemon's `logs` op when the daemon is up; otherwise reads the files itself,
+taking the harness's kind and keep_runs from the config file and a run's record from
+the ledger's day files, and says on stderr that it did. Both paths go through
+`supervisor.logview.view_log`, so they pick the same file and explain a missing log the
+same way.
+
+Exit codes: 0 the log was printed; 1 no such harness, no such run, no log for that run
+(pruned, skipped, never written), or the daemon answered with another error; 2 a bad flag
+value, or (daemon down) a config file that does not load.
+Invariant: the log's bytes go to stdout and nothing else does; every note (read from
+disk, cut to the cap, a resident's shared log) goes to stderr, one line each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, NoReturn
+
+import click
+
+from .. import paths
+from ..config.load import ConfigError, load_config
+from ..control.client import Client, DaemonError, DaemonUnreachable
+from ..ledger.dayfiles import LedgerDirError
+from ..ledger.query import Query
+from ..ledger.reader import scan
+from ..supervisor import logs as runlogs
+from ..supervisor import logview
+from ..supervisor.runner import resident_log_path
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    click.echo(f"harness: {message}", err=True)
+    sys.exit(code)
+
+
+def _ask_daemon(sock: str, name: str, run: int | None, lines: int | None) -> dict[str, Any]:
+    client = Client(sock)
+    try:
+        args: dict[str, Any] = {"name": name}
+        if run is not None:
+            args["run"] = run
+        if lines is not None:
+            args["lines"] = lines
+        data = client.request("logs", **args)
+    finally:
+        client.close()
+    if not isinstance(data, dict) or not isinstance(data.get("text"), str):
+        raise ValueError(f"unexpected answer to logs: {str(data)[:200]}")
+    return data
+
+
+def _disk_lookup(name: str, run_id: int) -> dict[str, Any] | None:
+    """The record of (name, run_id) from the day files; None when the ledger has none
+    (a missing ledger directory is an empty ledger)."""
+    try:
+        recs, _oldest, _stats = scan(paths.ledger_dir(), Query(names=(name,)), offline=True)
+    except (LedgerDirError, OSError) as exc:
+        _fail(f"{name} run {run_id} has no log, and the run ledger could not be read "
+              f"to say why: {exc}")
+    return next((r.to_json(offline=True) for r in recs if r.run_id == run_id), None)
+
+
+def _read_files(config_path: str | None, name: str, run: int | None,
+                lines: int | None) -> dict[str, Any]:
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        click.echo(f"harness: the config does not load, so {name}'s kind is unknown:",
+                   err=True)
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+    cfg = config.harness.get(name)
+    if cfg is None:
+        _fail(f"no harness named {name!r}")
+    try:
+        view = logview.view_log(name, cfg.kind, run=run, lines=lines,
+                                jobs_dir=runlogs.default_jobs_dir(),
+                                resident_log=resident_log_path(name),
+                                keep_runs=cfg.keep_runs, lookup=_disk_lookup)
+    except logview.LogError as exc:
+        _fail(exc.message)
+    except OSError as exc:
+        _fail(f"cannot read {name}'s log: {exc}")
+    return view.to_json()
+
+
+@click.command("logs")
+@click.argument("name")
+@click.option("--run", "run", type=int, default=None, metavar="N",
+              help="That run's log (default: the newest run's).")
+@click.option("--lines", "lines", type=int, default=None, metavar="N",
+              help="Only the last N lines.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print {name, run_id, path, text, cut_bytes, shared} as JSON.")
+@click.pass_context
+def logs_command(ctx: click.Context, name: str, run: int | None, lines: int | None,
+                 as_json: bool) -> None:
+    """Print NAME's log.
+
+    A one-shot's newest run's log (or run N's, with --run); a resident's one durable log.
+    """
+    if run is not None and run < 1:
+        raise click.BadParameter(f"must be a positive run id, got {run}", param_hint="--run")
+    if lines is not None and lines < 1:
+        raise click.BadParameter(f"must be at least 1, got {lines}", param_hint="--lines")
+    obj = ctx.obj or {}
+    sock = paths.socket_path(obj.get("socket"))
+    try:
+        data = _ask_daemon(sock, name, run, lines)
+    except DaemonUnreachable as exc:
+        data = _read_files(obj.get("config"), name, run, lines)
+        click.echo(f"harness: daemon {exc.why}; read the log from disk", err=True)
+    except DaemonError as exc:
+        _fail(str(exc))
+    except (OSError, ValueError) as exc:
+        _fail(f"lost the daemon ({exc})")
+    if as_json:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        return
+    if data.get("shared") and data.get("run_id") is not None:
+        click.echo(f"harness: {name} is a resident: all its runs write one log, and runs "
+                   f"are not marked in it; printing it whole", err=True)
+    if data.get("cut_bytes"):
+        click.echo(f"harness: showing the end of {data.get('path')}; the first "
+                   f"{data['cut_bytes']} byte(s) were left out", err=True)
+    text = data["text"]
+    try:
+        sys.stdout.write(text if not text or text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `harness logs x | head`: the reader has what it wanted. Point stdout at
+        # /dev/null so the interpreter's final flush does not fail a second time.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

@@ -1,0 +1,195 @@
+"""`harness reload`, `harness up [DIR] [--name NAME]` and `harness down [DIR]` (DESIGN.md §2-§3):
+apply the config files to a running daemon, and register or unregister a project.
+
+A project is a directory with its own ``harness.toml`` whose harnesses are named
+``PROJECT/NAME`` (the registry and its rules are `config.load`'s). `up` checks the whole
+config the project would join before registering it; `up` and `down` then ask a running
+daemon to `reload`, and a stopped daemon simply reads the registry at its next start.
+
+Exit codes: `reload` 0 applied, 2 the daemon refused the new config (``bad_config``: it
+keeps the last good one), 1 the daemon cannot be reached or failed otherwise. `up` 0
+registered (whether or not a daemon was running), 2 the config with the project in it does
+not load, or a bad ``--name`` (the registry is then unchanged), 1 the directory cannot be
+registered (no harness.toml, name taken, registry unreadable) or the running daemon's
+reload failed for another reason. `down` 0 unregistered, 1 the directory was not
+registered (or the registry cannot be read), and the reload codes above after it.
+Invariant: the registry is changed only after the check passed, and only through
+`register_project`/`unregister_project`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, NoReturn
+
+import click
+
+from .. import paths
+from ..config.load import (
+    ConfigError,
+    Project,
+    RegistryError,
+    list_projects,
+    load_config,
+    register_project,
+    unregister_project,
+)
+from ..config.model import NAME_RE
+from ..control.client import Client, DaemonError, DaemonUnreachable
+
+EXIT_BAD_CONFIG = 2
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    click.echo(f"harness: {message}", err=True)
+    sys.exit(code)
+
+
+def _request_reload(ctx: click.Context) -> dict[str, Any] | None:
+    """The daemon's answer to `reload`; None when no daemon is running.
+
+    A refused config exits 2 with the daemon's error text; any other failure exits 1.
+    """
+    sock = paths.socket_path((ctx.obj or {}).get("socket"))
+    try:
+        client = Client(sock)
+    except DaemonUnreachable:
+        return None
+    try:
+        data = client.request("reload")
+    except DaemonError as exc:
+        if exc.code == "bad_config":
+            click.echo("harness: the daemon refused the new config and keeps its last good "
+                       "one:", err=True)
+            click.echo(str(exc), err=True)
+            sys.exit(EXIT_BAD_CONFIG)
+        _fail(f"reload failed: {exc} ({exc.code})")
+    except (OSError, ValueError) as exc:
+        _fail(f"lost the daemon during the reload ({exc})")
+    finally:
+        client.close()
+    if not isinstance(data, dict):
+        _fail(f"unexpected answer to reload: {str(data)[:200]}")
+    return data
+
+
+def _names(data: dict[str, Any], key: str) -> list[str]:
+    v = data.get(key)
+    return sorted(str(n) for n in v) if isinstance(v, list) else []
+
+
+def describe_reload(data: dict[str, Any]) -> str:
+    """One line saying what a reload changed, e.g. ``reloaded: added p/a; 2 unchanged``."""
+    parts = [f"{key} {', '.join(names)}" for key in ("added", "removed", "changed")
+             if (names := _names(data, key))]
+    unchanged = data.get("unchanged", 0)
+    if not parts:
+        return f"reloaded: no changes ({unchanged} unchanged)"
+    return f"reloaded: {'; '.join(parts)}; {unchanged} unchanged"
+
+
+@click.command("reload")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print {added, removed, changed, unchanged} as JSON.")
+@click.pass_context
+def reload_command(ctx: click.Context, as_json: bool) -> None:
+    """Re-read the config files.
+
+    Harnesses the new config adds start, removed ones stop, changed ones restart; the
+    rest are left alone. A config with errors is refused, and the old one stays.
+    """
+    data = _request_reload(ctx)
+    if data is None:
+        sock = paths.socket_path((ctx.obj or {}).get("socket"))
+        _fail(f"daemon not running ({sock}); start it with `harness daemon`")
+    if as_json:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        click.echo(describe_reload(data))
+
+
+def _after_change(ctx: click.Context, later: str) -> None:
+    """Tell a running daemon about the registry change, or say when it will see it."""
+    data = _request_reload(ctx)
+    if data is None:
+        click.echo(f"the daemon is not running; {later} at its next start")
+    else:
+        click.echo(describe_reload(data))
+
+
+def _registered() -> list[Project]:
+    try:
+        return list_projects()
+    except RegistryError as exc:
+        _fail(str(exc))
+
+
+@click.command("up")
+@click.argument("directory", default=".", metavar="[DIR]")
+@click.option("--name", "name", default=None,
+              help="The project's name (default: the directory's name).")
+@click.pass_context
+def up_command(ctx: click.Context, directory: str, name: str | None) -> None:
+    """Register a project directory.
+
+    DIR (default: here) holds its own harness.toml, whose harnesses become PROJECT/NAME.
+    """
+    real = os.path.realpath(directory)
+    if not os.path.isdir(real):
+        _fail(f"{directory}: not a directory")
+    if not os.path.isfile(os.path.join(real, "harness.toml")):
+        _fail(f"{real}: no harness.toml in this directory")
+    projects = _registered()
+    current = next((p for p in projects if p.dir == real), None)
+    # Already registered and no --name: `up` again keeps the name it has.
+    pname = name or (current.name if current else os.path.basename(real))
+    if not NAME_RE.fullmatch(pname):
+        raise click.BadParameter(
+            f"{pname!r} is not a usable project name (letters, digits, '.', '_', '-')",
+            param_hint="--name" if name else "DIR (its name; pass --name)")
+    clash = next((p for p in projects if p.name == pname and p.dir != real), None)
+    if clash is not None:
+        # Said before the load, which would only report the harness names clashing.
+        _fail(f"{real}: project name {pname!r} is already taken by {clash.dir}")
+    # The whole config the daemon would load next, so a clash with the global file or
+    # another project is found now, not at the reload.
+    joined = [p for p in projects if p.dir != real] + [Project(pname, real)]
+    try:
+        config = load_config((ctx.obj or {}).get("config"), projects=joined)
+    except ConfigError as exc:
+        click.echo(str(exc), err=True)
+        _fail(f"{real} was not registered", EXIT_BAD_CONFIG)
+    try:
+        project = register_project(real, pname)
+    except RegistryError as exc:
+        _fail(str(exc))
+    mine = sorted(n for n in config.harness if n.startswith(f"{project.name}/"))
+    click.echo(f"project {project.name} registered ({project.dir}): "
+               + (", ".join(mine) if mine else "no harnesses"))
+    _after_change(ctx, "the project loads")
+
+
+@click.command("down")
+@click.argument("directory", default=".", metavar="[DIR]")
+@click.pass_context
+def down_command(ctx: click.Context, directory: str) -> None:
+    """Unregister a project directory.
+
+    DIR defaults to here; a running daemon stops the project's harnesses.
+    """
+    real = os.path.realpath(directory)
+    project = next((p for p in _registered() if p.dir == real), None)
+    try:
+        gone = unregister_project(real)
+    except RegistryError as exc:
+        _fail(str(exc))
+    if not gone:
+        _fail(f"{real} is not a registered project")
+    pname = project.name if project is not None else os.path.basename(real)
+    click.echo(f"project {pname} unregistered ({real})")
+    _after_change(ctx, "its harnesses are gone")
+
+
+COMMANDS = (reload_command, up_command, down_command)

@@ -1,0 +1,252 @@
+"""Reading a harness's log for `harness logs` (DESIGN.md §2): one place for the daemon's
+`logs` op and for the CLI reading the files itself while the daemon is down.
+
+Which file: a one-shot's per-run log ``<jobs_dir>/<harness>/<run_id>.log`` (or its
+``.log.zst`` once the run closed) — the newest run that has a log when no run is asked
+for; a resident's single durable log, shared by all its runs, which the runner does not
+mark run by run, so it is shown whole even for ``--run N``.
+
+Invariants: reading never writes, creates or locks anything; a run whose log is absent is
+explained from facts only — the ledger's record for it (through the caller's `lookup`,
+asked only when a one-shot's log file is missing, or whether a resident's run exists) and
+the log files present — as unknown, skipped,
+never logged, or pruned by ``keep_runs``; with a cap, at most ``max_bytes`` of a log are
+returned (and about twice that held while a compressed log streams through), and what
+the cap left out in front is counted, never hidden; ``--lines`` reads a plain log
+backwards from its end, so a few lines of a huge log cost a few reads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import zstandard
+
+from . import logs
+
+# The daemon's answer travels as one JSON line: a log bigger than this is sent as its tail.
+SOCKET_CAP = 1 << 20
+_CHUNK = 1 << 16
+
+# (harness, run_id) → that run's folded record as the runs op prints it, or None.
+Lookup = Callable[[str, int], dict[str, Any] | None]
+
+
+class LogError(Exception):
+    """A log that cannot be shown; `code` is the control op's error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        self.message = message
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class LogText:
+    """The text of one log, or of its tail.
+
+    `run_id` is None for a resident's durable log asked for without ``--run``; `cut` is
+    how many bytes in front of `text` the cap left out (with its partial first line), 0
+    when nothing was cut or ``--lines`` still got every line it asked for; `shared` says
+    the log is a resident's, holding every run's output.
+    """
+
+    name: str
+    run_id: int | None
+    path: str
+    text: str
+    cut: int = 0
+    shared: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "run_id": self.run_id, "path": self.path,
+                "text": self.text, "cut_bytes": self.cut, "shared": self.shared}
+
+
+def _enough(buf: bytes, lines: int | None) -> bool:
+    """Whether `buf`, which may begin mid-line, already holds its last `lines` whole lines:
+    that many line ends before the final one."""
+    if lines is None:
+        return False
+    return buf.count(b"\n") - (1 if buf.endswith(b"\n") else 0) >= lines
+
+
+def _tail_plain(path: str, max_bytes: int | None, lines: int | None
+                ) -> tuple[bytes, int] | None:
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below; FileNotFoundError is an answer
+    except FileNotFoundError:
+        return None
+    with f:
+        # The size now: a resident still appending does not move the end we read to.
+        size = os.fstat(f.fileno()).st_size
+        floor = size - min(size, max_bytes) if max_bytes is not None else 0
+        if lines is None:
+            f.seek(floor)
+            return f.read(size - floor), floor
+        # Backwards in chunks, stopping once the asked-for lines are in: `--lines 20` of a
+        # resident's gigabyte log reads kilobytes.
+        pos, buf = size, b""
+        while pos > floor and not _enough(buf, lines):
+            step = min(_CHUNK, pos - floor)
+            pos -= step
+            f.seek(pos)
+            buf = f.read(step) + buf
+        return buf, pos
+
+
+def _trim_lines(buf: bytearray, lines: int) -> int:
+    """Drop what is in front of the newline that precedes `buf`'s last `lines` lines (that
+    newline stays, as the partial first line `_whole_lines` removes); the bytes dropped."""
+    tail, complete = last_lines(bytes(buf), lines)
+    if not complete or len(tail) == len(buf):
+        return 0
+    drop = len(buf) - len(tail) - 1
+    del buf[:drop]
+    return drop
+
+
+def _tail_zst(path: str, max_bytes: int | None, lines: int | None
+              ) -> tuple[bytes, int] | None:
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return None
+    with f:
+        reader = zstandard.ZstdDecompressor().stream_reader(f)
+        # Streamed through a bounded window: the decompressed size is not known up front.
+        # The window is trimmed once it is twice what must be kept, so trimming stays
+        # linear in the log's size.
+        keep = max_bytes if max_bytes is not None else 4 * _CHUNK
+        buf = bytearray()
+        dropped = 0
+        while chunk := reader.read(_CHUNK):
+            buf += chunk
+            if len(buf) > 2 * keep:
+                if lines is not None:
+                    dropped += _trim_lines(buf, lines)
+                if max_bytes is not None and len(buf) > max_bytes:
+                    extra = len(buf) - max_bytes
+                    del buf[:extra]
+                    dropped += extra
+                keep = max(keep, len(buf))  # many long lines: let the window grow
+        if lines is not None:
+            dropped += _trim_lines(buf, lines)
+        if max_bytes is not None and len(buf) > max_bytes:
+            extra = len(buf) - max_bytes
+            del buf[:extra]
+            dropped += extra
+        return bytes(buf), dropped
+
+
+def read_tail(path: str, max_bytes: int | None = None, lines: int | None = None
+              ) -> tuple[str, bytes, int] | None:
+    """(the file read, its bytes or a tail of them, bytes left out in front), or None when
+    neither `path` nor ``path.zst`` exists.
+
+    The tail holds at most `max_bytes`, and needs to hold no more than the last `lines`
+    lines; when anything is left out in front, the tail's first line may be partial.
+    The plain file is tried first: compression writes the ``.zst`` before it deletes the
+    plain log, so a log being compressed meanwhile is still found as one or the other.
+    """
+    got = _tail_plain(path, max_bytes, lines)
+    if got is not None:
+        return path, got[0], got[1]
+    got = _tail_zst(path + logs.ZST, max_bytes, lines)
+    if got is not None:
+        return path + logs.ZST, got[0], got[1]
+    return None
+
+
+def last_lines(data: bytes, lines: int) -> tuple[bytes, bool]:
+    """The last `lines` lines of `data`, and whether `data` held that many."""
+    if not data:
+        return data, False
+    # A final newline ends the last line; it does not start an empty one.
+    pos = len(data) - 1 if data.endswith(b"\n") else len(data)
+    for i in range(lines):
+        pos = data.rfind(b"\n", 0, pos)
+        if pos < 0:
+            return data, i + 1 >= lines
+    return data[pos + 1:], True
+
+
+def _whole_lines(data: bytes, cut: int) -> tuple[bytes, int]:
+    """After a cut in front, drop the partial first line too (when a newline follows)."""
+    if cut == 0:
+        return data, 0
+    nl = data.find(b"\n")
+    if nl < 0:
+        return data, cut
+    return data[nl + 1:], cut + nl + 1
+
+
+def _render(name: str, run_id: int | None, found: tuple[str, bytes, int], lines: int | None,
+            shared: bool) -> LogText:
+    path, data, cut = found
+    data, cut = _whole_lines(data, cut)
+    if lines is not None:
+        data, complete = last_lines(data, lines)
+        if complete:
+            cut = 0  # every line asked for is there: nothing wanted was left out
+    return LogText(name=name, run_id=run_id, path=path,
+                   text=data.decode("utf-8", errors="replace"), cut=cut, shared=shared)
+
+
+def _missing(name: str, run: int, keep_runs: int, jobs_dir: str, lookup: Lookup) -> LogError:
+    """Why one-shot run `run` has no log file, from its record and the logs left."""
+    rec = lookup(name, run)
+    if rec is None:
+        return LogError("not_found", f"{name} has no run {run}")
+    if rec.get("outcome") == "skipped":
+        why = f" ({rec['reason']})" if rec.get("reason") else ""
+        return LogError("not_found", f"{name} run {run} was skipped{why}: it has no log")
+    if not rec.get("log"):
+        return LogError("not_found", f"{name} run {run} has no log "
+                                     f"(it ended {rec.get('outcome')} before writing one)")
+    kept = sorted(logs.log_ids(jobs_dir, name))
+    oldest = f"; the oldest log kept is run {kept[0]}'s" if kept else ""
+    return LogError("pruned", f"{name} run {run}'s log was pruned "
+                              f"(keep_runs = {keep_runs}{oldest})")
+
+
+def view_log(name: str, kind: str, *, run: int | None = None, lines: int | None = None,
+             jobs_dir: str, resident_log: str, keep_runs: int, lookup: Lookup,
+             max_bytes: int | None = None) -> LogText:
+    """The log `harness logs NAME [--run N] [--lines N]` prints; LogError when there is none.
+
+    `kind` is the harness's configured kind; `resident_log` its durable log's path (only
+    read for a resident); `keep_runs` is named when a log was pruned; `lookup` is asked
+    only when a run's log file is missing or a resident's run must be shown to exist.
+    """
+    if run is not None and run < 1:
+        raise LogError("bad_request", f"run must be a positive run id, got {run}")
+    if lines is not None and lines < 1:
+        raise LogError("bad_request", f"lines must be at least 1, got {lines}")
+    if kind == "resident":
+        if run is not None and lookup(name, run) is None:
+            raise LogError("not_found", f"{name} has no run {run}")
+        found = read_tail(resident_log, max_bytes, lines)
+        if found is None:
+            raise LogError("not_found", f"{name} has no log yet ({resident_log})")
+        return _render(name, run, found, lines, shared=True)
+
+    if run is None:
+        ids = logs.log_ids(jobs_dir, name)
+        # The newest run that has a log: a skipped run after it has none of its own.
+        for rid in sorted(ids, reverse=True):
+            found = read_tail(logs.run_log_path(jobs_dir, name, rid), max_bytes, lines)
+            if found is not None:
+                return _render(name, rid, found, lines, shared=False)
+        raise LogError("not_found", f"{name} has no run logs yet")
+    found = read_tail(logs.run_log_path(jobs_dir, name, run), max_bytes, lines)
+    if found is None:
+        raise _missing(name, run, keep_runs, jobs_dir, lookup)
+    return _render(name, run, found, lines, shared=False)
+
+
+__all__ = ["SOCKET_CAP", "LogError", "LogText", "Lookup", "last_lines", "read_tail",
+           "view_log"]

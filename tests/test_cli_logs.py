@@ -1,0 +1,329 @@
+"""`harness logs` (DESIGN.md §2) and the `logs` control op: a real daemon, the real CLI.
+
+One-shot runs write real per-run logs (compressed and pruned by keep_runs by the runner);
+each test reads them through the daemon and then, with the daemon stopped, from the files,
+and checks both say exactly the same. A resident's durable log is read whole. `view_log`
+itself is checked on hand-made files for what a daemon cannot easily be made to produce
+(a skipped run, a run that never got a log, the cap on a compressed log).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zstandard
+
+from conftest import World
+from harness.control.client import Client, DaemonError
+from harness.supervisor import logview
+from test_daemon_e2e import DEADLINE, Daemons, _until
+
+# Each run prints its own number (a counter file in the workdir), then two fixed lines;
+# run ids start at 1 in a fresh world, so the counter is the run id.
+COUNTING = """
+[harness.job]
+kind = "oneshot"
+keep_runs = 2
+workdir = "{workdir}"
+argv = ["sh", "-c", '''
+n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count
+echo run $n; echo second; echo third''']
+"""
+
+
+@pytest.fixture
+def daemons(world: World) -> Iterator[Daemons]:
+    d = Daemons(world)
+    yield d
+    d.kill_all()
+
+
+def _logs(world: World, *args: str) -> tuple[int, str, str]:
+    res = world.harness("logs", *args)
+    return res.returncode, res.stdout, res.stderr
+
+
+def _jobs_dir(world: World, name: str) -> Path:
+    return world.state / "jobs" / name
+
+
+def _stop(daemons: Daemons) -> None:
+    proc = daemons.procs[-1]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+
+
+def _three_runs(world: World, daemons: Daemons) -> None:
+    workdir = world.root / "work"
+    workdir.mkdir()
+    daemons.write_config(COUNTING.format(workdir=workdir))
+    daemons.start()
+    for _ in range(3):
+        res = world.harness("trigger", "job", "--wait")
+        assert res.returncode == 0, res.stderr
+    jobs = _jobs_dir(world, "job")
+    # The closed line comes before compression and pruning: wait for the files to settle.
+    _until("run 3's log compressed and run 1's pruned",
+           lambda: sorted(p.name for p in jobs.iterdir())
+           == ["2.log.zst", "3.log.zst"])
+
+
+# The same answers whether the daemon or the files give them (the daemon-down note aside).
+EXPECTED: list[tuple[tuple[str, ...], int, str, str]] = [
+    (("job",), 0, "run 3\nsecond\nthird\n", ""),
+    (("job", "--run", "2"), 0, "run 2\nsecond\nthird\n", ""),
+    (("job", "--run", "3", "--lines", "2"), 0, "second\nthird\n", ""),
+    (("job", "--lines", "1"), 0, "third\n", ""),
+    (("job", "--lines", "50"), 0, "run 3\nsecond\nthird\n", ""),
+    (("job", "--run", "1"), 1, "",
+     "harness: job run 1's log was pruned (keep_runs = 2; the oldest log kept is run 2's)\n"),
+    (("job", "--run", "9"), 1, "", "harness: job has no run 9\n"),
+    (("nope",), 1, "", "harness: no harness named 'nope'\n"),
+]
+
+
+def _check_all(world: World, note: str) -> None:
+    for args, code, out, err in EXPECTED:
+        got = _logs(world, *args)
+        # Reading from disk adds its note only when there was a log to read.
+        want_err = err if code else note
+        assert got == (code, out, want_err), args
+
+
+def test_oneshot_logs_from_the_daemon_and_from_disk(world: World, daemons: Daemons) -> None:
+    _three_runs(world, daemons)
+    _check_all(world, "")
+
+    res = world.harness("logs", "job", "--run", "2", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == {
+        "name": "job", "run_id": 2, "path": str(_jobs_dir(world, "job") / "2.log.zst"),
+        "text": "run 2\nsecond\nthird\n", "cut_bytes": 0, "shared": False}
+
+    _stop(daemons)
+    _check_all(world, "harness: daemon not running; read the log from disk\n")
+
+
+def test_bad_flag_values_exit_2_naming_the_value(world: World) -> None:
+    for args, hint, value in ((("--run", "0"), "--run", "must be a positive run id, got 0"),
+                              (("--lines", "-3"), "--lines", "must be at least 1, got -3")):
+        code, out, err = _logs(world, "job", *args)
+        assert (code, out) == (2, "")
+        assert err.splitlines()[-1] == f"Error: Invalid value for {hint}: {value}"
+        assert "Traceback" not in err
+    code, _out, err = _logs(world, "job", "--run", "x")
+    assert code == 2 and "'x' is not a valid integer" in err
+
+
+def test_the_op_refuses_bad_fields(world: World, daemons: Daemons) -> None:
+    daemons.write_config('[harness.job]\nkind = "oneshot"\nargv = ["true"]\n')
+    daemons.start()
+    client = Client(str(daemons.socket))
+    try:
+        cases: list[tuple[dict[str, Any], str, str]] = [
+            ({"name": "job", "run": "1"}, "bad_request", "run must be an integer, got '1'"),
+            ({"name": "job", "lines": 0}, "bad_request",
+             "lines must be a positive integer, got 0"),
+            ({"name": "job", "tail": 3}, "bad_request",
+             "unknown field 'tail' (valid: lines, name, run)"),
+            ({}, "bad_request", "name must be a non-empty string, got None"),
+            ({"name": "job"}, "not_found", "job has no run logs yet"),
+            ({"name": "ghost"}, "not_found", "no harness named 'ghost'"),
+        ]
+        for args, code, message in cases:
+            with pytest.raises(DaemonError) as info:
+                client.request("logs", **args)
+            assert (info.value.code, str(info.value)) == (code, message), args
+    finally:
+        client.close()
+
+
+def test_the_daemon_sends_at_most_a_mib_and_says_what_it_cut(
+        world: World, daemons: Daemons) -> None:
+    lines = 200_000
+    daemons.write_config(f"""
+[harness.big]
+kind = "oneshot"
+argv = ["sh", "-c", "yes 0123456789 | head -n {lines}"]
+""")
+    daemons.start()
+    res = world.harness("trigger", "big", "--wait")
+    assert res.returncode == 0, res.stderr
+    zst = _jobs_dir(world, "big") / "1.log.zst"
+    _until("the big log compressed", lambda: zst.exists()
+           and not (_jobs_dir(world, "big") / "1.log").exists())
+
+    size = 11 * lines
+    # The cap's first, partial line goes too: the cut ends on a line boundary.
+    cut = -(-(size - logview.SOCKET_CAP) // 11) * 11
+    res = world.harness("logs", "big", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["cut_bytes"] == cut
+    assert data["text"] == "0123456789\n" * ((size - cut) // 11)
+
+    code, out, err = _logs(world, "big")
+    assert code == 0 and len(out) == size - cut
+    assert err == (f"harness: showing the end of {zst}; the first {cut} byte(s) were "
+                   "left out\n")
+    # Every line asked for fits under the cap: nothing is reported cut.
+    assert _logs(world, "big", "--lines", "3") == (0, "0123456789\n" * 3, "")
+
+    _stop(daemons)
+    code, out, err = _logs(world, "big")
+    assert (code, err) == (0, "harness: daemon not running; read the log from disk\n")
+    assert out == "0123456789\n" * lines  # from disk: no socket, no cap
+
+
+def test_a_residents_durable_log_is_shown_whole(world: World, daemons: Daemons) -> None:
+    pidfile = world.root / "svc.pid"
+    daemons.pidfiles.append(pidfile)
+    daemons.write_config(f"""
+[harness.svc]
+kind = "resident"
+argv = ["sh", "-c", "echo $$ > {pidfile}; echo hello from svc; echo second line; exec sleep 120"]
+""")
+    daemons.start()
+    durable = world.state / "logs" / "svc.log"
+    _until("the resident's output",
+           lambda: durable.exists() and "second line" in durable.read_text())
+    whole = "hello from svc\nsecond line\n"
+    assert _logs(world, "svc") == (0, whole, "")
+    assert _logs(world, "svc", "--lines", "1") == (0, "second line\n", "")
+    assert _logs(world, "svc", "--run", "1") == (
+        0, whole, "harness: svc is a resident: all its runs write one log, and runs are "
+                  "not marked in it; printing it whole\n")
+    assert _logs(world, "svc", "--run", "5") == (1, "", "harness: svc has no run 5\n")
+    res = world.harness("logs", "svc", "--json")
+    assert json.loads(res.stdout) == {"name": "svc", "run_id": None, "path": str(durable),
+                                      "text": whole, "cut_bytes": 0, "shared": True}
+
+    _stop(daemons)  # stops the resident; its log stays
+    text = durable.read_text()
+    assert text.startswith(whole)
+    assert _logs(world, "svc") == (
+        0, text, "harness: daemon not running; read the log from disk\n")
+    assert _logs(world, "svc", "--run", "1")[:2] == (0, text)
+
+
+def test_a_resident_that_never_ran_has_no_log(world: World, daemons: Daemons) -> None:
+    daemons.write_config('[harness.idle]\nkind = "resident"\nenabled = false\n'
+                         'argv = ["true"]\n')
+    durable = world.state / "logs" / "idle.log"
+    assert _logs(world, "idle") == (
+        1, "", f"harness: idle has no log yet ({durable})\n")
+
+
+def test_a_config_that_does_not_load_exits_2_when_reading_from_disk(world: World,
+                                                                     daemons: Daemons) -> None:
+    daemons.write_config('[harness.job]\nkind = "oneshot"\nargv = "not a list"\n')
+    code, out, err = _logs(world, "job")
+    assert (code, out) == (2, "")
+    assert err.startswith("harness: the config does not load, so job's kind is unknown:\n"
+                          f"{daemons.config}:3: harness.job.argv: ")
+    assert "Traceback" not in err
+
+
+# ---- view_log on hand-made files ---------------------------------------------------------
+
+def _records(recs: dict[int, dict[str, Any]]) -> logview.Lookup:
+    def lookup(name: str, run_id: int) -> dict[str, Any] | None:
+        return recs.get(run_id)
+    return lookup
+
+
+def _view(jobs: Path, run: int | None, lookup: logview.Lookup, *, lines: int | None = None,
+          max_bytes: int | None = None) -> logview.LogText:
+    return logview.view_log("job", "oneshot", run=run, lines=lines, jobs_dir=str(jobs),
+                            resident_log=str(jobs / "unused.log"), keep_runs=5,
+                            lookup=lookup, max_bytes=max_bytes)
+
+
+def test_why_a_run_has_no_log(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs"
+    (jobs / "job").mkdir(parents=True)
+    (jobs / "job" / "4.log").write_bytes(b"four\n")
+    lookup = _records({
+        1: {"run_id": 1, "outcome": "skipped", "reason": "overlap"},
+        2: {"run_id": 2, "outcome": "failed", "reason": "spawn"},
+        3: {"run_id": 3, "outcome": "success", "log": str(jobs / "job" / "3.log")},
+        5: {"run_id": 5, "outcome": "skipped", "reason": "overlap"},
+    })
+    want = {1: ("not_found", "job run 1 was skipped (overlap): it has no log"),
+            2: ("not_found", "job run 2 has no log (it ended failed before writing one)"),
+            3: ("pruned", "job run 3's log was pruned (keep_runs = 5; the oldest log kept "
+                          "is run 4's)"),
+            6: ("not_found", "job has no run 6")}
+    for run, (code, message) in want.items():
+        with pytest.raises(logview.LogError) as info:
+            _view(jobs, run, lookup)
+        assert (info.value.code, info.value.message) == (code, message)
+    # The newest run with a log, though run 5 (skipped) came after it.
+    view = _view(jobs, None, lookup)
+    assert (view.run_id, view.text, view.cut) == (4, "four\n", 0)
+
+
+def test_the_cap_on_plain_and_compressed_logs(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs"
+    (jobs / "job").mkdir(parents=True)
+    body = b"".join(b"line %03d\n" % i for i in range(100))  # 9 bytes a line
+    (jobs / "job" / "1.log").write_bytes(body)
+    (jobs / "job" / "2.log.zst").write_bytes(zstandard.ZstdCompressor().compress(body))
+    nothing = _records({})
+    for run in (1, 2):
+        # 95 bytes: 10 whole lines and 5 bytes of the one before, which go too.
+        view = _view(jobs, run, nothing, max_bytes=95)
+        assert (view.text, view.cut) == ("".join(f"line {i:03d}\n" for i in range(90, 100)),
+                                         810)
+        view = _view(jobs, run, nothing, max_bytes=95, lines=3)
+        assert (view.text, view.cut) == ("line 097\nline 098\nline 099\n", 0)
+        view = _view(jobs, run, nothing, max_bytes=95, lines=20)
+        assert view.cut == 810 and view.text.count("\n") == 10
+        view = _view(jobs, run, nothing)
+        assert (view.text, view.cut) == (body.decode(), 0)
+    assert _view(jobs, 2, nothing).path == str(jobs / "job" / "2.log.zst")
+
+
+def test_last_lines() -> None:
+    assert logview.last_lines(b"a\nb\nc\n", 2) == (b"b\nc\n", True)
+    assert logview.last_lines(b"a\nb\nc", 2) == (b"b\nc", True)
+    assert logview.last_lines(b"a\nb\nc\n", 3) == (b"a\nb\nc\n", True)
+    assert logview.last_lines(b"a\nb\nc\n", 4) == (b"a\nb\nc\n", False)
+    assert logview.last_lines(b"", 1) == (b"", False)
+
+
+def test_tails_match_the_whole_log_at_every_chunk_boundary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    jobs = tmp_path / "jobs"
+    (jobs / "job").mkdir(parents=True)
+    rows = [b"x" * (i % 13) + b"%d" % i for i in range(60)]
+    body = b"\n".join(rows) + b"\n"
+    (jobs / "job" / "1.log").write_bytes(body)
+    (jobs / "job" / "2.log.zst").write_bytes(zstandard.ZstdCompressor().compress(body))
+    (jobs / "job" / "3.log").write_bytes(body.rstrip(b"\n"))  # no final newline
+    nothing = _records({})
+    for chunk in (1, 7, 64, 1 << 16):
+        monkeypatch.setattr(logview, "_CHUNK", chunk)
+        for n in (1, 2, 13, 59, 60, 61, 500):
+            want = b"".join(r + b"\n" for r in rows[-n:]).decode()
+            for run in (1, 2):
+                view = _view(jobs, run, nothing, lines=n)
+                assert (view.text, view.cut) == (want, 0), (chunk, n, run)
+            view = _view(jobs, 3, nothing, lines=n)
+            assert (view.text, view.cut) == (want.rstrip("\n"), 0), (chunk, n)
+
+
+def test_a_few_lines_of_a_huge_log_read_only_its_end(tmp_path: Path) -> None:
+    durable = tmp_path / "svc.log"
+    with open(durable, "wb") as f:
+        f.truncate(8 << 30)  # 8 GiB, sparse: reading it whole would not finish in time
+        f.seek(0, 2)
+        f.write(b"\nlast but one\nlast\n")
+    view = logview.view_log("svc", "resident", lines=2, jobs_dir=str(tmp_path),
+                            resident_log=str(durable), keep_runs=1, lookup=_records({}))
+    assert (view.text, view.cut, view.shared) == ("last but one\nlast\n", 0, True)

@@ -1,0 +1,201 @@
+"""`harness up`, `harness down` and `harness reload` (DESIGN.md §2-§3): the real CLI, real
+registry file, real daemons.
+
+`up` checks a project's harness.toml before the registry changes and a daemon started
+afterwards serves its harnesses as PROJECT/NAME; `down` forgets it (twice is an error);
+`reload` without a daemon exits 1. The last two tests drive a running daemon's `reload`
+op (the daemon side of reload), so they pass once the daemon serves that op.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import World
+from test_daemon_e2e import Daemons
+
+PROJECT = """
+[harness.worker]
+kind = "oneshot"
+argv = ["echo", "from the project"]
+"""
+
+
+@pytest.fixture
+def daemons(world: World) -> Iterator[Daemons]:
+    d = Daemons(world)
+    yield d
+    d.kill_all()
+
+
+def _project(world: World, name: str = "proj", text: str = PROJECT) -> Path:
+    d = world.root / name
+    d.mkdir()
+    (d / "harness.toml").write_text(text)
+    return d
+
+
+def _registry(world: World) -> dict[str, Any] | None:
+    path = world.state / "projects.json"
+    if not path.exists():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def _run(world: World, *args: str) -> tuple[int, str, str]:
+    res = world.harness(*args)
+    return res.returncode, res.stdout, res.stderr
+
+
+def _run_in(cwd: Path, world: World, *args: str) -> tuple[int, str, str]:
+    """The CLI run from `cwd`, for the commands whose DIR defaults to the current one."""
+    res = subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd, env=world.env,
+                         capture_output=True, text=True, timeout=120)
+    return res.returncode, res.stdout, res.stderr
+
+
+def _names(world: World) -> dict[str, str]:
+    code, out, err = _run(world, "list", "--json")
+    assert code == 0, err
+    return {h["name"]: h["kind"] for h in json.loads(out)}
+
+
+def test_reload_without_a_daemon_exits_1(world: World) -> None:
+    sock = world.root / "run" / "harness.sock"
+    assert _run(world, "reload") == (
+        1, "", f"harness: daemon not running ({sock}); start it with `harness daemon`\n")
+    assert _run(world, "reload", "--json")[0] == 1
+
+
+def test_up_then_a_daemon_serves_the_project_then_down(world: World, daemons: Daemons) -> None:
+    proj = _project(world)
+    daemons.write_config('[harness.solo]\nkind = "oneshot"\nargv = ["true"]\n')
+    assert _run(world, "up", str(proj)) == (
+        0, f"project proj registered ({proj}): proj/worker\n"
+           "the daemon is not running; the project loads at its next start\n", "")
+    assert _registry(world) == {"version": 1, "projects": [{"name": "proj", "dir": str(proj)}]}
+    # `up` again is idempotent.
+    assert _run(world, "up", str(proj))[0] == 0
+    assert _registry(world) == {"version": 1, "projects": [{"name": "proj", "dir": str(proj)}]}
+
+    daemons.start()
+    assert _names(world) == {"proj/worker": "oneshot", "solo": "oneshot"}
+    res = world.harness("trigger", "proj/worker", "--wait")
+    assert res.returncode == 0, res.stderr
+    # Its log lives under its full name, PROJECT/NAME.
+    assert _run(world, "logs", "proj/worker") == (0, "from the project\n", "")
+    assert (world.state / "jobs" / "proj" / "worker").is_dir()
+    daemons.kill_all()
+
+    assert _run(world, "down", str(proj)) == (
+        0, f"project proj unregistered ({proj})\n"
+           "the daemon is not running; its harnesses are gone at its next start\n", "")
+    assert _registry(world) == {"version": 1, "projects": []}
+    assert _run(world, "down", str(proj)) == (
+        1, "", f"harness: {proj} is not a registered project\n")
+
+
+def test_up_uses_the_current_directory_and_a_given_name(world: World) -> None:
+    proj = _project(world, "checkout")
+    assert _run_in(proj, world, "up", "--name", "web") == (
+        0, f"project web registered ({proj}): web/worker\n"
+           "the daemon is not running; the project loads at its next start\n", "")
+    assert _registry(world) == {"version": 1, "projects": [{"name": "web", "dir": str(proj)}]}
+    # Another name for the same directory is refused; the registry keeps the first.
+    assert _run(world, "up", str(proj), "--name", "other") == (
+        1, "", f"harness: {proj}: already registered as 'web'\n")
+    assert _run_in(proj, world, "down")[0] == 0
+    assert _registry(world) == {"version": 1, "projects": []}
+
+
+def test_up_refuses_a_project_carrying_the_ledger(world: World) -> None:
+    proj = _project(world, text=PROJECT + '\n[ledger]\nretention = "30d"\n')
+    code, out, err = _run(world, "up", str(proj))
+    assert (code, out) == (2, "")
+    assert err == (f"{proj}/harness.toml:6: ledger: the ledger is configured globally, "
+                   "in the daemon's harness.toml\n"
+                   f"harness: {proj} was not registered\n")
+    assert _registry(world) is None
+
+
+def test_up_refuses_a_project_a_schedule_and_a_clash(world: World) -> None:
+    proj = _project(world, text='[harness.worker]\nschedule = "@hourly"\nargv = ["true"]\n')
+    code, _out, err = _run(world, "up", str(proj))
+    assert code == 2
+    assert err.splitlines()[0] == (
+        f"{proj}/harness.toml:2: harness.worker.schedule: a project harness cannot be "
+        "scheduled; schedules are configured globally")
+    assert _registry(world) is None
+
+    # Two projects may not share a name: the second needs --name.
+    first = _project(world, "a")
+    (world.root / "b").mkdir()
+    second = _project(world, "b/a")
+    assert _run(world, "up", str(first))[0] == 0
+    assert _run(world, "up", str(second)) == (
+        1, "", f"harness: {second}: project name 'a' is already taken by {first}\n")
+    assert _run(world, "up", str(second), "--name", "a2")[0] == 0
+    assert [p["name"] for p in _registry(world)["projects"]] == ["a", "a2"]  # type: ignore[index]
+
+
+def test_up_bad_input(world: World) -> None:
+    empty = world.root / "empty"
+    empty.mkdir()
+    assert _run(world, "up", str(empty)) == (
+        1, "", f"harness: {empty}: no harness.toml in this directory\n")
+    assert _run(world, "up", str(world.root / "nowhere")) == (
+        1, "", f"harness: {world.root / 'nowhere'}: not a directory\n")
+    proj = _project(world)
+    code, out, err = _run(world, "up", str(proj), "--name", "a b")
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == ("Error: Invalid value for --name: 'a b' is not a usable "
+                                    "project name (letters, digits, '.', '_', '-')")
+    assert _registry(world) is None
+    assert _run(world, "down", str(proj)) == (
+        1, "", f"harness: {proj} is not a registered project\n")
+
+
+# ---- with a running daemon: these need the daemon's `reload` op -----------------------
+
+def test_reload_applies_and_refuses(world: World, daemons: Daemons) -> None:
+    daemons.write_config('[harness.a]\nkind = "oneshot"\nargv = ["true"]\n')
+    daemons.start()
+    daemons.write_config('[harness.a]\nkind = "oneshot"\nargv = ["true"]\n'
+                         '[harness.b]\nkind = "oneshot"\nargv = ["true"]\n')
+    assert _run(world, "reload") == (0, "reloaded: added b; 1 unchanged\n", "")
+    assert _names(world) == {"a": "oneshot", "b": "oneshot"}
+    daemons.write_config('[harness.b]\nkind = "oneshot"\nargv = ["false"]\n')
+    code, out, err = _run(world, "reload", "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {"added": [], "removed": ["a"], "changed": ["b"],
+                               "unchanged": 0}
+
+    daemons.write_config('[harness.b]\nkind = "oneshot"\nargv = "false"\n')
+    code, out, err = _run(world, "reload")
+    assert (code, out) == (2, "")
+    assert err.splitlines()[0] == ("harness: the daemon refused the new config and keeps "
+                                   "its last good one:")
+    assert err.splitlines()[1].startswith(f"{daemons.config}:3: harness.b.argv: ")
+    assert _names(world) == {"b": "oneshot"}  # the last good config stays
+
+
+def test_up_and_down_reload_a_running_daemon(world: World, daemons: Daemons) -> None:
+    proj = _project(world)
+    daemons.write_config('[harness.solo]\nkind = "oneshot"\nargv = ["true"]\n')
+    daemons.start()
+    assert _run(world, "up", str(proj)) == (
+        0, f"project proj registered ({proj}): proj/worker\n"
+           "reloaded: added proj/worker; 1 unchanged\n", "")
+    assert _names(world) == {"proj/worker": "oneshot", "solo": "oneshot"}
+    assert _run(world, "down", str(proj)) == (
+        0, f"project proj unregistered ({proj})\nreloaded: removed proj/worker; "
+           "1 unchanged\n", "")
+    assert _names(world) == {"solo": "oneshot"}
