@@ -270,6 +270,10 @@ def test_each_bad_oneshot_key(tmp_path: Path, body: str, expected: str) -> None:
     ('catch_up = true',
      "harness.r.catch_up: needs a schedule, a channel trigger or operating_hours"),
     ('max_tokens = 10', "harness.r.max_tokens: a per-run cap applies to one-shot harnesses only"),
+    ('timeout = "1h"', "harness.r.timeout: applies to one-shot harnesses only "
+                       '(a resident runs until it exits or is stopped; "0" is allowed)'),
+    ('on_overlap = "queue"', "harness.r.on_overlap: applies to one-shot harnesses only "
+                             "(a resident runs until it exits or is stopped)"),
     ('restart_delay = "soon"',
      "harness.r.restart_delay: not a duration: 'soon' (use e.g. 500ms, 2s, 15m, 1h, 7d)"),
     ('env_file = ["a.env", 3]',

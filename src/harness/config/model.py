@@ -228,6 +228,13 @@ class HarnessConfig(BaseModel):
             for key in ("max_cost_usd", "max_tokens"):
                 if key in fields:
                     problems.append((key, "a per-run cap applies to one-shot harnesses only"))
+            if "timeout" in fields and self.timeout is not None:
+                problems.append(("timeout", "applies to one-shot harnesses only (a resident "
+                                            "runs until it exits or is stopped; \"0\" is "
+                                            "allowed)"))
+            if "on_overlap" in fields:
+                problems.append(("on_overlap", "applies to one-shot harnesses only (a "
+                                               "resident runs until it exits or is stopped)"))
         else:
             if self.restart in ("always", "unless-stopped"):
                 problems.append(("restart", f"{self.restart!r} applies to residents only; "

@@ -90,7 +90,9 @@ class RunSpec:
 
     @classmethod
     def from_config(cls, name: str, cfg: HarnessConfig) -> RunSpec:
-        timeout = cfg.timeout / 1e9 if cfg.timeout is not None else None
+        # A resident is meant to stay up: `timeout` bounds a one-shot's run only.
+        timeout = (cfg.timeout / 1e9 if cfg.timeout is not None and cfg.kind == "oneshot"
+                   else None)
         return cls(name=name, argv=tuple(cfg.argv), workdir=cfg.workdir,
                    env_file=tuple(cfg.env_file) if cfg.env_file else None,
                    timeout=timeout, keep_runs=cfg.keep_runs)
