@@ -32,6 +32,7 @@ from .config.load import ConfigError, load_config
 from .config.model import Config
 from .control.ops import logs_op, runs_op
 from .control.server import ControlServer, Handler, OpError, SocketInUse
+from .ledger.errors import LedgerError
 from .ledger.runledger import RunLedger
 from .supervisor import housekeeping, logs
 from .supervisor.history import close_open_on_shutdown, import_legacy, reconcile
@@ -78,7 +79,8 @@ def _handlers(manager: Manager, ledger: RunLedger, info: dict[str, Any],
             return await manager.fire(name, "manual")
         except UnknownHarness:
             raise OpError("not_found", f"no one-shot harness named {name!r}"[:300]) from None
-        except RuntimeError as exc:
+        except (RuntimeError, LedgerError) as exc:
+            # A shutdown in progress, or a decided line the disk did not take in time.
             raise OpError("unavailable", str(exc)) from None
 
     async def reload_op(req: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +103,7 @@ def _handlers(manager: Manager, ledger: RunLedger, info: dict[str, Any],
                 raise OpError("bad_request",
                               f"{op} applies to resident harnesses; {name!r} is a one-shot"
                               [:300]) from None
-            except RuntimeError as exc:
+            except (RuntimeError, LedgerError) as exc:
                 raise OpError("unavailable", str(exc)) from None
         return handler
 

@@ -352,7 +352,7 @@ class Manager:
                              window: str | None, run_id: int | None = None) -> int:
         run = Run(RunSpec.from_config(name, cfg), self.ledger, self.ids, trigger,
                   jobs_dir=self.jobs_dir, grace=self.grace, preallocated=run_id,
-                  window=window)
+                  window=window, admit_unsynced=unbudgeted(cfg, self.config))
         # Claimed before the first await, so a concurrent trigger sees the run as live.
         self._live[name] = run
         try:
@@ -452,7 +452,8 @@ class Manager:
         exempt = unbudgeted(cfg, self.config)
         run = Run(RunSpec.from_config(name, cfg), self.ledger, self.ids, trigger,
                   kind="resident", jobs_dir=self.jobs_dir, grace=self.grace,
-                  nowait_open=nowait and exempt, nowait_close=exempt)
+                  nowait_open=nowait and exempt, nowait_close=exempt,
+                  admit_unsynced=exempt)
         self._live[name] = run  # claimed before the first await, as in `fire`
         try:
             run_id = await run.start()

@@ -189,6 +189,7 @@ class Run:
     window: str | None = None
     nowait_open: bool = False
     nowait_close: bool = False
+    admit_unsynced: bool = False  # spawn even when the opened line's sync fails (REQ-6)
 
     run_id: int | None = field(default=None, init=False)
     log_path: str | None = field(default=None, init=False)
@@ -238,19 +239,31 @@ class Run:
                 opened["log"] = self.log_path
             if self.window is not None:
                 opened["window"] = self.window
-            if self.nowait_open:
-                # Queued in order behind the previous run's closed line; the writer syncs
-                # and retries it, and logs and counts a late sync (REQ-6's exception).
-                self.ledger.enqueue(opened, sync=True)
-            else:
-                await asyncio.to_thread(self.ledger.append, opened, sync=True)
+            # Raises only when nothing was queued (the ledger is closed, the line refused).
+            entry = self.ledger.enqueue(opened, sync=True)
         except BaseException:
             if fd is not None:
                 os.close(fd)
             raise
+        if not self.nowait_open:
+            # nowait_open: queued in order behind the previous run's closed line, which
+            # the writer syncs and retries, logging and counting a late sync (REQ-6).
+            try:
+                await asyncio.to_thread(self.ledger.wait, entry)
+            except LedgerError as exc:
+                # The line stays queued and will be written in order. A harness under no
+                # budget is admitted anyway, since a slow or failing disk must not stall
+                # supervision (REQ-6); any other is not started, and closes failed/spawn
+                # behind its opened line, so the record never reads running for ever.
+                if self.admit_unsynced:
+                    log.error("run %s/%s: opened line not yet durable, starting anyway: %s",
+                              name, self.run_id, exc)
+                else:
+                    self.error = f"not started: the opened line is not durable ({exc})"
         if fd is not None:
             try:
-                await self._spawn(fd)
+                if self.error is None:
+                    await self._spawn(fd)
             except SpawnError as exc:
                 self.error = str(exc)
             finally:

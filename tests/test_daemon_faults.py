@@ -1,0 +1,694 @@
+"""A real daemon over injected disks and through crashes (SPEC-0022 REQ-6, REQ-7, REQ-13).
+
+The daemon is the real one, started as `python tests/faultdaemon.py … --` (see that file):
+the only fake is the ledger's file layer, a `FaultyFiles` the test drives through a control
+file while the daemon runs (slow syncs, a read-only disk that recovers). The SIGKILL and
+legacy-import tests need no fake and boot the plain `python -m harness.cli daemon`.
+
+Every wait is a poll with a generous deadline; the timing assertions only ever compare an
+instant with one the injected delay provably separates it from (a sync delayed by S seconds
+ends at least S seconds after its line's `at`), so a loaded machine can make them slower,
+never wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import World
+from harness.control.client import Client
+from harness.timefmt import parse_ns
+from test_daemon_e2e import DEADLINE, Daemons, _record, _runs, _until
+
+LAUNCHER = Path(__file__).with_name("faultdaemon.py")
+LONG = 90.0  # deadline for what waits out writer backoff or several 2 s syncs
+NS = 1_000_000_000
+
+
+class FaultDaemons(Daemons):
+    """`Daemons` whose daemon runs under tests/faultdaemon.py with a control file."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__(world)
+        self.control = world.root / "faults.json"
+        self.gen = 0
+        (world.root / "pids").mkdir()
+
+    def start_faulty(self, *launcher_args: str, wait: bool = True
+                     ) -> subprocess.Popen[str]:
+        n = len(self.procs)
+        out = open(self.world.root / f"daemon{n}.out", "w")  # noqa: SIM115
+        err = open(self.world.root / f"daemon{n}.err", "w")  # noqa: SIM115
+        self.files += [out, err]
+        proc = subprocess.Popen(
+            [sys.executable, str(LAUNCHER), "--control", str(self.control), *launcher_args,
+             "--"], env=self.world.env, text=True, stdout=out, stderr=err)
+        self.procs.append(proc)
+        if wait:
+            _until("the control socket", lambda: self._answers(proc))
+        return proc
+
+    def booted(self) -> None:
+        """Wait out the boot: hello is answered at once, ops only once the boot is done
+        (import, reconciliation and their log lines included)."""
+        request(self, "list")
+
+    def faults(self, **faults: dict[str, Any]) -> dict[str, int]:
+        """Arm exactly `faults` (none: a healthy disk); return the call counts at the switch."""
+        self.gen += 1
+        tmp = self.control.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"gen": self.gen, "faults": faults}))
+        os.replace(tmp, self.control)
+        ack = Path(f"{self.control}.ack")
+
+        def acked() -> dict[str, Any] | None:
+            try:
+                doc = json.loads(ack.read_text())
+            except (OSError, ValueError):
+                return None
+            return doc if doc.get("gen") == self.gen else None
+
+        calls: dict[str, int] = _until(f"fault set {self.gen} to be armed", acked)["calls"]
+        return calls
+
+    def kill_all(self) -> None:
+        super().kill_all()
+        # Runs a test left behind (a SIGKILLed daemon's), named by pid in pids/. Only a
+        # process that is still one of this world's runs is signalled: a pid is reused.
+        mark = f"XDG_STATE_HOME={self.world.env['XDG_STATE_HOME']}".encode()
+        for pf in (self.world.root / "pids").iterdir():
+            with (contextlib.suppress(OSError, ValueError),
+                  open(f"/proc/{int(pf.name)}/environ", "rb") as f):
+                if mark in f.read().split(b"\0"):
+                    os.killpg(int(pf.name), signal.SIGKILL)
+
+
+@pytest.fixture
+def fd(world: World) -> Iterator[FaultDaemons]:
+    d = FaultDaemons(world)
+    yield d
+    d.kill_all()
+
+
+# -- helpers --------------------------------------------------------------------------
+
+
+def ledger_lines(world: World) -> list[dict[str, Any]]:
+    """Every complete line of every day file, in file order (files by name)."""
+    out = []
+    for path in sorted(world.ledger.glob("*.jsonl")):
+        data = path.read_bytes()
+        for raw in data.split(b"\n")[:-1]:
+            if raw:
+                out.append(json.loads(raw))
+    return out
+
+
+def line_of(world: World, typ: str, name: str, run_id: int) -> dict[str, Any] | None:
+    return next((x for x in ledger_lines(world) if x["type"] == typ
+                 and x["harness"] == name and x["run_id"] == run_id), None)
+
+
+def request(d: Daemons, op: str, **args: Any) -> Any:
+    c = Client(str(d.socket), timeout=30.0)
+    try:
+        return c.request(op, **args)
+    finally:
+        c.close()
+
+
+def ledger_info(d: Daemons) -> dict[str, Any]:
+    info: dict[str, Any] = request(d, "daemon_info")["ledger"]
+    return info
+
+
+def verify_ok(world: World) -> str:
+    res = world.harness("ledger", "verify")
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    return res.stdout
+
+
+def seqs_in_order(world: World) -> list[int]:
+    """The seqs on disk, asserting they run 1, 2, 3, … in file order with no gap or repeat."""
+    seqs = [x["seq"] for x in ledger_lines(world)]
+    assert seqs == list(range(1, len(seqs) + 1)), seqs
+    return seqs
+
+
+def script(world: World, name: str, body: str) -> str:
+    """A Python script in the world, run by the daemon's harnesses; returns its path."""
+    path = world.root / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+# A resident that records its pid (for cleanup) and its start time, then runs until told.
+SERVICE = """
+import os, sys, time
+root, name = sys.argv[1], sys.argv[2]
+open(os.path.join(root, "pids", str(os.getpid())), "w").close()
+with open(os.path.join(root, name + ".starts"), "a") as f:
+    f.write(f"{time.time_ns()}\\n")
+mode = sys.argv[3] if len(sys.argv) > 3 else "serve"
+if mode == "exit-once" and not os.path.exists(os.path.join(root, name + ".exited")):
+    while not os.path.exists(os.path.join(root, name + ".go")):
+        time.sleep(0.02)
+    open(os.path.join(root, name + ".exited"), "w").close()
+    sys.exit(0)
+print("up", flush=True)
+time.sleep(600)
+"""
+
+# A one-shot that records when it started and what the ledger files held at that moment.
+PROBE = """
+import glob, json, os, sys, time
+t = time.time_ns()
+root, ledger = sys.argv[1], sys.argv[2]
+lines = []
+for p in sorted(glob.glob(os.path.join(ledger, "*.jsonl"))):
+    with open(p, "rb") as f:
+        lines += [json.loads(r) for r in f.read().split(b"\\n")[:-1] if r]
+with open(os.path.join(root, "probe.%d.json" % os.getpid()), "w") as f:
+    json.dump({"t": t, "lines": lines}, f)
+"""
+
+
+def starts(world: World, name: str) -> list[int]:
+    path = world.root / f"{name}.starts"
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+def wait_live(world: World, name: str, run_id: int, n_starts: int) -> dict[str, Any]:
+    """Run `run_id` of `name` is open and its process has started (n_starts starts so far)."""
+    def probe() -> dict[str, Any] | None:
+        rec = _record(world, name, run_id)
+        ok = rec is not None and rec["outcome"] == "running" and len(starts(world, name)) >= \
+            n_starts
+        return rec if ok else None
+    return _until(f"{name} run {run_id} to be up", probe)
+
+
+# -- REQ-6: a slow disk ---------------------------------------------------------------
+
+
+def test_stop_waits_for_the_closed_line_or_the_2s_bound(world: World, fd: FaultDaemons) -> None:
+    svc = script(world, "service.py", SERVICE)
+    fd.write_config(f"""
+[harness.svc]
+kind = "resident"
+restart_delay = "200ms"
+argv = ["{sys.executable}", "{svc}", "{world.root}", "svc"]
+""")
+    fd.start_faulty()
+    wait_live(world, "svc", 1, 1)
+
+    # A sync that takes 1.2 s, inside the bound: stop returns only once the line is synced.
+    fd.faults(sync={"delay": 1.2})
+    t0 = time.monotonic()
+    res = world.harness("stop", "svc")
+    took = time.monotonic() - t0
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "svc: stopped run 1 (cancelled/operator)"
+    assert took >= 1.2, took
+    closed = line_of(world, "closed", "svc", 1)
+    assert closed is not None
+    assert closed["outcome"] == "cancelled" and closed["reason"] == "operator"
+    assert ledger_info(fd)["append_errors"] == 0
+
+    # A sync that takes 3 s, past the bound: stop returns at the bound (2 s), the late
+    # sync is logged and counted, and the closed line still lands.
+    fd.faults()
+    res = world.harness("start", "svc")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "svc: started (run 2)"
+    wait_live(world, "svc", 2, 2)
+    fd.faults(sync={"delay": 3.0})
+    t0 = time.monotonic()
+    res = world.harness("stop", "svc")
+    took = time.monotonic() - t0
+    assert res.returncode == 0, res.stderr
+    assert took >= 2.0, took
+    assert res.stdout.strip() == "svc: stopped run 2 (cancelled/operator)"
+    _until("the late closed line", lambda: line_of(world, "closed", "svc", 2))
+    _until("the late sync to be counted", lambda: ledger_info(fd)["append_errors"] == 1)
+    err = fd.stderr()
+    assert "not synced within 2s" in err and "over the 2s bound" in err
+    fd.faults()
+    rec = _record(world, "svc", 2)
+    assert rec is not None and rec["outcome"] == "cancelled" and rec["reason"] == "operator"
+    seqs_in_order(world)
+    verify_ok(world)
+
+
+def test_a_one_shot_spawns_only_after_its_opened_line_is_synced(
+        world: World, fd: FaultDaemons) -> None:
+    probe = script(world, "probe.py", PROBE)
+    fd.write_config(f"""
+[harness.probe]
+kind = "oneshot"
+argv = ["{sys.executable}", "{probe}", "{world.root}", "{world.ledger}"]
+""")
+    fd.start_faulty()
+    delay = 1.2  # inside REQ-6's 2 s bound, so the append succeeds and the spawn follows
+    fd.faults(sync={"delay": delay})
+    res = world.harness("trigger", "probe", "--wait")
+    assert res.returncode == 0, res.stderr
+    [out] = list(world.root.glob("probe.*.json"))
+    seen = json.loads(out.read_text())
+    fd.faults()
+    opened = line_of(world, "opened", "probe", 1)
+    assert opened is not None
+    # The child saw its own opened line in the file …
+    assert opened in seen["lines"]
+    # … and started no sooner than the sync that made it durable could have ended.
+    assert seen["t"] - parse_ns(opened["at"]) >= delay * NS
+    rec = _record(world, "probe", 1)
+    assert rec is not None and rec["outcome"] == "success" and rec["exit_code"] == 0
+    seqs_in_order(world)
+    verify_ok(world)
+
+
+def test_a_one_shot_under_the_specs_2s_sync_leaves_no_phantom_running_record(
+        world: World, fd: FaultDaemons) -> None:
+    """REQ-6's own example disk (every sync takes 2 s) against a one-shot: the opened line's
+    wait hits the 2 s bound. Whether admission then proceeds or refuses, the run must not be
+    left as a record that reads `running` with no process behind it."""
+    fd.write_config("""
+[harness.ok]
+kind = "oneshot"
+argv = ["true"]
+""")
+    fd.start_faulty()
+    fd.faults(sync={"delay": 2.0})
+    res = world.harness("trigger", "ok", "--wait")
+    # The opened line's sync and the closed line's both pass the bound.
+    _until("the late syncs", lambda: ledger_info(fd)["append_errors"] >= 1, LONG)
+    fd.faults()
+    _until("the queue to drain", lambda: ledger_info(fd)["queued"] == 0, LONG)
+    [rec] = _runs(world, "ok")
+    assert rec["run_id"] == 1
+    # Under no budget, admitted: it ran once the 2 s bound passed (REQ-6).
+    assert res.returncode == 0, res.stderr
+    assert (rec["outcome"], rec["exit_code"]) == ("success", 0)
+    assert "Traceback" not in fd.stderr()
+    seqs_in_order(world)
+    verify_ok(world)
+
+
+def test_an_unbudgeted_residents_restart_does_not_wait_for_a_slow_sync(
+        world: World, fd: FaultDaemons) -> None:
+    svc = script(world, "service.py", SERVICE)
+    fd.write_config(f"""
+[harness.flap]
+kind = "resident"
+restart = "always"
+restart_delay = "100ms"
+argv = ["{sys.executable}", "{svc}", "{world.root}", "flap", "exit-once"]
+""")
+    fd.start_faulty()
+    wait_live(world, "flap", 1, 1)
+    delay = 3.0
+    fd.faults(sync={"delay": delay})
+    (world.root / "flap.go").touch()  # run 1 now exits 0 on its own
+    _until("the restart to spawn", lambda: len(starts(world, "flap")) >= 2)
+    t_restart = starts(world, "flap")[1]
+    closed = _until("run 1's closed line", lambda: line_of(world, "closed", "flap", 1), LONG)
+    # The restart's process started before run 1's closed line could have been synced.
+    assert t_restart < parse_ns(closed["at"]) + delay * NS, (
+        (t_restart - parse_ns(closed["at"])) / NS)
+    opened = _until("run 2's opened line", lambda: line_of(world, "opened", "flap", 2), LONG)
+    assert opened["seq"] == closed["seq"] + 1
+    assert closed["outcome"] == "success" and closed["exit_code"] == 0
+    assert opened["trigger"] == "restart"
+    _until("both lines durable", lambda: ledger_info(fd)["queued"] == 0, LONG)
+    fd.faults()
+    rec = _record(world, "flap", 2)
+    assert rec is not None and rec["outcome"] == "running" and rec["trigger"] == "restart"
+    seqs_in_order(world)
+    verify_ok(world)
+
+
+# -- REQ-6: a read-only disk that recovers ---------------------------------------------
+
+RO = {"write": {"errno": "EROFS"}, "sync": {"errno": "EROFS"}}
+
+
+def counted_errors_logged(err: str) -> int:
+    """How many append errors the daemon's stderr reports (each is logged once, counted once)."""
+    return sum(1 for ln in err.splitlines() if " ERROR harness.ledger: " in ln
+               and (ln.endswith("retrying in order") or "over the 2s bound" in ln))
+
+
+def test_a_read_only_disk_counts_logs_and_then_drains_in_order(
+        world: World, fd: FaultDaemons) -> None:
+    svc = script(world, "service.py", SERVICE)
+    fd.write_config(f"""
+[harness.svc]
+kind = "resident"
+restart_delay = "200ms"
+argv = ["{sys.executable}", "{svc}", "{world.root}", "svc"]
+
+[harness.flap]
+kind = "resident"
+restart = "always"
+restart_delay = "100ms"
+argv = ["{sys.executable}", "{svc}", "{world.root}", "flap", "exit-once"]
+
+[harness.ok]
+kind = "oneshot"
+argv = ["true"]
+""")
+    fd.start_faulty()
+    wait_live(world, "svc", 1, 1)
+    wait_live(world, "flap", 1, 1)
+    assert world.harness("trigger", "ok", "--wait").returncode == 0
+    before = ledger_lines(world)
+    assert [x["type"] for x in before] == ["opened", "opened", "opened", "closed"]
+    assert ledger_info(fd)["append_errors"] == 0
+
+    fd.faults(**RO)
+    # An operator stop still answers (with the record as it will read), its line queued.
+    res = world.harness("stop", "svc")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "svc: stopped run 1 (cancelled/operator)"
+    # An unbudgeted resident that exits on its own restarts while the disk is read-only.
+    (world.root / "flap.go").touch()
+    _until("flap to restart on a read-only disk", lambda: len(starts(world, "flap")) == 2)
+    info = ledger_info(fd)
+    assert info["append_errors"] >= 1 and info["degraded"] is True
+    assert info["queued"] == 3  # svc 1 closed, flap 1 closed, flap 2 opened
+    assert ledger_lines(world) == before  # nothing reached the file
+    err = fd.stderr()
+    day = sorted(world.ledger.glob("*.jsonl"))[-1]
+    assert (f"ERROR harness.ledger: ledger write of {day} failed: Read-only file system "
+            "(injected on write) (harness=svc run_id=1 seq=5)") in err
+
+    fd.faults()
+    _until("the queue to drain", lambda: ledger_info(fd)["queued"] == 0, LONG)
+    info = ledger_info(fd)
+    assert info["degraded"] is False
+    assert info["append_errors"] == counted_errors_logged(fd.stderr())
+    after = ledger_lines(world)
+    assert after[:len(before)] == before
+    new = [(x["seq"], x["type"], x["harness"], x["run_id"]) for x in after[len(before):]]
+    assert new == [(5, "closed", "svc", 1), (6, "closed", "flap", 1), (7, "opened", "flap", 2)]
+    assert after[4]["outcome"] == "cancelled" and after[4]["reason"] == "operator"
+    assert after[5]["outcome"] == "success" and after[5]["exit_code"] == 0
+    assert after[6]["trigger"] == "restart"
+    seqs_in_order(world)
+    verify_ok(world)
+    recs = {(r["harness"], r["run_id"]): r["outcome"]
+            for r in json.loads(world.harness("runs", "--json").stdout)}
+    assert recs == {("svc", 1): "cancelled", ("flap", 1): "success", ("flap", 2): "running",
+                    ("ok", 1): "success"}
+
+
+@pytest.mark.parametrize("budgeted", [False, True])
+def test_a_trigger_on_a_read_only_disk_leaves_no_open_record(
+        world: World, fd: FaultDaemons, budgeted: bool) -> None:
+    """A one-shot whose opened line cannot be synced: under no budget it is admitted anyway
+    (REQ-6: supervision does not wait on the retry); under a budget it is not started and
+    closes failed/spawn. Either way, once the disk is back its lines land in order and the
+    record is closed — it never reads `running` with no process behind it."""
+    fd.write_config(f"""
+[harness.ok]
+kind = "oneshot"
+argv = ["true"]
+{"max_runs_per_day = 100" if budgeted else ""}
+""")
+    fd.start_faulty()
+    assert world.harness("trigger", "ok", "--wait").returncode == 0
+    fd.faults(**RO)
+    res = world.harness("trigger", "ok")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "2"
+    _until("the append error", lambda: ledger_info(fd)["append_errors"] >= 1, LONG)
+    fd.faults()
+    _until("the queue to drain", lambda: ledger_info(fd)["queued"] == 0, LONG)
+    rec2 = _until("run 2 closed", lambda: (r := {x["run_id"]: x for x in _runs(world, "ok")}
+                                           .get(2)) and r["outcome"] != "running" and r, LONG)
+    if budgeted:
+        assert (rec2["outcome"], rec2["reason"]) == ("failed", "spawn")
+        assert "exit_code" not in rec2
+    else:
+        assert (rec2["outcome"], rec2["exit_code"]) == ("success", 0)
+        assert "run ok/2: opened line not yet durable, starting anyway" in fd.stderr()
+    # The next trigger works (run 3: ids are never reused).
+    again = world.harness("trigger", "ok", "--wait")
+    assert again.returncode == 0, again.stderr
+    recs = {r["run_id"]: r for r in _runs(world, "ok")}
+    assert sorted(recs) == [1, 2, 3]
+    assert recs[1]["outcome"] == "success" and recs[3]["outcome"] == "success"
+    assert "Traceback" not in fd.stderr()
+    seqs_in_order(world)
+    verify_ok(world)
+
+
+# -- REQ-7: SIGKILL mid-run -------------------------------------------------------------
+
+CRASH_NOTE = "harness: run interrupted: the daemon stopped without closing it (daemon_crash)"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return False
+
+
+def test_sigkill_mid_run_closes_one_shot_and_resident_as_daemon_crash(
+        world: World, fd: FaultDaemons) -> None:
+    svc = script(world, "service.py", SERVICE)
+    fd.write_config(f"""
+[harness.svc]
+kind = "resident"
+restart_delay = "200ms"
+argv = ["{sys.executable}", "{svc}", "{world.root}", "svc"]
+
+[harness.long]
+kind = "oneshot"
+argv = ["{sys.executable}", "{svc}", "{world.root}", "long"]
+
+[harness.ok]
+kind = "oneshot"
+argv = ["true"]
+""")
+    proc = fd.start()
+    wait_live(world, "svc", 1, 1)
+    # Some history first, so the ids in flight are not all 1s.
+    assert world.harness("trigger", "ok", "--wait").returncode == 0
+    assert world.harness("trigger", "ok", "--wait").returncode == 0
+    res = world.harness("restart", "svc")
+    assert res.stdout.strip() == "svc: restarted (replaced run 1, new run 2)", res.stderr
+    wait_live(world, "svc", 2, 2)
+    res = world.harness("trigger", "long")
+    assert res.returncode == 0 and res.stdout.strip() == "1", res.stderr
+    wait_live(world, "long", 1, 1)
+    orphans = [int(p.name) for p in (world.root / "pids").iterdir()]
+    lines_before = ledger_lines(world)
+
+    proc.kill()
+    assert proc.wait(timeout=DEADLINE) == -signal.SIGKILL
+    # The offline view: both runs read "running?" and nothing is written.
+    off = world.harness("runs", "--json")
+    assert off.returncode == 0 and "read the ledger from disk" in off.stderr
+    assert {(r["harness"], r["run_id"]): r["outcome"] for r in json.loads(off.stdout)} == {
+        ("svc", 1): "replaced", ("svc", 2): "running?", ("long", 1): "running?",
+        ("ok", 1): "success", ("ok", 2): "success"}
+    assert ledger_lines(world) == lines_before
+
+    fd.start()
+    fd.booted()
+    err = fd.stderr()
+    assert "WARNING harness.daemon: run long/1: closed as interrupted (daemon_crash)" in err
+    assert "WARNING harness.daemon: run svc/2: closed as interrupted (daemon_crash)" in err
+    new = ledger_lines(world)[len(lines_before):]
+    closes = [x for x in new if x["type"] == "closed"][:2]
+    assert sorted((x["harness"], x["run_id"]) for x in closes) == [("long", 1), ("svc", 2)]
+    for x in closes:
+        assert x["outcome"] == "interrupted" and x["reason"] == "daemon_crash"
+        assert "ended_at" not in x and "duration_ms" not in x
+    # The resident autostarts again as run 3 (ids continue, never reused).
+    third = wait_live(world, "svc", 3, 3)
+    assert third["trigger"] == "autostart"
+
+    for name, run_id in (("long", 1), ("svc", 2)):
+        rec = _record(world, name, run_id)
+        assert rec is not None
+        assert rec["outcome"] == "interrupted" and rec["reason"] == "daemon_crash", rec
+        assert "ended_at" not in rec and "duration_ms" not in rec
+    listed = world.harness("runs", "--json")
+    assert listed.returncode == 0 and listed.stderr == ""  # the daemon answered
+    got = [(r["harness"], r["run_id"], r["outcome"], r.get("reason"))
+           for r in json.loads(listed.stdout)]
+    assert got == [("svc", 3, "running", None), ("long", 1, "interrupted", "daemon_crash"),
+                   ("svc", 2, "interrupted", "daemon_crash"), ("ok", 2, "success", None),
+                   ("ok", 1, "success", None), ("svc", 1, "replaced", "operator")]
+    table = world.harness("runs", "long")
+    assert table.returncode == 0
+    assert "interrupted" in table.stdout.splitlines()[1]
+
+    # Each run's log says so, once: the one-shot's per-run log and the resident's durable log.
+    long_log = (world.state / "jobs" / "long" / "1.log").read_text()
+    svc_log = (world.state / "logs" / "svc.log").read_text()
+    assert [ln for ln in long_log.splitlines() if ln.endswith(CRASH_NOTE)] == [
+        ln for ln in long_log.splitlines() if "daemon_crash" in ln]
+    assert sum(ln.endswith(CRASH_NOTE) for ln in long_log.splitlines()) == 1
+    assert sum(ln.endswith(CRASH_NOTE) for ln in svc_log.splitlines()) == 1
+
+    # New run ids continue above everything used before the crash.
+    res = world.harness("trigger", "long")
+    assert res.returncode == 0 and res.stdout.strip() == "2", res.stderr
+    res = world.harness("trigger", "ok", "--wait")
+    assert res.returncode == 0
+    assert [r["run_id"] for r in _runs(world, "ok")] == [3, 2, 1]
+    seqs_in_order(world)
+    verify_ok(world)
+    # The crashed runs' process groups did not outlive the reboot (no twin resident).
+    _until("the crashed runs' processes to be gone",
+           lambda: not any(_alive(p) for p in orphans))
+
+
+# -- REQ-13: the legacy import at a real first boot --------------------------------------
+
+LEGACY_OUTCOMES = ["success", "failed", "timed_out", "skipped", "success", "interrupted",
+                   "missed", "success", "failed", "cancelled"]
+
+
+def _legacy_state(now: int) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+    """nightly: runs 6..25 of a keep_runs=20 history (last_run_id 25); weekly: 3 runs, the
+    last one left running by the old daemon."""
+    from harness.timefmt import format_ns
+
+    nightly: dict[int, dict[str, Any]] = {}
+    for i, run_id in enumerate(range(6, 26)):
+        start = now - (26 - run_id) * 3600 * NS  # hourly, the newest an hour ago
+        outcome = LEGACY_OUTCOMES[i % len(LEGACY_OUTCOMES)]
+        e: dict[str, Any] = {"run_id": run_id, "trigger": "schedule", "outcome": outcome,
+                             "started_at": format_ns(start), "window": format_ns(start)}
+        if outcome in ("skipped", "missed"):
+            e["reason"] = "overlap" if outcome == "skipped" else None
+        else:
+            e["ended_at"] = format_ns(start + 90 * NS)
+            e["exit_code"] = {"success": 0, "failed": 2, "timed_out": -1,
+                              "interrupted": -1, "cancelled": -1}[outcome]
+            if outcome == "interrupted":
+                e["reason"] = "shutdown"
+            if outcome == "cancelled":
+                e["reason"] = "operator"
+        nightly[run_id] = e
+    weekly = [
+        {"run_id": 1, "trigger": "manual", "outcome": "success", "exit_code": 0,
+         "started_at": format_ns(now - 50 * 3600 * NS),
+         "ended_at": format_ns(now - 50 * 3600 * NS + 5 * NS)},
+        {"run_id": 2, "trigger": "manual", "outcome": "failed", "exit_code": 1,
+         "started_at": format_ns(now - 30 * 3600 * NS),
+         "ended_at": format_ns(now - 30 * 3600 * NS + 5 * NS)},
+        {"run_id": 3, "trigger": "manual", "outcome": "running",
+         "started_at": format_ns(now - 2 * 3600 * NS)},
+    ]
+    doc = {"runs": {"nightly": {"last_run_id": 25, "runs": list(nightly.values())},
+                    "weekly": {"last_run_id": 3, "runs": weekly}},
+           "other_key": {"kept": True}}
+    return doc, nightly
+
+
+def test_legacy_state_json_is_imported_once_at_the_first_real_boot(
+        world: World, fd: FaultDaemons) -> None:
+    from harness.timefmt import now_ns
+
+    doc, nightly = _legacy_state(now_ns())
+    world.state.mkdir(parents=True)
+    state = world.state / "state.json"
+    state.write_text(json.dumps(doc))
+    assert not world.ledger.exists()
+    fd.write_config("""
+[harness.nightly]
+kind = "oneshot"
+argv = ["true"]
+
+[harness.weekly]
+kind = "oneshot"
+argv = ["true"]
+""")
+    proc = fd.start()
+    fd.booted()
+    assert "INFO harness.daemon: ledger import: 23 legacy run(s), 41 line(s)" in fd.stderr()
+    # weekly 3 was running when the old daemon went: imported open, then closed as a crash.
+    assert "run weekly/3: closed as interrupted (daemon_crash)" in fd.stderr()
+
+    res = world.harness("runs", "nightly", "--limit", "100", "--json")
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    recs = json.loads(res.stdout)
+    assert [r["run_id"] for r in recs] == list(range(25, 5, -1))
+    for r in recs:
+        e = nightly[r["run_id"]]
+        assert r["imported"] is True and r["harness"] == "nightly" and r["kind"] == "oneshot"
+        assert r["outcome"] == e["outcome"] and r["trigger"] == "schedule"
+        assert r["started_at"] == e["started_at"] and r["window"] == e["window"]
+        assert r.get("ended_at") == e.get("ended_at")
+        assert r.get("exit_code") == e.get("exit_code")
+        assert r.get("reason") == e.get("reason")
+        if "ended_at" in e:
+            assert r["duration_ms"] == 90_000
+    weekly = {r["run_id"]: r for r in _runs(world, "weekly")}
+    assert sorted(weekly) == [1, 2, 3]
+    assert all(r["imported"] is True for r in weekly.values())
+    assert [weekly[i]["outcome"] for i in (1, 2, 3)] == ["success", "failed", "interrupted"]
+    assert weekly[3]["reason"] == "daemon_crash" and "ended_at" not in weekly[3]
+    # jobs reads the ledger: nightly's last run (25) and its failure streak.
+    jobs = {j["name"]: j for j in json.loads(world.harness("jobs", "--json").stdout)}
+    last = nightly[25]
+    assert jobs["nightly"]["last_run"] == {"run_id": 25, "outcome": last["outcome"],
+                                           "ended_at": last.get("ended_at")}
+
+    # state.json keeps only the allocators (and the keys it does not own).
+    assert json.loads(state.read_text()) == {
+        "harnesses": {"nightly": {"last_run_id": 25}, "weekly": {"last_run_id": 3}},
+        "other_key": {"kept": True}}
+    assert (world.ledger / ".imported").exists()
+
+    # New run ids continue above the legacy last_run_id.
+    res = world.harness("trigger", "nightly", "--wait")
+    assert res.returncode == 0
+    assert _runs(world, "nightly")[0]["run_id"] == 26
+    assert world.harness("trigger", "weekly").stdout.strip() == "4"
+    _until("weekly 4 to end", lambda: (r := _record(world, "weekly", 4)) is not None
+           and r["outcome"] == "success")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0, fd.stderr()
+    lines = ledger_lines(world)
+    imported = [x for x in lines if x.get("imported")]
+    assert len(imported) == 41
+
+    # A second boot imports nothing and rewrites nothing.
+    state_before = state.read_text()
+    proc = fd.start()
+    fd.booted()
+    assert "ledger import" not in fd.stderr()
+    assert "daemon_crash" not in fd.stderr()
+    assert ledger_lines(world) == lines
+    assert state.read_text() == state_before
+    res = world.harness("trigger", "nightly", "--wait")
+    assert res.returncode == 0
+    assert [r["run_id"] for r in _runs(world, "nightly")][:3] == [27, 26, 25]
+    assert len([x for x in ledger_lines(world) if x.get("imported")]) == 41
+    assert json.loads(state.read_text())["harnesses"] == {
+        "nightly": {"last_run_id": 27}, "weekly": {"last_run_id": 4}}
+    seqs_in_order(world)
+    verify_ok(world)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0, fd.stderr()
