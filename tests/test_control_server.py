@@ -111,7 +111,7 @@ async def refuse(req: dict[str, Any]) -> Any:
 
 
 async def unencodable(req: dict[str, Any]) -> Any:
-    return {1, 2}
+    return {"x": object()}  # no JSON form
 
 
 HANDLERS: dict[str, Handler] = {"echo": echo, "boom": boom, "refuse": refuse,

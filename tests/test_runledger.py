@@ -723,3 +723,21 @@ def test_log_pruned_is_computed_from_the_log_file_and_never_written(
     assert [x for x in all_lines(ledger_dir) if "log_pruned" in x] == []
     Path(kept).unlink()
     assert pruned(led.get("nightly", 3)) is True
+
+
+def test_log_probe_reads_each_directory_once_and_knows_zst(tmp_path: Path) -> None:
+    from harness.ledger.fold import LogProbe
+
+    jobs = tmp_path / "jobs" / "h"
+    jobs.mkdir(parents=True)
+    (jobs / "1.log").write_text("x")
+    (jobs / "2.log.zst").write_bytes(b"z")
+    probe = LogProbe()
+    assert [probe.gone(str(jobs / f"{n}.log")) for n in (1, 2, 3)] == [False, False, True]
+    # The listing is taken once per answer: a file made afterwards is not seen by it...
+    (jobs / "3.log").write_text("late")
+    assert probe.gone(str(jobs / "3.log")) is True
+    # ...but a new probe (the next answer) sees it.
+    assert LogProbe().gone(str(jobs / "3.log")) is False
+    # A directory that does not exist holds no log.
+    assert LogProbe().gone(str(tmp_path / "nope" / "1.log")) is True

@@ -213,3 +213,17 @@ def test_replace_closes_the_live_run_replaced(world: World, daemons: Daemons) ->
         new = _record(world, "r", 2)
         assert new is not None and new["outcome"] == "running"
         assert c.request("stop", name="r")["outcome"] == "cancelled"
+
+
+def test_a_run_that_reads_closed_no_longer_overlaps(world: World, daemons: Daemons) -> None:
+    """A client that fires again as soon as the last record reads closed is not skipped:
+    a run whose process is gone is not live, even while its closed line is being written."""
+    daemons.write_config(_oneshot("fast", "skip", "exit 0"))
+    daemons.start()
+    with Client(str(daemons.socket)) as c:
+        for n in range(1, 31):
+            assert _fire(c, "fast") == {"decision": "started", "run_id": n}
+            _until(f"run {n} to read closed",
+                   lambda n=n: any(r["run_id"] == n and r["outcome"] == "success"
+                                   for r in c.request("runs", names=["fast"], limit=5)["runs"]))
+    assert {r["outcome"] for r in _runs(world, "fast")} == {"success"}

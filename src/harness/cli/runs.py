@@ -18,6 +18,7 @@ from .. import paths
 from ..config.durations import parse_duration_ns
 from ..control.client import Client, DaemonError, DaemonUnreachable
 from ..ledger.dayfiles import LedgerDirError
+from ..ledger.fold import LogProbe
 from ..ledger.query import MAX_LIMIT, Query, QueryError
 from ..ledger.reader import scan
 from ..ledger.schema import OUTCOMES, TRIGGERS
@@ -142,7 +143,8 @@ def runs_command(ctx: click.Context, names: tuple[str, ...], harness: tuple[str,
         if stats.strays:
             click.echo(f"harness: ignored file(s) that are not day files: "
                        f"{', '.join(stats.strays)}", err=True)
-        records = [r.to_json(offline=True) for r in recs]
+        probe = LogProbe()
+        records = [r.to_json(offline=True, probe=probe) for r in recs]
     if as_json:
         click.echo(json.dumps(records, indent=2, ensure_ascii=False))
         return

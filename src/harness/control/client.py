@@ -12,7 +12,11 @@ import json
 import socket
 from typing import Any
 
+import msgspec
+
 from . import PROTO
+
+_decode = msgspec.json.Decoder().decode
 
 
 class DaemonUnreachable(Exception):
@@ -55,7 +59,8 @@ class Client:
         line = self._file.readline()
         if not line:
             raise OSError("connection closed")
-        return json.loads(line)
+        # msgspec: a 1,000-record runs answer decodes in a fraction of json.loads's time.
+        return _decode(line)
 
     def request(self, op: str, **args: Any) -> Any:
         self._next_id += 1

@@ -29,7 +29,7 @@ from .dayfiles import day_path, iter_chunks, list_day_files, read_tail
 from .errors import LedgerCorrupt
 from .feed import Committed, Feed, Subscription
 from .files import FileLayer, make_private_dir
-from .fold import Frozen, Record
+from .fold import Frozen, LogProbe, Record
 from .index import Index
 from .query import Query
 from .reader import scan, valid_line
@@ -362,10 +362,12 @@ class RunLedger:
         with self._lock:
             recs, oldest, complete = self._index.query(q)
             if complete:
-                return [r.to_json() for r in recs], oldest
+                probe = LogProbe()
+                return [r.to_json(probe=probe) for r in recs], oldest
         # Only what is durable: a buffered line may be in the file before its sync.
         found, oldest, _stats = scan(self.directory, q, offline=False, upto_seq=self._committed)
-        return [r.to_json() for r in found], oldest
+        probe = LogProbe()
+        return [r.to_json(probe=probe) for r in found], oldest
 
     def get(self, harness: str, run_id: int) -> dict[str, Any] | None:
         with self._lock:

@@ -330,7 +330,9 @@ class Manager:
             raise RuntimeError("the daemon is shutting down")
         async with self._lock(name):
             live = self._live.get(name)
-            if live is not None:
+            # A run whose process is gone does not overlap (its record may already read
+            # closed to the client that fires next), unless a held firing is next in line.
+            if live is not None and (not live.ended or name in self._held_firing):
                 if cfg.on_overlap == "queue" and name not in self._held_firing:
                     run_id = await asyncio.to_thread(self.ids.next, name)
                     self._held_firing[name] = Held(run_id, trigger, window)

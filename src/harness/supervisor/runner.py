@@ -297,6 +297,11 @@ class Run:
 
     # -- end ---------------------------------------------------------------------------
 
+    @property
+    def ended(self) -> bool:
+        """Whether the process is gone and only the closed line is still being written."""
+        return self._closing
+
     async def wait(self) -> dict[str, Any]:
         """The closed record, once the run has ended and its closed line is durable."""
         if self._task is None:
