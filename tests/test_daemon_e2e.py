@@ -127,6 +127,10 @@ kind = "oneshot"
 timeout = "1s"
 argv = ["sleep", "30"]
 
+[harness.chatty]
+kind = "oneshot"
+argv = ["sh", "-c", "for i in 1 2 3 4 5; do echo line $i; sleep 0.3; done"]
+
 [harness.missing]
 kind = "oneshot"
 argv = ["/nonexistent/harness-test-binary"]
@@ -165,8 +169,11 @@ def test_trigger_wait_exits_with_the_run_and_the_daemon_answers_runs(
     daemons.start()
     ok = world.harness("trigger", "ok", "--wait")
     assert ok.returncode == 0, ok.stderr
+    assert ok.stdout == "fine\n"  # the run's log, streamed
+    assert ok.stderr == "ok run 1: success\n"
     bad = world.harness("trigger", "bad", "--wait")
     assert bad.returncode == 3, bad.stderr
+    assert bad.stdout == "broken\n"
 
     for name, code, outcome in (("ok", 0, "success"), ("bad", 3, "failed")):
         res = world.harness("runs", name, "--json")
@@ -192,7 +199,7 @@ def test_trigger_wait_exits_with_the_run_and_the_daemon_answers_runs(
     listed = world.harness("list", "--json")
     assert listed.returncode == 0
     assert {h["name"]: h["kind"] for h in json.loads(listed.stdout)} == dict.fromkeys(
-        ("ok", "bad", "tick", "slow", "missing", "long"), "oneshot")
+        ("ok", "bad", "tick", "slow", "chatty", "missing", "long"), "oneshot")
 
     client = Client(str(daemons.socket))
     try:
@@ -207,6 +214,24 @@ def test_trigger_wait_exits_with_the_run_and_the_daemon_answers_runs(
     unknown = world.harness("trigger", "nope")
     assert unknown.returncode == 1
     assert "not_found" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_trigger_wait_streams_the_log_as_the_run_writes_it(
+        world: World, daemons: Daemons) -> None:
+    daemons.write_config(_config(world, daemons))
+    daemons.start()
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "trigger", "chatty", "--wait"],
+                            env=world.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    # The first line arrives while the run is still going, not after it ended.
+    assert proc.stdout.readline() == b"line 1\n"
+    rec = _record(world, "chatty", 1)
+    assert rec is not None and rec["outcome"] == "running"
+    rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert rest == b"".join(b"line %d\n" % i for i in range(2, 6))
+    # Shown once each, though the log was compressed once the run closed.
+    assert (world.state / "jobs" / "chatty" / "1.log.zst").exists()
 
 
 def test_timeouts_and_spawn_failures_map_to_their_exit_codes(

@@ -21,6 +21,7 @@ import click
 
 from .. import paths
 from ..control.client import Client, DaemonError, DaemonUnreachable
+from ..supervisor.logview import LogFollower
 from . import render
 
 WAIT_POLL = 0.2
@@ -95,10 +96,20 @@ def trigger_command(ctx: click.Context, name: str, wait: bool) -> None:
         if not wait:
             click.echo(str(run_id))
             return 0
+        follower: LogFollower | None = None
+        out = sys.stdout.buffer
         while True:
             runs = client.request("runs", name=name, limit=50)["runs"]
             rec = next((r for r in runs if r.get("run_id") == run_id), None)
-            if rec is not None and rec.get("outcome") != "running":
+            if follower is None and rec is not None and isinstance(rec.get("log"), str):
+                follower = LogFollower(rec["log"])
+            done = rec is not None and rec.get("outcome") != "running"
+            if follower is not None:
+                # The run's output as it comes; the rest once closed, from the plain log
+                # or the .zst the daemon compressed it to.
+                out.write(follower.rest() if done else follower.new())
+                out.flush()
+            if rec is not None and done:
                 click.echo(f"{name} run {run_id}: {rec.get('outcome')}"
                            + (f" ({rec['reason']})" if rec.get("reason") else ""), err=True)
                 return exit_code_of(rec)

@@ -142,6 +142,52 @@ def _tail_zst(path: str, max_bytes: int | None, lines: int | None
         return bytes(buf), dropped
 
 
+class LogFollower:
+    """`trigger --wait`'s view of one run's log: the bytes added since the last look.
+
+    While the run is live its plain log only grows. Once its record reads closed the log
+    may already be compressed, so `rest` finishes from whichever file is there, skipping
+    what was shown: every byte is shown once, whether the compression came before or
+    after the last look.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.shown = 0
+
+    def new(self) -> bytes:
+        """What the plain log gained since the last call (b"" when it is not there)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.shown)
+                data = f.read()
+        except FileNotFoundError:
+            return b""
+        self.shown += len(data)
+        return data
+
+    def rest(self) -> bytes:
+        """After the run closed: everything not shown yet, from the plain log or its .zst."""
+        if os.path.exists(self.path):
+            return self.new()
+        try:
+            f = open(self.path + logs.ZST, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return self.new()  # renamed back between the two looks: read it plain
+        out = bytearray()
+        with f:
+            reader = zstandard.ZstdDecompressor().stream_reader(f)
+            skip = self.shown
+            while chunk := reader.read(_CHUNK):
+                if skip >= len(chunk):
+                    skip -= len(chunk)
+                    continue
+                out += chunk[skip:]
+                skip = 0
+        self.shown += len(out)
+        return bytes(out)
+
+
 def read_tail(path: str, max_bytes: int | None = None, lines: int | None = None
               ) -> tuple[str, bytes, int] | None:
     """(the file read, its bytes or a tail of them, bytes left out in front), or None when

@@ -243,10 +243,11 @@ class Manager:
         await asyncio.gather(*pending, return_exceptions=True)
         for name in list(self._held_firing):
             await self._drop_held(name, "interrupted", "shutdown")
-        for run in self._live.values():
+        # A run still starting is left to its starter, which sees _stopping and stops it.
+        runs = [r for r in self._live.values() if r.started]
+        for run in runs:
             if run.run_id is not None:
                 self._ending.add((run.spec.name, run.run_id))
-        runs = list(self._live.values())
         results = await asyncio.gather(*(r.stop("shutdown", self.grace) for r in runs),
                                        return_exceptions=True)
         for run, res in zip(runs, results, strict=True):
@@ -307,7 +308,14 @@ class Manager:
             log.warning("harness %s: %d window(s) missed, up to %s", name, m.count,
                         _rfc3339(m.last))
         if d.due is not None:
-            await self.trigger(name, d.trigger, window=_rfc3339(d.due))
+            # A task of its own, shielded and tracked: a shutdown cancelling the ticker must
+            # not cut a start in half (a spawned process nobody supervises); the shutdown
+            # waits for it instead, and the start, seeing the shutdown, stops its run.
+            task = asyncio.get_running_loop().create_task(
+                self.trigger(name, d.trigger, window=_rfc3339(d.due)))
+            self._waiters.add(task)
+            task.add_done_callback(self._waiters.discard)
+            await asyncio.shield(task)
 
     # -- triggering --------------------------------------------------------------------
 
@@ -363,6 +371,10 @@ class Manager:
             if self._live.get(name) is run:
                 del self._live[name]
             raise
+        if self._stopping:
+            # The shutdown began while this run was starting and did not see it live.
+            await run.stop("shutdown", self.grace)
+            return started
         self._watch(self._reap(name, run))
         log.info("harness %s: run %d started (%s)", name, started, trigger)
         return started

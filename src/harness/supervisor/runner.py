@@ -298,6 +298,11 @@ class Run:
     # -- end ---------------------------------------------------------------------------
 
     @property
+    def started(self) -> bool:
+        """Whether `start` has returned (a run still starting cannot be stopped yet)."""
+        return self._task is not None
+
+    @property
     def ended(self) -> bool:
         """Whether the process is gone and only the closed line is still being written."""
         return self._closing
