@@ -327,3 +327,23 @@ def test_a_few_lines_of_a_huge_log_read_only_its_end(tmp_path: Path) -> None:
     view = logview.view_log("svc", "resident", lines=2, jobs_dir=str(tmp_path),
                             resident_log=str(durable), keep_runs=1, lookup=_records({}))
     assert (view.text, view.cut, view.shared) == ("last but one\nlast\n", 0, True)
+
+
+def test_log_follower_shows_each_byte_once_across_the_compression(tmp_path: Path) -> None:
+    from harness.supervisor import logs as run_logs
+    from harness.supervisor.logview import LogFollower
+
+    path = tmp_path / "7.log"
+    f = LogFollower(str(path))
+    assert f.new() == b""  # not created yet
+    path.write_bytes(b"one\n")
+    assert f.new() == b"one\n"
+    assert f.new() == b""
+    with path.open("ab") as out:
+        out.write(b"two\n" + b"x" * 200_000 + b"\nthree\n")
+    assert run_logs.compress_log(str(path)) and not path.exists()
+    assert f.rest() == b"two\n" + b"x" * 200_000 + b"\nthree\n"
+    assert f.rest() == b""
+    # Compressed before the first look: all of it, once.
+    late = LogFollower(str(path))
+    assert late.rest() == b"one\ntwo\n" + b"x" * 200_000 + b"\nthree\n"

@@ -126,20 +126,20 @@ def _tail_zst(path: str, max_bytes: int | None, lines: int | None
         while chunk := reader.read(_CHUNK):
             buf += chunk
             if len(buf) > 2 * keep:
-                if lines is not None:
-                    dropped += _trim_lines(buf, lines)
-                if max_bytes is not None and len(buf) > max_bytes:
-                    extra = len(buf) - max_bytes
-                    del buf[:extra]
-                    dropped += extra
+                dropped += _trim(buf, max_bytes, lines)
                 keep = max(keep, len(buf))  # many long lines: let the window grow
-        if lines is not None:
-            dropped += _trim_lines(buf, lines)
-        if max_bytes is not None and len(buf) > max_bytes:
-            extra = len(buf) - max_bytes
-            del buf[:extra]
-            dropped += extra
+        dropped += _trim(buf, max_bytes, lines)
         return bytes(buf), dropped
+
+
+def _trim(buf: bytearray, max_bytes: int | None, lines: int | None) -> int:
+    """Cut `buf` in place to its last `lines` lines and `max_bytes` bytes; bytes cut."""
+    dropped = _trim_lines(buf, lines) if lines is not None else 0
+    if max_bytes is not None and len(buf) > max_bytes:
+        extra = len(buf) - max_bytes
+        del buf[:extra]
+        dropped += extra
+    return dropped
 
 
 class LogFollower:
