@@ -99,3 +99,32 @@ def test_a_bad_reload_keeps_the_last_good_config(world: World, daemons: Daemons,
     assert _states(world) == {"job": "armed", "w": "running"}
     assert [r["run_id"] for r in _runs(world, "w")] == [1]
     assert "reload failed" in daemons.stderr()
+
+
+def test_reload_removal_cancels_a_live_one_shot_and_its_held_firing(
+        world: World, daemons: Daemons) -> None:
+    daemons.write_config("""
+[harness.q]
+kind = "oneshot"
+on_overlap = "queue"
+argv = ["sleep", "600"]
+
+[harness.stay]
+kind = "oneshot"
+argv = ["true"]
+""")
+    daemons.start()
+    with Client(str(daemons.socket)) as c:
+        assert c.request("trigger", name="q") == {"decision": "started", "run_id": 1}
+        assert c.request("trigger", name="q") == {"decision": "queued", "run_id": 2}
+        daemons.write_config('[harness.stay]\nkind = "oneshot"\nargv = ["true"]\n')
+        assert c.request("reload") == {"added": [], "removed": ["q"], "changed": [],
+                                       "unchanged": 1}
+        runs = {r["run_id"]: r for r in _runs(world, "q")}
+        assert {k: (r["outcome"], r["reason"]) for k, r in runs.items()} == {
+            1: ("cancelled", "reload"), 2: ("cancelled", "reload")}
+        assert runs[1]["exit_code"] == -1 and "exit_code" not in runs[2]
+        with pytest.raises(DaemonError) as err:
+            c.request("trigger", name="q")
+        assert err.value.code == "not_found"
+    assert _states(world) == {"stay": "armed"}
