@@ -30,15 +30,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import logs
-from .runner import DEFAULT_GRACE, _group_alive, _signal_group
+from .runner import (
+    DEAD,
+    DEFAULT_GRACE,
+    ENV_NAME,
+    ENV_RUN_ID,
+    ENV_SOCKET,
+    ENV_TRIGGER,
+    _group_alive,
+    _signal_group,
+    proc_stat,
+)
 
 log = logging.getLogger("harness.supervisor")
 
-# The variables runner.Run._spawn gives every child.
-ENV_NAME = "HARNESS_NAME"
-ENV_RUN_ID = "HARNESS_RUN_ID"
-ENV_TRIGGER = "HARNESS_RUN_TRIGGER"
-ENV_SOCKET = "HARNESS_SOCKET"
 _POLL = 0.05
 
 
@@ -67,16 +72,6 @@ def _environ(pid: str) -> dict[bytes, bytes] | None:
         if sep:
             env[key] = value
     return env
-
-
-def _stat(pid: str) -> tuple[bytes, int] | None:
-    """(state, pgid) of a process from /proc/<pid>/stat; None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return fields[0], int(fields[2])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def find_orphans(socket_path: str, runs: Iterable[tuple[str, int]]) -> list[Orphan]:
@@ -110,8 +105,8 @@ def find_orphans(socket_path: str, runs: Iterable[tuple[str, int]]) -> list[Orph
             continue
         if key not in wanted:
             continue
-        st = _stat(pid)
-        if st is None or st[0] in (b"Z", b"X"):
+        st = proc_stat(pid)
+        if st is None or st[0] in DEAD:
             continue
         pgid = st[1]
         if pgid <= 1 or pgid == my_group:

@@ -54,6 +54,11 @@ STOP_REASONS: dict[str, tuple[str, str | None]] = {
     "restart": ("replaced", "operator"),
     "shutdown": ("interrupted", "shutdown"),
 }
+# What every child is told about its run; orphans.py finds a crashed daemon's runs by them.
+ENV_NAME = "HARNESS_NAME"
+ENV_RUN_ID = "HARNESS_RUN_ID"
+ENV_TRIGGER = "HARNESS_RUN_TRIGGER"
+ENV_SOCKET = "HARNESS_SOCKET"
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _POLL = 0.05
 
@@ -159,14 +164,27 @@ def _group_alive(pgid: int) -> bool:
     except OSError:
         return True  # no /proc: trust kill(2)
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+        st = proc_stat(pid)  # None: gone meanwhile
+        if st is not None and st[1] == pgid and st[0] not in DEAD:
             return True
     return False
+
+
+# /proc states of a process that no longer runs: zombie, dead.
+DEAD = (b"Z", b"X")
+
+
+def proc_stat(pid: str) -> tuple[bytes, int] | None:
+    """(state, pgid) of a process from /proc/<pid>/stat; None when it is gone.
+
+    Split after the last ")": the command name before it may hold spaces and parentheses.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0], int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 @dataclass
@@ -282,8 +300,8 @@ class Run:
         if self.env_extra:
             env.update(self.env_extra)
         # Last, so no env file can change them: orphans.py finds a crashed daemon's runs by them.
-        env.update(HARNESS_NAME=self.spec.name, HARNESS_RUN_ID=str(self.run_id),
-                   HARNESS_RUN_TRIGGER=self.trigger, HARNESS_SOCKET=paths.socket_path())
+        env.update({ENV_NAME: self.spec.name, ENV_RUN_ID: str(self.run_id),
+                    ENV_TRIGGER: self.trigger, ENV_SOCKET: paths.socket_path()})
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *self.spec.argv, cwd=self.spec.workdir, env=env,
