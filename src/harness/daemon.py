@@ -30,7 +30,7 @@ from typing import Any
 from . import __version__, paths
 from .config.load import ConfigError, load_config
 from .config.model import Config
-from .control.ops import logs_op, runs_op
+from .control.ops import logs_op, require_name, runs_op
 from .control.server import ControlServer, Handler, OpError, SocketInUse
 from .ledger.errors import LedgerError
 from .ledger.runledger import RunLedger
@@ -71,46 +71,36 @@ def _handlers(manager: Manager, ledger: RunLedger, info: dict[str, Any],
         stats = await asyncio.to_thread(ledger.stats)
         return {**info, "ledger": {k: getattr(stats, k) for k in _STATS}}
 
-    async def trigger(req: dict[str, Any]) -> dict[str, Any]:
-        name = req.get("name")
-        if not isinstance(name, str) or not name:
-            raise OpError("bad_request", f"name must be a non-empty string, got {name!r}"[:300])
-        try:
-            return await manager.fire(name, "manual")
-        except UnknownHarness:
-            raise OpError("not_found", f"no one-shot harness named {name!r}"[:300]) from None
-        except (RuntimeError, LedgerError) as exc:
-            # A shutdown in progress, or a decided line the disk did not take in time.
-            raise OpError("unavailable", str(exc)) from None
-
     async def reload_op(req: dict[str, Any]) -> dict[str, Any]:
         return await reload()
 
     async def jobs(req: dict[str, Any]) -> dict[str, Any]:
         return {"jobs": await manager.jobs()}
 
-    def lifecycle(op: str, call: Callable[[str], Awaitable[dict[str, Any]]]) -> Handler:
+    def by_name(op: str, call: Callable[[str], Awaitable[dict[str, Any]]],
+                what: str = "harness") -> Handler:
+        """The handler of an op on one named harness (`what` names the kind it needs)."""
         async def handler(req: dict[str, Any]) -> dict[str, Any]:
-            name = req.get("name")
-            if not isinstance(name, str) or not name:
-                raise OpError("bad_request",
-                              f"name must be a non-empty string, got {name!r}"[:300])
+            name = require_name(req)
             try:
                 return await call(name)
             except UnknownHarness:
-                raise OpError("not_found", f"no harness named {name!r}"[:300]) from None
+                raise OpError("not_found", f"no {what} named {name!r}"[:300]) from None
             except NotResident:
                 raise OpError("bad_request",
                               f"{op} applies to resident harnesses; {name!r} is a one-shot"
                               [:300]) from None
             except (RuntimeError, LedgerError) as exc:
+                # A shutdown in progress, or a line the disk did not take in time.
                 raise OpError("unavailable", str(exc)) from None
         return handler
 
     return {"list": list_op, "daemon_info": daemon_info, "runs": runs_op(ledger),
-            "trigger": trigger, "jobs": jobs, "start": lifecycle("start", manager.start_op),
-            "stop": lifecycle("stop", manager.stop_op),
-            "restart": lifecycle("restart", manager.restart_op),
+            "trigger": by_name("trigger", lambda n: manager.fire(n, "manual"),
+                               "one-shot harness"),
+            "jobs": jobs, "start": by_name("start", manager.start_op),
+            "stop": by_name("stop", manager.stop_op),
+            "restart": by_name("restart", manager.restart_op),
             "logs": logs_op(lambda: manager.config, ledger, manager.jobs_dir),
             "reload": reload_op}
 

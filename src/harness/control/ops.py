@@ -75,7 +75,8 @@ def _time(req: dict[str, Any], key: str) -> int | None:
         raise _bad(f"{key}: {exc}"[:300]) from None
 
 
-def _name(req: dict[str, Any]) -> str:
+def require_name(req: dict[str, Any]) -> str:
+    """The request's `name`, a non-empty string; bad_request otherwise."""
     v = req.get("name")
     if not isinstance(v, str) or not v:
         raise _bad(f"name must be a non-empty string, got {v!r}"[:300])
@@ -101,7 +102,7 @@ def parse_runs_request(req: dict[str, Any]) -> Query:
     _check_fields(req)
     if "name" in req:
         # SPEC-0008: that harness's newest records, with no time bound.
-        return Query(names=(_name(req),), limit=_limit(req, LEGACY_LIMIT))
+        return Query(names=(require_name(req),), limit=_limit(req, LEGACY_LIMIT))
     names = _strings(req, "names")
     outcomes = frozenset(_strings(req, "outcomes"))
     triggers = frozenset(_strings(req, "triggers"))
@@ -173,7 +174,7 @@ def logs_op(config: Callable[[], Config], ledger: RunLedger, jobs_dir: str) -> H
         unknown = sorted(set(req) - _ENVELOPE - _LOGS_FIELDS)
         if unknown:
             raise _bad(f"unknown field {unknown[0]!r} (valid: lines, name, run)"[:300])
-        name = _name(req)
+        name = require_name(req)
         run = _positive(req, "run")
         lines = _positive(req, "lines")
         cfg = config().harness.get(name)
