@@ -134,8 +134,13 @@ class LogProbe:
                 self._dirs[d] = None  # unlistable: ask about the file itself
         names = self._dirs[d]
         if names is None:
-            return not os.path.exists(log) and not os.path.exists(log + ".zst")
+            return _log_gone(log)
         return base not in names and base + ".zst" not in names
+
+
+def _log_gone(log: str) -> bool:
+    """One record's question, asked of the file system directly (two stats, no listing)."""
+    return not os.path.exists(log) and not os.path.exists(log + ".zst")
 
 
 def _as_json(harness: str, run_id: int, seq: int, closed: bool, fields: dict[str, Any],
@@ -148,7 +153,7 @@ def _as_json(harness: str, run_id: int, seq: int, closed: bool, fields: dict[str
         out["outcome"] = "running?" if offline else "running"
     log = out.get("log")
     if check_log and closed and isinstance(log, str) and log \
-            and (probe or LogProbe()).gone(log):
+            and (probe.gone(log) if probe is not None else _log_gone(log)):
         out["log_pruned"] = True
     return out
 
