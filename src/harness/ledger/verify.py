@@ -12,7 +12,6 @@ does not match (a line that is not canonical).
 from __future__ import annotations
 
 import gc
-import hashlib
 import heapq
 import itertools
 import json
@@ -150,7 +149,7 @@ def check_file(path: str, name: str, skip_upto: int = 0) -> FileCheck:
                     if err:
                         fc.error = Break(seq, name, n, err)
                         return fc
-                if not _fast_ok(raw, digest) and not verifies(raw, digest) and (
+                if not verifies(raw, digest) and (
                     not _reencoded_ok(raw, digest)
                 ):
                     fc.error = Break(seq, name, n,
@@ -165,19 +164,6 @@ def check_file(path: str, name: str, skip_upto: int = 0) -> FileCheck:
     return fc
 
 
-_sha256 = hashlib.sha256
-
-
-def _fast_ok(raw: bytes, digest: str) -> bool:
-    """The common case, inlined for speed: the first "hash" member is the top-level one and
-    is followed by another member. Anything else falls through to `hash_of_line_bytes`."""
-    i = raw.find(b'"hash":"')
-    if i < 0 or raw[i + 72 : i + 74] != b'",' or raw[i + 8 : i + 72].decode("ascii",
-                                                                          "replace") != digest:
-        return False
-    h = _sha256(raw[:i])
-    h.update(raw[i + 74 :])
-    return h.hexdigest() == digest
 
 
 def _link_error(seq: int, prev: str, prev_seq: int, prev_hash: str | None) -> str | None:
