@@ -26,8 +26,11 @@ def _stdlib(obj: Any) -> bytes:
     ).encode("utf-8")
 
 
-def _prepare(obj: Any) -> Any:
-    """Return obj with every float replaced by its stdlib spelling; check keys and floats."""
+def prepare(obj: Any) -> Any:
+    """Return obj with every float replaced by its stdlib spelling; check keys and floats.
+
+    One walk of the object: `encode_prepared` may then run on it many times.
+    """
     t = type(obj)
     if t is str or t is int or t is bool or obj is None:
         return obj
@@ -40,16 +43,11 @@ def _prepare(obj: Any) -> Any:
         for k, v in obj.items():
             if type(k) is not str:
                 raise ValueError(f"canonical JSON needs string keys, got {k!r}")
-            out[k] = _prepare(v)
+            out[k] = prepare(v)
         return out
     if t is list or t is tuple:
-        return [_prepare(v) for v in obj]
+        return [prepare(v) for v in obj]
     raise ValueError(f"canonical JSON cannot encode a {t.__name__}")
-
-
-def prepare(obj: Any) -> Any:
-    """Check `obj` and pre-render its floats once; `encode_prepared` may then run many times."""
-    return _prepare(obj)
 
 
 def encode_prepared(prepared: Any, original: Any) -> bytes:
@@ -57,22 +55,17 @@ def encode_prepared(prepared: Any, original: Any) -> bytes:
     try:
         return _encoder.encode(prepared)
     except OverflowError:
+        # An integer wider than 64 bits: the stdlib spells any integer exactly.
         return _stdlib(original)
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"canonical JSON refuses a string that is not valid UTF-8: {exc}") from exc
     except msgspec.EncodeError as exc:
         raise ValueError(f"canonical JSON cannot encode this value: {exc}") from exc
 
 
 def canonical(obj: Any) -> bytes:
     """The canonical bytes of a JSON-compatible value (no trailing newline)."""
-    try:
-        return _encoder.encode(_prepare(obj))
-    except OverflowError:
-        # An integer wider than 64 bits: the stdlib spells any integer exactly.
-        return _stdlib(obj)
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"canonical JSON refuses a string that is not valid UTF-8: {exc}") from exc
-    except msgspec.EncodeError as exc:
-        raise ValueError(f"canonical JSON cannot encode this value: {exc}") from exc
+    return encode_prepared(prepare(obj), obj)
 
 
 def cap_utf8(s: str, limit: int) -> tuple[str, bool]:

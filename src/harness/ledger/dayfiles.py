@@ -83,7 +83,7 @@ def iter_chunks(path: str) -> Iterator[tuple[int, list[bytes], bool]]:
             yield lineno + 1, [], True
 
 
-def iter_blocks(path: str, start: int = 0) -> Iterator[tuple[memoryview, bool]]:
+def iter_blocks(path: str) -> Iterator[tuple[memoryview, bool]]:
     """Yield (view of complete lines, torn) in chunks, for batch decoders.
 
     Each block ends in "\\n"; a final unterminated fragment comes once as (fragment, True).
@@ -92,8 +92,6 @@ def iter_blocks(path: str, start: int = 0) -> Iterator[tuple[memoryview, bool]]:
     buf = bytearray(CHUNK)
     have = 0
     with open(path, "rb", buffering=0) as f:
-        if start:
-            f.seek(start)
         while True:
             if have == len(buf):  # one line longer than the buffer: grow (a new buffer,
                 buf = buf + bytes(len(buf))  # since a caller may still hold a view of it)
