@@ -51,9 +51,12 @@ class Index:
             if v is not None and type(v) is str:
                 line[k] = sys.intern(v)
         r.apply(line)
+        self.store(key, r)
+        return r
+
+    def store(self, key: tuple[str, int], r: Record) -> None:
         # Closed records rest compact; open ones stay live for the lines still to come.
         self.records[key] = Frozen(r) if r.closed else r
-        return r
 
     def get(self, harness: str, run_id: int) -> Record | Frozen | None:
         return self.records.get((harness, run_id))

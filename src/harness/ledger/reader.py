@@ -207,7 +207,7 @@ def scan(directory: str, q: Query, *, offline: bool = True, upto_seq: int | None
                         continue
                     r = runs.get(h.run_id)
                     if r is None:
-                        r = runs[h.run_id] = [seq, 0, h.at, None, None, 0, fileno]
+                        r = runs[h.run_id] = _fresh(h, fileno)
                     elif seq < r[_LAST]:
                         # A line older than one already folded (a clock jump put it in a
                         # later file): refold this record in seq order below.
@@ -238,11 +238,16 @@ def _refold(files: list[tuple[str, str]], lo: int, hi: int, keys: set[tuple[str,
                 if got is not None and h.seq <= upto:
                     got.append((h.seq, fileno, h))
     for (name, run_id), got in lines.items():
-        got.sort(key=lambda x: x[0])
-        r = _fresh(got[0][2], min(f for _s, f, _h in got))
-        for _seq, _f, h in got:
-            _fold_head(r, h, words)
-        by_name[name][run_id] = r
+        by_name[name][run_id] = _rebuild(got, words)
+
+
+def _rebuild(got: list[tuple[int, int, _Head]], words: dict[str, str]) -> list[Any]:
+    """A first-pass record folded from all of its (seq, fileno, line) in seq order."""
+    got.sort(key=lambda x: x[0])
+    r = _fresh(got[0][2], min(f for _s, f, _h in got))
+    for _seq, _f, h in got:
+        _fold_head(r, h, words)
+    return r
 
 
 def _look_back(files: list[tuple[str, str]], start: int,
@@ -271,10 +276,7 @@ def _look_back(files: list[tuple[str, str]], start: int,
     for (name, run_id), got in found.items():
         if not got:
             continue
-        got.sort(key=lambda x: x[0])
-        old = _fresh(got[0][2], min(f for _s, f, _h in got))
-        for _seq, _f, h in got:
-            _fold_head(old, h, words)
+        old = _rebuild(got, words)
         new = by_name[name][run_id]
         # The lines read before are all newer: their values win where they have one.
         new[_SEQ], new[_FILE] = old[_SEQ], old[_FILE]

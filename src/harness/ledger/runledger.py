@@ -17,7 +17,7 @@ import heapq
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ from .dayfiles import day_path, iter_chunks, list_day_files, read_tail
 from .errors import LedgerCorrupt
 from .feed import Committed, Feed, Subscription
 from .files import FileLayer, make_private_dir
-from .fold import Frozen, LogProbe, Record
+from .fold import LogProbe, Record
 from .index import Index
 from .query import Query
 from .reader import scan, valid_line
@@ -245,16 +245,25 @@ class RunLedger:
 
     def _backfill_keys(self, files: list[tuple[str, str]], keys: set[tuple[str, int]]) -> None:
         """Fold every line of the given records from older files into the index."""
+        for obj in self._lines_of(files, keys):
+            self._index.apply(obj)
+
+    def _lines_of(self, files: list[tuple[str, str]], keys: Container[tuple[str, int]],
+                  upto: int | None = None) -> Iterator[dict[str, Any]]:
+        """The valid lines of the records `keys` in `files` (up to seq `upto`), in order.
+
+        Only each line's envelope is decoded to pick it; the whole line only when picked.
+        """
         for _day, path in files:
             for raw in self._file_lines(path):
                 try:
                     e = _env.decode(raw)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     continue
-                if (e.harness, e.run_id) in keys:
+                if (e.harness, e.run_id) in keys and (upto is None or e.seq <= upto):
                     obj = self._decode(raw, count=False)
                     if obj is not None:
-                        self._index.apply(obj)
+                        yield obj
 
     def backfill(self, names: list[str]) -> None:
         """Read older files newest-first until each named harness has `tail` records in
@@ -452,17 +461,8 @@ class RunLedger:
         if not cut:
             return
         fresh = {k: Record(*k) for k in cut}
-        for _day, path in list_day_files(self.directory).days:
-            for raw in self._file_lines(path):
-                try:
-                    e = _env.decode(raw)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    continue
-                r = fresh.get((e.harness, e.run_id))
-                if r is not None and e.seq <= read_to:
-                    obj = self._decode(raw, count=False)
-                    if obj is not None:
-                        r.apply(obj)
+        for obj in self._lines_of(list_day_files(self.directory).days, fresh, read_to):
+            fresh[(obj["harness"], obj["run_id"])].apply(obj)
         with self._lock:
             later = [o for o in self._ring if o["seq"] > read_to]
             if later and later[0]["seq"] != read_to + 1 and self._committed > read_to:
@@ -477,7 +477,7 @@ class RunLedger:
                 if r.seq == 0:
                     self._index.records.pop(k, None)
                 else:
-                    self._index.records[k] = Frozen(r) if r.closed else r
+                    self._index.store(k, r)
 
     def _carry_forward(self, day: str) -> int:
         with self._lock:
