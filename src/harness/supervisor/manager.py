@@ -312,7 +312,7 @@ class Manager:
             # not cut a start in half (a spawned process nobody supervises); the shutdown
             # waits for it instead, and the start, seeing the shutdown, stops its run.
             task = asyncio.get_running_loop().create_task(
-                self.trigger(name, d.trigger, window=_rfc3339(d.due)))
+                self.fire(name, d.trigger, window=_rfc3339(d.due)))
             self._waiters.add(task)
             task.add_done_callback(self._waiters.discard)
             await asyncio.shield(task)
@@ -324,11 +324,6 @@ class Manager:
         if cfg is None or cfg.kind != "oneshot":
             raise UnknownHarness(name)
         return cfg
-
-    async def trigger(self, name: str, trigger: str = "manual", *,
-                      window: str | None = None) -> int:
-        """Fire one-shot `name`; return the run id of the run, held firing or skip record."""
-        return (await self.fire(name, trigger, window=window))["run_id"]
 
     async def fire(self, name: str, trigger: str = "manual", *,
                    window: str | None = None) -> dict[str, Any]:
@@ -726,21 +721,14 @@ class Manager:
     async def _change(self, name: str, before: HarnessConfig, after: HarnessConfig) -> None:
         if after.kind == "oneshot":
             if before.schedule != after.schedule:
-                task = self._tickers.pop(name, None)
-                if task is not None:
-                    task.cancel()
-                    await asyncio.gather(task, return_exceptions=True)
-                self._next.pop(name, None)
+                await asyncio.gather(*self._disarm(name), return_exceptions=True)
                 if self._started:
                     # A new schedule starts from now: its windows before now were never due.
                     self._arm_ticker(name, after, resume=False)
             return
-        tasks = [t for t in (self._gates.pop(name, None),) if t is not None]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self._disarm(name), return_exceptions=True)
         async with self._lock(name):
-            self._cancel_backoff(name)
+            self._cancel_backoff(name)  # one the run's exit may have armed meanwhile
             self._delay.pop(name, None)
             self._closed.discard(name)
             run = self._live.get(name)
