@@ -15,7 +15,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
@@ -23,6 +23,7 @@ from .. import paths
 from ..control.client import Client, DaemonError, DaemonUnreachable
 from ..supervisor.logview import LogFollower
 from . import render
+from .output import fail
 
 WAIT_POLL = 0.2
 EXIT_TIMED_OUT = 124
@@ -46,24 +47,19 @@ def exit_code_of(rec: dict[str, Any]) -> int:
     return 0 if outcome == "success" else EXIT_FAILED
 
 
-def _fail(message: str) -> NoReturn:
-    click.echo(f"harness: {message}", err=True)
-    sys.exit(1)
-
-
 def _call(ctx: click.Context, fn: Callable[[Client], Any]) -> Any:
     """Run `fn` against the daemon; any way it cannot be reached ends the command (exit 1)."""
     sock = paths.socket_path((ctx.obj or {}).get("socket"))
     try:
         client = Client(sock)
     except DaemonUnreachable as exc:
-        _fail(f"daemon {exc.why} ({sock}); start it with `harness daemon`")
+        fail(f"daemon {exc.why} ({sock}); start it with `harness daemon`")
     try:
         return fn(client)
     except DaemonError as exc:
-        _fail(f"{exc} ({exc.code})")
+        fail(f"{exc} ({exc.code})")
     except (OSError, ValueError) as exc:
-        _fail(f"lost the daemon ({exc})")
+        fail(f"lost the daemon ({exc})")
     finally:
         client.close()
 

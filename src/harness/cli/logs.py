@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
@@ -31,11 +31,7 @@ from ..ledger.reader import scan
 from ..supervisor import logs as runlogs
 from ..supervisor import logview
 from ..supervisor.runner import resident_log_path
-
-
-def _fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"harness: {message}", err=True)
-    sys.exit(code)
+from .output import fail
 
 
 def _ask_daemon(sock: str, name: str, run: int | None, lines: int | None) -> dict[str, Any]:
@@ -60,7 +56,7 @@ def _disk_lookup(name: str, run_id: int) -> dict[str, Any] | None:
     try:
         recs, _oldest, _stats = scan(paths.ledger_dir(), Query(names=(name,)), offline=True)
     except (LedgerDirError, OSError) as exc:
-        _fail(f"{name} run {run_id} has no log, and the run ledger could not be read "
+        fail(f"{name} run {run_id} has no log, and the run ledger could not be read "
               f"to say why: {exc}")
     return next((r.to_json(offline=True) for r in recs if r.run_id == run_id), None)
 
@@ -76,16 +72,16 @@ def _read_files(config_path: str | None, name: str, run: int | None,
         sys.exit(2)
     cfg = config.harness.get(name)
     if cfg is None:
-        _fail(f"no harness named {name!r}")
+        fail(f"no harness named {name!r}")
     try:
         view = logview.view_log(name, cfg.kind, run=run, lines=lines,
                                 jobs_dir=runlogs.default_jobs_dir(),
                                 resident_log=resident_log_path(name),
                                 keep_runs=cfg.keep_runs, lookup=_disk_lookup)
     except logview.LogError as exc:
-        _fail(exc.message)
+        fail(exc.message)
     except OSError as exc:
-        _fail(f"cannot read {name}'s log: {exc}")
+        fail(f"cannot read {name}'s log: {exc}")
     return view.to_json()
 
 
@@ -116,9 +112,9 @@ def logs_command(ctx: click.Context, name: str, run: int | None, lines: int | No
         data = _read_files(obj.get("config"), name, run, lines)
         click.echo(f"harness: daemon {exc.why}; read the log from disk", err=True)
     except DaemonError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except (OSError, ValueError) as exc:
-        _fail(f"lost the daemon ({exc})")
+        fail(f"lost the daemon ({exc})")
     if as_json:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return

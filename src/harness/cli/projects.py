@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
@@ -38,13 +38,9 @@ from ..config.load import (
 )
 from ..config.model import NAME_RE
 from ..control.client import Client, DaemonError, DaemonUnreachable
+from .output import fail
 
 EXIT_BAD_CONFIG = 2
-
-
-def _fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"harness: {message}", err=True)
-    sys.exit(code)
 
 
 def _request_reload(ctx: click.Context) -> dict[str, Any] | None:
@@ -65,13 +61,13 @@ def _request_reload(ctx: click.Context) -> dict[str, Any] | None:
                        "one:", err=True)
             click.echo(str(exc), err=True)
             sys.exit(EXIT_BAD_CONFIG)
-        _fail(f"reload failed: {exc} ({exc.code})")
+        fail(f"reload failed: {exc} ({exc.code})")
     except (OSError, ValueError) as exc:
-        _fail(f"lost the daemon during the reload ({exc})")
+        fail(f"lost the daemon during the reload ({exc})")
     finally:
         client.close()
     if not isinstance(data, dict):
-        _fail(f"unexpected answer to reload: {str(data)[:200]}")
+        fail(f"unexpected answer to reload: {str(data)[:200]}")
     return data
 
 
@@ -103,7 +99,7 @@ def reload_command(ctx: click.Context, as_json: bool) -> None:
     data = _request_reload(ctx)
     if data is None:
         sock = paths.socket_path((ctx.obj or {}).get("socket"))
-        _fail(f"daemon not running ({sock}); start it with `harness daemon`")
+        fail(f"daemon not running ({sock}); start it with `harness daemon`")
     if as_json:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
     else:
@@ -123,7 +119,7 @@ def _registered() -> list[Project]:
     try:
         return list_projects()
     except RegistryError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 @click.command("up")
@@ -138,9 +134,9 @@ def up_command(ctx: click.Context, directory: str, name: str | None) -> None:
     """
     real = os.path.realpath(directory)
     if not os.path.isdir(real):
-        _fail(f"{directory}: not a directory")
+        fail(f"{directory}: not a directory")
     if not os.path.isfile(os.path.join(real, "harness.toml")):
-        _fail(f"{real}: no harness.toml in this directory")
+        fail(f"{real}: no harness.toml in this directory")
     projects = _registered()
     current = next((p for p in projects if p.dir == real), None)
     # Already registered and no --name: `up` again keeps the name it has.
@@ -152,7 +148,7 @@ def up_command(ctx: click.Context, directory: str, name: str | None) -> None:
     clash = next((p for p in projects if p.name == pname and p.dir != real), None)
     if clash is not None:
         # Said before the load, which would only report the harness names clashing.
-        _fail(f"{real}: project name {pname!r} is already taken by {clash.dir}")
+        fail(f"{real}: project name {pname!r} is already taken by {clash.dir}")
     # The whole config the daemon would load next, so a clash with the global file or
     # another project is found now, not at the reload.
     joined = [p for p in projects if p.dir != real] + [Project(pname, real)]
@@ -160,11 +156,11 @@ def up_command(ctx: click.Context, directory: str, name: str | None) -> None:
         config = load_config((ctx.obj or {}).get("config"), projects=joined)
     except ConfigError as exc:
         click.echo(str(exc), err=True)
-        _fail(f"{real} was not registered", EXIT_BAD_CONFIG)
+        fail(f"{real} was not registered", EXIT_BAD_CONFIG)
     try:
         project = register_project(real, pname)
     except RegistryError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     mine = sorted(n for n in config.harness if n.startswith(f"{project.name}/"))
     click.echo(f"project {project.name} registered ({project.dir}): "
                + (", ".join(mine) if mine else "no harnesses"))
@@ -184,9 +180,9 @@ def down_command(ctx: click.Context, directory: str) -> None:
     try:
         gone = unregister_project(real)
     except RegistryError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if not gone:
-        _fail(f"{real} is not a registered project")
+        fail(f"{real} is not a registered project")
     pname = project.name if project is not None else os.path.basename(real)
     click.echo(f"project {pname} unregistered ({real})")
     _after_change(ctx, "its harnesses are gone")
