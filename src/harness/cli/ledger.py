@@ -12,7 +12,6 @@ message's text; every failure is one line on stderr, never a traceback.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -26,16 +25,23 @@ import click
 from .. import paths
 from ..ledger.dayfiles import LedgerDirError
 from ..ledger.verify import verify_run_ledger
-from ..worklog import EXIT_BROKEN, EXIT_NO_LEDGER, EXIT_OK, NoLedger, WorkLedgerError
+from ..worklog import (
+    EXIT_BROKEN,
+    EXIT_DIVERGED,
+    EXIT_NO_LEDGER,
+    EXIT_OK,
+    NoLedger,
+    WorkLedgerError,
+)
 from ..worklog import anchor as anchor_mod
 from ..worklog.resume import resume, survey
 from ..worklog.rows import ledger_dir
 from ..worklog.verify import WorkVerify, verify_dir
 from . import render
+from .output import fail
 
 __all__ = ["EXIT_BROKEN", "EXIT_DIVERGED", "EXIT_NO_LEDGER", "EXIT_OK", "ledger_group"]
 
-EXIT_DIVERGED = 3
 T = TypeVar("T")
 
 
@@ -46,9 +52,7 @@ def ledger_group() -> None:
 
 def _die(message: str, code: int) -> NoReturn:
     # Messages from git or the OS can hold several lines; the contract is one line.
-    text = " ".join(str(message).split())
-    click.echo(f"harness: {text}", err=True)
-    sys.exit(code)
+    fail(" ".join(str(message).split()), code)
 
 
 def _guard(action: Callable[[], T]) -> T:
@@ -127,7 +131,7 @@ def verify_command(run_id: str | None, expected_head: str | None, as_json: bool,
 def _verify_work_ledger(run_id: str, expected_head: str | None, as_json: bool,
                         workdir: str | None) -> None:
     def check() -> tuple[Path, WorkVerify]:
-        if expected_head is not None and not _is_hex64(expected_head):
+        if expected_head is not None and not anchor_mod.is_hex64(expected_head):
             raise WorkLedgerError(
                 f"--expected-head {expected_head!r} is not a 64-character lowercase hex hash",
                 EXIT_BROKEN,
@@ -155,13 +159,8 @@ def _verify_work_ledger(run_id: str, expected_head: str | None, as_json: bool,
                    f"to head {res.head_hash}{torn}")
     if not res.ok:
         if not as_json:
-            click.echo(f"harness: work ledger {run_id} broken at entry {res.error_seq} "
-                       f"(line {res.error_line}): {res.reason}", err=True)
+            click.echo(f"harness: work ledger {run_id} broken at {res.describe()}", err=True)
         sys.exit(EXIT_BROKEN)
-
-
-def _is_hex64(value: str) -> bool:
-    return len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
 def _verify_run_ledger(as_json: bool) -> None:
@@ -200,23 +199,10 @@ def _fail(as_json: bool, directory: str, message: str, code: int) -> None:
 # -- anchor, fetch, gc ------------------------------------------------------------------------
 
 
-def _fields(obj: Any) -> dict[str, Any]:
-    """A result object's public fields, for --json (dataclasses, or anything with to_json)."""
-    to_json = getattr(obj, "to_json", None)
-    if callable(to_json):
-        data = to_json()
-        if isinstance(data, dict):
-            return data
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.asdict(obj)
-    return {"result": str(obj)}
-
-
-def _warn(res: object) -> None:
+def _warn(res: anchor_mod.AnchorResult | anchor_mod.FetchResult) -> None:
     """A result's warning (e.g. the audit mirror failed after the ref moved) on stderr."""
-    warning = getattr(res, "warning", None)
-    if warning:
-        click.echo(f"harness: warning: {' '.join(str(warning).split())}", err=True)
+    if res.warning:
+        click.echo(f"harness: warning: {' '.join(res.warning.split())}", err=True)
 
 
 @ledger_group.command("anchor")
@@ -227,7 +213,7 @@ def anchor_command(run_id: str, as_json: bool, workdir: str | None) -> None:
     """Verify the work ledger and publish it to refs/harness/work-ledger/RUN_ID."""
     res = _guard(lambda: anchor_mod.anchor(_workdir(workdir), run_id))
     if as_json:
-        _print_json({"run_id": run_id, **_fields(res)})
+        _print_json({"run_id": run_id, **res.to_json()})
         return
     click.echo(f"{res.status}: refs/harness/work-ledger/{run_id} -> {res.commit} "
                f"({res.entry_count} entries, head {res.head_hash})")
@@ -243,13 +229,11 @@ def anchor_command(run_id: str, as_json: bool, workdir: str | None) -> None:
 def fetch_command(run_id: str, remote: str, as_json: bool, workdir: str | None) -> None:
     """Fetch an anchored work ledger, verify it, and bring the local ledger up to it."""
     res = _guard(lambda: anchor_mod.fetch(_workdir(workdir), run_id, remote=remote))
-    data = _fields(res)
     if as_json:
-        _print_json({"run_id": run_id, "remote": remote, **data})
+        _print_json({"run_id": run_id, "remote": remote, **res.to_json()})
         return
-    extra = ", ".join(f"{k} {data[k]}" for k in ("entry_count", "head_hash") if k in data)
-    click.echo(f"{res.status}: work ledger {run_id} from {remote}"
-               + (f" ({extra})" if extra else ""))
+    click.echo(f"{res.status}: work ledger {run_id} from {remote} "
+               f"(entry_count {res.entry_count}, head_hash {res.head_hash})")
     _warn(res)
 
 

@@ -252,7 +252,7 @@ class OperatingHours:
         """The first instant after ``at`` where is_open flips; None if it never does."""
         at = _aware(at)
         tz = self._tz()
-        now_open = self.is_open(at)
+        now_open = self._open_wall(at.astimezone(tz))
         day0 = at.astimezone(tz).date()
         candidates: set[datetime] = set()
         for offset in range(-1, 9):
@@ -261,7 +261,7 @@ class OperatingHours:
                 for minute in (w.start, w.end):
                     candidates.update(_wall_instants(d, minute, tz))
         for c in sorted(candidates):
-            if c > at and self.is_open(c) != now_open:
+            if c > at and self._open_wall(c.astimezone(tz)) != now_open:
                 return c.astimezone(tz)
         return None
 

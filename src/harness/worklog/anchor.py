@@ -27,7 +27,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 import msgspec
 
@@ -55,6 +55,7 @@ __all__ = [
     "divergence_message",
     "fetch",
     "gc",
+    "is_hex64",
     "list_anchored",
     "read_anchor",
 ]
@@ -177,10 +178,6 @@ def compare_chains(local_lines: Sequence[bytes], anchored_lines: Sequence[bytes]
     return "local_ahead" if len(local_lines) > len(anchored_lines) else "anchored_ahead"
 
 
-def _head(lines: Sequence[bytes]) -> str:
-    return (_entry_hash(lines[-1]) or "") if lines else rows.GENESIS
-
-
 def divergence_message(
     fork_seq: int, local_head: str, anchored_head: str, run_id: str, action: str
 ) -> str:
@@ -249,14 +246,28 @@ def _memo_add(git: Git, tree: str, head_hash: str, entry_count: int) -> None:
 # -- reading an anchor ------------------------------------------------------------------
 
 
+def is_hex64(value: str) -> bool:
+    """Whether `value` is spelled as an entry hash: exactly 64 lowercase hex digits."""
+    return _HEX64.fullmatch(value) is not None
+
+
 def _not_anchor(ref: str, why: str) -> VerificationFailed:
     return VerificationFailed(f"{ref} is not a work-ledger anchor: {why}")
 
 
-def _read_tree(git: Git, ref: str, commit: str) -> tuple[str, list[str], str]:
-    """(tree, chunk blob ids in order, LEDGER.json blob id), the tree's shape checked."""
+class _Tree(NamedTuple):
+    """An anchor commit as `_read_tree` found it, its tree's shape checked."""
+
+    tree: str
+    chunk_ids: list[str]  # in chunk order
+    meta_id: str  # LEDGER.json's blob
+    parents: list[str]  # the commit's parents
+
+
+def _read_tree(git: Git, ref: str, commit: str) -> _Tree:
+    """Read the commit `ref` names (`commit`) and check its tree's shape."""
     try:
-        tree, _ = git.read_commit(commit)
+        tree, parents = git.read_commit(commit)
     except GitFailed:
         raise _not_anchor(ref, f"it points at {commit}, which is not a commit") from None
     chunks: dict[int, str] = {}
@@ -276,7 +287,7 @@ def _read_tree(git: Git, ref: str, commit: str) -> tuple[str, list[str], str]:
     if sorted(chunks) != list(range(len(chunks))):
         gap = next(i for i in range(len(chunks)) if i not in chunks)
         raise _not_anchor(ref, f"its chunk files are not contiguous ({chunk_name(gap)} missing)")
-    return tree, [chunks[i] for i in range(len(chunks))], meta
+    return _Tree(tree, [chunks[i] for i in range(len(chunks))], meta, parents)
 
 
 def _parse_meta(ref: str, raw: bytes, run_id: str, chunk_count: int) -> tuple[str, int]:
@@ -294,7 +305,7 @@ def _parse_meta(ref: str, raw: bytes, run_id: str, chunk_count: int) -> tuple[st
     if meta["run_id"] != run_id:
         raise _not_anchor(ref, f"{META_NAME} names run {meta['run_id']!r}, not {run_id!r}")
     head, count, chunks = meta["head_hash"], meta["entry_count"], meta["chunk_count"]
-    if not isinstance(head, str) or _HEX64.fullmatch(head) is None:
+    if not isinstance(head, str) or not is_hex64(head):
         raise _not_anchor(ref, f"{META_NAME} head_hash {head!r} is not 64 lowercase hex digits")
     if type(count) is not int or type(chunks) is not int or chunks != chunk_count:
         raise _not_anchor(ref, f"{META_NAME} says {chunks!r} chunks, the tree holds "
@@ -318,11 +329,12 @@ def _chunk_lines(ref: str, index: int, blob: bytes, last: bool) -> list[bytes]:
 
 
 def read_anchor(git: Git, ref: str, commit: str, run_id: str, *,
-                remember: bool = True) -> AnchoredChain:
+                remember: bool = True, shape: _Tree | None = None) -> AnchoredChain:
     """Read every line of the anchor at `commit` and verify it; `VerificationFailed` if
     it is not a well-formed anchor of `run_id` whose chain verifies. With remember=False
-    nothing is written (not even the verified-tree cache): for dry runs."""
-    tree, chunk_ids, meta_id = _read_tree(git, ref, commit)
+    nothing is written (not even the verified-tree cache): for dry runs. `shape` is
+    `_read_tree` of the same `commit` when the caller has already read it."""
+    tree, chunk_ids, meta_id, _ = shape if shape is not None else _read_tree(git, ref, commit)
     objs = git.read_objects([meta_id, *chunk_ids])
     if any(o is None or o[0] != "blob" for o in objs):
         raise _not_anchor(ref, "a blob of its tree is missing from the repository")
@@ -342,13 +354,14 @@ def read_anchor(git: Git, ref: str, commit: str, run_id: str, *,
 
 
 def anchored_prefix(
-    git: Git, ref: str, commit: str, run_id: str, lines: list[bytes], local_ids: list[str]
+    git: Git, ref: str, commit: str, run_id: str, lines: list[bytes], local_ids: list[str],
+    *, shape: _Tree | None = None,
 ) -> tuple[AnchoredChain, bool] | None:
     """The anchor at `commit` if its chain is byte for byte a prefix of `lines`, found by
     comparing blob ids and reading only LEDGER.json and the last chunk; with whether its
     tree is one this host has verified. None when it is not such a prefix. Writes nothing.
-    `local_ids` are the blob ids of `chunk_blobs(lines)`."""
-    tree, chunk_ids, meta_id = _read_tree(git, ref, commit)
+    `local_ids` are the blob ids of `chunk_blobs(lines)`; `shape` as for `read_anchor`."""
+    tree, chunk_ids, meta_id, _ = shape if shape is not None else _read_tree(git, ref, commit)
     k = len(chunk_ids)
     if k > len(local_ids) or chunk_ids[: k - 1] != local_ids[: k - 1]:
         return None
@@ -410,7 +423,9 @@ def anchor(workdir: str | os.PathLike[str], run_id: str) -> AnchorResult:
             raise _refuse_broken(run_id, v, "anchor")
         head = v.head_hash
     else:
-        found = anchored_prefix(git, ref, old, run_id, lines, ids)
+        # One read of the anchor commit serves both the prefix test and a full read.
+        shape = _read_tree(git, ref, old)
+        found = anchored_prefix(git, ref, old, run_id, lines, ids, shape=shape)
         if found is not None:
             chain, trusted = found
             v = (_verify_from(lines, chain.entry_count, chain.head_hash) if trusted
@@ -423,7 +438,7 @@ def anchor(workdir: str | os.PathLike[str], run_id: str) -> AnchorResult:
                                   else "local_ahead")
             anchored_head = chain.head_hash
         else:
-            chain = read_anchor(git, ref, old, run_id)
+            chain = read_anchor(git, ref, old, run_id, shape=shape)
             assert chain.lines is not None
             v = verify.verify_lines(lines)
             if not v.ok:
@@ -594,11 +609,11 @@ def gc(workdir: str | os.PathLike[str], run_id: str) -> str:
     commit = git.resolve(ref)
     if commit is None:
         raise NoLedger(f"no anchored ledger for run {run_id} ({ref} does not exist)")
-    tree, chunk_ids, _ = _read_tree(git, ref, commit)
+    shape = _read_tree(git, ref, commit)
+    tree, chunk_ids = shape.tree, shape.chunk_ids
     if not _memo_has(git, tree):
-        read_anchor(git, ref, commit, run_id)
-    _, parents = git.read_commit(commit)
-    if not parents:
+        read_anchor(git, ref, commit, run_id, shape=shape)
+    if not shape.parents:
         return f"{ref} is already a single parentless commit ({commit}); nothing to do"
     dropped = git.count_commits(commit) - 1
     message = f"harness work ledger anchor (gc)\n\nrun_id={run_id}\n"

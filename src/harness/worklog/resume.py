@@ -124,10 +124,10 @@ def _rows(lines: list[bytes]) -> list[dict[str, Any]]:
 
 
 def _broken(what: str, res: WorkVerify, run_id: str) -> VerificationFailed:
-    where = f" at entry {res.error_seq}" if res.error_seq is not None else ""
-    line = f" (line {res.error_line})" if res.error_line is not None else ""
+    # Only a failed `verify_lines` result (no expected head) reaches here, and its break
+    # always carries a seq and a line.
     return VerificationFailed(
-        f"{what} work ledger of run '{run_id}' does not verify{where}{line}: {res.reason}"
+        f"{what} work ledger of run '{run_id}' does not verify at {res.describe()}"
     )
 
 
@@ -187,7 +187,7 @@ def _local(workdir: Path, run_id: str) -> tuple[Path, list[bytes], WorkVerify]:
     res = verify_lines(lines)
     if not res.ok:
         raise _broken("the local", res, run_id)
-    res.torn_tail = torn or res.torn_tail
+    res.torn_tail = torn  # verify_lines sees complete lines only, so it never sets one
     return directory, lines, res
 
 
@@ -264,11 +264,15 @@ def resume(workdir: str | os.PathLike[str], run_id: str, dry_run: bool = False) 
     # recorded, not leave a recorded resume whose frontier nobody was told about.
     _signal_dir(wd)
     with WorkLedger(wd, run_id) as ledger:
-        # The checks above ran without the writer's lock; redo them under it so the
-        # resume row extends exactly the chain that was verified and replayed.
-        _, lines, res = _local(wd, run_id)
+        # The checks above ran without the writer's lock. Opening the ledger verified
+        # the chain from genesis again; if its head is still the one checked above, that
+        # chain is the one verified and replayed, and only the anchor (a ref can move at
+        # any time) is compared again. Otherwise the chain moved: redo everything on it,
+        # so the resume row extends exactly the chain that was verified and replayed.
+        if ledger.head != (res.entry_count, res.head_hash):
+            _, lines, res = _local(wd, run_id)
+            state = replay(_rows(lines))
         relation = _check_anchor(wd, run_id, lines, res.head_hash)
-        state = replay(_rows(lines))
         if state.closed:
             base.status = "closed"
             base.state = state
@@ -314,8 +318,7 @@ def _survey_local(directory: Path) -> tuple[dict[str, Any], list[bytes] | None]:
     }
     if not res.ok:
         # A broken chain is listed, not fatal: the listing is how an operator finds it.
-        info.update(state="broken", error=f"entry {res.error_seq} (line {res.error_line}): "
-                                          f"{res.reason}")
+        info.update(state="broken", error=res.describe())
         return info, None
     info["state"], info["last_activity"] = _open_or_closed(lines)
     return info, lines

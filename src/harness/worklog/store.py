@@ -213,8 +213,8 @@ class WorkLedger:
             return None, WorkVerify(ok=True, entry_count=0, head_hash=GENESIS)
         if not res.ok:
             raise VerificationFailed(
-                f"work ledger {self.run_id!r} ({self.dir}): entry {res.error_seq} "
-                f"(line {res.error_line}): {res.reason}; refusing to extend a broken chain. "
+                f"work ledger {self.run_id!r} ({self.dir}): {res.describe()}; "
+                "refusing to extend a broken chain. "
                 "Move the ledger aside, or fetch it again from its anchor."
             )
         torn = res.torn_tail

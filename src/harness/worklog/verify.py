@@ -34,11 +34,11 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from harness.ledger.canonical import canonical
+from harness.ledger.dayfiles import read_tail
 from harness.timefmt import is_rfc3339
 
 from . import NoLedger
-from .rows import GENESIS
+from .rows import GENESIS, entry_hash
 
 __all__ = [
     "SEGMENT_RX",
@@ -132,7 +132,11 @@ class WorkVerify:
     error_seq: int | None = None
     error_line: int | None = None
     reason: str | None = None
-    head_seq: int = 0
+
+    @property
+    def head_seq(self) -> int:
+        """The seq of the last verified entry: seqs run 1, 2, … so it is the count."""
+        return self.entry_count
 
     def to_json(self, run_id: str) -> dict[str, object]:
         out: dict[str, object] = {
@@ -216,9 +220,8 @@ def _slow_row(raw: bytes, expect_seq: int, prev: str) -> str:
             raise _Break(f"redactions must be a positive integer when present, got {red!r}")
     _check_link(seq, obj["prev_hash"], expect_seq, prev)
     _check_ts(obj["ts"])
-    doc = {k: obj[k] for k in ("kind", "payload", "prev_hash", "task_id")}
     try:
-        digest = _sha256(canonical(doc)).hexdigest()
+        digest = entry_hash(obj["kind"], obj["task_id"], obj["payload"], obj["prev_hash"])
     except ValueError as exc:
         raise _Break(f"payload cannot be canonically encoded ({exc})") from None
     except RecursionError:
@@ -359,7 +362,6 @@ class _Walker:
             entry_count=self.count,
             head_hash=head,
             torn_tail=torn,
-            head_seq=self.count,
         )
         if self.failure is not None:
             res.error_seq, res.error_line, res.reason = self.failure
@@ -495,22 +497,6 @@ def verify_dir(
 PARALLEL_BYTES: Final = 32 << 20
 
 
-def _torn_len(path: Path) -> int:
-    """Length of the unterminated fragment at the end of `path` (0 if none)."""
-    with open(path, "rb") as f:
-        size = f.seek(0, os.SEEK_END)
-        pos = size
-        while pos > 0:
-            step = min(pos, 64 << 10)
-            f.seek(pos - step)
-            block = f.read(step)
-            nl = block.rfind(b"\n")
-            if nl >= 0:
-                return size - (pos - step + nl + 1)
-            pos -= step
-        return size
-
-
 def _split(segments: list[Path], torn: int, pieces: int) -> list[tuple[str, int, int]]:
     """Byte ranges that each start a line; the last segment stops before its fragment."""
     total = sum(p.stat().st_size for p in segments)
@@ -571,7 +557,9 @@ def _check_range(job: tuple[str, int, int]) -> _Span:
 
 
 def _verify_parallel(segments: list[Path], expected_head: str | None) -> WorkVerify | None:
-    torn = _torn_len(segments[-1])
+    # The unterminated fragment after the last segment's final newline (None if none).
+    tail = read_tail(str(segments[-1])).torn
+    torn = len(tail) if tail is not None else 0
     procs = os.cpu_count() or 1
     jobs = _split(segments, torn, procs * 4)
     if len(jobs) < 2:
@@ -589,9 +577,4 @@ def _verify_parallel(segments: list[Path], expected_head: str | None) -> WorkVer
         seq, prev, lines = last, last_hash, lines + n
     walker = _Walker()
     walker.count, walker.prev, walker.line = seq, prev, lines
-    tail: bytes | None = None
-    if torn:
-        with open(segments[-1], "rb") as f:
-            f.seek(-torn, os.SEEK_END)
-            tail = f.read()
     return walker.result(tail, expected_head)
