@@ -1,4 +1,5 @@
-"""Shared fixtures: a throwaway XDG world per test, and a way to run the real CLI."""
+"""Shared fixtures: a throwaway XDG world per test, a way to run the real CLI, and the
+daemons a test starts in it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from daemons import Daemons, FaultDaemons
 from harness.ledger.runledger import RunLedger
 
 
@@ -54,6 +56,22 @@ def world(tmp_path: Path) -> Iterator[World]:
     env.pop("HARNESS_CONFIG", None)
     (tmp_path / "run").mkdir(mode=0o700)
     yield World(tmp_path, env)
+
+
+@pytest.fixture
+def daemons(world: World) -> Iterator[Daemons]:
+    """Daemons started in this test's world; all killed at teardown."""
+    d = Daemons(world)
+    yield d
+    d.kill_all()
+
+
+@pytest.fixture
+def fd(world: World) -> Iterator[FaultDaemons]:
+    """A `FaultDaemons` in this test's world; all its daemons and runs killed at teardown."""
+    d = FaultDaemons(world)
+    yield d
+    d.kill_all()
 
 
 @pytest.fixture

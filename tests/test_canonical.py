@@ -25,13 +25,7 @@ from harness.ledger.chain import (
     line_verifies,
     seal_line,
 )
-
-
-def stdlib(obj: Any) -> bytes:
-    return json.dumps(
-        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
-
+from ledgertools import ref_canonical
 
 # -- strategies ----------------------------------------------------------------------
 
@@ -77,12 +71,12 @@ json_values = st.recursive(
 @example([1e-05, 1e16, -0.0, 5e-324, 1e22, 1e-7, 2**64, -(2**63) - 1])
 @example({"a": [2**70, 1.5, {"b": "\u2028"}], "c": 1e-05})  # big int beside a float
 def test_canonical_is_stdlib_json(v: Any) -> None:
-    assert canonical(v) == stdlib(v)
+    assert canonical(v) == ref_canonical(v)
 
 
 @given(st.lists(json_values, max_size=4))
 def test_tuples_encode_as_lists(v: list[Any]) -> None:
-    assert canonical(tuple(v)) == stdlib(v)
+    assert canonical(tuple(v)) == ref_canonical(v)
 
 
 @pytest.mark.parametrize(
@@ -210,12 +204,12 @@ def test_seal_line_known_answer() -> None:
     assert digest == KNOWN_HASH
     # Independent re-derivation (the literal above must agree with the rule).
     assert hashlib.sha256(KNOWN_HASHED_BYTES).hexdigest() == KNOWN_HASH
-    assert stdlib({**KNOWN_BODY, "seq": 1, "prev": ZERO_HASH}) == KNOWN_HASHED_BYTES
+    assert ref_canonical({**KNOWN_BODY, "seq": 1, "prev": ZERO_HASH}) == KNOWN_HASHED_BYTES
     # The sealed line is the canonical form of the object with its hash.
     assert line == KNOWN_HASHED_BYTES.replace(
         b'"harness":"demo",', b'"harness":"demo","hash":"' + KNOWN_HASH.encode() + b'",'
     )
-    assert line == stdlib(obj)
+    assert line == ref_canonical(obj)
     assert obj["seq"] == 1 and obj["prev"] == ZERO_HASH and obj["hash"] == KNOWN_HASH
     assert b"\n" not in line
 
@@ -226,7 +220,7 @@ def test_seal_line_replaces_a_stale_hash_and_links() -> None:
     line2, h2 = seal_line(obj, 2, h1)
     body = {k: v for k, v in obj.items() if k != "hash"}
     assert body["seq"] == 2 and body["prev"] == KNOWN_HASH
-    assert h2 == hashlib.sha256(stdlib(body)).hexdigest()
+    assert h2 == hashlib.sha256(ref_canonical(body)).hexdigest()
     assert h2 != "f" * 64
     assert json.loads(line2)["hash"] == h2
     assert hash_of_object(json.loads(line2)) == h2
@@ -261,8 +255,8 @@ def test_hash_of_line_bytes_rejects_every_single_byte_change() -> None:
 )
 def test_hash_of_line_bytes_member_positions(body: dict[str, Any]) -> None:
     """The hash member may sit first, between members, last, or alone in the object."""
-    digest = hashlib.sha256(stdlib(body)).hexdigest()
-    line = stdlib({**body, "hash": digest})
+    digest = hashlib.sha256(ref_canonical(body)).hexdigest()
+    line = ref_canonical({**body, "hash": digest})
     assert hash_of_line_bytes(line, digest)
     assert line_verifies(line, json.loads(line))
 
@@ -283,13 +277,13 @@ def test_line_verifies_rejects_edits_and_missing_hash() -> None:
     line, digest, _ = sealed_known()
     obj = json.loads(line)
     edited = dict(obj, trigger="schedule")
-    assert not line_verifies(stdlib(edited), edited)
+    assert not line_verifies(ref_canonical(edited), edited)
     no_hash = {k: v for k, v in obj.items() if k != "hash"}
-    assert not line_verifies(stdlib(no_hash), no_hash)
+    assert not line_verifies(ref_canonical(no_hash), no_hash)
     short = dict(obj, hash=digest[:63])
-    assert not line_verifies(stdlib(short), short)
+    assert not line_verifies(ref_canonical(short), short)
     not_str = dict(obj, hash=12)
-    assert not line_verifies(stdlib(not_str), not_str)
+    assert not line_verifies(ref_canonical(not_str), not_str)
     # A value canonical JSON refuses is "does not verify", not an exception.
     bad = dict(obj, cost_usd=float("nan"))
     assert not line_verifies(json.dumps(bad).encode(), bad)
@@ -305,9 +299,9 @@ line_bodies = st.dictionaries(
 def test_sealed_lines_verify(body: dict[str, Any], seq: int, prev: str) -> None:
     obj = dict(body)
     line, digest = seal_line(obj, seq, prev)
-    want = hashlib.sha256(stdlib({**body, "seq": seq, "prev": prev})).hexdigest()
+    want = hashlib.sha256(ref_canonical({**body, "seq": seq, "prev": prev})).hexdigest()
     assert digest == want
-    assert line == stdlib(obj)
+    assert line == ref_canonical(obj)
     assert hash_of_line_bytes(line, digest)
     parsed = json.loads(line)
     assert line_verifies(line, parsed)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,9 @@ import pytest
 import zstandard
 
 from conftest import World
+from daemons import DEADLINE, Daemons, until
 from harness.control.client import Client, DaemonError
 from harness.supervisor import logview
-from test_daemon_e2e import DEADLINE, Daemons, _until
 
 # Each run prints its own number (a counter file in the workdir), then two fixed lines;
 # run ids start at 1 in a fresh world, so the counter is the run id.
@@ -34,13 +33,6 @@ argv = ["sh", "-c", '''
 n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count
 echo run $n; echo second; echo third''']
 """
-
-
-@pytest.fixture
-def daemons(world: World) -> Iterator[Daemons]:
-    d = Daemons(world)
-    yield d
-    d.kill_all()
 
 
 def _logs(world: World, *args: str) -> tuple[int, str, str]:
@@ -68,7 +60,7 @@ def _three_runs(world: World, daemons: Daemons) -> None:
         assert res.returncode == 0, res.stderr
     jobs = _jobs_dir(world, "job")
     # The closed line comes before compression and pruning: wait for the files to settle.
-    _until("run 3's log compressed and run 1's pruned",
+    until("run 3's log compressed and run 1's pruned",
            lambda: sorted(p.name for p in jobs.iterdir())
            == ["2.log.zst", "3.log.zst"])
 
@@ -155,7 +147,7 @@ argv = ["sh", "-c", "yes 0123456789 | head -n {lines}"]
     res = world.harness("trigger", "big", "--wait")
     assert res.returncode == 0, res.stderr
     zst = _jobs_dir(world, "big") / "1.log.zst"
-    _until("the big log compressed", lambda: zst.exists()
+    until("the big log compressed", lambda: zst.exists()
            and not (_jobs_dir(world, "big") / "1.log").exists())
 
     size = 11 * lines
@@ -190,7 +182,7 @@ argv = ["sh", "-c", "echo $$ > {pidfile}; echo hello from svc; echo second line;
 """)
     daemons.start()
     durable = world.state / "logs" / "svc.log"
-    _until("the resident's output",
+    until("the resident's output",
            lambda: durable.exists() and "second line" in durable.read_text())
     whole = "hello from svc\nsecond line\n"
     assert _logs(world, "svc") == (0, whole, "")

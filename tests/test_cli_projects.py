@@ -12,27 +12,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from conftest import World
-from test_daemon_e2e import Daemons
+from daemons import Daemons
 
 PROJECT = """
 [harness.worker]
 kind = "oneshot"
 argv = ["echo", "from the project"]
 """
-
-
-@pytest.fixture
-def daemons(world: World) -> Iterator[Daemons]:
-    d = Daemons(world)
-    yield d
-    d.kill_all()
 
 
 def _project(world: World, name: str = "proj", text: str = PROJECT) -> Path:

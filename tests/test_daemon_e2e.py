@@ -9,101 +9,19 @@ Daemons, and any process a test left running, are killed at teardown.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any
 
 import pytest
 
 from conftest import World
+from daemons import DEADLINE, Daemons, record_of, runs_of, until
 from harness.cli.daemon import exit_code_of
-from harness.control.client import Client, DaemonUnreachable
-
-DEADLINE = 30.0
-T = TypeVar("T")
-
-
-def _until(what: str, probe: Callable[[], T | None], deadline: float = DEADLINE) -> T:
-    end = time.monotonic() + deadline
-    while True:
-        got = probe()
-        if got:
-            return got
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {deadline:g}s waiting for {what}")
-        time.sleep(0.1)
-
-
-class Daemons:
-    """Starts daemons in a world; kills every one still alive (and the pids in pidfiles)."""
-
-    def __init__(self, world: World) -> None:
-        self.world = world
-        self.procs: list[subprocess.Popen[str]] = []
-        self.pidfiles: list[Path] = []
-        self.files: list[IO[str]] = []
-
-    @property
-    def socket(self) -> Path:
-        return self.world.root / "run" / "harness.sock"
-
-    @property
-    def config(self) -> Path:
-        return self.world.root / "config" / "harness" / "harness.toml"
-
-    def write_config(self, text: str) -> None:
-        self.config.parent.mkdir(parents=True, exist_ok=True)
-        self.config.write_text(text)
-
-    def start(self, *, wait: bool = True) -> subprocess.Popen[str]:
-        n = len(self.procs)
-        out = open(self.world.root / f"daemon{n}.out", "w")  # noqa: SIM115
-        err = open(self.world.root / f"daemon{n}.err", "w")  # noqa: SIM115
-        self.files += [out, err]  # closed at teardown, after the daemon is gone
-        proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "daemon"],
-                                env=self.world.env, text=True, stdout=out, stderr=err)
-        self.procs.append(proc)
-        if wait:
-            _until("the control socket", lambda: self._answers(proc))
-        return proc
-
-    def stderr(self, n: int = -1) -> str:
-        idx = n if n >= 0 else len(self.procs) + n
-        return (self.world.root / f"daemon{idx}.err").read_text()
-
-    def _answers(self, proc: subprocess.Popen[str]) -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"daemon exited {proc.returncode}: {self.stderr()}")
-        try:
-            Client(str(self.socket), timeout=2.0).close()
-        except DaemonUnreachable:
-            return False
-        return True
-
-    def kill_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=DEADLINE)
-        for pf in self.pidfiles:
-            with contextlib.suppress(OSError, ValueError):
-                os.killpg(int(pf.read_text().strip()), signal.SIGKILL)
-        for f in self.files:
-            f.close()
-
-
-@pytest.fixture
-def daemons(world: World) -> Iterator[Daemons]:
-    d = Daemons(world)
-    yield d
-    d.kill_all()
+from harness.control.client import Client
 
 
 def _config(world: World, d: Daemons) -> str:
@@ -141,24 +59,13 @@ argv = ["sh", "-c", "echo $$ > {pidfile}; exec sleep 120"]
 """
 
 
-def _runs(world: World, name: str) -> list[dict[str, Any]]:
-    res = world.harness("runs", name, "--json")
-    assert res.returncode == 0, res.stderr
-    runs: list[dict[str, Any]] = json.loads(res.stdout)
-    return runs
-
-
-def _record(world: World, name: str, run_id: int) -> dict[str, Any] | None:
-    return next((r for r in _runs(world, name) if r["run_id"] == run_id), None)
-
-
 def _wait_running(world: World, d: Daemons, name: str) -> int:
     res = world.harness("trigger", name)
     assert res.returncode == 0, res.stderr
     run_id = int(res.stdout.strip())
     # Running, and the script has got as far as writing its pid.
-    _until("the long run to start",
-           lambda: (rec := _record(world, name, run_id)) is not None
+    until("the long run to start",
+           lambda: (rec := record_of(world, name, run_id)) is not None
            and rec["outcome"] == "running" and (world.root / "long.pid").exists())
     return run_id
 
@@ -225,7 +132,7 @@ def test_trigger_wait_streams_the_log_as_the_run_writes_it(
     assert proc.stdout is not None
     # The first line arrives while the run is still going, not after it ended.
     assert proc.stdout.readline() == b"line 1\n"
-    rec = _record(world, "chatty", 1)
+    rec = record_of(world, "chatty", 1)
     assert rec is not None and rec["outcome"] == "running"
     rest, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
@@ -240,11 +147,11 @@ def test_timeouts_and_spawn_failures_map_to_their_exit_codes(
     daemons.start()
     slow = world.harness("trigger", "slow", "--wait")
     assert slow.returncode == 124, slow.stderr
-    [rec] = _runs(world, "slow")
+    [rec] = runs_of(world, "slow")
     assert rec["outcome"] == "timed_out"
     missing = world.harness("trigger", "missing", "--wait")
     assert missing.returncode == 1, missing.stderr
-    [rec] = _runs(world, "missing")
+    [rec] = runs_of(world, "missing")
     assert rec["outcome"] == "failed" and rec["reason"] == "spawn"
     assert "exit_code" not in rec
 
@@ -266,8 +173,8 @@ def test_trigger_wait_exit_codes(rec: dict[str, Any], code: int) -> None:
 def test_a_scheduled_one_shot_fires_each_window(world: World, daemons: Daemons) -> None:
     daemons.write_config(_config(world, daemons))
     daemons.start()
-    runs = _until("two scheduled runs", lambda: (
-        r if len(r := [x for x in _runs(world, "tick") if x["outcome"] == "success"]) >= 2
+    runs = until("two scheduled runs", lambda: (
+        r if len(r := [x for x in runs_of(world, "tick") if x["outcome"] == "success"]) >= 2
         else None))
     assert all(r["trigger"] == "schedule" for r in runs)
     # One run per window: the windows are 2 s apart, so the starts are too (give or take).
@@ -282,7 +189,7 @@ def test_overlap_skips_and_sigterm_closes_the_live_run(world: World, daemons: Da
 
     again = world.harness("trigger", "long", "--wait")
     assert again.returncode == 75, again.stderr
-    skipped = [r for r in _runs(world, "long") if r["outcome"] == "skipped"]
+    skipped = [r for r in runs_of(world, "long") if r["outcome"] == "skipped"]
     assert len(skipped) == 1
     assert skipped[0]["reason"] == "overlap" and skipped[0]["trigger"] == "manual"
     assert skipped[0]["run_id"] == first + 1
@@ -311,7 +218,7 @@ def test_a_crashed_daemon_is_reconciled_on_restart(world: World, daemons: Daemon
     pidfile.unlink()
 
     daemons.start()
-    rec = _record(world, "long", first)
+    rec = record_of(world, "long", first)
     assert rec is not None
     assert rec["outcome"] == "interrupted" and rec["reason"] == "daemon_crash"
     assert "ended_at" not in rec
@@ -327,7 +234,7 @@ def test_a_second_daemon_leaves_the_first_ones_runs_alone(
     second = daemons.start(wait=False)
     assert second.wait(timeout=DEADLINE) == 1
     assert "another harness daemon owns" in daemons.stderr()
-    rec = _record(world, "long", first)
+    rec = record_of(world, "long", first)
     assert rec is not None and rec["outcome"] == "running"  # not reconciled as crashed
 
 

@@ -13,120 +13,25 @@ never wrong.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
-import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import World
-from harness.control.client import Client
+from daemons import DEADLINE, Daemons, FaultDaemons, record_of, request, runs_of, until
 from harness.timefmt import parse_ns
-from test_daemon_e2e import DEADLINE, Daemons, _record, _runs, _until
+from ledgertools import all_lines, line_of, verify_ok
 
-LAUNCHER = Path(__file__).with_name("faultdaemon.py")
 LONG = 90.0  # deadline for what waits out writer backoff or several 2 s syncs
 NS = 1_000_000_000
 
 
-class FaultDaemons(Daemons):
-    """`Daemons` whose daemon runs under tests/faultdaemon.py with a control file."""
-
-    def __init__(self, world: World) -> None:
-        super().__init__(world)
-        self.control = world.root / "faults.json"
-        self.gen = 0
-        (world.root / "pids").mkdir()
-
-    def start_faulty(self, *launcher_args: str, wait: bool = True
-                     ) -> subprocess.Popen[str]:
-        n = len(self.procs)
-        out = open(self.world.root / f"daemon{n}.out", "w")  # noqa: SIM115
-        err = open(self.world.root / f"daemon{n}.err", "w")  # noqa: SIM115
-        self.files += [out, err]
-        proc = subprocess.Popen(
-            [sys.executable, str(LAUNCHER), "--control", str(self.control), *launcher_args,
-             "--"], env=self.world.env, text=True, stdout=out, stderr=err)
-        self.procs.append(proc)
-        if wait:
-            _until("the control socket", lambda: self._answers(proc))
-        return proc
-
-    def booted(self) -> None:
-        """Wait out the boot: hello is answered at once, ops only once the boot is done
-        (import, reconciliation and their log lines included)."""
-        request(self, "list")
-
-    def faults(self, **faults: dict[str, Any]) -> dict[str, int]:
-        """Arm exactly `faults` (none: a healthy disk); return the call counts at the switch."""
-        self.gen += 1
-        tmp = self.control.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"gen": self.gen, "faults": faults}))
-        os.replace(tmp, self.control)
-        ack = Path(f"{self.control}.ack")
-
-        def acked() -> dict[str, Any] | None:
-            try:
-                doc = json.loads(ack.read_text())
-            except (OSError, ValueError):
-                return None
-            return doc if doc.get("gen") == self.gen else None
-
-        calls: dict[str, int] = _until(f"fault set {self.gen} to be armed", acked)["calls"]
-        return calls
-
-    def kill_all(self) -> None:
-        super().kill_all()
-        # Runs a test left behind (a SIGKILLed daemon's), named by pid in pids/. Only a
-        # process that is still one of this world's runs is signalled: a pid is reused.
-        mark = f"XDG_STATE_HOME={self.world.env['XDG_STATE_HOME']}".encode()
-        for pf in (self.world.root / "pids").iterdir():
-            with (contextlib.suppress(OSError, ValueError),
-                  open(f"/proc/{int(pf.name)}/environ", "rb") as f):
-                if mark in f.read().split(b"\0"):
-                    os.killpg(int(pf.name), signal.SIGKILL)
-
-
-@pytest.fixture
-def fd(world: World) -> Iterator[FaultDaemons]:
-    d = FaultDaemons(world)
-    yield d
-    d.kill_all()
-
-
 # -- helpers --------------------------------------------------------------------------
-
-
-def ledger_lines(world: World) -> list[dict[str, Any]]:
-    """Every complete line of every day file, in file order (files by name)."""
-    out = []
-    for path in sorted(world.ledger.glob("*.jsonl")):
-        data = path.read_bytes()
-        for raw in data.split(b"\n")[:-1]:
-            if raw:
-                out.append(json.loads(raw))
-    return out
-
-
-def line_of(world: World, typ: str, name: str, run_id: int) -> dict[str, Any] | None:
-    return next((x for x in ledger_lines(world) if x["type"] == typ
-                 and x["harness"] == name and x["run_id"] == run_id), None)
-
-
-def request(d: Daemons, op: str, **args: Any) -> Any:
-    c = Client(str(d.socket), timeout=30.0)
-    try:
-        return c.request(op, **args)
-    finally:
-        c.close()
 
 
 def ledger_info(d: Daemons) -> dict[str, Any]:
@@ -134,15 +39,9 @@ def ledger_info(d: Daemons) -> dict[str, Any]:
     return info
 
 
-def verify_ok(world: World) -> str:
-    res = world.harness("ledger", "verify")
-    assert res.returncode == 0, (res.stdout, res.stderr)
-    return res.stdout
-
-
 def seqs_in_order(world: World) -> list[int]:
     """The seqs on disk, asserting they run 1, 2, 3, … in file order with no gap or repeat."""
-    seqs = [x["seq"] for x in ledger_lines(world)]
+    seqs = [x["seq"] for x in all_lines(world.ledger)]
     assert seqs == list(range(1, len(seqs) + 1)), seqs
     return seqs
 
@@ -193,11 +92,11 @@ def starts(world: World, name: str) -> list[int]:
 def wait_live(world: World, name: str, run_id: int, n_starts: int) -> dict[str, Any]:
     """Run `run_id` of `name` is open and its process has started (n_starts starts so far)."""
     def probe() -> dict[str, Any] | None:
-        rec = _record(world, name, run_id)
+        rec = record_of(world, name, run_id)
         ok = rec is not None and rec["outcome"] == "running" and len(starts(world, name)) >= \
             n_starts
         return rec if ok else None
-    return _until(f"{name} run {run_id} to be up", probe)
+    return until(f"{name} run {run_id} to be up", probe)
 
 
 # -- REQ-6: a slow disk ---------------------------------------------------------------
@@ -222,7 +121,7 @@ argv = ["{sys.executable}", "{svc}", "{world.root}", "svc"]
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "svc: stopped run 1 (cancelled/operator)"
     assert took >= 1.2, took
-    closed = line_of(world, "closed", "svc", 1)
+    closed = line_of(world.ledger, "closed", "svc", 1)
     assert closed is not None
     assert closed["outcome"] == "cancelled" and closed["reason"] == "operator"
     assert ledger_info(fd)["append_errors"] == 0
@@ -241,12 +140,12 @@ argv = ["{sys.executable}", "{svc}", "{world.root}", "svc"]
     assert res.returncode == 0, res.stderr
     assert took >= 2.0, took
     assert res.stdout.strip() == "svc: stopped run 2 (cancelled/operator)"
-    _until("the late closed line", lambda: line_of(world, "closed", "svc", 2))
-    _until("the late sync to be counted", lambda: ledger_info(fd)["append_errors"] == 1)
+    until("the late closed line", lambda: line_of(world.ledger, "closed", "svc", 2))
+    until("the late sync to be counted", lambda: ledger_info(fd)["append_errors"] == 1)
     err = fd.stderr()
     assert "not synced within 2s" in err and "over the 2s bound" in err
     fd.faults()
-    rec = _record(world, "svc", 2)
+    rec = record_of(world, "svc", 2)
     assert rec is not None and rec["outcome"] == "cancelled" and rec["reason"] == "operator"
     seqs_in_order(world)
     verify_ok(world)
@@ -268,13 +167,13 @@ argv = ["{sys.executable}", "{probe}", "{world.root}", "{world.ledger}"]
     [out] = list(world.root.glob("probe.*.json"))
     seen = json.loads(out.read_text())
     fd.faults()
-    opened = line_of(world, "opened", "probe", 1)
+    opened = line_of(world.ledger, "opened", "probe", 1)
     assert opened is not None
     # The child saw its own opened line in the file …
     assert opened in seen["lines"]
     # … and started no sooner than the sync that made it durable could have ended.
     assert seen["t"] - parse_ns(opened["at"]) >= delay * NS
-    rec = _record(world, "probe", 1)
+    rec = record_of(world, "probe", 1)
     assert rec is not None and rec["outcome"] == "success" and rec["exit_code"] == 0
     seqs_in_order(world)
     verify_ok(world)
@@ -294,10 +193,10 @@ argv = ["true"]
     fd.faults(sync={"delay": 2.0})
     res = world.harness("trigger", "ok", "--wait")
     # The opened line's sync and the closed line's both pass the bound.
-    _until("the late syncs", lambda: ledger_info(fd)["append_errors"] >= 1, LONG)
+    until("the late syncs", lambda: ledger_info(fd)["append_errors"] >= 1, LONG)
     fd.faults()
-    _until("the queue to drain", lambda: ledger_info(fd)["queued"] == 0, LONG)
-    [rec] = _runs(world, "ok")
+    until("the queue to drain", lambda: ledger_info(fd)["queued"] == 0, LONG)
+    [rec] = runs_of(world, "ok")
     assert rec["run_id"] == 1
     # Under no budget, admitted: it ran once the 2 s bound passed (REQ-6).
     assert res.returncode == 0, res.stderr
@@ -322,19 +221,19 @@ argv = ["{sys.executable}", "{svc}", "{world.root}", "flap", "exit-once"]
     delay = 3.0
     fd.faults(sync={"delay": delay})
     (world.root / "flap.go").touch()  # run 1 now exits 0 on its own
-    _until("the restart to spawn", lambda: len(starts(world, "flap")) >= 2)
+    until("the restart to spawn", lambda: len(starts(world, "flap")) >= 2)
     t_restart = starts(world, "flap")[1]
-    closed = _until("run 1's closed line", lambda: line_of(world, "closed", "flap", 1), LONG)
+    closed = until("run 1's closed line", lambda: line_of(world.ledger, "closed", "flap", 1), LONG)
     # The restart's process started before run 1's closed line could have been synced.
     assert t_restart < parse_ns(closed["at"]) + delay * NS, (
         (t_restart - parse_ns(closed["at"])) / NS)
-    opened = _until("run 2's opened line", lambda: line_of(world, "opened", "flap", 2), LONG)
+    opened = until("run 2's opened line", lambda: line_of(world.ledger, "opened", "flap", 2), LONG)
     assert opened["seq"] == closed["seq"] + 1
     assert closed["outcome"] == "success" and closed["exit_code"] == 0
     assert opened["trigger"] == "restart"
-    _until("both lines durable", lambda: ledger_info(fd)["queued"] == 0, LONG)
+    until("both lines durable", lambda: ledger_info(fd)["queued"] == 0, LONG)
     fd.faults()
-    rec = _record(world, "flap", 2)
+    rec = record_of(world, "flap", 2)
     assert rec is not None and rec["outcome"] == "running" and rec["trigger"] == "restart"
     seqs_in_order(world)
     verify_ok(world)
@@ -374,7 +273,7 @@ argv = ["true"]
     wait_live(world, "svc", 1, 1)
     wait_live(world, "flap", 1, 1)
     assert world.harness("trigger", "ok", "--wait").returncode == 0
-    before = ledger_lines(world)
+    before = all_lines(world.ledger)
     assert [x["type"] for x in before] == ["opened", "opened", "opened", "closed"]
     assert ledger_info(fd)["append_errors"] == 0
 
@@ -385,22 +284,22 @@ argv = ["true"]
     assert res.stdout.strip() == "svc: stopped run 1 (cancelled/operator)"
     # An unbudgeted resident that exits on its own restarts while the disk is read-only.
     (world.root / "flap.go").touch()
-    _until("flap to restart on a read-only disk", lambda: len(starts(world, "flap")) == 2)
+    until("flap to restart on a read-only disk", lambda: len(starts(world, "flap")) == 2)
     info = ledger_info(fd)
     assert info["append_errors"] >= 1 and info["degraded"] is True
     assert info["queued"] == 3  # svc 1 closed, flap 1 closed, flap 2 opened
-    assert ledger_lines(world) == before  # nothing reached the file
+    assert all_lines(world.ledger) == before  # nothing reached the file
     err = fd.stderr()
     day = sorted(world.ledger.glob("*.jsonl"))[-1]
     assert (f"ERROR harness.ledger: ledger write of {day} failed: Read-only file system "
             "(injected on write) (harness=svc run_id=1 seq=5)") in err
 
     fd.faults()
-    _until("the queue to drain", lambda: ledger_info(fd)["queued"] == 0, LONG)
+    until("the queue to drain", lambda: ledger_info(fd)["queued"] == 0, LONG)
     info = ledger_info(fd)
     assert info["degraded"] is False
     assert info["append_errors"] == counted_errors_logged(fd.stderr())
-    after = ledger_lines(world)
+    after = all_lines(world.ledger)
     assert after[:len(before)] == before
     new = [(x["seq"], x["type"], x["harness"], x["run_id"]) for x in after[len(before):]]
     assert new == [(5, "closed", "svc", 1), (6, "closed", "flap", 1), (7, "opened", "flap", 2)]
@@ -434,10 +333,10 @@ argv = ["true"]
     res = world.harness("trigger", "ok")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "2"
-    _until("the append error", lambda: ledger_info(fd)["append_errors"] >= 1, LONG)
+    until("the append error", lambda: ledger_info(fd)["append_errors"] >= 1, LONG)
     fd.faults()
-    _until("the queue to drain", lambda: ledger_info(fd)["queued"] == 0, LONG)
-    rec2 = _until("run 2 closed", lambda: (r := {x["run_id"]: x for x in _runs(world, "ok")}
+    until("the queue to drain", lambda: ledger_info(fd)["queued"] == 0, LONG)
+    rec2 = until("run 2 closed", lambda: (r := {x["run_id"]: x for x in runs_of(world, "ok")}
                                            .get(2)) and r["outcome"] != "running" and r, LONG)
     if budgeted:
         assert (rec2["outcome"], rec2["reason"]) == ("failed", "spawn")
@@ -448,7 +347,7 @@ argv = ["true"]
     # The next trigger works (run 3: ids are never reused).
     again = world.harness("trigger", "ok", "--wait")
     assert again.returncode == 0, again.stderr
-    recs = {r["run_id"]: r for r in _runs(world, "ok")}
+    recs = {r["run_id"]: r for r in runs_of(world, "ok")}
     assert sorted(recs) == [1, 2, 3]
     assert recs[1]["outcome"] == "success" and recs[3]["outcome"] == "success"
     assert "Traceback" not in fd.stderr()
@@ -498,7 +397,7 @@ argv = ["true"]
     assert res.returncode == 0 and res.stdout.strip() == "1", res.stderr
     wait_live(world, "long", 1, 1)
     orphans = [int(p.name) for p in (world.root / "pids").iterdir()]
-    lines_before = ledger_lines(world)
+    lines_before = all_lines(world.ledger)
 
     proc.kill()
     assert proc.wait(timeout=DEADLINE) == -signal.SIGKILL
@@ -508,14 +407,14 @@ argv = ["true"]
     assert {(r["harness"], r["run_id"]): r["outcome"] for r in json.loads(off.stdout)} == {
         ("svc", 1): "replaced", ("svc", 2): "running?", ("long", 1): "running?",
         ("ok", 1): "success", ("ok", 2): "success"}
-    assert ledger_lines(world) == lines_before
+    assert all_lines(world.ledger) == lines_before
 
     fd.start()
     fd.booted()
     err = fd.stderr()
     assert "WARNING harness.daemon: run long/1: closed as interrupted (daemon_crash)" in err
     assert "WARNING harness.daemon: run svc/2: closed as interrupted (daemon_crash)" in err
-    new = ledger_lines(world)[len(lines_before):]
+    new = all_lines(world.ledger)[len(lines_before):]
     closes = [x for x in new if x["type"] == "closed"][:2]
     assert sorted((x["harness"], x["run_id"]) for x in closes) == [("long", 1), ("svc", 2)]
     for x in closes:
@@ -526,7 +425,7 @@ argv = ["true"]
     assert third["trigger"] == "autostart"
 
     for name, run_id in (("long", 1), ("svc", 2)):
-        rec = _record(world, name, run_id)
+        rec = record_of(world, name, run_id)
         assert rec is not None
         assert rec["outcome"] == "interrupted" and rec["reason"] == "daemon_crash", rec
         assert "ended_at" not in rec and "duration_ms" not in rec
@@ -554,11 +453,11 @@ argv = ["true"]
     assert res.returncode == 0 and res.stdout.strip() == "2", res.stderr
     res = world.harness("trigger", "ok", "--wait")
     assert res.returncode == 0
-    assert [r["run_id"] for r in _runs(world, "ok")] == [3, 2, 1]
+    assert [r["run_id"] for r in runs_of(world, "ok")] == [3, 2, 1]
     seqs_in_order(world)
     verify_ok(world)
     # The crashed runs' process groups did not outlive the reboot (no twin resident).
-    _until("the crashed runs' processes to be gone",
+    until("the crashed runs' processes to be gone",
            lambda: not any(_alive(p) for p in orphans))
 
 
@@ -644,7 +543,7 @@ argv = ["true"]
         assert r.get("reason") == e.get("reason")
         if "ended_at" in e:
             assert r["duration_ms"] == 90_000
-    weekly = {r["run_id"]: r for r in _runs(world, "weekly")}
+    weekly = {r["run_id"]: r for r in runs_of(world, "weekly")}
     assert sorted(weekly) == [1, 2, 3]
     assert all(r["imported"] is True for r in weekly.values())
     assert [weekly[i]["outcome"] for i in (1, 2, 3)] == ["success", "failed", "interrupted"]
@@ -664,13 +563,13 @@ argv = ["true"]
     # New run ids continue above the legacy last_run_id.
     res = world.harness("trigger", "nightly", "--wait")
     assert res.returncode == 0
-    assert _runs(world, "nightly")[0]["run_id"] == 26
+    assert runs_of(world, "nightly")[0]["run_id"] == 26
     assert world.harness("trigger", "weekly").stdout.strip() == "4"
-    _until("weekly 4 to end", lambda: (r := _record(world, "weekly", 4)) is not None
+    until("weekly 4 to end", lambda: (r := record_of(world, "weekly", 4)) is not None
            and r["outcome"] == "success")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=DEADLINE) == 0, fd.stderr()
-    lines = ledger_lines(world)
+    lines = all_lines(world.ledger)
     imported = [x for x in lines if x.get("imported")]
     assert len(imported) == 41
 
@@ -680,12 +579,12 @@ argv = ["true"]
     fd.booted()
     assert "ledger import" not in fd.stderr()
     assert "daemon_crash" not in fd.stderr()
-    assert ledger_lines(world) == lines
+    assert all_lines(world.ledger) == lines
     assert state.read_text() == state_before
     res = world.harness("trigger", "nightly", "--wait")
     assert res.returncode == 0
-    assert [r["run_id"] for r in _runs(world, "nightly")][:3] == [27, 26, 25]
-    assert len([x for x in ledger_lines(world) if x.get("imported")]) == 41
+    assert [r["run_id"] for r in runs_of(world, "nightly")][:3] == [27, 26, 25]
+    assert len([x for x in all_lines(world.ledger) if x.get("imported")]) == 41
     assert json.loads(state.read_text())["harnesses"] == {
         "nightly": {"last_run_id": 27}, "weekly": {"last_run_id": 4}}
     seqs_in_order(world)

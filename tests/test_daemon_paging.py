@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 from conftest import World
+from daemons import DEADLINE, Daemons
 from harness.control.client import Client
 from harness.ledger.runledger import RunLedger
 from harness.timefmt import format_ns, now_ns
-from test_daemon_e2e import DEADLINE, Daemons
+from ledgertools import verify_ok
 
 NS = 1_000_000_000
 DAY = 86_400 * NS
@@ -28,13 +26,6 @@ NAMES = [f"h{i}" for i in range(5)]
 OUTCOMES = ["success", "failed", "success", "timed_out", "skipped", "success", "cancelled"]
 TOTAL = 2_500
 OLD = 500  # older than the 7-day window
-
-
-@pytest.fixture
-def daemons(world: World) -> Iterator[Daemons]:
-    d = Daemons(world)
-    yield d
-    d.kill_all()
 
 
 def _seed(world: World, now: int) -> list[tuple[int, str, int, str]]:
@@ -161,5 +152,4 @@ def test_paging_2500_records_through_the_daemon(world: World, daemons: Daemons) 
 
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
-    verify = world.harness("ledger", "verify")
-    assert verify.returncode == 0, verify.stdout + verify.stderr
+    verify_ok(world)

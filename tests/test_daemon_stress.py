@@ -21,15 +21,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from conftest import World
+from daemons import LAUNCHER, FaultDaemons, request, until
 from harness.control.client import Client, DaemonError
-from test_daemon_e2e import _until
-from test_daemon_faults import LAUNCHER, FaultDaemons, ledger_lines, request
+from ledgertools import all_lines, verify_ok
 
 ONESHOTS = 20
 RESIDENTS = 10
@@ -37,13 +35,6 @@ TRIGGERS_PER_THREAD = 150
 RESIDENT_OPS_PER_THREAD = 80
 WATCHDOG = 600.0  # a daemon still alive this long dumps its stacks (the test ends sooner)
 SETTLE = 120.0
-
-
-@pytest.fixture
-def fd(world: World) -> Iterator[FaultDaemons]:
-    d = FaultDaemons(world)
-    yield d
-    d.kill_all()
 
 
 def _config(world: World) -> tuple[str, list[str], list[str]]:
@@ -117,7 +108,7 @@ class Load:
 
 def _snapshot(world: World) -> dict[tuple[str, int], list[dict[str, Any]]]:
     by: dict[tuple[str, int], list[dict[str, Any]]] = collections.defaultdict(list)
-    for x in ledger_lines(world):
+    for x in all_lines(world.ledger):
         by[(x["harness"], x["run_id"])].append(x)
     return by
 
@@ -134,7 +125,7 @@ def test_concurrent_load_leaves_a_whole_ledger(world: World, fd: FaultDaemons) -
         [sys.executable, "-X", "dev", "-X", "faulthandler", str(LAUNCHER),
          "--watchdog", str(WATCHDOG), "--"], env=env, text=True, stdout=out, stderr=err)
     fd.procs.append(proc)
-    _until("the control socket", lambda: fd._answers(proc), 60.0)
+    until("the control socket", lambda: fd._answers(proc), 60.0)
 
     load = Load(fd)
 
@@ -199,7 +190,7 @@ def test_concurrent_load_leaves_a_whole_ledger(world: World, fd: FaultDaemons) -
         recs = request(fd, "runs", limit=1000, since="1970-01-01T00:00:00Z")["runs"]
         return all(r["outcome"] != "running" for r in recs)
 
-    _until("every run to end", quiet, SETTLE)
+    until("every run to end", quiet, SETTLE)
     info = request(fd, "daemon_info")["ledger"]
     assert info["append_errors"] == 0 and info["queued"] == 0 and info["skipped"] == 0
 
@@ -267,8 +258,7 @@ def test_concurrent_load_leaves_a_whole_ledger(world: World, fd: FaultDaemons) -
     assert {n: v["last_run_id"] for n, v in state.items()} == {
         n: max(ids) for n, ids in seen.items()}
     assert set(seen) >= set(oneshots)  # every one-shot was fired at least once
-    verify = world.harness("ledger", "verify")
-    assert verify.returncode == 0, verify.stdout + verify.stderr
+    verify_ok(world)
     offline = world.harness("runs", "--json", "--limit", "1000", "--since", "1h")
     assert offline.returncode == 0
     recs = json.loads(offline.stdout)

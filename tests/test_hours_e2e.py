@@ -10,24 +10,15 @@ release. A daemon booted outside the hours starts nothing until an operator's `s
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from conftest import World
+from daemons import Daemons, record_of, runs_of, states_of, until
 from harness.control.client import Client
-from test_daemon_e2e import Daemons, _record, _runs, _until
-from test_residents_e2e import _states
 
 MINUTE_WAIT = 150.0  # two minute boundaries, and slack for a loaded machine
-
-
-@pytest.fixture
-def daemons(world: World) -> Iterator[Daemons]:
-    d = Daemons(world)
-    yield d
-    d.kill_all()
 
 
 def _hm(at: datetime) -> str:
@@ -51,20 +42,20 @@ operating_hours = "TZ=UTC Mon-Sun 00:00-{_hm(close)}; Mon-Sun {_hm(reopen)}-24:0
 hours_shutdown = "immediate"
 """)
     daemons.start()
-    first = _until("the autostarted run", lambda: _record(world, "worker", 1))
+    first = until("the autostarted run", lambda: record_of(world, "worker", 1))
     assert (first["trigger"], first["outcome"]) == ("autostart", "running")
-    closed = _until("the hours close",
-                    lambda: (r := _record(world, "worker", 1)) and r["outcome"] != "running"
+    closed = until("the hours close",
+                    lambda: (r := record_of(world, "worker", 1)) and r["outcome"] != "running"
                     and r, deadline=MINUTE_WAIT)
     assert (closed["outcome"], closed["reason"], closed["exit_code"]) == (
         "cancelled", "hours", -1)
     assert closed["ended_at"] >= close.strftime("%Y-%m-%dT%H:%M:%S")
-    assert _states(world)["worker"] == "off-hours"
-    released = _until("the release", lambda: _record(world, "worker", 2),
+    assert states_of(world)["worker"] == "off-hours"
+    released = until("the release", lambda: record_of(world, "worker", 2),
                       deadline=MINUTE_WAIT)
     assert (released["trigger"], released["outcome"]) == ("release", "running")
     assert released["started_at"] >= reopen.strftime("%Y-%m-%dT%H:%M:%S")
-    assert [r["run_id"] for r in _runs(world, "worker")] == [2, 1]  # no restart between
+    assert [r["run_id"] for r in runs_of(world, "worker")] == [2, 1]  # no restart between
 
 
 def test_booted_outside_hours_nothing_starts_until_an_operator_starts_it(
@@ -78,14 +69,14 @@ argv = ["sleep", "600"]
 operating_hours = "TZ=UTC Mon-Sun {_hm(opens)}-{_hm(ends)}"
 """)
     daemons.start()
-    assert _states(world)["worker"] == "off-hours"
-    assert _runs(world, "worker") == []
+    assert states_of(world)["worker"] == "off-hours"
+    assert runs_of(world, "worker") == []
     with Client(str(daemons.socket)) as c:
         out = c.request("start", name="worker")
         assert (out["action"], out["run_id"]) == ("started", 1)
         # The operator's start outlives the next gate tick: it is not closed again.
         time.sleep(2.5)
-        rec = _record(world, "worker", 1)
+        rec = record_of(world, "worker", 1)
         assert rec is not None and (rec["trigger"], rec["outcome"]) == ("manual", "running")
         assert c.request("stop", name="worker")["reason"] == "operator"
-    assert _states(world)["worker"] == "stopped"
+    assert states_of(world)["worker"] == "stopped"

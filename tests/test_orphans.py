@@ -25,13 +25,13 @@ from pathlib import Path
 import pytest
 
 from conftest import World
+from daemons import DEADLINE, Daemons, record_of, until
 from harness.ledger.runledger import RunLedger
 from harness.supervisor import logs
 from harness.supervisor.history import CRASH_NOTE
 from harness.supervisor.orphans import Orphan, find_orphans, kill_orphans
 from harness.supervisor.runner import RunSpec, run_once
 from harness.supervisor.state import RunIds, StateFile
-from test_daemon_e2e import DEADLINE, Daemons, _record, _until
 
 
 def _running(pid: int) -> bool:
@@ -93,7 +93,7 @@ def _ident(sock: str, name: str, run_id: int) -> dict[str, str]:
 
 
 def _wait_exec(pid: int, comm: str) -> None:
-    _until(f"pid {pid} to exec {comm}", lambda: _comm(pid) == comm)
+    until(f"pid {pid} to exec {comm}", lambda: _comm(pid) == comm)
 
 
 # -- the child's identity ------------------------------------------------------------------
@@ -136,7 +136,7 @@ def test_only_this_worlds_crashed_groups_are_stopped_and_noted(
     in_our_group = procs.spawn("exec sleep 305", _ident(ours, "res", 4), own_group=False)
     for p in procs.procs:
         _wait_exec(p.pid, "sleep")
-    _until("the grandchild's pid", lambda: gpid.exists() and gpid.read_text().strip())
+    until("the grandchild's pid", lambda: gpid.exists() and gpid.read_text().strip())
     grandchild = int(gpid.read_text())
     procs.pids.append(grandchild)
 
@@ -157,7 +157,7 @@ def test_only_this_worlds_crashed_groups_are_stopped_and_noted(
     assert [(o.pgid, o.signalled, o.killed, o.gone) for o in stopped] == [
         (crashed.pid, True, False, True)]
     assert crashed.wait(timeout=DEADLINE) == -signal.SIGTERM
-    _until("the grandchild to end", lambda: not _running(grandchild))
+    until("the grandchild to end", lambda: not _running(grandchild))
     assert log_path.read_text() == (
         f"before\nharness: stopped the orphaned process group {crashed.pid} left by the "
         "crashed daemon (SIGTERM)\n")
@@ -209,8 +209,8 @@ argv = ["sh", "-c", "echo started $HARNESS_NAME $HARNESS_RUN_ID $HARNESS_RUN_TRI
 echo $$ > {pidfile}; exec sleep 300"]
 """)
         first = d.start()
-        _until("run 1 to be up", lambda: pidfile.exists() and pidfile.read_text().strip()
-               and (rec := _record(world, "res", 1)) is not None
+        until("run 1 to be up", lambda: pidfile.exists() and pidfile.read_text().strip()
+               and (rec := record_of(world, "res", 1)) is not None
                and rec["outcome"] == "running")
         old_pid = int(pidfile.read_text())
         _wait_exec(old_pid, "sleep")
@@ -226,18 +226,18 @@ echo $$ > {pidfile}; exec sleep 300"]
         pidfile.unlink()
 
         d.start()
-        _until("the orphan to be stopped", lambda: not _running(old_pid))
-        _until("run 2 to be up", lambda: pidfile.exists() and pidfile.read_text().strip()
-               and (rec := _record(world, "res", 2)) is not None
+        until("the orphan to be stopped", lambda: not _running(old_pid))
+        until("run 2 to be up", lambda: pidfile.exists() and pidfile.read_text().strip()
+               and (rec := record_of(world, "res", 2)) is not None
                and rec["outcome"] == "running")
         new_pid = int(pidfile.read_text())
         assert new_pid != old_pid and _running(new_pid)
 
-        rec1 = _record(world, "res", 1)
+        rec1 = record_of(world, "res", 1)
         assert rec1 is not None
         assert (rec1["outcome"], rec1["reason"]) == ("interrupted", "daemon_crash")
         assert "ended_at" not in rec1
-        rec2 = _record(world, "res", 2)
+        rec2 = record_of(world, "res", 2)
         assert rec2 is not None and rec2["trigger"] == "autostart"
 
         # The durable log, in order: run 1, the crash note, the orphan stopped, then run 2.

@@ -11,22 +11,13 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conftest import World
+from daemons import Daemons, record_of, runs_of, states_of, until
 from harness.control.client import Client, DaemonError
-from test_daemon_e2e import Daemons, _record, _runs, _until
-from test_residents_e2e import _states
-
-
-@pytest.fixture
-def daemons(world: World) -> Iterator[Daemons]:
-    d = Daemons(world)
-    yield d
-    d.kill_all()
 
 
 def _resident(name: str, pidfile: Path, note: str = "") -> str:
@@ -37,7 +28,7 @@ argv = ["sh", "-c", "echo $$ > {pidfile}; exec sleep 600 {note}"]
 
 
 def _pid(path: Path) -> int:
-    return int(_until(f"{path.name}", lambda: path.exists() and path.read_text().strip()))
+    return int(until(f"{path.name}", lambda: path.exists() and path.read_text().strip()))
 
 
 def test_reload_applies_only_what_changed(world: World, daemons: Daemons,
@@ -60,20 +51,20 @@ argv = ["true"]
         out = c.request("reload")
     assert out == {"added": ["new"], "removed": ["drop", "job"], "changed": ["change"],
                    "unchanged": 1}
-    dropped = _record(world, "drop", 1)
+    dropped = record_of(world, "drop", 1)
     assert dropped is not None and (dropped["outcome"], dropped["reason"]) == (
         "cancelled", "reload")
-    old = _record(world, "change", 1)
+    old = record_of(world, "change", 1)
     assert old is not None and (old["outcome"], old["reason"]) == ("cancelled", "reload")
-    again = _until("the changed resident's new run", lambda: _record(world, "change", 2))
+    again = until("the changed resident's new run", lambda: record_of(world, "change", 2))
     assert (again["trigger"], again["outcome"]) == ("autostart", "running")
     assert _pid(change) != change_pid
     assert _pid(new) > 0
     # The unchanged resident kept its run and its process.
-    assert [r["run_id"] for r in _runs(world, "keep")] == [1]
+    assert [r["run_id"] for r in runs_of(world, "keep")] == [1]
     assert _pid(keep) == keep_pid
     os.kill(keep_pid, 0)
-    assert _states(world) == {"change": "running", "keep": "running", "new": "running"}
+    assert states_of(world) == {"change": "running", "keep": "running", "new": "running"}
 
 
 def test_a_bad_reload_keeps_the_last_good_config(world: World, daemons: Daemons,
@@ -89,15 +80,15 @@ def test_a_bad_reload_keeps_the_last_good_config(world: World, daemons: Daemons,
         c.request("reload")
     assert err.value.code == "bad_config"
     assert str(daemons.config) in str(err.value) and "restart" in str(err.value)
-    assert _states(world) == {"w": "running"}
+    assert states_of(world) == {"w": "running"}
     os.kill(pid, 0)
     # SIGHUP reloads too: a fixed file is applied, and the failed attempt changed nothing.
     daemons.write_config(_resident("w", pidfile) + '\n[harness.job]\nkind = "oneshot"\n'
                          'argv = ["true"]\n')
     daemons.procs[-1].send_signal(signal.SIGHUP)
-    _until("the SIGHUP reload", lambda: "job" in _states(world))
-    assert _states(world) == {"job": "armed", "w": "running"}
-    assert [r["run_id"] for r in _runs(world, "w")] == [1]
+    until("the SIGHUP reload", lambda: "job" in states_of(world))
+    assert states_of(world) == {"job": "armed", "w": "running"}
+    assert [r["run_id"] for r in runs_of(world, "w")] == [1]
     assert "reload failed" in daemons.stderr()
 
 
@@ -120,11 +111,11 @@ argv = ["true"]
         daemons.write_config('[harness.stay]\nkind = "oneshot"\nargv = ["true"]\n')
         assert c.request("reload") == {"added": [], "removed": ["q"], "changed": [],
                                        "unchanged": 1}
-        runs = {r["run_id"]: r for r in _runs(world, "q")}
+        runs = {r["run_id"]: r for r in runs_of(world, "q")}
         assert {k: (r["outcome"], r["reason"]) for k, r in runs.items()} == {
             1: ("cancelled", "reload"), 2: ("cancelled", "reload")}
         assert runs[1]["exit_code"] == -1 and "exit_code" not in runs[2]
         with pytest.raises(DaemonError) as err:
             c.request("trigger", name="q")
         assert err.value.code == "not_found"
-    assert _states(world) == {"stay": "armed"}
+    assert states_of(world) == {"stay": "armed"}

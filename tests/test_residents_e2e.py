@@ -1,65 +1,35 @@
 """Resident harnesses end to end (SPEC-0022 REQ-3, REQ-5): a real daemon, the real CLI.
 
 Covers autostart, the restart policy with its crash-loop backoff, the durable log, the
-operator verbs `start`, `stop` and `restart`, and shutdown. The daemon fixtures and
-polling helpers are the ones of test_daemon_e2e; every daemon and every pid a test
-recorded is killed at teardown.
+operator verbs `start`, `stop` and `restart`, and shutdown. The `daemons` fixture
+(conftest.py) and the polling helpers (daemons.py) are shared with the other end-to-end
+tests; every daemon and every pid a test recorded is killed at teardown.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import stat
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import World
+from daemons import DEADLINE, Daemons, record_of, runs_of, states_of, until
 from harness.supervisor.manager import MAX_BACKOFF, next_delay
-from test_daemon_e2e import DEADLINE, Daemons, _record, _runs, _until
-
-
-@pytest.fixture
-def residents(world: World) -> Iterator[Daemons]:
-    d = Daemons(world)
-    yield d
-    d.kill_all()
+from ledgertools import line_of
 
 
 def _durable_log(world: World, name: str) -> Path:
     return world.state / "logs" / f"{name}.log"
 
 
-def _states(world: World) -> dict[str, str]:
-    res = world.harness("list", "--json")
-    assert res.returncode == 0, res.stderr
-    return {h["name"]: h["state"] for h in json.loads(res.stdout)}
-
-
-def _closed_on_disk(world: World, name: str, run_id: int) -> dict[str, Any] | None:
-    """The closed line of (name, run_id) read straight from the ledger's day files."""
-    for path in sorted(world.ledger.rglob("*")):
-        if not path.is_file():
-            continue
-        for raw in path.read_bytes().splitlines():
-            try:
-                line = json.loads(raw)
-            except ValueError:
-                continue  # a compressed or foreign file: not where today's lines are
-            if (isinstance(line, dict) and line.get("type") == "closed"
-                    and line.get("harness") == name and line.get("run_id") == run_id):
-                return line
-    return None
-
-
 def test_a_crash_loop_backs_off_and_restart_no_exits_once(
-        world: World, residents: Daemons) -> None:
-    residents.write_config("""
+        world: World, daemons: Daemons) -> None:
+    daemons.write_config("""
 [harness.crashy]
 kind = "resident"
 restart_delay = "200ms"
@@ -82,17 +52,17 @@ restart = "always"
 restart_delay = "200ms"
 argv = ["sh", "-c", "exit 0"]
 """)
-    residents.start()
+    daemons.start()
 
     def four_closed() -> list[dict[str, Any]] | None:
-        recs = sorted(_runs(world, "crashy"), key=lambda r: r["run_id"])
+        recs = sorted(runs_of(world, "crashy"), key=lambda r: r["run_id"])
         closed = [r for r in recs if r["outcome"] != "running"]
         return closed[:4] if len(closed) >= 4 else None
 
-    recs = _until("four closed crash-loop runs", four_closed)
+    recs = until("four closed crash-loop runs", four_closed)
     # Delays 0.2, 0.4, 0.8 s got here; the next is 1.6 s, so the loop is now backing off
     # (or, on a slow machine, has already started a fifth run).
-    state = _states(world)["crashy"]
+    state = states_of(world)["crashy"]
     assert state in ("backoff", "running")
     log_path = _durable_log(world, "crashy")
     first = recs[0]["run_id"]
@@ -115,20 +85,20 @@ argv = ["sh", "-c", "exit 0"]
     stopped = world.harness("stop", "crashy")
     assert stopped.returncode == 0, stopped.stderr
     assert stopped.stdout.startswith("crashy: ")
-    _until("crashy to be stopped", lambda: _states(world)["crashy"] == "stopped")
+    until("crashy to be stopped", lambda: states_of(world)["crashy"] == "stopped")
 
     # restart = "no": one run, failed, and nothing after it.
-    [once] = _until("the restart=no run to close", lambda: [
-        r for r in _runs(world, "once") if r["outcome"] != "running"])
+    [once] = until("the restart=no run to close", lambda: [
+        r for r in runs_of(world, "once") if r["outcome"] != "running"])
     assert once["outcome"] == "failed" and once["exit_code"] == 1
     assert once["trigger"] == "autostart"
     time.sleep(1.0)  # five restart delays
-    assert len(_runs(world, "once")) == 1
-    assert _states(world)["once"] == "stopped"
+    assert len(runs_of(world, "once")) == 1
+    assert states_of(world)["once"] == "stopped"
     # on-failure (the default): a clean exit is final. always: restarted all the same.
-    [done] = _runs(world, "done")
+    [done] = runs_of(world, "done")
     assert done["outcome"] == "success" and done["exit_code"] == 0
-    again = sorted(_runs(world, "again"), key=lambda r: r["run_id"])
+    again = sorted(runs_of(world, "again"), key=lambda r: r["run_id"])
     assert len(again) >= 2
     assert again[0]["outcome"] == "success" and again[1]["trigger"] == "restart"
 
@@ -151,13 +121,13 @@ def _wait_up(world: World, name: str, run_id: int | None = None) -> dict[str, An
     pidfile = world.root / f"{name}.pid"
 
     def probe() -> dict[str, Any] | None:
-        live = [r for r in _runs(world, name) if r["outcome"] == "running"
+        live = [r for r in runs_of(world, name) if r["outcome"] == "running"
                 and (run_id is None or r["run_id"] == run_id)]
         if live and pidfile.exists() and pidfile.read_text().strip():
             return live[0]
         return None
 
-    return _until(f"{name} to be running", probe)
+    return until(f"{name} to be running", probe)
 
 
 def _gone(pidfile: Path) -> bool:
@@ -168,10 +138,10 @@ def _gone(pidfile: Path) -> bool:
     return False
 
 
-def test_operator_stop_start_restart_and_shutdown(world: World, residents: Daemons) -> None:
+def test_operator_stop_start_restart_and_shutdown(world: World, daemons: Daemons) -> None:
     pidfile = world.root / "svc.pid"
-    residents.pidfiles.append(pidfile)
-    residents.write_config(f"""
+    daemons.pidfiles.append(pidfile)
+    daemons.write_config(f"""
 [harness.svc]
 kind = "resident"
 restart_delay = "200ms"
@@ -181,23 +151,23 @@ argv = ["sh", "-c", "echo up; echo $$ > {pidfile}; exec sleep 120"]
 kind = "oneshot"
 argv = ["true"]
 """)
-    proc = residents.start()
+    proc = daemons.start()
     first = _wait_up(world, "svc")
     assert first["trigger"] == "autostart" and first["kind"] == "resident"
     assert first["log"] == str(_durable_log(world, "svc"))
-    assert _states(world)["svc"] == "running"
+    assert states_of(world)["svc"] == "running"
 
     # stop: the closed line is on disk by the time the command returns.
     res = world.harness("stop", "svc")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == f"svc: stopped run {first['run_id']} (cancelled/operator)"
-    line = _closed_on_disk(world, "svc", first["run_id"])
+    line = line_of(world.ledger, "closed", "svc", first["run_id"])
     assert line is not None
     assert line["outcome"] == "cancelled" and line["reason"] == "operator"
     assert _gone(pidfile)
     time.sleep(2.0)  # ten restart delays: a stopped resident stays down
-    assert len(_runs(world, "svc")) == 1
-    assert _states(world)["svc"] == "stopped"
+    assert len(runs_of(world, "svc")) == 1
+    assert states_of(world)["svc"] == "stopped"
     again = world.harness("stop", "svc")
     assert again.returncode == 0 and again.stdout.strip() == "svc: not running"
 
@@ -219,7 +189,7 @@ argv = ["true"]
     third_id = second_id + 1
     assert res.stdout.strip() == (f"svc: restarted (replaced run {second_id}, "
                                   f"new run {third_id})")
-    old = _record(world, "svc", second_id)
+    old = record_of(world, "svc", second_id)
     assert old is not None
     assert old["outcome"] == "replaced" and old["reason"] == "operator"
     third = _wait_up(world, "svc", third_id)
@@ -237,8 +207,8 @@ argv = ["true"]
 
     # SIGTERM: the live resident closes interrupted/shutdown and is not restarted.
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=DEADLINE) == 0, residents.stderr()
-    recs = sorted(_runs(world, "svc"), key=lambda r: r["run_id"])
+    assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+    recs = sorted(runs_of(world, "svc"), key=lambda r: r["run_id"])
     assert [r["run_id"] for r in recs] == [first["run_id"], second_id, third_id]
     assert recs[-1]["outcome"] == "interrupted" and recs[-1]["reason"] == "shutdown"
     assert _gone(pidfile)

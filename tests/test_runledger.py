@@ -27,31 +27,17 @@ from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
 from harness.ledger.verify import verify_run_ledger
 from harness.timefmt import format_ns
-from ledgertools import DAY, HOUR, NS, T0, Clock, OpenLedger, lines_of
+from ledgertools import DAY, HOUR, NS, T0, Clock, OpenLedger, all_lines, lines_of, ref_canonical
 
 ZERO = "0" * 64
 STAMP = re.compile(r"\A\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z\Z")
 
 
-def canonical(obj: dict[str, Any]) -> bytes:
-    """DESIGN.md §2's canonical JSON, written independently of the code under test."""
-    return json.dumps(
-        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
-
-
 def seal(obj: dict[str, Any], prev: str) -> bytes:
     """A hand-sealed line (with its newline) that continues a chain whose head is `prev`."""
     body = {**obj, "prev": prev}
-    body["hash"] = hashlib.sha256(canonical(body)).hexdigest()
-    return canonical(body) + b"\n"
-
-
-def all_lines(directory: Path) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for p in sorted(directory.glob("*.jsonl")):
-        out.extend(lines_of(p))
-    return out
+    body["hash"] = hashlib.sha256(ref_canonical(body)).hexdigest()
+    return ref_canonical(body) + b"\n"
 
 
 def day_file(directory: Path, ns: int) -> Path:
@@ -97,9 +83,9 @@ def test_first_run_creates_private_ledger_with_an_opened_line_seq_1(
     body = {"v": 1, "seq": 1, "type": "opened", "at": "2026-06-15T12:00:00.123456789Z",
             "harness": "nightly", "run_id": 1, "kind": "oneshot", "trigger": "schedule",
             "started_at": "2026-06-15T12:00:00.000000000Z", "prev": ZERO}
-    expected_hash = hashlib.sha256(canonical(body)).hexdigest()
+    expected_hash = hashlib.sha256(ref_canonical(body)).hexdigest()
     assert line == {**body, "hash": expected_hash}
-    assert raw == canonical(line) + b"\n"  # the line on disk is canonical JSON
+    assert raw == ref_canonical(line) + b"\n"  # the line on disk is canonical JSON
     assert STAMP.match(line["at"])
 
 

@@ -11,7 +11,6 @@ skips the rest, `replace` closes the live run `replaced`, and `stop` cancels a h
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,20 +18,12 @@ from typing import Any
 import pytest
 
 from conftest import World
+from daemons import Daemons, record_of, runs_of, until
 from harness.config.schedule import Windows, parse_schedule
 from harness.control.client import Client
 from harness.ledger.runledger import RunLedger
 from harness.supervisor.manager import LATE, Decision, decide_windows
 from harness.timefmt import format_ns
-from test_daemon_e2e import Daemons, _record, _runs, _until
-
-
-@pytest.fixture
-def daemons(world: World) -> Iterator[Daemons]:
-    d = Daemons(world)
-    yield d
-    d.kill_all()
-
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -105,10 +96,10 @@ catch_up = {"true" if catch_up else "false"}
 argv = ["sh", "-c", "echo caught up"]
 """)
     daemons.start()
-    rec = _until("the gap's record", lambda: _record(world, "nightly", 2))
+    rec = until("the gap's record", lambda: record_of(world, "nightly", 2))
     if catch_up:
-        rec = _until("the catch-up run to end",
-                     lambda: (r := _record(world, "nightly", 2)) and r["outcome"] != "running"
+        rec = until("the catch-up run to end",
+                     lambda: (r := record_of(world, "nightly", 2)) and r["outcome"] != "running"
                      and r)
         assert (rec["trigger"], rec["outcome"], rec["window"]) == (
             "catch_up", "success", _rfc(latest))
@@ -126,7 +117,7 @@ argv = ["sh", "-c", "echo caught up"]
     daemons.start()
     with Client(str(daemons.socket)) as c:
         jobs = c.request("jobs")["jobs"]
-    assert [r["run_id"] for r in _runs(world, "nightly")] == [2, 1]
+    assert [r["run_id"] for r in runs_of(world, "nightly")] == [2, 1]
     assert jobs[0]["name"] == "nightly" and jobs[0]["catch_up"] is catch_up
     nxt = datetime.fromisoformat(jobs[0]["next"])
     assert nxt == latest + timedelta(hours=1)
@@ -156,18 +147,18 @@ def test_queue_holds_one_firing_and_skips_the_rest(world: World, daemons: Daemon
         assert _fire(c, "q") == {"decision": "queued", "run_id": 2}
         assert _fire(c, "q") == {"decision": "skipped", "run_id": 3}
         assert c.request("jobs")["jobs"][0]["queued"] == 2
-    skipped = _record(world, "q", 3)
+    skipped = record_of(world, "q", 3)
     assert skipped is not None and (skipped["outcome"], skipped["reason"]) == (
         "skipped", "overlap")
-    assert _record(world, "q", 2) is None  # held: no record until it runs
+    assert record_of(world, "q", 2) is None  # held: no record until it runs
     gate.touch()
     for run_id in (1, 2):
-        rec = _until(f"run {run_id} to succeed",
-                     lambda r=run_id: (x := _record(world, "q", r)) and x["outcome"] == "success"
+        rec = until(f"run {run_id} to succeed",
+                     lambda r=run_id: (x := record_of(world, "q", r)) and x["outcome"] == "success"
                      and x)
         assert rec["trigger"] == "manual" and rec["exit_code"] == 0
     # The queued run started after the first ended.
-    one, two = _record(world, "q", 1), _record(world, "q", 2)
+    one, two = record_of(world, "q", 1), record_of(world, "q", 2)
     assert one is not None and two is not None
     assert two["started_at"] >= one["ended_at"]
 
@@ -180,7 +171,7 @@ def test_stop_cancels_the_held_firing(world: World, daemons: Daemons) -> None:
         assert _fire(c, "q") == {"decision": "queued", "run_id": 2}
         out = c.request("stop", name="q")
     assert (out["action"], out["run_id"], out["cancelled_queued"]) == ("stopped", 1, 2)
-    runs = {r["run_id"]: r for r in _runs(world, "q")}
+    runs = {r["run_id"]: r for r in runs_of(world, "q")}
     assert (runs[1]["outcome"], runs[1]["reason"]) == ("cancelled", "operator")
     assert (runs[2]["outcome"], runs[2]["reason"]) == ("cancelled", "operator")
     assert "exit_code" not in runs[2] and runs[2]["ended_at"]
@@ -204,13 +195,13 @@ def test_replace_closes_the_live_run_replaced(world: World, daemons: Daemons) ->
     daemons.start()
     with Client(str(daemons.socket)) as c:
         assert _fire(c, "r") == {"decision": "started", "run_id": 1}
-        _until("run 1 to be running", lambda: (x := _record(world, "r", 1))
+        until("run 1 to be running", lambda: (x := record_of(world, "r", 1))
                and x["outcome"] == "running")
         assert _fire(c, "r") == {"decision": "started", "run_id": 2}
-        old = _record(world, "r", 1)
+        old = record_of(world, "r", 1)
         assert old is not None and old["outcome"] == "replaced" and "reason" not in old
         assert old["exit_code"] == -1  # ended by our SIGTERM
-        new = _record(world, "r", 2)
+        new = record_of(world, "r", 2)
         assert new is not None and new["outcome"] == "running"
         assert c.request("stop", name="r")["outcome"] == "cancelled"
 
@@ -223,7 +214,7 @@ def test_a_run_that_reads_closed_no_longer_overlaps(world: World, daemons: Daemo
     with Client(str(daemons.socket)) as c:
         for n in range(1, 31):
             assert _fire(c, "fast") == {"decision": "started", "run_id": n}
-            _until(f"run {n} to read closed",
+            until(f"run {n} to read closed",
                    lambda n=n: any(r["run_id"] == n and r["outcome"] == "success"
                                    for r in c.request("runs", names=["fast"], limit=5)["runs"]))
-    assert {r["outcome"] for r in _runs(world, "fast")} == {"success"}
+    assert {r["outcome"] for r in runs_of(world, "fast")} == {"success"}

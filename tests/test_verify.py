@@ -25,6 +25,7 @@ from conftest import World
 from harness.ledger import RunLedger
 from harness.ledger import verify as verify_module
 from harness.timefmt import format_ns, parse_ns
+from ledgertools import ref_canonical
 
 DAY = 86_400 * 1_000_000_000
 DAY1 = "2025-11-03"
@@ -35,22 +36,16 @@ ZERO = "0" * 64
 # -- helpers -------------------------------------------------------------------------------
 
 
-def canonical(obj: dict[str, Any]) -> bytes:
-    """DESIGN.md §2's canonical JSON, spelled out here so the test does not trust the engine's."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode()
-
-
 def chain_hash(obj: dict[str, Any]) -> str:
     """§4: sha256 of the canonical JSON of the line without `hash`."""
-    return hashlib.sha256(canonical({k: v for k, v in obj.items() if k != "hash"})).hexdigest()
+    return hashlib.sha256(ref_canonical({k: v for k, v in obj.items() if k != "hash"})).hexdigest()
 
 
 def seal(obj: dict[str, Any], seq: int, prev: str) -> tuple[bytes, str]:
     """A line sealed by hand to the §4 contract: (canonical bytes, its hash)."""
     line = {**obj, "seq": seq, "prev": prev}
     line["hash"] = chain_hash(line)
-    return canonical(line), line["hash"]
+    return ref_canonical(line), line["hash"]
 
 
 def decided(run_id: int, at: str, harness: str = "nightly") -> dict[str, Any]:
@@ -174,7 +169,7 @@ def test_engine_lines_follow_the_documented_chain(world: World) -> None:
     for i, raw in enumerate(lines, start=1):
         obj = json.loads(raw)
         assert (obj["seq"], obj["prev"]) == (i, prev)
-        assert raw == canonical(obj)
+        assert raw == ref_canonical(obj)
         assert obj["hash"] == chain_hash(obj)
         prev = obj["hash"]
 
@@ -195,7 +190,7 @@ def test_non_canonical_but_unedited_line_still_verifies(world: World) -> None:
     lines = one_day(world)
     obj = json.loads(lines[2])
     lines[2] = json.dumps(dict(reversed(list(obj.items()))), indent=None).encode()
-    assert lines[2] != canonical(obj)
+    assert lines[2] != ref_canonical(obj)
     write_lines(world.ledger / FILE1, lines)
     res = verify(world)
     assert (res.returncode, res.stdout) == (0, ok_text(6, 1, 6, hash_of(lines[-1])))
@@ -237,7 +232,7 @@ def _edit(lines: list[bytes], rehash: bool) -> None:
     obj["outcome"] = "success"  # was skipped
     if rehash:
         obj["hash"] = chain_hash(obj)
-    lines[2] = canonical(obj)
+    lines[2] = ref_canonical(obj)
 
 
 def _strip(*keys: str) -> Callable[[list[bytes]], None]:
@@ -245,7 +240,7 @@ def _strip(*keys: str) -> Callable[[list[bytes]], None]:
         obj = json.loads(lines[2])
         for k in keys:
             del obj[k]
-        lines[2] = canonical(obj)
+        lines[2] = ref_canonical(obj)
     return mutate
 
 
@@ -316,7 +311,7 @@ def test_fragment_inside_a_file_followed_by_later_lines(world: World) -> None:
     # An edit after the fragment is still found, at its own line number.
     obj = json.loads(later[1])
     obj["reason"] = "operator"
-    write_lines(world.ledger / FILE1, [*lines, lines[-1][:55], later[0], canonical(obj)])
+    write_lines(world.ledger / FILE1, [*lines, lines[-1][:55], later[0], ref_canonical(obj)])
     assert_broken(world, 8, f"{FILE1}:9", EDITED)
 
 
@@ -380,7 +375,7 @@ def test_edit_in_the_last_day_file(world: World) -> None:
     files = three_days(world)
     obj = json.loads(files[DAYS[2]][1])
     obj["trigger"] = "manual"
-    write_lines(world.ledger / f"{DAYS[2]}.jsonl", [files[DAYS[2]][0], canonical(obj)])
+    write_lines(world.ledger / f"{DAYS[2]}.jsonl", [files[DAYS[2]][0], ref_canonical(obj)])
     assert_broken(world, 6, f"{DAYS[2]}.jsonl:2", EDITED)
 
 
@@ -544,7 +539,7 @@ def test_big_ledger_edit_is_found(world: World, big_chain: dict[str, list[bytes]
     k = 7_777
     obj = json.loads(lines[k])
     obj["outcome"] = "success"
-    lines[k] = canonical(obj)
+    lines[k] = ref_canonical(obj)
     write_lines(world.ledger / f"{day}.jsonl", lines)
     assert_broken(world, obj["seq"], f"{day}.jsonl:{k + 1}", EDITED)
 

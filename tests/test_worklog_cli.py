@@ -23,6 +23,7 @@ import pytest
 
 from conftest import World
 from harness.worklog.store import WorkLedger
+from ledgertools import ref_canonical
 
 ZERO = "0" * 64
 RUN = "goal-42"
@@ -36,21 +37,15 @@ GIT_ID = {
 # -- helpers (also used by test_worklog_e2e) ---------------------------------------------------
 
 
-def canonical(obj: Any) -> bytes:
-    """DESIGN.md §2's canonical JSON, spelled out so the tests do not trust the engine's."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode()
-
-
 def hand_row(seq: int, kind: str, task_id: str | None, payload: dict[str, Any],
              prev: str) -> tuple[bytes, str]:
     """A row sealed by hand to the §2 contract: (its line, its entry_hash)."""
-    digest = hashlib.sha256(canonical(
+    digest = hashlib.sha256(ref_canonical(
         {"kind": kind, "payload": payload, "prev_hash": prev, "task_id": task_id}
     )).hexdigest()
     row = {"seq": seq, "ts": f"2026-11-30T08:00:{seq:02d}Z", "kind": kind, "task_id": task_id,
            "payload": payload, "prev_hash": prev, "entry_hash": digest, "schema_version": 1}
-    return canonical(row), digest
+    return ref_canonical(row), digest
 
 
 GOAL: list[tuple[str, str | None, dict[str, Any]]] = [

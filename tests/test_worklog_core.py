@@ -33,6 +33,7 @@ from harness.worklog.rows import (
 )
 from harness.worklog.store import LedgerLocked, WorkLedger
 from harness.worklog.verify import read_ledger, verify_dir, verify_lines
+from ledgertools import ref_canonical
 
 # --- known answers ------------------------------------------------------------------
 
@@ -54,19 +55,13 @@ HAND_HASH_1 = "4f191b166106535f701b95f73e3600dd9c73016101741267ca4c01c02a21cc2d"
 HAND_HEAD = "f0059117d4231168308364f29e023240349a8be5d8232617ed2cfb3444b847f5"
 
 
-def _cj(obj: object) -> bytes:
-    return json.dumps(
-        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
-
-
 def _hand_rows() -> list[dict[str, Any]]:
     """The HAND_ROWS chain built with the standard library only (no harness code)."""
     prev = "0" * 64
     out = []
     for seq, (kind, task, payload) in enumerate(HAND_ROWS, 1):
         digest = hashlib.sha256(
-            _cj({"kind": kind, "payload": payload, "prev_hash": prev, "task_id": task})
+            ref_canonical({"kind": kind, "payload": payload, "prev_hash": prev, "task_id": task})
         ).hexdigest()
         out.append(
             {
@@ -99,7 +94,7 @@ def test_entry_hash_known_answer() -> None:
 
 def test_hand_written_canonical_ledger_verifies(tmp_path: Path) -> None:
     d = tmp_path / ".harness" / "runtime" / "ledger" / "hand"
-    _write_hand(d, _cj)
+    _write_hand(d, ref_canonical)
     res = verify_dir(d)
     assert (res.ok, res.entry_count, res.head_hash, res.torn_tail) == (True, 6, HAND_HEAD, None)
     assert res.to_json("hand") == {
@@ -123,14 +118,14 @@ def test_hand_written_non_canonical_ledger_verifies(tmp_path: Path) -> None:
 
 
 def test_store_appends_after_hand_written_chain(tmp_path: Path) -> None:
-    _write_hand(ledger_dir(tmp_path, "hand"), _cj)
+    _write_hand(ledger_dir(tmp_path, "hand"), ref_canonical)
     with WorkLedger(tmp_path, "hand") as wl:
         assert wl.head == (6, HAND_HEAD)
         row = wl.record("task.started", "t2", {"attempt": 1})
     assert row["seq"] == 7 and row["prev_hash"] == HAND_HEAD
     assert row["entry_hash"] == hashlib.sha256(
-        _cj({"kind": "task.started", "payload": {"attempt": 1}, "prev_hash": HAND_HEAD,
-             "task_id": "t2"})
+        ref_canonical({"kind": "task.started", "payload": {"attempt": 1}, "prev_hash": HAND_HEAD,
+                       "task_id": "t2"})
     ).hexdigest()
     assert verify_dir(ledger_dir(tmp_path, "hand")).head_hash == row["entry_hash"]
 
@@ -140,7 +135,7 @@ def test_written_line_is_canonical_and_row_matches(tmp_path: Path) -> None:
         row = wl.record("task.scheduled", "a", {"deps": ["x"], "f": 0.1, "t": (1, 2)})
         seg = wl.segment
     line = seg.read_bytes()
-    assert line == _cj(row) + b"\n"
+    assert line == ref_canonical(row) + b"\n"
     assert row["payload"] == {"deps": ["x"], "f": 0.1, "t": [1, 2]}
     assert sorted(row) == sorted(
         ["seq", "ts", "kind", "task_id", "payload", "prev_hash", "entry_hash", "schema_version"]
@@ -257,7 +252,7 @@ def test_removed_inserted_duplicated_reordered_rows(tmp_path: Path) -> None:
     forged = dict(rows[3], kind="task.failed", seq=4, prev_hash=rows[2]["entry_hash"])
     forged["entry_hash"] = entry_hash("task.failed", "t1", forged["payload"], forged["prev_hash"])
     later = [dict(r, seq=r["seq"] + 1) for r in rows[3:]]
-    _expect_break(lines[:3] + [_cj(forged)] + [_cj(r) for r in later], 5, 5,
+    _expect_break(lines[:3] + [ref_canonical(forged)] + [ref_canonical(r) for r in later], 5, 5,
                   "prev_hash mismatch")
     # Removing the newest rows is invisible without an expected head.
     assert verify_lines(lines[:5]).ok
@@ -275,7 +270,7 @@ def test_rechained_edit_is_caught_only_by_expected_head(tmp_path: Path) -> None:
     for r in rows[2:]:
         r["prev_hash"] = prev
         r["entry_hash"] = prev = entry_hash(r["kind"], r["task_id"], r["payload"], prev)
-    seg.write_bytes(b"".join(_cj(r) + b"\n" for r in rows))
+    seg.write_bytes(b"".join(ref_canonical(r) + b"\n" for r in rows))
     assert verify_dir(seg.parent).ok
     res = verify_dir(seg.parent, expected_head=head)
     assert not res.ok and "head mismatch" in (res.reason or "")
@@ -289,10 +284,10 @@ def test_contract_shape_is_enforced(tmp_path: Path) -> None:
     _expect_break([lines[0], extra], 2, 2, "outside the contract: zz")
     row = json.loads(lines[1])
     del row["ts"]
-    _expect_break([lines[0], _cj(row)], 2, 2, "lacks field(s) ts")
+    _expect_break([lines[0], ref_canonical(row)], 2, 2, "lacks field(s) ts")
     row = json.loads(lines[1])
     row["seq"] = True
-    _expect_break([lines[0], _cj(row)], 2, 2, "seq must be an integer")
+    _expect_break([lines[0], ref_canonical(row)], 2, 2, "seq must be an integer")
     _expect_break([lines[0], b"[1,2]"], 2, 2, "not an object")
     _expect_break([lines[0], b""], 2, 2, "not a parseable ledger row")
 
@@ -331,20 +326,20 @@ def test_ts_holding_two_stamps_cannot_shift_the_hashed_slice() -> None:
     stamp = "2026-11-30T08:00:00.000000000Z"
     row = {"seq": 1, "ts": stamp + "\n" + stamp, "kind": "goal.note", "task_id": None,
            "payload": {}, "prev_hash": GENESIS, "entry_hash": "0" * 64, "schema_version": 1}
-    raw = _cj(row)
+    raw = ref_canonical(row)
     k = raw.rindex(b',"prev_hash":"') + 79
     t = raw.rindex(b',"task_id":', 0, -39)
     row["entry_hash"] = hashlib.sha256(b"{" + raw[81:k] + raw[t:-39] + b"}").hexdigest()
-    res = verify_lines([_cj(row)])
+    res = verify_lines([ref_canonical(row)])
     assert (res.ok, res.error_seq, res.error_line) == (False, 1, 1)
     # Nor may one of 30 characters but more bytes (a non-ASCII digit is a \d too).
     row["ts"] = stamp[:20] + "\u0660" + stamp[21:]
     row["entry_hash"] = "0" * 64
-    raw = _cj(row)
+    raw = ref_canonical(row)
     k = raw.rindex(b',"prev_hash":"') + 79
     t = raw.rindex(b',"task_id":', 0, -39)
     row["entry_hash"] = hashlib.sha256(b"{" + raw[81:k] + raw[t:-39] + b"}").hexdigest()
-    res = verify_lines([_cj(row)])
+    res = verify_lines([ref_canonical(row)])
     assert (res.ok, res.error_seq, res.error_line) == (False, 1, 1)
 
 
@@ -372,7 +367,7 @@ def test_rows_are_canonical_and_verify_for_any_payload(payloads: list[dict[str, 
         row, line = make_row(seq=seq, ts_ns=1_764_489_600_000_000_000 + seq, kind="goal.x",
                              task_id=f"t{seq}", payload=clean, payload_bytes=data,
                              prev_hash=prev, redactions=count)
-        assert line == _cj(row)
+        assert line == ref_canonical(row)
         assert row["entry_hash"] == entry_hash("goal.x", f"t{seq}", clean, prev)
         assert json.loads(line) == row
         prev = row["entry_hash"]
@@ -406,7 +401,7 @@ def test_torn_tail_is_excluded_then_cut_on_open(tmp_path: Path) -> None:
     res = verify_dir(seg.parent)
     assert (res.ok, res.entry_count, res.torn_tail, res.head_hash) == (
         True, 6, None, row["entry_hash"])
-    assert seg.read_bytes().endswith(_cj(row) + b"\n")
+    assert seg.read_bytes().endswith(ref_canonical(row) + b"\n")
 
 
 def test_interior_damage_refuses_to_open(tmp_path: Path) -> None:
@@ -455,9 +450,9 @@ def test_verify_streams_large_batches_and_names_late_break(tmp_path: Path) -> No
     for seq in range(1, 9001):
         payload = {"i": seq}
         h = entry_hash("goal.tick", None, payload, prev)
-        out.append(_cj({"seq": seq, "ts": "2026-11-30T08:00:00.000000000Z", "kind": "goal.tick",
-                        "task_id": None, "payload": payload, "prev_hash": prev,
-                        "entry_hash": h, "schema_version": 1}))
+        out.append(ref_canonical({"seq": seq, "ts": "2026-11-30T08:00:00.000000000Z",
+                                  "kind": "goal.tick", "task_id": None, "payload": payload,
+                                  "prev_hash": prev, "entry_hash": h, "schema_version": 1}))
         prev = h
     (d / "000000.jsonl").write_bytes(b"\n".join(out) + b"\n")
     res = verify_dir(d)
@@ -708,3 +703,58 @@ def test_hand_chain_replays(tmp_path: Path) -> None:
     j = replay(_hand_rows()).to_json()
     assert (j["finished"], j["scheduled"], j["frontier"], j["unknown_kinds"]) == (
         ["t1"], ["t2"], ["t2"], {"goal.note": 1})
+
+
+# --- resume under the lock -------------------------------------------------------------
+
+
+def _resume_fixture(tmp_path: Path) -> None:
+    with WorkLedger(tmp_path, "r") as wl:
+        wl.record("run.open", None, {"goal": "g"})
+        wl.record("task.scheduled", "t1", {"deps": []})
+
+
+def test_resume_reuses_the_unlocked_pass_when_the_head_is_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.worklog import resume as resume_mod
+
+    _resume_fixture(tmp_path)
+    calls: list[str] = []
+    real = resume_mod._local
+
+    def counting(wd: Path, run_id: str) -> Any:
+        calls.append(run_id)
+        return real(wd, run_id)
+
+    monkeypatch.setattr(resume_mod, "_local", counting)
+    res = resume_mod.resume(tmp_path, "r")
+    assert calls == ["r"]  # the chain under the lock had the same head: not read again
+    assert (res.status, res.entry_count, res.resume_seq, res.frontier) == (
+        "resumed", 2, 3, ["t1"])
+    assert verify_dir(ledger_dir(tmp_path, "r")).entry_count == 3
+
+
+def test_resume_redoes_the_checks_when_the_chain_moved_before_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.worklog import resume as resume_mod
+
+    _resume_fixture(tmp_path)
+    real = resume_mod._signal_dir
+    moved: list[bool] = []
+
+    def append_then(wd: Path) -> Path:
+        # First called after the unlocked pass, before the lock: another writer extends
+        # the chain there (later calls come under the lock, when signals are written).
+        if not moved:
+            moved.append(True)
+            with WorkLedger(tmp_path, "r") as wl:
+                wl.record("task.scheduled", "t2", {"deps": []})
+        return real(wd)
+
+    monkeypatch.setattr(resume_mod, "_signal_dir", append_then)
+    res = resume_mod.resume(tmp_path, "r")
+    assert (res.entry_count, res.resume_seq, res.frontier) == (3, 4, ["t1", "t2"])
+    assert res.state.head_seq == 3
+    assert verify_dir(ledger_dir(tmp_path, "r")).entry_count == 4

@@ -1,0 +1,187 @@
+"""Real daemons for the end-to-end tests, and what those tests ask of them.
+
+This module owns `Daemons` (starts `python -m harness.cli daemon` in a test's world and
+kills every daemon, and every pid in its pidfiles, at teardown), `FaultDaemons` (the same,
+with the daemon run under faultdaemon.py, the `LAUNCHER`, and a fault-injecting disk), the
+`DEADLINE` the tests wait on, `until` (poll a probe until it answers or the deadline
+passes), `request` (one control-socket op), and the readers built on the real CLI:
+`runs_of`, `record_of` and `states_of`. The `daemons` and `fd` fixtures that hand a test
+one of these live in conftest.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, TypeVar
+
+from harness.control.client import Client, DaemonUnreachable
+
+if TYPE_CHECKING:
+    from conftest import World
+
+DEADLINE = 30.0
+LAUNCHER = Path(__file__).with_name("faultdaemon.py")
+T = TypeVar("T")
+
+
+def until(what: str, probe: Callable[[], T | None], deadline: float = DEADLINE) -> T:
+    end = time.monotonic() + deadline
+    while True:
+        got = probe()
+        if got:
+            return got
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {deadline:g}s waiting for {what}")
+        time.sleep(0.1)
+
+
+class Daemons:
+    """Starts daemons in a world; kills every one still alive (and the pids in pidfiles)."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.procs: list[subprocess.Popen[str]] = []
+        self.pidfiles: list[Path] = []
+        self.files: list[IO[str]] = []
+
+    @property
+    def socket(self) -> Path:
+        return self.world.root / "run" / "harness.sock"
+
+    @property
+    def config(self) -> Path:
+        return self.world.root / "config" / "harness" / "harness.toml"
+
+    def write_config(self, text: str) -> None:
+        self.config.parent.mkdir(parents=True, exist_ok=True)
+        self.config.write_text(text)
+
+    def start(self, *, wait: bool = True) -> subprocess.Popen[str]:
+        n = len(self.procs)
+        out = open(self.world.root / f"daemon{n}.out", "w")  # noqa: SIM115
+        err = open(self.world.root / f"daemon{n}.err", "w")  # noqa: SIM115
+        self.files += [out, err]  # closed at teardown, after the daemon is gone
+        proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "daemon"],
+                                env=self.world.env, text=True, stdout=out, stderr=err)
+        self.procs.append(proc)
+        if wait:
+            until("the control socket", lambda: self._answers(proc))
+        return proc
+
+    def stderr(self, n: int = -1) -> str:
+        idx = n if n >= 0 else len(self.procs) + n
+        return (self.world.root / f"daemon{idx}.err").read_text()
+
+    def _answers(self, proc: subprocess.Popen[str]) -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"daemon exited {proc.returncode}: {self.stderr()}")
+        try:
+            Client(str(self.socket), timeout=2.0).close()
+        except DaemonUnreachable:
+            return False
+        return True
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=DEADLINE)
+        for pf in self.pidfiles:
+            with contextlib.suppress(OSError, ValueError):
+                os.killpg(int(pf.read_text().strip()), signal.SIGKILL)
+        for f in self.files:
+            f.close()
+
+
+def runs_of(world: World, name: str) -> list[dict[str, Any]]:
+    """`harness runs NAME --json`, which must succeed."""
+    res = world.harness("runs", name, "--json")
+    assert res.returncode == 0, res.stderr
+    runs: list[dict[str, Any]] = json.loads(res.stdout)
+    return runs
+
+
+def record_of(world: World, name: str, run_id: int) -> dict[str, Any] | None:
+    """The record of (name, run_id) as `harness runs` lists it, or None."""
+    return next((r for r in runs_of(world, name) if r["run_id"] == run_id), None)
+
+
+def states_of(world: World) -> dict[str, str]:
+    """Each harness's state as `harness list` shows it, by name."""
+    res = world.harness("list", "--json")
+    assert res.returncode == 0, res.stderr
+    return {h["name"]: h["state"] for h in json.loads(res.stdout)}
+
+
+class FaultDaemons(Daemons):
+    """`Daemons` whose daemon runs under tests/faultdaemon.py with a control file."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__(world)
+        self.control = world.root / "faults.json"
+        self.gen = 0
+        (world.root / "pids").mkdir()
+
+    def start_faulty(self, *launcher_args: str, wait: bool = True
+                     ) -> subprocess.Popen[str]:
+        n = len(self.procs)
+        out = open(self.world.root / f"daemon{n}.out", "w")  # noqa: SIM115
+        err = open(self.world.root / f"daemon{n}.err", "w")  # noqa: SIM115
+        self.files += [out, err]
+        proc = subprocess.Popen(
+            [sys.executable, str(LAUNCHER), "--control", str(self.control), *launcher_args,
+             "--"], env=self.world.env, text=True, stdout=out, stderr=err)
+        self.procs.append(proc)
+        if wait:
+            until("the control socket", lambda: self._answers(proc))
+        return proc
+
+    def booted(self) -> None:
+        """Wait out the boot: hello is answered at once, ops only once the boot is done
+        (import, reconciliation and their log lines included)."""
+        request(self, "list")
+
+    def faults(self, **faults: dict[str, Any]) -> dict[str, int]:
+        """Arm exactly `faults` (none: a healthy disk); return the call counts at the switch."""
+        self.gen += 1
+        tmp = self.control.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"gen": self.gen, "faults": faults}))
+        os.replace(tmp, self.control)
+        ack = Path(f"{self.control}.ack")
+
+        def acked() -> dict[str, Any] | None:
+            try:
+                doc = json.loads(ack.read_text())
+            except (OSError, ValueError):
+                return None
+            return doc if doc.get("gen") == self.gen else None
+
+        calls: dict[str, int] = until(f"fault set {self.gen} to be armed", acked)["calls"]
+        return calls
+
+    def kill_all(self) -> None:
+        super().kill_all()
+        # Runs a test left behind (a SIGKILLed daemon's), named by pid in pids/. Only a
+        # process that is still one of this world's runs is signalled: a pid is reused.
+        mark = f"XDG_STATE_HOME={self.world.env['XDG_STATE_HOME']}".encode()
+        for pf in (self.world.root / "pids").iterdir():
+            with (contextlib.suppress(OSError, ValueError),
+                  open(f"/proc/{int(pf.name)}/environ", "rb") as f):
+                if mark in f.read().split(b"\0"):
+                    os.killpg(int(pf.name), signal.SIGKILL)
+
+
+def request(d: Daemons, op: str, **args: Any) -> Any:
+    c = Client(str(d.socket), timeout=30.0)
+    try:
+        return c.request(op, **args)
+    finally:
+        c.close()
