@@ -758,3 +758,25 @@ def test_resume_redoes_the_checks_when_the_chain_moved_before_the_lock(
     assert (res.entry_count, res.resume_seq, res.frontier) == (3, 4, ["t1", "t2"])
     assert res.state.head_seq == 3
     assert verify_dir(ledger_dir(tmp_path, "r")).entry_count == 4
+
+
+@pytest.mark.parametrize(("stamp", "ok"), [
+    ("2024-13-45T99:99:99.000000000Z", False),  # the writer's form, no field in range
+    ("2025-02-29T10:00:00.000000000Z", False),  # not a leap year
+    ("2024-04-31T10:00:00.000000000Z", False),
+    ("2024-02-29T23:59:59.999999999Z", True),
+    ("2024-12-31T00:00:00.000000000Z", True),
+])
+def test_a_stamp_in_the_writers_form_must_be_a_real_time(tmp_path: Path, stamp: str,
+                                                          ok: bool) -> None:
+    # ts is outside the hash, so only the ts check can refuse it: in the batch pass and
+    # in the per-line pass that then names the row.
+    _, lines = _six(tmp_path)
+    rows = [json.loads(x) for x in lines]
+    rows[3]["ts"] = stamp
+    res = verify_lines([ref_canonical(r) for r in rows])
+    if ok:
+        assert res.ok and res.entry_count == 6
+        return
+    assert (res.ok, res.error_seq, res.error_line) == (False, 4, 4)
+    assert res.reason == f"ts {stamp!r} is not an RFC 3339 time"

@@ -20,6 +20,8 @@ link to link, with the sequential walk as the single judge of any failure.
 
 from __future__ import annotations
 
+import calendar
+import functools
 import gc
 import hashlib
 import json
@@ -107,12 +109,31 @@ _sha256: Final = hashlib.sha256
 # Whatever stops a line from being proven canonical on the fast path sends it to the
 # strict path, which names the problem; none of these may escape as a crash.
 _UNPROVEN: Final = (msgspec.MsgspecError, ValueError, TypeError, OverflowError, RecursionError)
-# The stamp our writer produces; anything else is checked by the general parser.
-_TS_FAST: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{9}Z")
+# The 30-character stamp our writer produces, every field in range (days 29-31 are also
+# checked against the calendar, by _real_day); anything else goes to the general parser.
 # ASCII digits only ([0-9], not \d): the fast path relies on a stamp being 30 *bytes*.
-_TS_MANY: Final = re.compile(
-    r"(?:[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{9}Z\n)*"
-)
+_STAMP = (r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])T(?:[01][0-9]|2[0-3]):"
+          r"[0-5][0-9]:[0-5][0-9]\.[0-9]{9}Z")
+_TS_FAST: Final = re.compile(_STAMP)
+_TS_MANY: Final = re.compile(f"(?:{_STAMP}\\n)*")
+
+
+@functools.lru_cache(maxsize=256)
+def _real_day(date: str) -> bool:
+    """Whether "YYYY-MM-DD" (fields in range, day 29-31) is a day of the calendar."""
+    return int(date[8:10]) <= calendar.monthrange(int(date[:4]), int(date[5:7]))[1]
+
+
+def _late_days(stamps: str) -> set[str]:
+    """The distinct dates with day 29-31 among newline-joined 30-character stamps."""
+    tens, units = stamps[8::31], stamps[9::31]
+    if "3" not in tens and ("2" not in tens or "9" not in units):
+        return set()  # no day 29-31 here: most batches of every month
+    # C-level slices at the fixed stride: a Python loop per stamp costs several times more.
+    dates = {"".join(c) for c in set(zip(*(stamps[k::31] for k in range(10)), strict=True))}
+    return {d for d in dates if d[8:10] >= "29"}
+
+
 # A line whose ts is in our 30-character form ends in ',"ts":"<30>"}' (39 bytes).
 _TS_TAIL: Final = -39
 _PREV_KEY: Final = b',"prev_hash":"'
@@ -245,8 +266,12 @@ def _check_link(seq: int, prev_hash: str, expect_seq: int, prev: str) -> None:
 
 
 def _check_ts(ts: str) -> None:
-    if _TS_FAST.fullmatch(ts) is None and not is_rfc3339(ts):
-        raise _Break(f"ts {ts!r} is not an RFC 3339 time")
+    if _TS_FAST.fullmatch(ts) is not None:
+        if ts[8:10] < "29" or _real_day(ts[:10]):
+            return
+    elif is_rfc3339(ts):
+        return
+    raise _Break(f"ts {ts!r} is not an RFC 3339 time")
 
 
 def _hash_reason(recomputed: str, stored: str) -> str:
@@ -303,6 +328,9 @@ class _Walker:
         # newline could otherwise pass as two stamps and shift that offset.
         stamps = "\n".join([r.ts for r in rows]) + "\n"
         if len(stamps) != 31 * len(rows) or _TS_MANY.fullmatch(stamps) is None:
+            return False
+        # Days 29-31 against the calendar, once per distinct day in the batch.
+        if not all(_real_day(d) for d in _late_days(stamps)):
             return False
         # Every line is canonical, so its members are in sorted order: "kind",
         # "payload" and "prev_hash" lie side by side after "entry_hash", and the
