@@ -17,7 +17,7 @@ from typing import Any
 from ..timefmt import canon, format_ns, is_rfc3339, now_ns, parse_ns
 from .canonical import cap_utf8
 from .errors import LineRejected
-from .scrub import scrub_text, scrub_value
+from .scrub import might_hold_secret, scrub_text, scrub_value
 
 SCHEMA_VERSION = 1
 MAX_STR = 256
@@ -196,11 +196,27 @@ def _cap(v: Any, cuts: Cuts) -> Any:
     return v
 
 
+_SCALARS = (_S, _I, _B, _T, _N)
+
+
+def _refuse(line: dict[str, Any], harness: str, run_id: int) -> LineRejected:
+    """The precise error for a line the one-pass check below refused."""
+    try:
+        _validate(line)
+    except LineRejected as exc:
+        exc.harness, exc.run_id = harness, run_id
+        return exc
+    raise AssertionError("prepare_line refused a line that _validate accepts")
+
+
 def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str, Any], Cuts]:
     """Validate, scrub and cap a run-ledger line; return the line to seal and what changed.
 
     The envelope's ``v`` is set to 1 and ``at`` defaults to now; ``seq`` and the chain
     fields are the writer's. ``log_pruned`` is never written: readers compute it.
+
+    This is on every append's path, so it checks, copies and collects the strings to
+    scrub in one pass; whatever that pass refuses, `_validate` explains.
     """
     if type(line) is not dict:
         raise LineRejected(f"a ledger line must be an object, got {type(line).__name__}")
@@ -213,11 +229,45 @@ def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str
         raise LineRejected(f"harness must be a non-empty string, got {harness!r:.80}")
     if type(run_id) is not int or run_id <= 0:
         raise LineRejected(f"run_id must be an integer ≥ 1, got {run_id!r:.80}", harness=harness)
-    try:
-        _validate(line)
-    except LineRejected as exc:
-        exc.harness, exc.run_id = harness, run_id
-        raise
+    out: dict[str, Any] = {"v": SCHEMA_VERSION, "type": typ, "at": None, "harness": harness,
+                           "run_id": run_id}
+    texts = ["harness"]  # free-text fields: scrubbed and capped below
+    nested = []
+    for k, v in line.items():
+        if v is None:
+            continue
+        t = RECORD_FIELDS.get(k)
+        if t is _S:
+            if type(v) is not str or not (v.isascii() or _text(v)):
+                raise _refuse(line, harness, run_id)
+            allowed = _ENUMS.get(k)
+            if allowed is None:
+                texts.append(k)
+            elif v not in allowed:  # a listed word holds no secret and fits the cap
+                raise _refuse(line, harness, run_id)
+        elif t is _T:
+            v = canon(v)
+            if v is None:
+                raise _refuse(line, harness, run_id)
+        elif t is _I:
+            if type(v) is not int:
+                raise _refuse(line, harness, run_id)
+        elif t is None:
+            if k not in ENVELOPE and k not in CHAIN:
+                raise _refuse(line, harness, run_id)
+            continue
+        elif t not in _SCALARS:
+            nested.append(k)
+        elif not _VALID[t](v):
+            raise _refuse(line, harness, run_id)
+        if k != "log_pruned":
+            out[k] = v
+    if nested:
+        try:
+            _validate({k: line[k] for k in nested})  # the nested shapes: one explanation path
+        except LineRejected as exc:
+            exc.harness, exc.run_id = harness, run_id
+            raise
     at = line.get("at")
     if at is None:
         at = format_ns(now if now is not None else now_ns())
@@ -227,26 +277,23 @@ def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str
         except ValueError:
             raise LineRejected(f"at must be an RFC 3339 time, got {at!r:.80}", harness=harness,
                                run_id=run_id) from None
-    out: dict[str, Any] = {"v": SCHEMA_VERSION, "type": typ, "at": at, "harness": harness,
-                           "run_id": run_id}
-    for k, v in line.items():
-        if v is None or k in ENVELOPE or k in CHAIN or k == "log_pruned":
-            continue
-        out[k] = v
+    out["at"] = at
     cuts = Cuts()
-    for k, v in out.items():
-        t = RECORD_FIELDS.get(k)
-        if t == _T:
-            out[k] = canon(v)
-        elif type(v) is str:
-            if k != "at" and k != "type":  # validated formats cannot hold a secret
-                v, n = scrub_text(v)
-                cuts.redactions += n
-            out[k] = _cap(v, cuts)
-        elif type(v) is not int and type(v) is not bool and type(v) is not float:
-            v, n = scrub_value(v)  # the nested objects: models, sessions, errors, mismatch
+    # One scan of all the free text decides whether any of it needs the scrubber: the
+    # trigger fragments hold no NUL, so a hit in the joined text lies within one field.
+    if len(texts) == 1 or might_hold_secret("\0".join([out[k] for k in texts])):
+        for k in texts:
+            out[k], n = scrub_text(out[k])
             cuts.redactions += n
-            out[k] = _cap(v, cuts)
+    for k in texts:
+        v = out[k]
+        if len(v) > MAX_STR // 4:  # shorter cannot exceed the cap even at 4 bytes a character
+            out[k], cut = cap_utf8(v, MAX_STR)
+            cuts.truncations += cut
+    for k in nested:
+        v, n = scrub_value(out[k])  # models, sessions, errors, mismatch
+        cuts.redactions += n
+        out[k] = _cap(v, cuts)
     if "mismatch" in out and "at" in out["mismatch"]:
         out["mismatch"] = {**out["mismatch"], "at": canon(out["mismatch"]["at"])}
     for k in ("models", "sessions"):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["REDACTED", "scrub_text", "scrub_value"]
+__all__ = ["REDACTED", "might_hold_secret", "scrub_text", "scrub_value"]
 
 REDACTED: Final = "[REDACTED]"
 
@@ -203,6 +203,11 @@ def _one_pass(s: str) -> tuple[str, int]:
         return out
 
     return _SECRET_RX.sub(replace, s), hits
+
+
+def might_hold_secret(s: str) -> bool:
+    """False when `s` holds none of the fragments every secret form contains (cheap)."""
+    return _TRIGGER.search(s) is not None
 
 
 def scrub_text(s: str) -> tuple[str, int]:
