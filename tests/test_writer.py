@@ -412,6 +412,91 @@ def test_failed_sync_after_a_failed_cut_keeps_earlier_lines_once(
     assert rig.commits.seqs == [1, 2]
 
 
+# -- 4b. the same failures once the file is open --------------------------------------------
+# A pass over fresh synced lines for a file already open takes the writer's short path
+# (`_common_pass`); the tests above mostly fail the very first pass, which opens the file
+# and takes the general one. These fail the short path and expect the same outcomes.
+
+
+def warm(rig: Rig) -> None:
+    """One synced line down, so the file is open and its directory entry synced."""
+    assert rig.writer.append(line(run_id=100), harness="h", run_id=100) == 1
+    assert rig.files.dir_syncs == [str(rig.directory)]
+
+
+@pytest.mark.parametrize(
+    ("op", "err"), [("write", errno.EROFS), ("write", errno.ENOSPC), ("sync", errno.EIO)]
+)
+def test_an_open_file_failing_keeps_lines_queued_and_recovers_in_order(
+    make_rig: Callable[..., Rig], op: str, err: int
+) -> None:
+    rig = make_rig()
+    w = rig.writer
+    warm(rig)
+    rig.files.inject(op, errno=err)
+    t0 = time.monotonic()
+    with pytest.raises(LedgerUnavailable, match=os.strerror(err)) as first:
+        w.append(line(run_id=2), harness="h", run_id=2)
+    assert first.value.seq == 2
+    with pytest.raises(LedgerUnavailable, match="queued behind a failing write"):
+        w.append(line(run_id=3), harness="h", run_id=3)
+    assert time.monotonic() - t0 < 1.0, "a caller waited out the bound on a failing disk"
+    s = w.stats()
+    assert (s.queued, s.degraded, s.next_seq) == (2, True, 4)
+    assert s.append_errors >= 1 and s.last_error is not None and "seq=2" in s.last_error
+    assert rig.commits.seqs == [1]
+    assert rig.disk().seqs == [1]  # a failed sync's bytes were cut back
+
+    rig.files.clear(op)
+    wait_until(lambda: w.stats().queued == 0)
+    d = rig.disk()
+    assert (d.seqs, d.fragments) == ([1, 2, 3], [])
+    assert_chain(d)
+    assert rig.commits.seqs == [1, 2, 3]
+    assert w.stats().degraded is False
+    assert w.append(line(run_id=4), harness="h", run_id=4) == 4
+
+
+def test_an_open_file_whose_write_tears_and_cannot_be_cut_back_keeps_no_duplicate(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig()
+    warm(rig)
+    rig.files.inject("write", errno=errno.ENOSPC, partial=True, times=1)
+    rig.files.inject("truncate", errno=errno.EIO, times=1)
+    with pytest.raises(LedgerUnavailable, match="No space left"):
+        rig.writer.append(line(run_id=2), harness="h", run_id=2)
+    wait_until(lambda: rig.writer.stats().queued == 0)
+    d = rig.disk()
+    assert d.seqs == [1, 2]
+    assert len(d.fragments) == 1 and d.lines[1].startswith(d.fragments[0])
+    assert_chain(d)
+    assert rig.commits.batches == [[1], [2]]
+
+
+def test_an_open_file_whose_sync_hangs_bounds_callers_and_counts_the_late_sync(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig(sync_timeout=0.5)
+    w = rig.writer
+    warm(rig)
+    rig.files.inject("sync", hang=True)
+    t0 = time.monotonic()
+    with pytest.raises(LedgerUnavailable, match=r"not synced within 0\.5s"):
+        w.append(line(run_id=2), harness="h", run_id=2)
+    assert 0.25 <= time.monotonic() - t0 <= 5.0
+    with pytest.raises(LedgerUnavailable):
+        w.append(line(run_id=3), harness="h", run_id=3)
+    assert rig.commits.seqs == [1]
+    rig.files.clear("sync")
+    rig.commits.wait_for(3)
+    assert rig.commits.seqs == [1, 2, 3]
+    assert rig.disk().seqs == [1, 2, 3]
+    s = w.stats()
+    assert (s.queued, s.degraded, s.append_errors) == (0, False, 1)
+    assert s.last_error is not None and "seq=2" in s.last_error and "bound" in s.last_error
+
+
 # -- 5./6. hung and slow syncs -------------------------------------------------------------
 
 

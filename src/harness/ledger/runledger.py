@@ -340,7 +340,7 @@ class RunLedger:
     def append(self, line: dict[str, Any], *, sync: bool = True) -> int:
         """Append a line; with sync=True return its seq once it is on stable storage."""
         e = self.enqueue(line, sync=sync)
-        return self._writer.wait(e) if sync else e.seq
+        return self._writer.wait(e, as_enqueued=True) if sync else e.seq
 
     def flush(self) -> None:
         self._writer.flush()

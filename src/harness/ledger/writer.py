@@ -26,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from .errors import LedgerClosed, LedgerError, LedgerUnavailable, LineRejected
 from .files import FileLayer, read_range
@@ -34,6 +34,13 @@ from .files import FileLayer, read_range
 log = logging.getLogger("harness.ledger")
 
 MAX_LINE = 16 * 1024
+
+
+class _Stopped:
+    """What the general pass returns once the writer has drained and closed its files."""
+
+
+_STOPPED = _Stopped()
 
 
 class Sealer(Protocol):
@@ -83,6 +90,7 @@ class Entry:
     written: bool = False
     end: int = 0  # offset just past this line in its file, once written
     waiter: _Waiter | None = field(default=None, repr=False)
+    behind_failure: bool = False  # a synced wait would fail fast, as of the enqueue
 
 
 @dataclass
@@ -184,31 +192,42 @@ class Writer:
                     harness=harness,
                     run_id=run_id,
                 )
-            e = Entry(seq, obj, data + b"\n", digest, path, sync, time.monotonic(), harness, run_id)
+            now = time.monotonic()
+            e = Entry(seq, obj, data + b"\n", digest, path, sync, now, harness, run_id)
             if sync:
                 e.waiter = _Waiter()
+                e.behind_failure = self._behind_failure(now)
             self._next_seq = seq + 1
             self._head = digest
             self._queue.append(e)
         self._ring()
         return e
 
-    def wait(self, e: Entry) -> int:
-        """Wait until a synced entry is durable; raise LedgerUnavailable on failure or timeout."""
+    def _behind_failure(self, now: float) -> bool:
+        """Whether a synced caller should fail fast now (call with `_cv` held)."""
+        return (
+            self._failing is not None
+            or (self._sync_started is not None and now - self._sync_started > self.sync_timeout)
+            # An earlier caller timed out and its line is still queued ahead of this
+            # one. The clock test above cannot see that reliably: the stuck sync may
+            # have started a moment after that caller began its wait, so a caller
+            # arriving right after the timeout would wait out a whole bound again.
+            or (bool(self._queue) and self._queue[0].seq <= self._overdue)
+        )
+
+    def wait(self, e: Entry, *, as_enqueued: bool = False) -> int:
+        """Wait until a synced entry is durable; raise LedgerUnavailable on failure or timeout.
+
+        While the queue's head is failing it fails at once. `as_enqueued` judges that by
+        the writer's state when `e` was enqueued, for a wait that directly follows its
+        enqueue (the append path): no second look under the lock between the two.
+        """
         assert e.waiter is not None, "only synced entries can be waited for"
-        with self._cv:
-            fast_fail = (
-                self._failing is not None
-                or (
-                    self._sync_started is not None
-                    and time.monotonic() - self._sync_started > self.sync_timeout
-                )
-                # An earlier caller timed out and its line is still queued ahead of this
-                # one. The clock test above cannot see that reliably: the stuck sync may
-                # have started a moment after that caller began its wait, so a caller
-                # arriving right after the timeout would wait out a whole bound again.
-                or (bool(self._queue) and self._queue[0].seq <= self._overdue)
-            )
+        if as_enqueued:
+            fast_fail = e.behind_failure
+        else:
+            with self._cv:
+                fast_fail = self._behind_failure(time.monotonic())
         if fast_fail and not e.waiter.woken:
             raise LedgerUnavailable(
                 "queued behind a failing write; it will be retried in order",
@@ -245,7 +264,7 @@ class Writer:
     ) -> int:
         """Queue `obj`; with sync=True return only once it is durable (or raise)."""
         e = self.enqueue(obj, sync=sync, harness=harness, run_id=run_id)
-        return self.wait(e) if sync else e.seq
+        return self.wait(e, as_enqueued=True) if sync else e.seq
 
     def flush(self) -> None:
         """Ask the writer to sync buffered lines now (used by tests and shutdown)."""
@@ -304,45 +323,114 @@ class Writer:
         retry_at = 0.0
         while True:
             with self._cv:
-                now = time.monotonic()
-                if self._closing and (not self._queue or now >= self._deadline):
-                    self._shutdown_files()
-                    return
-                pending = any(not e.written for e in self._queue)
-                waiting_sync = any(e.sync for e in self._queue)
-                oldest = self._queue[0].enqueued if self._queue else None
-                due = oldest is not None and (
-                    now - oldest >= self.flush_every or self._flush_now or self._closing
-                )
-                ready = now >= retry_at and (pending or waiting_sync or due)
-                if ready:
+                calm = not retry_at and not self._closing and not self._flush_now
+                common = calm and bool(self._queue) and self._failing is None
+                if common:
                     batch = list(self._queue)
-                    force = self._flush_now or self._closing
-                    self._flush_now = False
-                else:
-                    timeout = -1.0  # block until rung
-                    if now < retry_at:
-                        timeout = retry_at - now
-                    elif oldest is not None:
-                        timeout = max(0.0, oldest + self.flush_every - now)
-                    if self._closing:
-                        timeout = min(0.05 if timeout < 0 else timeout,
-                                      max(0.0, self._deadline - now), 0.05)
-            if not ready:
-                self._bell.acquire(timeout=timeout)
+            if calm and not common and not self._queue:
+                self._bell.acquire()  # idle: nothing queued, no retry or close pending
                 continue
-            err = self._write_and_sync(batch, force)
+            err: LedgerError | Literal[False] | _Stopped | None = (
+                self._common_pass(batch) if common else False
+            )
+            if err is False:
+                err = self._general_pass(retry_at)
+                if err is False:  # nothing was due: it waited for the bell or a deadline
+                    continue
+                if isinstance(err, _Stopped):
+                    return
             if err is None:
                 backoff = self.retry_min
                 retry_at = 0.0
                 # A clean pass means the head is no longer failing, even when it only
                 # wrote buffered lines that are synced later: otherwise synced callers
                 # would keep failing fast for up to flush_every after the disk recovered.
-                with self._cv:
-                    self._failing = None
+                # (Only this thread sets it, so it can look without the lock.)
+                if self._failing is not None:
+                    with self._cv:
+                        self._failing = None
             else:
                 retry_at = time.monotonic() + (min(backoff, 0.05) if self._closing else backoff)
                 backoff = min(backoff * 2, self.retry_max)
+
+    def _general_pass(self, retry_at: float) -> LedgerError | Literal[False] | _Stopped | None:
+        """Decide what is due — a retry, buffered lines, a flush, the shutdown — and do it;
+        or wait for the bell (False). `_STOPPED` once the queue is drained on close."""
+        with self._cv:
+            now = time.monotonic()
+            if self._closing and (not self._queue or now >= self._deadline):
+                self._shutdown_files()
+                return _STOPPED
+            pending = any(not e.written for e in self._queue)
+            waiting_sync = any(e.sync for e in self._queue)
+            oldest = self._queue[0].enqueued if self._queue else None
+            due = oldest is not None and (
+                now - oldest >= self.flush_every or self._flush_now or self._closing
+            )
+            ready = now >= retry_at and (pending or waiting_sync or due)
+            if ready:
+                batch = list(self._queue)
+                force = self._flush_now or self._closing
+                self._flush_now = False
+            else:
+                timeout = -1.0  # block until rung
+                if now < retry_at:
+                    timeout = retry_at - now
+                elif oldest is not None:
+                    timeout = max(0.0, oldest + self.flush_every - now)
+                if self._closing:
+                    timeout = min(0.05 if timeout < 0 else timeout,
+                                  max(0.0, self._deadline - now), 0.05)
+        if not ready:
+            self._bell.acquire(timeout=timeout)
+            return False
+        return self._write_and_sync(batch, force)
+
+    def _common_pass(self, batch: list[Entry]) -> LedgerError | Literal[False] | None:
+        """Write and sync a batch the way nearly every wake-up finds it, or decline.
+
+        The common batch: fresh lines for one file that is open and needs no directory
+        sync, at least one of them synced, no failure being retried. This does what
+        `_write_and_sync` does for it with a fraction of the bookkeeping, since it runs
+        once per synced append; it returns False, having touched nothing, for any other
+        batch, and hands a failed write or sync to the same handling as the general pass.
+        """
+        path = batch[0].path
+        f = self._open.get(path)
+        if f is None or f.newline or f.created:
+            return False
+        synced_caller = False
+        for e in batch:
+            if e.written or e.path != path:
+                return False
+            synced_caller = synced_caller or e.sync
+        if not synced_caller:
+            return False
+        try:
+            self._write_group(path, batch)
+        except OSError as exc:
+            err = self._error("write", exc, next((e for e in batch if not e.written), batch[0]))
+            return self._finish_pass(batch, [e for e in batch if e.written], err, False)
+        error = None
+        with self._cv:
+            self._sync_started = started = time.monotonic()
+        try:
+            self._files.sync(f.fd)
+        except OSError as exc:
+            error = self._error("sync", exc, batch[0])
+            self._after_failed_sync(path, batch)
+        finally:
+            with self._cv:
+                self._sync_started = None
+        if error is not None:
+            return self._fail(error)
+        f.synced = f.size
+        self._syncs += 1
+        took = time.monotonic() - started
+        if took > self.sync_timeout:
+            self._late_sync(batch[0], took)
+        self._commit_prefix(batch, None)
+        return None
 
     def _file(self, path: str) -> _File:
         f = self._open.get(path)
@@ -372,7 +460,9 @@ class Writer:
 
     def _write_group(self, path: str, group: list[Entry]) -> None:
         f = self._file(path)
-        data = (b"\n" if f.newline else b"") + b"".join(e.data for e in group)
+        data = group[0].data if len(group) == 1 else b"".join([e.data for e in group])
+        if f.newline:
+            data = b"\n" + data
         before = f.size
         done = 0
         try:
@@ -381,9 +471,9 @@ class Writer:
         except OSError:
             self._undo_write(path, f, before, group)
             raise
+        end = before + 1 if f.newline else before
         f.newline = False
         f.size = before + len(data)
-        end = f.size - sum(len(e.data) for e in group)
         for e in group:
             end += len(e.data)
             e.end = end
@@ -434,6 +524,12 @@ class Writer:
                 break
             i = j
         written = [e for e in batch if e.written]
+        return self._finish_pass(batch, written, error, force)
+
+    def _finish_pass(
+        self, batch: list[Entry], written: list[Entry], error: LedgerError | None, force: bool
+    ) -> LedgerError | None:
+        """Sync what a pass wrote (when anything asks for it) and commit the durable prefix."""
         if not written:
             return self._fail(error) if error else None
         wants_sync = (
@@ -468,22 +564,7 @@ class Writer:
                 self._sync_started = None
         took = time.monotonic() - started
         if error is None and took > self.sync_timeout:
-            # REQ-6: a sync past its bound is an append error even when it then succeeds
-            # (and even when nobody waited for it); otherwise the counter never sees a
-            # stalled disk. It is not a failing head, so `_failing` is left alone.
-            first = written[0]
-            late = LedgerUnavailable(
-                f"ledger sync of {first.path} took {took:.3f}s, over the "
-                f"{self.sync_timeout:g}s bound; the lines are now durable",
-                harness=first.harness,
-                run_id=first.run_id,
-                seq=first.seq,
-            )
-            with self._cv:
-                self._errors += 1
-                self._last_error = str(late)
-                self._last_error_at = time.time()
-            log.error("%s", late)
+            self._late_sync(written[0], took)
         # Commit the durable prefix: lines before the first one not known synced.
         commit: list[Entry] = []
         for e in batch:
@@ -492,19 +573,7 @@ class Writer:
             else:
                 break
         if commit:
-            with self._cv:
-                for _ in commit:
-                    self._queue.popleft()
-                if error is None:
-                    self._failing = None
-            if self._on_commit is not None:
-                try:
-                    self._on_commit(commit)
-                except Exception:  # a reader-side bug must not stop durability
-                    log.exception("ledger: commit callback failed (seq %d)", commit[0].seq)
-            for e in commit:
-                if e.waiter is not None:
-                    e.waiter.wake()
+            self._commit_prefix(commit, error)
         if len(self._open) > 2:
             # Day rollover leaves yesterday's handle open; keep only the newest.
             for p in list(self._open)[:-1]:
@@ -512,6 +581,39 @@ class Writer:
         if error is not None:
             return self._fail(error)
         return None
+
+    def _late_sync(self, first: Entry, took: float) -> None:
+        """REQ-6: a sync past its bound is an append error even when it then succeeds (and
+        even when nobody waited for it); otherwise the counter never sees a stalled disk.
+        It is not a failing head, so `_failing` is left alone."""
+        late = LedgerUnavailable(
+            f"ledger sync of {first.path} took {took:.3f}s, over the "
+            f"{self.sync_timeout:g}s bound; the lines are now durable",
+            harness=first.harness,
+            run_id=first.run_id,
+            seq=first.seq,
+        )
+        with self._cv:
+            self._errors += 1
+            self._last_error = str(late)
+            self._last_error_at = time.time()
+        log.error("%s", late)
+
+    def _commit_prefix(self, commit: list[Entry], error: LedgerError | None) -> None:
+        """Commit durable lines at the head of the queue: unqueue, index, acknowledge."""
+        with self._cv:
+            for _ in commit:
+                self._queue.popleft()
+            if error is None:
+                self._failing = None
+        if self._on_commit is not None:
+            try:
+                self._on_commit(commit)
+            except Exception:  # a reader-side bug must not stop durability
+                log.exception("ledger: commit callback failed (seq %d)", commit[0].seq)
+        for e in commit:
+            if e.waiter is not None:
+                e.waiter.wake()
 
     def _after_failed_sync(self, path: str, written: list[Entry]) -> None:
         """A failed fdatasync may have dropped dirty pages: cut back to what is durable and
