@@ -10,6 +10,10 @@ Figures (ratios are what the targets bind; absolute numbers depend on the disk):
   4. `harness ledger verify` over that ledger: lines/s (≥ 500,000)
   5. RSS of a ledger whose index holds 7 days × 10,000 runs (≤ 150 MB)
   6. peak RSS of verify (≤ 100 MB) and of the runs query (≤ 200 MB) on the 1M-line ledger
+Beside 1 and 2, what explains them: the same handoff with a bare thread that only writes and
+syncs (the design's floor), the engine's writer with no per-line work, the per-line work warm
+and right after an fdatasync, and 1 and 2 again on a disk whose sync costs 1 ms more
+(FaultyFiles' slow-sync model, applied to the raw baseline too).
 The generated ledgers are cached in bench/out/ (regenerated when missing).
 """
 
@@ -37,10 +41,17 @@ sys.path.insert(0, HERE)
 
 from harness.ledger import RunLedger  # noqa: E402
 from harness.ledger.canonical import canonical  # noqa: E402
+from harness.ledger.chain import seal_line  # noqa: E402
 from harness.ledger.dayfiles import iter_chunks, list_day_files  # noqa: E402
+from harness.ledger.files import FaultyFiles  # noqa: E402
+from harness.ledger.schema import prepare_line  # noqa: E402
+from harness.ledger.writer import Writer  # noqa: E402
 from harness.timefmt import format_ns, now_ns  # noqa: E402
 
 DAY = 86_400 * 1_000_000_000
+# The emulated slower disk: FaultyFiles' "slow sync" model (a sleep before the real
+# fdatasync), applied to the raw baseline and to the ledger alike.
+SLOW_SYNC = 0.001
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -54,14 +65,14 @@ def opened_line(rid: int) -> dict[str, Any]:
             "log": f"/home/u/.local/state/harness/jobs/bench/{rid}.log"}
 
 
-def raw_latencies(path: str, data: bytes, n: int) -> list[float]:
+def raw_latencies(path: str, data: bytes, n: int, sync: Any = os.fdatasync) -> list[float]:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     out = []
     try:
         for _ in range(n):
             t = time.perf_counter()
             os.write(fd, data)
-            os.fdatasync(fd)
+            sync(fd)
             out.append(time.perf_counter() - t)
     finally:
         os.close(fd)
@@ -72,8 +83,9 @@ class BareWriter:
     """The floor of the one-writer-thread design: a thread that only writes and syncs what
     callers hand it (no schema, no chain, no index), with the same handoff as the ledger."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, sync_delay: float = 0.0) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.sync = slow_raw(sync_delay) if sync_delay else os.fdatasync
         self.q: list[tuple[bytes, threading.Lock]] = []
         self.mu = threading.Lock()
         self.bell = threading.Lock()
@@ -91,7 +103,7 @@ class BareWriter:
                 return
             if batch:
                 os.write(self.fd, b"".join(d for d, _ in batch))
-                os.fdatasync(self.fd)
+                self.sync(self.fd)
                 for _, w in batch:
                     w.release()
 
@@ -114,37 +126,93 @@ class BareWriter:
         os.close(self.fd)
 
 
-def bench_latency(work: str, n: int) -> dict[str, Any]:
-    led = RunLedger(os.path.join(work, "lat-ledger"))
+class PlainSealer:
+    """The engine's writer with nothing to do per line: one precomputed line, one file."""
+
+    def __init__(self, path: str, data: bytes) -> None:
+        self.path, self.data = path, data[:-1]
+
+    def seal(self, obj: dict[str, Any], seq: int, prev: str) -> tuple[bytes, str, str]:
+        return self.data, "0" * 64, self.path
+
+
+def slow_raw(delay: float) -> Any:
+    """raw_latencies' fdatasync on a disk whose sync costs `delay` more (FaultyFiles' model)."""
+    def sync(fd: int) -> None:
+        time.sleep(delay)
+        os.fdatasync(fd)
+    return sync
+
+
+def bench_latency(work: str, n: int, sync_delay: float = 0.0) -> dict[str, Any]:
+    """Synced append latency against raw write+fdatasync, alternating blocks so every variant
+    sees the same disk weather. Besides the full append: the design's floor (a bare thread
+    that only writes and syncs what it is handed) and the engine's writer with a sealer that
+    does nothing, which split the overhead into handoff, writer, and per-line work."""
+    files = None
+    if sync_delay:
+        files = FaultyFiles()
+        files.inject("sync", delay=sync_delay)
+    led = RunLedger(os.path.join(work, f"lat-ledger-{sync_delay}"), files=files)
     sample = canonical({**opened_line(1), "v": 1, "seq": 1, "at": format_ns(now_ns()),
                         "prev": "0" * 64, "hash": "0" * 64}) + b"\n"
-    bare = BareWriter(os.path.join(work, "bare.bin"))
-    ours: list[float] = []
-    raw: list[float] = []
-    floor: list[float] = []
+    bare = BareWriter(os.path.join(work, f"bare-{sync_delay}.bin"), sync_delay)
+    plain = Writer(PlainSealer(os.path.join(work, f"plain-{sync_delay}.bin"), sample),
+                   next_seq=1, head_hash="0" * 64, files=files)
+    raw_sync = slow_raw(sync_delay) if sync_delay else os.fdatasync
+    xs: dict[str, list[float]] = {"raw": [], "bare": [], "writer": [], "ours": []}
     rid = 0
-    # Alternate blocks so all three see the same disk weather.
-    for _ in range(10):
-        raw += raw_latencies(os.path.join(work, "raw.bin"), sample, n // 10)
-        for _ in range(n // 10):
-            t = time.perf_counter()
-            bare.append(sample)
-            floor.append(time.perf_counter() - t)
-        for _ in range(n // 10):
+    blocks = 20
+    for _ in range(blocks):
+        xs["raw"] += raw_latencies(os.path.join(work, "raw.bin"), sample, n // blocks, raw_sync)
+        for name, append in (("bare", lambda: bare.append(sample)),
+                             ("writer", lambda: plain.append({}, sync=True))):
+            for _ in range(n // blocks):
+                t = time.perf_counter()
+                append()
+                xs[name].append(time.perf_counter() - t)
+        for _ in range(n // blocks):
             rid += 1
             line = opened_line(rid)
             t = time.perf_counter()
             led.append(line, sync=True)
-            ours.append(time.perf_counter() - t)
+            xs["ours"].append(time.perf_counter() - t)
     led.close()
+    plain.close()
     bare.close()
-    r50, r99, o50, o99 = pct(raw, .5), pct(raw, .99), pct(ours, .5), pct(ours, .99)
-    f50, f99 = pct(floor, .5), pct(floor, .99)
-    return {"n": n, "line_bytes": len(sample), "raw_p50_us": r50 * 1e6, "raw_p99_us": r99 * 1e6,
-            "append_p50_us": o50 * 1e6, "append_p99_us": o99 * 1e6, "ratio_p50": o50 / r50,
-            "ratio_p99": o99 / r99, "handoff_floor_p50_us": f50 * 1e6,
-            "handoff_floor_p99_us": f99 * 1e6, "floor_ratio_p50": f50 / r50,
-            "floor_ratio_p99": f99 / r99}
+    r50, r99 = pct(xs["raw"], .5), pct(xs["raw"], .99)
+    res: dict[str, Any] = {"n": n, "line_bytes": len(sample), "sync_delay_s": sync_delay,
+                           "raw_p50_us": r50 * 1e6, "raw_p99_us": r99 * 1e6}
+    for name, key in (("ours", "append"), ("bare", "handoff_floor"), ("writer", "writer_only")):
+        p50, p99 = pct(xs[name], .5), pct(xs[name], .99)
+        res.update({f"{key}_p50_us": p50 * 1e6, f"{key}_p99_us": p99 * 1e6})
+        prefix = "" if name == "ours" else f"{key.split('_')[0]}_"
+        res[f"{prefix}ratio_p50"] = p50 / r50
+        res[f"{prefix}ratio_p99"] = p99 / r99
+    return res
+
+
+def bench_cold(work: str, n: int) -> dict[str, Any]:
+    """What the per-line work of an append (schema, scrub, canonical encoding, hash) costs
+    warm, and right after the thread slept in an fdatasync, as it does on every append."""
+    fd = os.open(os.path.join(work, "cold.bin"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    warm: list[float] = []
+    cold: list[float] = []
+    try:
+        for i in range(n):
+            for out in (warm, cold):
+                if out is cold:
+                    os.write(fd, b"x" * 400)
+                    os.fdatasync(fd)
+                line = opened_line(i + 1)
+                t = time.perf_counter()
+                obj, _ = prepare_line(line)
+                seal_line(obj, i + 1, "0" * 64)
+                out.append(time.perf_counter() - t)
+    finally:
+        os.close(fd)
+    w, c = pct(warm, .5), pct(cold, .5)
+    return {"warm_us": w * 1e6, "after_sync_us": c * 1e6, "penalty": c / w}
 
 
 def race(threads: int, per_thread: int, append: Any) -> float:
@@ -167,23 +235,29 @@ def race(threads: int, per_thread: int, append: Any) -> float:
     return time.perf_counter() - t
 
 
-def bench_group_commit(work: str, per_thread: int, threads: int = 16) -> dict[str, Any]:
+def bench_group_commit(work: str, per_thread: int, threads: int = 16,
+                       sync_delay: float = 0.0) -> dict[str, Any]:
     sample = canonical({**opened_line(1), "v": 1, "seq": 1, "at": format_ns(now_ns()),
                         "prev": "0" * 64, "hash": "0" * 64}) + b"\n"
+    files = None
+    if sync_delay:
+        files = FaultyFiles()
+        files.inject("sync", delay=sync_delay)
     n_raw = threads * per_thread // 4
     t = time.perf_counter()
-    raw_latencies(os.path.join(work, "raw-gc.bin"), sample, n_raw)
+    raw_latencies(os.path.join(work, "raw-gc.bin"), sample, n_raw,
+                  slow_raw(sync_delay) if sync_delay else os.fdatasync)
     raw_rate = n_raw / (time.perf_counter() - t)
-    bare = BareWriter(os.path.join(work, "bare-gc.bin"))
+    bare = BareWriter(os.path.join(work, f"bare-gc-{sync_delay}.bin"), sync_delay)
     floor_rate = threads * per_thread / race(threads, per_thread, lambda _n: bare.append(sample))
     bare.close()
-    led = RunLedger(os.path.join(work, "gc-ledger"))
+    led = RunLedger(os.path.join(work, f"gc-ledger-{sync_delay}"), files=files)
     el = race(threads, per_thread, lambda n: led.append(opened_line(n), sync=True))
     syncs = led.writer.stats().syncs
     led.close()
     rate = threads * per_thread / el
-    return {"threads": threads, "lines": threads * per_thread, "lines_per_s": rate,
-            "raw_one_thread_lines_per_s": raw_rate, "ratio": rate / raw_rate,
+    return {"threads": threads, "lines": threads * per_thread, "sync_delay_s": sync_delay,
+            "lines_per_s": rate, "raw_one_thread_lines_per_s": raw_rate, "ratio": rate / raw_rate,
             "bare_writer_16_threads_lines_per_s": floor_rate, "floor_ratio": floor_rate / raw_rate,
             "lines_per_sync": threads * per_thread / max(1, syncs)}
 
@@ -295,9 +369,17 @@ def main() -> None:
         print("1. synced append latency", flush=True)
         res["latency"] = bench_latency(work, 400 if args.quick else 3000)
         print(json.dumps(res["latency"], indent=1), flush=True)
+        print("   the per-line work, warm and right after an fdatasync", flush=True)
+        res["cold"] = bench_cold(work, 200 if args.quick else 2000)
+        print(json.dumps(res["cold"], indent=1), flush=True)
         print("2. group commit, 16 threads", flush=True)
         res["group_commit"] = bench_group_commit(work, 20 if args.quick else 200)
         print(json.dumps(res["group_commit"], indent=1), flush=True)
+        print(f"1+2 again on a disk whose sync costs {SLOW_SYNC * 1e3:g} ms more", flush=True)
+        res["slow_latency"] = bench_latency(work, 100 if args.quick else 600, SLOW_SYNC)
+        res["slow_group_commit"] = bench_group_commit(work, 5 if args.quick else 40,
+                                                      sync_delay=SLOW_SYNC)
+        print(json.dumps([res["slow_latency"], res["slow_group_commit"]], indent=1), flush=True)
         print("3/4/6. runs query and verify over the big ledger", flush=True)
         res["reads"] = bench_reads(args.out, 10_000 if args.quick else 250_000)
         print(json.dumps(res["reads"], indent=1), flush=True)
@@ -309,6 +391,7 @@ def main() -> None:
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1)
     lat, gcm, rd, ix = res["latency"], res["group_commit"], res["reads"], res["index"]
+    cold, slat, sgc = res["cold"], res["slow_latency"], res["slow_group_commit"]
     print("\n| figure | ours | raw baseline (same run) | ratio | target |")
     print("| --- | --- | --- | --- | --- |")
     print(f"| synced append p50 | {lat['append_p50_us']:.0f} µs | {lat['raw_p50_us']:.0f} µs "
@@ -316,14 +399,26 @@ def main() -> None:
     print(f"| synced append p99 | {lat['append_p99_us']:.0f} µs | {lat['raw_p99_us']:.0f} µs "
           f"| {lat['ratio_p99']:.2f}× | ≤ 1.5× |")
     print(f"| same, bare writer thread (the design's floor) | {lat['handoff_floor_p50_us']:.0f} /"
-          f" {lat['handoff_floor_p99_us']:.0f} µs | — | {lat['floor_ratio_p50']:.2f}× / "
-          f"{lat['floor_ratio_p99']:.2f}× | — |")
+          f" {lat['handoff_floor_p99_us']:.0f} µs | — | {lat['handoff_ratio_p50']:.2f}× / "
+          f"{lat['handoff_ratio_p99']:.2f}× | — |")
+    print(f"| same, the engine's writer with no per-line work | {lat['writer_only_p50_us']:.0f} /"
+          f" {lat['writer_only_p99_us']:.0f} µs | — | {lat['writer_ratio_p50']:.2f}× / "
+          f"{lat['writer_ratio_p99']:.2f}× | — |")
+    print(f"| per-line work (schema, scrub, encode, hash), warm / right after an fdatasync | "
+          f"{cold['warm_us']:.1f} / {cold['after_sync_us']:.1f} µs | — | "
+          f"{cold['penalty']:.1f}× | — |")
     print(f"| 16 threads synced appends | {gcm['lines_per_s']:,.0f} lines/s | "
           f"{gcm['raw_one_thread_lines_per_s']:,.0f} lines/s (1 thread) | {gcm['ratio']:.1f}× "
           f"| ≥ 5× |")
     print(f"| same, bare writer thread (the design's floor) | "
           f"{gcm['bare_writer_16_threads_lines_per_s']:,.0f} lines/s | — | "
           f"{gcm['floor_ratio']:.1f}× | — |")
+    ms = f"{SLOW_SYNC * 1e3:g} ms"
+    print(f"| synced append p50 / p99, sync + {ms} (both sides) | {slat['append_p50_us']:.0f} / "
+          f"{slat['append_p99_us']:.0f} µs | {slat['raw_p50_us']:.0f} / {slat['raw_p99_us']:.0f}"
+          f" µs | {slat['ratio_p50']:.2f}× / {slat['ratio_p99']:.2f}× | ≤ 1.5× |")
+    print(f"| 16 threads, sync + {ms} (both sides) | {sgc['lines_per_s']:,.0f} lines/s | "
+          f"{sgc['raw_one_thread_lines_per_s']:,.0f} lines/s | {sgc['ratio']:.1f}× | ≥ 5× |")
     print(f"| `runs --since 7d --json`, {rd['lines']:,} lines | {rd['runs_query_s']:.2f} s | "
           f"{rd['decode_baseline_s']:.2f} s msgspec decode | {rd['runs_ratio_vs_decode']:.2f}× "
           f"| ≤ 2× |")
