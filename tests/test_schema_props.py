@@ -18,10 +18,10 @@ from harness.ledger.schema import (
     _T,
     CHAIN,
     ENVELOPE,
-    MAX_LIST,
     RECORD_FIELDS,
     Cuts,
     _cap,
+    _settle_nested,
     _validate,
     prepare_line,
 )
@@ -60,15 +60,7 @@ def two_pass(line: dict[str, Any]) -> tuple[dict[str, Any], Cuts]:
             v, n = scrub_value(v)
             cuts.redactions += n
             out[k] = _cap(v, cuts)
-    if "mismatch" in out and "at" in out["mismatch"]:
-        out["mismatch"] = {**out["mismatch"], "at": canon(out["mismatch"]["at"])}
-    for k in ("models", "sessions"):
-        if k in out and len(out[k]) > MAX_LIST:
-            out[k] = out[k][:MAX_LIST]
-            cuts.truncations += 1
-    if "errors" in out and len(out["errors"]) > MAX_LIST:
-        out["errors"] = dict(sorted(out["errors"].items())[:MAX_LIST])
-        cuts.truncations += 1
+    _settle_nested(out, cuts)
     return out, cuts
 
 

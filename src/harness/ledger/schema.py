@@ -294,6 +294,13 @@ def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str
         v, n = scrub_value(out[k])  # models, sessions, errors, mismatch
         cuts.redactions += n
         out[k] = _cap(v, cuts)
+    if nested:
+        _settle_nested(out, cuts)
+    return out, cuts
+
+
+def _settle_nested(out: dict[str, Any], cuts: Cuts) -> None:
+    """Canonical `mismatch.at`, and the lists and maps cut to MAX_LIST entries."""
     if "mismatch" in out and "at" in out["mismatch"]:
         out["mismatch"] = {**out["mismatch"], "at": canon(out["mismatch"]["at"])}
     for k in ("models", "sessions"):
@@ -303,4 +310,3 @@ def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str
     if "errors" in out and len(out["errors"]) > MAX_LIST:
         out["errors"] = dict(sorted(out["errors"].items())[:MAX_LIST])
         cuts.truncations += 1
-    return out, cuts
