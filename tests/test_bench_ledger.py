@@ -1,0 +1,55 @@
+"""Smoke test of bench/run.py --quick: every figure is measured and its counts add up.
+
+Only counts and shapes are checked here; the speed figures live in the benchmark itself.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "run.py"
+
+
+def test_bench_ledger_smoke(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH), "--quick", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert set(res) == {"machine", "latency", "cold", "group_commit", "slow_latency",
+                        "slow_group_commit", "reads", "index"}
+
+    for lat, n, delay in ((res["latency"], 400, 0.0), (res["slow_latency"], 100, 0.001)):
+        assert (lat["n"], lat["sync_delay_s"]) == (n, delay)
+        for key in ("raw", "append", "handoff_floor", "writer_only"):
+            assert 0 < lat[f"{key}_p50_us"] <= lat[f"{key}_p99_us"]
+        assert lat["ratio_p50"] == pytest.approx(lat["append_p50_us"] / lat["raw_p50_us"])
+    # The slow disk's sleep is in both the baseline and the ledger's syncs.
+    assert res["slow_latency"]["raw_p50_us"] >= 1000
+    assert res["slow_latency"]["append_p50_us"] >= 1000
+
+    cold = res["cold"]
+    assert cold["penalty"] == pytest.approx(cold["after_sync_us"] / cold["warm_us"])
+    assert cold["warm_us"] > 0
+
+    for gc, lines in ((res["group_commit"], 16 * 20), (res["slow_group_commit"], 16 * 5)):
+        assert (gc["threads"], gc["lines"]) == (16, lines)
+        assert 1 <= gc["lines_per_sync"] <= 16  # a sync is shared by at most every thread
+        assert gc["ratio"] == gc["lines_per_s"] / gc["raw_one_thread_lines_per_s"]
+
+    rd = res["reads"]
+    assert (rd["runs"], rd["lines"]) == (10_000, 40_000)  # four lines a run
+    assert rd["runs_query_exit"] == 0 and rd["verify_exit"] == 0
+    assert rd["verify_lines_per_s"] == rd["lines"] / rd["verify_s"]
+    assert res["index"]["records_in_memory"] == 7_000
+
+    rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| ")]
+    assert len(rows) == 16  # the header, its rule and fourteen figures
+    assert rows[0].startswith("| figure |") and rows[2].startswith("| synced append p50 |")
+    # The throwaway working directory is gone; only the cached ledgers and results stay.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "index-7000", "ledger-10000", "results.json"]
