@@ -324,11 +324,12 @@ class Writer:
         while True:
             with self._cv:
                 calm = not retry_at and not self._closing and not self._flush_now
+                idle = calm and not self._queue
                 common = calm and bool(self._queue) and self._failing is None
                 if common:
                     batch = list(self._queue)
-            if calm and not common and not self._queue:
-                self._bell.acquire()  # idle: nothing queued, no retry or close pending
+            if idle:  # nothing queued, no retry or close pending: a later enqueue rings
+                self._bell.acquire()
                 continue
             err: LedgerError | Literal[False] | _Stopped | None = (
                 self._common_pass(batch) if common else False
@@ -415,7 +416,7 @@ class Writer:
         with self._cv:
             self._sync_started = started = time.monotonic()
         try:
-            self._files.sync(f.fd)
+            self._sync_file(path, f)
         except OSError as exc:
             error = self._error("sync", exc, batch[0])
             self._after_failed_sync(path, batch)
@@ -424,8 +425,6 @@ class Writer:
                 self._sync_started = None
         if error is not None:
             return self._fail(error)
-        f.synced = f.size
-        self._syncs += 1
         took = time.monotonic() - started
         if took > self.sync_timeout:
             self._late_sync(batch[0], took)
@@ -547,13 +546,7 @@ class Writer:
         synced: set[str] = set()
         try:
             for p in paths:
-                f = self._file(p)
-                self._files.sync(f.fd)
-                if f.created:
-                    self._files.sync_dir(p.rsplit("/", 1)[0] or "/")
-                    f.created = False
-                f.synced = f.size
-                self._syncs += 1
+                self._sync_file(p, self._file(p))
                 synced.add(p)
         except OSError as exc:
             bad = next(e for e in written if e.path not in synced)
@@ -581,6 +574,15 @@ class Writer:
         if error is not None:
             return self._fail(error)
         return None
+
+    def _sync_file(self, path: str, f: _File) -> None:
+        """fdatasync one file, and its directory entry when this writer created it."""
+        self._files.sync(f.fd)
+        if f.created:
+            self._files.sync_dir(path.rsplit("/", 1)[0] or "/")
+            f.created = False
+        f.synced = f.size
+        self._syncs += 1
 
     def _late_sync(self, first: Entry, took: float) -> None:
         """REQ-6: a sync past its bound is an append error even when it then succeeds (and
