@@ -348,8 +348,7 @@ class Manager:
                 if live.run_id is not None:
                     await live.stop("replace")
                     # The reaper may not have run yet; the new run takes the slot now.
-                    if self._live.get(name) is live:
-                        del self._live[name]
+                    self._release(name, live)
             return {"decision": "started",
                     "run_id": await self._start_oneshot(name, cfg, trigger, window)}
 
@@ -358,14 +357,7 @@ class Manager:
         run = Run(RunSpec.from_config(name, cfg), self.ledger, self.ids, trigger,
                   jobs_dir=self.jobs_dir, grace=self.grace, preallocated=run_id,
                   window=window, admit_unsynced=unbudgeted(cfg, self.config))
-        # Claimed before the first await, so a concurrent trigger sees the run as live.
-        self._live[name] = run
-        try:
-            started = await run.start()
-        except BaseException:
-            if self._live.get(name) is run:
-                del self._live[name]
-            raise
+        started = await self._start_claimed(name, run)
         if self._stopping:
             # The shutdown began while this run was starting and did not see it live.
             await run.stop("shutdown", self.grace)
@@ -373,6 +365,21 @@ class Manager:
         self._watch(self._reap(name, run))
         log.info("harness %s: run %d started (%s)", name, started, trigger)
         return started
+
+    async def _start_claimed(self, name: str, run: Run) -> int:
+        """Start `run` as `name`'s live run. It is claimed before the first await, so a
+        concurrent trigger sees it live, and released again if the start fails."""
+        self._live[name] = run
+        try:
+            return await run.start()
+        except BaseException:
+            self._release(name, run)
+            raise
+
+    def _release(self, name: str, run: Run) -> None:
+        """Forget `run` as `name`'s live run, unless another has taken its place."""
+        if self._live.get(name) is run:
+            del self._live[name]
 
     def _watch(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -386,8 +393,7 @@ class Manager:
         except Exception:
             log.exception("harness %s: run %s ended with an error", name, run.run_id)
         finally:
-            if self._live.get(name) is run:
-                del self._live[name]
+            self._release(name, run)
         if self._stopping or name not in self._held_firing:
             return
         async with self._lock(name):
@@ -463,13 +469,7 @@ class Manager:
                   kind="resident", jobs_dir=self.jobs_dir, grace=self.grace,
                   nowait_open=nowait and exempt, nowait_close=exempt,
                   admit_unsynced=exempt)
-        self._live[name] = run  # claimed before the first await, as in `fire`
-        try:
-            run_id = await run.start()
-        except BaseException:
-            if self._live.get(name) is run:
-                del self._live[name]
-            raise
+        run_id = await self._start_claimed(name, run)
         if self._stopping:
             # The shutdown began while this run was starting and did not see it live.
             self._ending.add((name, run_id))
@@ -486,8 +486,7 @@ class Manager:
             log.exception("harness %s: run %s ended with an error", name, run.run_id)
             rec = {}
         finally:
-            if self._live.get(name) is run:
-                del self._live[name]
+            self._release(name, run)
         key = (name, run.run_id if run.run_id is not None else -1)
         if key in self._ending:
             self._ending.discard(key)
