@@ -1,6 +1,7 @@
 """What the run-ledger tests share: time constants, an injectable clock, reading day files
 (`lines_of`, `all_lines`, `line_of`), a reference canonical JSON independent of the engine
-(`ref_canonical`), and `harness ledger verify` that must pass (`verify_ok`)."""
+(`ref_canonical`), `harness ledger verify` that must pass (`verify_ok`), and the small
+history the query-filter tests ask about (`append_filter_runs`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.ledger.runledger import RunLedger
-from harness.timefmt import parse_ns
+from harness.timefmt import format_ns, parse_ns
 
 if TYPE_CHECKING:
     from conftest import World
@@ -67,3 +68,30 @@ def ref_canonical(obj: Any) -> bytes:
     return json.dumps(
         obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode("utf-8")
+
+
+def append_filter_runs(led: RunLedger, clock: Clock, *, missed: bool = True) -> None:
+    """The history the query-filter tests ask about, on T0's day (T0 = 12:00). `missed=False`
+    leaves out b/2, the one record with no started_at."""
+    clock.ns = T0 - 5 * HOUR
+    # a/1: decided, started 07:00.
+    led.append({"type": "decided", "harness": "a", "run_id": 1, "trigger": "schedule",
+                "outcome": "skipped", "reason": "overlap",
+                "started_at": format_ns(T0 - 5 * HOUR)})
+    # a/2: its opened line is written at 11:50 but it started at 08:00: filters use started_at.
+    clock.ns = T0 - 10 * MINUTE
+    led.append({"type": "opened", "harness": "a", "run_id": 2, "trigger": "manual",
+                "started_at": format_ns(T0 - 4 * HOUR)})
+    led.append({"type": "closed", "harness": "a", "run_id": 2, "outcome": "failed",
+                "exit_code": 1})
+    # b/1: started 09:00, closed success.
+    led.append({"type": "opened", "harness": "b", "run_id": 1, "trigger": "webhook",
+                "started_at": format_ns(T0 - 3 * HOUR)})
+    led.append({"type": "closed", "harness": "b", "run_id": 1, "outcome": "success"})
+    if missed:
+        # b/2: decided missed, no started_at: its first line's at (10:00) is the key.
+        led.append({"type": "decided", "harness": "b", "run_id": 2, "trigger": "schedule",
+                    "outcome": "missed", "at": format_ns(T0 - 2 * HOUR)})
+    # c/1: started 11:00, still running.
+    led.append({"type": "opened", "harness": "c", "run_id": 1, "trigger": "channel",
+                "started_at": format_ns(T0 - HOUR), "todo_id": "t1"})

@@ -34,7 +34,7 @@ from harness.control.server import MAX_LINE, ControlServer, Handler, OpError, So
 from harness.ledger.runledger import RunLedger
 from harness.ledger.schema import OUTCOMES
 from harness.timefmt import format_ns, now_ns
-from ledgertools import DAY, HOUR, MINUTE, T0, Clock, OpenLedger
+from ledgertools import DAY, HOUR, MINUTE, T0, Clock, OpenLedger, append_filter_runs
 
 T = TypeVar("T")
 
@@ -488,19 +488,7 @@ def test_runs_pages_2500_records_with_no_duplicates_and_no_gaps(
 def _filters_ledger(open_ledger: OpenLedger, d: Path) -> RunLedger:
     clock = Clock(T0 - 5 * HOUR)
     led = open_ledger(d, clock=clock)
-    led.append({"type": "decided", "harness": "a", "run_id": 1, "trigger": "schedule",
-                "outcome": "skipped", "reason": "overlap",
-                "started_at": format_ns(T0 - 5 * HOUR)})
-    clock.ns = T0 - 10 * MINUTE
-    led.append({"type": "opened", "harness": "a", "run_id": 2, "trigger": "manual",
-                "started_at": format_ns(T0 - 4 * HOUR)})
-    led.append({"type": "closed", "harness": "a", "run_id": 2, "outcome": "failed",
-                "exit_code": 1})
-    led.append({"type": "opened", "harness": "b", "run_id": 1, "trigger": "webhook",
-                "started_at": format_ns(T0 - 3 * HOUR)})
-    led.append({"type": "closed", "harness": "b", "run_id": 1, "outcome": "success"})
-    led.append({"type": "opened", "harness": "c", "run_id": 1, "trigger": "channel",
-                "started_at": format_ns(T0 - HOUR), "todo_id": "t1"})
+    append_filter_runs(led, clock, missed=False)
     return led
 
 

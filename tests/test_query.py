@@ -22,7 +22,7 @@ from harness.ledger.query import Query, QueryError
 from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
 from harness.timefmt import format_ns
-from ledgertools import DAY, HOUR, MINUTE, T0, Clock
+from ledgertools import DAY, HOUR, MINUTE, T0, Clock, append_filter_runs
 
 # More seeds for the randomised memory-vs-files test: LEDGER_QUERY_SEEDS=60 pytest ...
 
@@ -143,26 +143,7 @@ def test_query_values_are_checked() -> None:
 def _filters_ledger(d: Path) -> None:
     clock = Clock(T0 - 5 * HOUR)
     led = RunLedger(str(d), clock=clock)
-    # a/1: decided, started 07:00.
-    led.append({"type": "decided", "harness": "a", "run_id": 1, "trigger": "schedule",
-                "outcome": "skipped", "reason": "overlap",
-                "started_at": format_ns(T0 - 5 * HOUR)})
-    # a/2: its opened line is written at 11:50 but it started at 08:00: filters use started_at.
-    clock.ns = T0 - 10 * MINUTE
-    led.append({"type": "opened", "harness": "a", "run_id": 2, "trigger": "manual",
-                "started_at": format_ns(T0 - 4 * HOUR)})
-    led.append({"type": "closed", "harness": "a", "run_id": 2, "outcome": "failed",
-                "exit_code": 1})
-    # b/1: started 09:00, closed success.
-    led.append({"type": "opened", "harness": "b", "run_id": 1, "trigger": "webhook",
-                "started_at": format_ns(T0 - 3 * HOUR)})
-    led.append({"type": "closed", "harness": "b", "run_id": 1, "outcome": "success"})
-    # b/2: decided missed, no started_at: its first line's at (10:00) is the key.
-    led.append({"type": "decided", "harness": "b", "run_id": 2, "trigger": "schedule",
-                "outcome": "missed", "at": format_ns(T0 - 2 * HOUR)})
-    # c/1: started 11:00, still running.
-    led.append({"type": "opened", "harness": "c", "run_id": 1, "trigger": "channel",
-                "started_at": format_ns(T0 - HOUR), "todo_id": "t1"})
+    append_filter_runs(led, clock)
     led.close()
 
 
