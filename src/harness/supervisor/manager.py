@@ -311,11 +311,8 @@ class Manager:
             # A task of its own, shielded and tracked: a shutdown cancelling the ticker must
             # not cut a start in half (a spawned process nobody supervises); the shutdown
             # waits for it instead, and the start, seeing the shutdown, stops its run.
-            task = asyncio.get_running_loop().create_task(
-                self.fire(name, d.trigger, window=_rfc3339(d.due)))
-            self._waiters.add(task)
-            task.add_done_callback(self._waiters.discard)
-            await asyncio.shield(task)
+            await asyncio.shield(self._watch(self.fire(name, d.trigger,
+                                                       window=_rfc3339(d.due))))
 
     # -- triggering --------------------------------------------------------------------
 
@@ -381,10 +378,12 @@ class Manager:
         if self._live.get(name) is run:
             del self._live[name]
 
-    def _watch(self, coro: Any) -> None:
+    def _watch(self, coro: Any) -> asyncio.Task[Any]:
+        """Run `coro` as a task the shutdown waits for."""
         task = asyncio.get_running_loop().create_task(coro)
         self._waiters.add(task)
         task.add_done_callback(self._waiters.discard)
+        return task
 
     async def _reap(self, name: str, run: Run) -> None:
         try:
