@@ -339,3 +339,23 @@ def test_log_follower_shows_each_byte_once_across_the_compression(tmp_path: Path
     # Compressed before the first look: all of it, once.
     late = LogFollower(str(path))
     assert late.rest() == b"one\ntwo\n" + b"x" * 200_000 + b"\nthree\n"
+
+
+def test_a_log_that_cannot_be_compressed_stays_plain_and_leaves_no_tmp(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from harness.supervisor import logs as run_logs
+
+    path = tmp_path / "4.log"
+    path.write_bytes(b"kept\n")
+    (tmp_path / "4.log.zst").mkdir()  # the rename onto it fails, even for root
+    assert run_logs.compress_log(str(path)) is False
+    assert path.read_bytes() == b"kept\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["4.log", "4.log.zst"]
+    assert any(r.getMessage().startswith(f"cannot compress {path}: ")
+               for r in caplog.records)
+    assert run_logs.compress_log(str(tmp_path / "gone.log")) is False  # no log, nothing to do
+    (tmp_path / "4.log.zst").rmdir()
+    assert run_logs.compress_log(str(path)) is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["4.log.zst"]
+    assert zstandard.ZstdDecompressor().decompressobj().decompress(
+        (tmp_path / "4.log.zst").read_bytes()) == b"kept\n"

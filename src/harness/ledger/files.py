@@ -17,6 +17,7 @@ import errno as errno_mod
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _SYNC = getattr(os, "fdatasync", os.fsync)
@@ -48,10 +49,22 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace `path` with `data`: readers see the old content or the new, never a mix.
+    """Replace `path` with `data`: readers see the old content or the new, never a mix."""
 
-    A temporary file beside it, created 0600, is written and fsync'd, renamed over the
-    target, and the directory is synced so the rename survives a crash.
+    def fill(fd: int) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+
+    atomic_replace(path, fill)
+
+
+def atomic_replace(path: str | os.PathLike[str], fill: Callable[[int], None]) -> None:
+    """Replace `path` with what `fill` writes to the fd it is handed, atomically.
+
+    A temporary file beside it, created 0600, is filled and fsync'd, renamed over the
+    target, and the directory is synced so the rename survives a crash. On any failure
+    the temporary file is removed and the error raised; `path` is untouched.
     """
     target = os.fspath(path)
     d = os.path.dirname(target) or "."
@@ -64,9 +77,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            fill(fd)
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -16,13 +16,12 @@ import contextlib
 import logging
 import os
 import re
-import threading
 from collections.abc import Collection
 
 import zstandard
 
 from .. import paths
-from ..ledger.files import fsync_dir, make_private_dir
+from ..ledger.files import atomic_replace, fsync_dir, make_private_dir
 
 log = logging.getLogger("harness.supervisor")
 
@@ -95,30 +94,20 @@ def compress_log(path: str) -> bool:
     if not os.path.exists(path):
         return False
     d = os.path.dirname(path) or "."
-    target = path + ZST
-    tmp = os.path.join(d, f".{os.path.basename(target)}.{os.getpid()}."
-                          f"{threading.get_ident()}.tmp")
+
+    def fill(fd: int) -> None:
+        with open(path, "rb") as src, os.fdopen(os.dup(fd), "wb") as dst:
+            cctx = zstandard.ZstdCompressor(level=3)
+            with cctx.stream_writer(dst, closefd=False) as w:
+                while chunk := src.read(_CHUNK):
+                    w.write(chunk)
+            dst.flush()
+
     try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)  # only a killed process with our pid and thread could leave it
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            with open(path, "rb") as src, os.fdopen(os.dup(fd), "wb") as dst:
-                cctx = zstandard.ZstdCompressor(level=3)
-                with cctx.stream_writer(dst, closefd=False) as w:
-                    while chunk := src.read(_CHUNK):
-                        w.write(chunk)
-                dst.flush()
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-        fsync_dir(d)  # the .zst must be durable before the only other copy goes
+        atomic_replace(path + ZST, fill)  # durable before the only other copy goes
         os.unlink(path)
         fsync_dir(d)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         log.warning("cannot compress %s: %s", path, exc)
         return False
     return True
