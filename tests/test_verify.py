@@ -385,6 +385,41 @@ def test_duplicate_across_day_files(world: World) -> None:
     assert_broken(world, 2, f"{DAYS[1]}.jsonl:1", REORDERED.format(2, 2))
 
 
+def clock_jump(world: World) -> dict[str, list[bytes]]:
+    """Seq 1 and 4 on the 4th; the clock stepped back a day for seq 2 and 3, on the 3rd:
+    the two files' seq ranges overlap, so verify follows the chain through both at once."""
+    seed(world, [decided(1, "2025-11-04T08:00:00Z"), decided(2, f"{DAY1}T08:00:01Z"),
+                 decided(3, f"{DAY1}T08:00:02Z"), decided(4, "2025-11-04T08:00:03Z")]).close()
+    return {day: lines_of(world.ledger / f"{day}.jsonl") for day in (DAY1, "2025-11-04")}
+
+
+def test_clock_jump_across_day_files_verifies_in_seq_order(world: World) -> None:
+    files = clock_jump(world)
+    assert [[json.loads(x)["seq"] for x in v] for v in files.values()] == [[2, 3], [1, 4]]
+    head = hash_of(files["2025-11-04"][1])
+    assert verify(world).stdout == ok_text(4, 2, 4, head)
+    # A fragment a crash left between seq 2 and 3 is skipped and named, as in one file.
+    write_lines(world.ledger / FILE1, [files[DAY1][0], files[DAY1][1][:30], files[DAY1][1]])
+    res = verify(world)
+    assert (res.returncode, res.stdout) == (
+        0, ok_text(4, 2, 4, head, torn=f"1 torn fragment(s) skipped ({FILE1}:2)"))
+
+
+def test_clock_jump_edit_is_named_by_its_file_and_line(world: World) -> None:
+    files = clock_jump(world)
+    obj = json.loads(files[DAY1][1])
+    obj["reason"] = "operator"
+    write_lines(world.ledger / FILE1, [files[DAY1][0], ref_canonical(obj)])
+    assert_broken(world, 3, f"{FILE1}:2", EDITED)
+    # A line without its chain fields breaks the chain where it lies.
+    del obj["prev"], obj["hash"]
+    write_lines(world.ledger / FILE1, [files[DAY1][0], ref_canonical(obj)])
+    assert_broken(world, 3, f"{FILE1}:2", NO_CHAIN)
+    # seq 2 removed: seq 3 no longer links to seq 1.
+    write_lines(world.ledger / FILE1, files[DAY1][1:])
+    assert_broken(world, 3, f"{FILE1}:1", REMOVED.format(1))
+
+
 def test_torn_tail_in_an_older_day_file(world: World) -> None:
     files = three_days(world)
     write_lines(world.ledger / f"{DAYS[0]}.jsonl", files[DAYS[0]], tail=b'{"v":1,"seq":3,')

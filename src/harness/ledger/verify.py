@@ -115,55 +115,74 @@ class FileCheck:
 def check_file(path: str, name: str, skip_upto: int = 0) -> FileCheck:
     """Verify the links and hashes inside one file (lines are seq-ordered within a file)."""
     fc = FileCheck(name)
-    decode = _link.decode
-    verifies = hash_of_line_bytes
+    frags = _Fragments(fc.torn_at)
     prev_seq = prev_hash = None
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        for first, lines, torn in iter_chunks(path):
-            if torn:
-                fc.torn_at.append(f"{name}:{first}")
-                fc.ends_torn = True
-                continue
-            n = first - 1
-            for raw in lines:
-                n += 1
-                try:
-                    link = decode(raw)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    if raw:  # a fragment a crash left before later appends: not chained
-                        fc.torn_at.append(f"{name}:{n}")
-                    continue
-                seq = link.seq
-                if seq <= skip_upto:
-                    continue  # pruned-to-be lines a crash left behind CHAIN
-                digest = link.hash
-                if link.prev is None or digest is None:
-                    fc.error = Break(seq, name, n, "line has no prev/hash chain fields")
-                    return fc
-                if prev_seq is None:
-                    fc.first_seq, fc.first_prev, fc.first_line = seq, link.prev, n
-                else:
-                    err = _link_error(seq, link.prev, prev_seq, prev_hash)
-                    if err:
-                        fc.error = Break(seq, name, n, err)
-                        return fc
-                if not verifies(raw, digest) and (
-                    not _reencoded_ok(raw, digest)
-                ):
-                    fc.error = Break(seq, name, n,
-                                     "hash does not match the line's content (the line was edited)")
-                    return fc
-                prev_seq, prev_hash = seq, digest
-                fc.lines += 1
+        for n, raw, link in _lines(path, name, frags):
+            seq = link.seq
+            if seq <= skip_upto:
+                continue  # pruned-to-be lines a crash left behind CHAIN
+            # The first line's link is the stitching's to check, against the file before.
+            fault = _fault(link, raw, prev_seq, prev_hash)
+            if fault:
+                fc.error = Break(seq, name, n, fault)
+                break
+            if prev_seq is None:
+                fc.first_seq, fc.first_prev, fc.first_line = seq, link.prev, n
+            prev_seq, prev_hash = seq, link.hash
+            fc.lines += 1
     finally:
         if gc_was:
             gc.enable()
-    fc.last_seq, fc.last_hash = prev_seq, prev_hash
+    fc.ends_torn = frags.tail
+    if fc.error is None:
+        fc.last_seq, fc.last_hash = prev_seq, prev_hash
     return fc
 
 
+@dataclass
+class _Fragments:
+    """Where a file's torn fragments were found (file:line), and whether one ends it."""
+
+    at: list[str]
+    tail: bool = False
+
+
+def _lines(path: str, name: str, frags: _Fragments) -> Iterator[tuple[int, bytes, _Link]]:
+    """(line number, bytes, chain fields) of each complete line of one day file that
+    parses; fragments are not part of the chain and go to `frags` instead."""
+    decode = _link.decode
+    for first, lines, torn in iter_chunks(path):
+        if torn:
+            frags.at.append(f"{name}:{first}")
+            frags.tail = True
+            continue
+        n = first - 1
+        for raw in lines:
+            n += 1
+            try:
+                yield n, raw, decode(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                # An unparseable line: a fragment a crash left before later appends.
+                if raw:
+                    frags.at.append(f"{name}:{n}")
+
+
+def _fault(link: _Link, raw: bytes, prev_seq: int | None, prev_hash: str | None) -> str | None:
+    """Why a line breaks the chain after (prev_seq, prev_hash), or None; with no line
+    before it (prev_seq None) only the line's own fields and hash are checked."""
+    digest = link.hash
+    if link.prev is None or digest is None:
+        return "line has no prev/hash chain fields"
+    if prev_seq is not None:
+        err = _link_error(link.seq, link.prev, prev_seq, prev_hash)
+        if err:
+            return err
+    if not hash_of_line_bytes(raw, digest) and not _reencoded_ok(raw, digest):
+        return "hash does not match the line's content (the line was edited)"
+    return None
 
 
 def _link_error(seq: int, prev: str, prev_seq: int, prev_hash: str | None) -> str | None:
@@ -224,13 +243,15 @@ def verify_run_ledger(directory: str, parallel: bool | None = None) -> VerifyRes
         parallel = sum(os.path.getsize(p) for p, _, _ in jobs) >= PARALLEL_BYTES
     checks = _check_all(jobs, parallel)
     res.torn_tail = bool(checks) and checks[-1].ends_torn
-    spans = [(c.first_seq, c.last_seq if c.error is None else None) for c in checks
-             if c.first_seq is not None]
-    ordered = all(
-        a_last is not None and b_first is not None and b_first > a_last
-        for (_, a_last), (b_first, _) in itertools.pairwise(spans)
-    )
-    if not ordered and any(c.error is None for c in checks):
+    # The files' own checks can be stitched only when their seq ranges follow each other.
+    # A fault a file found need not be one: a clock jump leaves a gap in one file that
+    # another file fills. So any fault, like any overlap, is judged by the merge, which
+    # also finds the first break in seq order when there are several.
+    spans = [(c.first_seq, c.last_seq) for c in checks
+             if c.first_seq is not None and c.last_seq is not None]
+    ordered = all(c.error is None for c in checks) and all(
+        b_first > a_last for (_, a_last), (b_first, _) in itertools.pairwise(spans))
+    if len(checks) > 1 and not ordered:
         return _verify_merged(listing, anchor, res)
     prev_seq, prev_hash = anchor if anchor else (0, ZERO_HASH)
     for c in checks:
@@ -258,24 +279,11 @@ def verify_run_ledger(directory: str, parallel: bool | None = None) -> VerifyRes
     return res
 
 
-# (seq, file index, line number, raw bytes, decoded link)
-_Item = tuple[int, int, int, bytes, "_Link"]
-def _file_items(fi: int, path: str, res: VerifyResult, name: str) -> Iterator[_Item]:
-    for first, lines, torn in iter_chunks(path):
-        if torn:
-            res.torn_at.append(f"{name}:{first}")
-            continue
-        n = first - 1
-        for raw in lines:
-            n += 1
-            try:
-                link = _link.decode(raw)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                # An unparseable line: a fragment a crash left before later appends.
-                if raw:
-                    res.torn_at.append(f"{name}:{n}")
-                continue
-            yield link.seq, fi, n, raw, link
+def _by_seq(fi: int, lines: Iterator[tuple[int, bytes, _Link]]
+            ) -> Iterator[tuple[int, int, int, bytes, _Link]]:
+    """One file's lines keyed for the merge: (seq, file index, line number, bytes, link)."""
+    for n, raw, link in lines:
+        yield link.seq, fi, n, raw, link
 
 
 def _verify_merged(listing: Listing, anchor: tuple[int, str] | None,
@@ -284,30 +292,23 @@ def _verify_merged(listing: Listing, anchor: tuple[int, str] | None,
     res.torn_at = []
     res.lines = 0
     res.start_seq = None
+    prev_hash: str | None
     prev_seq, prev_hash = anchor if anchor else (0, ZERO_HASH)
     names = [os.path.basename(p) for _, p in listing.days]
-    streams = [_file_items(i, p, res, names[i]) for i, (_, p) in enumerate(listing.days)]
+    frags = _Fragments(res.torn_at)
+    streams = [_by_seq(fi, _lines(p, names[fi], frags)) for fi, (_, p) in enumerate(listing.days)]
     # Day files are seq-ordered inside; merging by seq also orders lines a clock jump
     # put in an earlier-named file.
-    items = heapq.merge(*streams, key=lambda it: it[0]) if len(streams) > 1 else (
-        streams[0] if streams else iter(()))
+    items = heapq.merge(*streams, key=lambda it: it[0])
     gc_was = gc.isenabled()
     gc.disable()
     try:
         for seq, fi, n, raw, link in items:
             if anchor and seq <= anchor[0]:
                 continue  # pruned-to-be lines a crash left behind CHAIN: not checked
-            where = (names[fi], n)
-            if link.prev is None or link.hash is None:
-                res.error = Break(seq, *where, "line has no prev/hash chain fields")
-                break
-            err = _link_error(seq, link.prev, prev_seq, prev_hash)
-            if err:
-                res.error = Break(seq, *where, err)
-                break
-            if not hash_of_line_bytes(raw, link.hash) and not _reencoded_ok(raw, link.hash):
-                res.error = Break(seq, *where,
-                                  "hash does not match the line's content (the line was edited)")
+            fault = _fault(link, raw, prev_seq, prev_hash)
+            if fault:
+                res.error = Break(seq, names[fi], n, fault)
                 break
             if res.start_seq is None:
                 res.start_seq = seq
