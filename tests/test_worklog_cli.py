@@ -497,6 +497,26 @@ def test_resume_of_a_hand_written_ledger(world: World, repo: Path) -> None:
     assert sorted(signals(repo)) == [f"{RUN}__t2.signal", f"{RUN}__t3.signal"]
 
 
+def test_resume_keeps_a_completed_last_row_that_lacks_its_newline(world: World,
+                                                                  repo: Path) -> None:
+    """Completed work is never redone: a whole last row is part of the chain even when
+    the hand-written file does not end in a newline."""
+    hashes = hand_ledger(repo, [*GOAL, ("task.completed", "t2", {"commit": "def456"})])
+    path = ledger_path(repo, RUN)
+    path.write_bytes(path.read_bytes()[:-1])
+    done = rows_of(repo)
+    res = cli(world, repo, "ledger", "verify", RUN, "--json", "--expected-head", hashes[-1])
+    assert res.returncode == 0, res.stdout
+    out = json.loads(res.stdout)
+    assert (out["entry_count"], out["head_hash"], out["torn_tail"]) == (
+        len(hashes), hashes[-1], False)
+    assert cli(world, repo, "ledger", "resume", RUN).returncode == 0
+    after = rows_of(repo)
+    assert after[: len(done)] == done
+    assert after[len(done)]["prev_hash"] == hashes[-1]
+    assert sorted(signals(repo)) == [f"{RUN}__t3.signal"]  # t2 is done, not redone
+
+
 # -- resume against an anchored chain: the four relations --------------------------------------
 
 

@@ -404,6 +404,30 @@ def test_torn_tail_is_excluded_then_cut_on_open(tmp_path: Path) -> None:
     assert seg.read_bytes().endswith(ref_canonical(row) + b"\n")
 
 
+def test_last_row_without_its_newline_is_a_row_not_a_tail(tmp_path: Path) -> None:
+    """A hand-written ledger may lack its final newline; no crash leaves a whole row
+    behind without having written all of it. Verified, kept, and appended after."""
+    seg, lines = _six(tmp_path)
+    seg.write_bytes(b"\n".join(lines))
+    head = json.loads(lines[5])["entry_hash"]
+    res = verify_dir(seg.parent, expected_head=head)
+    assert (res.ok, res.entry_count, res.head_hash, res.torn_tail) == (True, 6, head, None)
+    assert verify_dir(seg.parent, parallel=True) == res  # too small to split: same walk
+    assert read_ledger(seg.parent) == (lines, None)
+    with WorkLedger(tmp_path, "six") as wl:
+        assert (wl.recovered_tail, wl.head) == (None, (6, head))
+        row = wl.record("task.completed", "t2", {"note": "note-7"})
+    assert (row["seq"], row["prev_hash"]) == (7, head)
+    assert seg.read_bytes() == b"".join(x + b"\n" for x in [*lines, ref_canonical(row)])
+    assert verify_dir(seg.parent).entry_count == 7
+    # Whole but edited: judged like any row, not excused as a torn tail.
+    edited = lines[5].replace(b"note-6", b"note-X")
+    seg.write_bytes(b"".join(x + b"\n" for x in lines[:5]) + edited)
+    res = verify_dir(seg.parent)
+    assert (res.ok, res.error_seq, res.error_line, res.torn_tail) == (False, 6, 6, None)
+    assert "entry_hash mismatch" in (res.reason or "")
+
+
 def test_interior_damage_refuses_to_open(tmp_path: Path) -> None:
     seg, lines = _six(tmp_path)
     damaged = [*lines[:2], lines[2][:50], *lines[3:]]

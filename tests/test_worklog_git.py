@@ -414,6 +414,19 @@ def test_fetch_extends_a_local_prefix(hosts: tuple[Path, Path]) -> None:
     assert ledger_file(b).stat().st_ino == before  # appended, not rewritten
 
 
+def test_fetch_extends_a_local_prefix_whose_last_row_lacks_its_newline(
+        hosts: tuple[Path, Path]) -> None:
+    a, b = hosts
+    lines = chain(1500)
+    write_ledger(a, lines)
+    anc.anchor(a, RUN)
+    push(a)
+    write_ledger(b, lines[:1199], tail=lines[1199])  # whole, only the newline missing
+    res = anc.fetch(b, RUN)
+    assert (res.status, res.new_entries) == ("extended", 300)
+    assert ledger_file(b).read_bytes() == _blob(lines)
+
+
 def test_fetch_identical_is_unchanged(hosts: tuple[Path, Path]) -> None:
     a, b = hosts
     lines = chain(40)

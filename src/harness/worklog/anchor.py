@@ -513,7 +513,10 @@ def _append(d: Path, new: list[bytes], torn: bytes | None) -> None:
             # first new line does not fuse with the fragment.
             size -= len(torn)
             os.ftruncate(fd, size)
-        data = memoryview(b"".join(line + b"\n" for line in new))
+        joined = b"".join(line + b"\n" for line in new)
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            joined = b"\n" + joined  # the last row was whole but lacked its newline
+        data = memoryview(joined)
         pos = size
         while data:
             n = os.pwrite(fd, data, pos)

@@ -1,12 +1,15 @@
 """Reading and verifying a work ledger's chain (DESIGN.md §2, the spec's "Crash recovery").
 
 This module owns the one tail policy every reader shares (verify, writer recovery,
-anchoring, resume): only a final unterminated fragment of the last segment is a torn
-tail — excluded and reported, never a failure. Every complete line is part of the
-chain, so an unparseable complete line, an extra or missing field, a wrong type, a
-``seq`` that is not the previous + 1 (from 1), a ``prev_hash`` that is not the previous
-``entry_hash`` (genesis first), an ``entry_hash`` that the row's content does not hash
-to, or a ``schema_version`` other than 1 is a break, named by seq and 1-based line.
+anchoring, resume): only a final unterminated fragment of the last segment that is not
+a whole JSON value is a torn tail — excluded and reported, never a failure. A crash
+cannot leave a whole row behind without having written all of it, and a ledger written
+by hand may lack its final newline, so an unterminated last row that parses is a row
+like any other. Every complete line is part of the chain, so an unparseable complete
+line, an extra or missing field, a wrong type, a ``seq`` that is not the previous + 1
+(from 1), a ``prev_hash`` that is not the previous ``entry_hash`` (genesis first), an
+``entry_hash`` that the row's content does not hash to, or a ``schema_version`` other
+than 1 is a break, named by seq and 1-based line.
 
 Invariant: a result says ok only if ``sha256(canonical({"kind","payload","prev_hash",
 "task_id"}))`` of every row equals its ``entry_hash`` and the rows link in order. For
@@ -466,13 +469,23 @@ class _Stream:
                     for j in range(0, len(parts), _CHUNK):
                         yield parts[j : j + _CHUNK]
             if rest:
-                if i == last:
+                if i == last and not is_whole(rest):
                     self.torn = rest
                 else:
                     # A segment that ends unterminated while a later one continues the
-                    # chain is interior damage, not a crash tail: keep it in the chain
-                    # so it is judged like any other complete line.
+                    # chain is interior damage, not a crash tail, and a last row that
+                    # only lacks its newline is whole: both are judged like any line.
                     yield [rest]
+
+
+def is_whole(fragment: bytes) -> bool:
+    """Whether an unterminated fragment is a whole JSON value (no proper prefix of a
+    row is): a row that lacks only its newline, not a torn write."""
+    try:
+        _plain.decode(fragment)
+    except _UNPROVEN:
+        return False
+    return True
 
 
 def read_ledger(directory: str | Path) -> tuple[list[bytes], bytes | None]:
@@ -587,6 +600,8 @@ def _check_range(job: tuple[str, int, int]) -> _Span:
 def _verify_parallel(segments: list[Path], expected_head: str | None) -> WorkVerify | None:
     # The unterminated fragment after the last segment's final newline (None if none).
     tail = read_tail(str(segments[-1])).torn
+    if tail is not None and is_whole(tail):
+        return None  # a last row without its newline: the sequential walk judges it
     torn = len(tail) if tail is not None else 0
     procs = os.cpu_count() or 1
     jobs = _split(segments, torn, procs * 4)
