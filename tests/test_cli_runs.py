@@ -214,6 +214,24 @@ def test_since_and_until_instants_are_inclusive_on_started_at(world: World) -> N
     assert q("--since", "2025-11-04T00:00:00Z") == []
 
 
+def test_bounds_beyond_any_date_are_answered_not_crashed(world: World) -> None:
+    """Year 1, year 9999 with an offset past it, a duration longer than the calendar:
+    valid flags, so an answer (exit 0), never an overflow."""
+    t1 = parse_ns("2025-11-01T10:00:00Z")
+    seed(world, [*run_lines("job", 1, t1), *run_lines("job", 2, t1 + HOUR)])
+
+    def q(*args: str) -> list[int]:
+        return [r["run_id"] for r in runs_json(world, *args)]
+
+    assert q("--since", "0001-01-01T00:00:00Z") == [2, 1]
+    assert q("--since", "999999d") == [2, 1]
+    assert q("--since", "999999d", "--until", "2025-11-01T10:00:00Z") == [1]
+    assert q("--until", "0001-01-02T00:00:00Z") == []
+    assert q("--since", "9999-12-31T23:59:59-01:00") == []
+    assert q("--since", "2025-11-01T00:00:00Z", "--until", "9999-12-31T23:59:59-01:00") == [2, 1]
+    assert runs(world, "--since", "0001-01-01T00:00:00Z").returncode == 0
+
+
 def test_morning_sweep_finds_every_failure_across_harnesses(world: World) -> None:
     now = now_ns()
     seed(world, [
@@ -414,6 +432,44 @@ def test_wide_adds_model_tokens_cost_todo_and_never_cuts(world: World) -> None:
     )
     assert "…" not in res.stdout
     assert max(len(line) for line in res.stdout.splitlines()) > 80
+
+
+def test_table_fits_80_columns_with_long_ids_and_the_longest_outcome(world: World) -> None:
+    """A 6-digit run id beside the longest outcome and a live resident leave less than
+    the header's width for the harness column: it gives way, header included."""
+    t = parse_ns("2025-11-03T09:05:00Z")
+    seed(world, [*run_lines("poll", 123456, t, took_ms=90_000, trigger="autostart",
+                            outcome="model_unattested", exit_code=1, log="/nonexistent/x.log"),
+                 open_line("worker", 3, t + HOUR)])
+    res = runs(world, "--since", "2025-11-01T00:00:00Z")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (
+        "HARNE…    RUN STARTED      TOOK     TRIGGER   OUTCOME                       EXIT\n"
+        "worker      3 Nov  3 10:05 running? autostart running?                      —\n"
+        "poll   123456 Nov  3 09:05 1m30s    autostart model_unattested (log pruned) 1\n"
+    )
+    assert max(len(line) for line in res.stdout.splitlines()) == 80
+
+
+def test_values_with_control_characters_stay_on_their_row(world: World) -> None:
+    seed(world, run_lines("job", 1, parse_ns("2025-11-03T09:05:00Z"), took_ms=1000,
+                          todo_id="line1\nline2\tTAB\x07", model="m\r"))
+    res = runs(world, "job", "--wide")
+    assert res.returncode == 0, res.stderr
+    rows = res.stdout.splitlines()
+    assert len(rows) == 2
+    assert rows[1].endswith("  m\\r    —       —     line1\\nline2\\tTAB\\x07")
+
+
+def test_mistyped_counts_on_disk_show_as_unknown(world: World) -> None:
+    path, lines = _three_runs(world)
+    obj = json.loads(lines[-1])
+    obj.update(seq=7, tokens={"input": "12", "output": "x"}, cost_usd=True)
+    path.write_bytes(b"\n".join([*lines, _line(obj)]) + b"\n")
+    res = runs(world, "nightly", "--wide")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[1].split()[-3:] == ["?", "—", "—"]
+    assert [r["run_id"] for r in runs_json(world, "nightly")] == [3, 2, 1]
 
 
 def test_missed_windows_and_pruned_log(world: World, tmp_path: Path) -> None:
@@ -678,6 +734,17 @@ def test_torn_tail(world: World) -> None:
     _check_skips(world, skipped=0, torn=1)
 
 
+def test_whole_last_line_without_its_newline_is_read(world: World) -> None:
+    """The closed line of run 3 lost only its newline (a crash after the write): the
+    offline reader folds it, so run 3 reads success, not running?."""
+    path, lines = _three_runs(world)
+    path.write_bytes(b"\n".join(lines))
+    before = path.read_bytes()
+    _check_skips(world, skipped=0, torn=0)
+    assert runs_json(world, "nightly")[0]["outcome"] == "success"
+    assert path.read_bytes() == before  # read-only (REQ-16): not terminated by a reader
+
+
 def test_torn_tail_in_an_older_day_file(world: World) -> None:
     t = now_ns() - HOUR
     old = parse_ns("2025-11-03T09:00:00Z")
@@ -736,10 +803,16 @@ def test_unknown_fields_are_ignored(world: World) -> None:
 
 
 def test_stray_files_are_named_and_ignored(world: World) -> None:
-    _path, _lines = _three_runs(world)
+    path, _lines = _three_runs(world)
     (world.ledger / "notes.txt").write_text('{"seq":1}\n')
     (world.ledger / "2026-13-99.jsonl.bak").write_text("junk\n")
-    _check_skips(world, skipped=0, strays="2026-13-99.jsonl.bak, notes.txt")
+    # Named like a day file, but no day of the calendar: a copy, not the ledger's.
+    (world.ledger / "2026-13-45.jsonl").write_bytes(path.read_bytes())
+    (world.ledger / "2026-02-30.jsonl").write_bytes(path.read_bytes())
+    _check_skips(world, skipped=0,
+                 strays="2026-02-30.jsonl, 2026-13-45.jsonl, 2026-13-99.jsonl.bak, notes.txt")
+    res = world.harness("ledger", "verify")
+    assert res.returncode == 0, res.stderr
 
 
 def test_all_damage_at_once(world: World) -> None:

@@ -1,8 +1,9 @@
 """Rendering records for people: the `harness runs` table (REQ-14).
 
 Invariants: the plain table fits 80 columns, cutting only the harness name, and
-visibly (with "…"), when it must; `--wide` never cuts or wraps a value; times are
-shown in local time as ``Jan _2 15:04``.
+visibly (with "…"), when it must; `--wide` never cuts or wraps a value; a record is
+one row (control characters in a value are shown escaped, ``\\n``); times are shown in
+local time as ``Jan _2 15:04``.
 """
 
 from __future__ import annotations
@@ -58,22 +59,39 @@ def outcome_cell(rec: dict[str, Any]) -> str:
 
 def cost_cell(rec: dict[str, Any]) -> str:
     src, cost = rec.get("cost_source"), rec.get("cost_usd")
-    if isinstance(cost, int | float):
+    if isinstance(cost, int | float) and not isinstance(cost, bool):
         return f"${cost:.2f}" + (" priced" if src == "priced" else "")
     return "?" if src else DASH
+
+
+def _count(v: object) -> bool:
+    return type(v) is int and v >= 0
 
 
 def tokens_cell(rec: dict[str, Any]) -> str:
     t = rec.get("tokens")
     if not isinstance(t, dict):
         return DASH
-    total = int(t.get("input", 0) or 0) + int(t.get("output", 0) or 0)
-    return f"{total:,}"
+    counts = [t.get(k, 0) for k in ("input", "output")]
+    if not all(_count(c) for c in counts):
+        return "?"  # a line from disk with a mistyped count: shown as unknown, not summed
+    return f"{sum(counts):,}"
 
 
 def _exit(rec: dict[str, Any]) -> str:
     code = rec.get("exit_code")
     return str(code) if isinstance(code, int) else DASH
+
+
+# A value may carry a newline or a tab (todo_id, model and reason are opaque): shown
+# escaped, or one record would break across lines and misalign its columns.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)} | {
+    0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+
+
+def visible(s: str) -> str:
+    """`s` on one line: control characters spelled as escapes."""
+    return s.translate(_CONTROL) if not s.isprintable() else s
 
 
 def rows(records: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list[str]]]:
@@ -87,7 +105,7 @@ def rows(records: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[lis
         if wide:
             row += [str(r.get("model") or DASH), tokens_cell(r), cost_cell(r),
                     str(r.get("todo_id") or DASH)]
-        out.append(row)
+        out.append([visible(c) for c in row])
     return head, out
 
 
@@ -122,5 +140,7 @@ def table(records: list[dict[str, Any]], *, wide: bool = False) -> str:
             gap = 1
             total = sum(widths) + gap * (len(widths) - 1)
         if total > WIDTH:
-            widths[0] = max(len("HARNESS"), widths[0] - (total - WIDTH))
+            # Only the harness column gives way, its header too when the other columns
+            # leave less than its width (long run ids beside the longest outcome).
+            widths[0] = max(2, widths[0] - (total - WIDTH))
     return grid(head, body, right=frozenset({1}), widths=widths, gap=gap)

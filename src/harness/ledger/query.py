@@ -13,11 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..timefmt import format_ns
+from ..timefmt import format_ns, parse_ns
 from .fold import Frozen, Record
 from .schema import OUTCOMES, TRIGGERS
 
 MAX_LIMIT = 1000
+# The instants a bound is held to: every stamp lies between them, with a day of room
+# on each side for the readers' slack (`since - 1 day`), which must still be a date.
+EARLIEST_NS = parse_ns("0001-01-03T00:00:00Z")
+LATEST_NS = parse_ns("9999-12-30T00:00:00Z")
 
 
 class QueryError(ValueError):
@@ -48,6 +52,12 @@ class Query:
         if self.before_seq is not None and self.before_seq < 1:
             raise QueryError(f"before_seq must be a positive seq, got {self.before_seq}")
 
+        # An RFC 3339 time or a long duration can name an instant no date reaches: held
+        # to the range, a bound means the same (nothing lies beyond it) and stays a date.
+        for name in ("since_ns", "until_ns"):
+            v = getattr(self, name)
+            if v is not None and not EARLIEST_NS <= v <= LATEST_NS:
+                object.__setattr__(self, name, min(max(v, EARLIEST_NS), LATEST_NS))
         # Canonical stamps compare as strings; render the bounds once.
         since = format_ns(self.since_ns) if self.since_ns is not None else None
         until = format_ns(self.until_ns) if self.until_ns is not None else None
