@@ -25,7 +25,7 @@ from harness.ledger.errors import LineRejected
 from harness.ledger.query import Query
 from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
-from harness.ledger.verify import verify_run_ledger
+from harness.ledger.verify import Break, verify_run_ledger
 from harness.timefmt import format_ns
 from ledgertools import DAY, HOUR, NS, T0, Clock, OpenLedger, all_lines, lines_of, ref_canonical
 
@@ -310,8 +310,19 @@ def test_unparseable_lines_are_skipped_and_counted(
     assert [r.to_json() for r in recs] == [led.get("n", 1)]
     assert (st.skipped, st.torn) == (3, 0)
     assert [x["seq"] for x in led.since(0)] == [1, 2]
+    # To verify, only the unparseable line may be a crash's fragment (DESIGN §4): a whole
+    # JSON line without a ledger line's chain fields was put there, and breaks the chain.
     res = verify_run_ledger(str(ledger_dir))
-    assert (res.ok, res.lines, res.torn) == (True, 2, 3)
+    assert (res.ok, res.lines, res.torn, res.torn_at) == (False, 1, 1, ["2026-06-15.jsonl:2"])
+    assert res.error == Break(None, "2026-06-15.jsonl", 3, "complete line is not a ledger "
+                              "line (Expected `int`, got `str` - at `$.seq`)")
+    with path.open("r+b") as f:
+        kept = [x for x in f.read().split(b"\n") if not x.startswith((b"{\"seq\":\"", b"["))]
+        f.seek(0)
+        f.truncate()
+        f.write(b"\n".join(kept))
+    res = verify_run_ledger(str(ledger_dir))
+    assert (res.ok, res.lines, res.torn) == (True, 2, 1)
 
 
 def test_a_whole_last_line_missing_only_its_newline_is_kept_and_folded(

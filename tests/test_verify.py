@@ -293,6 +293,44 @@ def test_torn_tail_is_reported_not_a_failure(world: World) -> None:
     assert out["head_hash"] == hash_of(lines[-1])
 
 
+def test_whole_last_line_without_its_newline_is_a_line(world: World) -> None:
+    """A crash that cut only the newline left a whole line: it is verified, not skipped."""
+    lines = one_day(world)
+    (world.ledger / FILE1).write_bytes(b"\n".join(lines))
+    res = verify(world)
+    assert (res.returncode, res.stdout) == (0, ok_text(6, 1, 6, hash_of(lines[-1])))
+    obj = json.loads(lines[-1])
+    obj["reason"] = "operator"
+    (world.ledger / FILE1).write_bytes(b"\n".join([*lines[:-1], ref_canonical(obj)]))
+    assert_broken(world, 6, f"{FILE1}:6", EDITED)
+
+
+@pytest.mark.parametrize("where", [2, 6])
+def test_whole_line_that_is_no_ledger_line_breaks_the_chain(world: World, where: int) -> None:
+    """A seq that is not an integer, or a prev that is not a string, is an edit: named,
+    not skipped as a crash's fragment (in the middle of a file and as its last line)."""
+    lines = one_day(world)
+    obj = json.loads(lines[where - 1])
+    obj["seq"] = str(obj["seq"])
+    lines[where - 1] = ref_canonical(obj)
+    write_lines(world.ledger / FILE1, lines)
+    res = verify(world)
+    assert res.returncode == 2
+    reason = "complete line is not a ledger line (Expected `int`, got `str` - at `$.seq`)"
+    assert res.stderr == (f"harness: ledger chain broken at a line with no valid seq "
+                          f"({FILE1}:{where}): {reason}\n")
+    code, out = verify_json(world)
+    assert (code, out["seq"], out["file"], out["line"], out["reason"]) == (
+        2, None, FILE1, where, reason)
+    obj["seq"], obj["prev"] = where, 7
+    lines[where - 1] = ref_canonical(obj)
+    write_lines(world.ledger / FILE1, lines)
+    code, out = verify_json(world)
+    assert (code, out["seq"], out["line"]) == (2, where, where)
+    assert out["reason"] == ("complete line is not a ledger line "
+                             "(Expected `str | null`, got `int` - at `$.prev`)")
+
+
 def test_fragment_inside_a_file_followed_by_later_lines(world: World) -> None:
     """A crash left half a line; the restarted writer began a new line after it (REQ-2)."""
     lines = one_day(world)

@@ -184,7 +184,8 @@ def _verify_run_ledger(as_json: bool) -> None:
         e = res.error
         assert e is not None
         if not as_json:
-            click.echo(f"harness: ledger chain broken at seq {e.seq} ({e.file}:{e.line}): "
+            at = f"seq {e.seq}" if e.seq is not None else "a line with no valid seq"
+            click.echo(f"harness: ledger chain broken at {at} ({e.file}:{e.line}): "
                        f"{e.reason}", err=True)
         sys.exit(EXIT_BROKEN)
 

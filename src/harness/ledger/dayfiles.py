@@ -1,10 +1,11 @@
 """The run ledger's day files on disk: names, listing, and streaming their lines.
 
 One file per UTC day, ``YYYY-MM-DD.jsonl``. Invariants: readers never write; a
-line is complete only when it ends in ``\\n`` (an unterminated tail is a torn
-fragment, reported, never parsed as data); files are read in bounded chunks so a
-reader's memory does not grow with the ledger; lines within one file are in seq
-order because the single writer appends them in that order.
+line is complete when it ends in ``\\n``, and an unterminated tail is a torn fragment
+(reported, never parsed as data) unless it is a whole JSON value: no proper prefix of
+a line is one, so that is a line a crash cut only its newline from. Files are read in
+bounded chunks so a reader's memory does not grow with the ledger; lines within one
+file are in seq order because the single writer appends them in that order.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import date
 
 import msgspec
 
-DAY_FILE = re.compile(r"(\d{4}-\d{2}-\d{2})\.jsonl\Z")
+DAY_FILE = re.compile(r"([0-9]{4}-[0-9]{2}-[0-9]{2})\.jsonl\Z")
 CHAIN_FILE = "CHAIN"
 CHUNK = 1 << 22  # 4 MiB: big enough to amortise syscalls, small enough to keep RSS flat
 # Files the ledger itself keeps beside the day files: not strays.
@@ -50,11 +52,21 @@ def list_day_files(directory: str) -> Listing:
     out = Listing()
     for name in sorted(names):
         m = DAY_FILE.match(name)
-        if m:
+        if m and _is_day(m.group(1)):
             out.days.append((m.group(1), os.path.join(directory, name)))
         elif name not in KNOWN_FILES and not name.endswith(".tmp"):
             out.strays.append(name)
     return out
+
+
+def _is_day(s: str) -> bool:
+    """Whether YYYY-MM-DD names a day of the calendar: a file named for 2026-13-45 was
+    not written by the ledger, and reading it would put foreign lines in the chain."""
+    try:
+        date.fromisoformat(s)
+    except ValueError:
+        return False
+    return True
 
 
 def day_path(directory: str, day: str) -> str:
@@ -65,7 +77,8 @@ def iter_chunks(path: str) -> Iterator[tuple[int, list[bytes], bool]]:
     """Yield (number of the first line, complete lines, ends_torn) per chunk of `path`,
     for readers that look at each line's bytes (`iter_blocks` is for batch decoders).
 
-    A final unterminated fragment comes once as (its line number, [], True).
+    A final unterminated fragment comes once as (its line number, [], True); one that is
+    a whole line comes as a chunk of that one line.
     """
     lineno = 0
     with open(path, "rb", buffering=0) as f:
@@ -80,13 +93,24 @@ def iter_chunks(path: str) -> Iterator[tuple[int, list[bytes], bool]]:
             yield lineno + 1, parts, False
             lineno += len(parts)
         if rest:
-            yield lineno + 1, [], True
+            yield (lineno + 1, [rest], False) if is_whole(rest) else (lineno + 1, [], True)
+
+
+def is_whole(fragment: bytes | memoryview) -> bool:
+    """Whether an unterminated tail is a whole JSON value: a line missing only its
+    newline (the writer adopts such a line at boot), not a torn write."""
+    try:
+        _any.decode(fragment)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+    return True
 
 
 def iter_blocks(path: str) -> Iterator[tuple[memoryview, bool]]:
     """Yield (view of complete lines, torn) in chunks, for batch decoders.
 
-    Each block ends in "\\n"; a final unterminated fragment comes once as (fragment, True).
+    Each block ends in "\\n"; a final unterminated fragment comes once as (fragment, True),
+    or, when it is a whole line, as a block of its own with the newline it lacked.
     The view is only valid until the next iteration (the buffer is reused: no copies).
     """
     buf = bytearray(CHUNK)
@@ -105,7 +129,11 @@ def iter_blocks(path: str) -> Iterator[tuple[memoryview, bool]]:
                 buf[: have - cut] = buf[cut:have]
                 have -= cut
         if have:
-            yield memoryview(buf)[:have], True
+            tail = memoryview(buf)[:have]
+            if is_whole(tail):
+                yield memoryview(bytes(tail) + b"\n"), False
+            else:
+                yield tail, True
 
 
 class _Tail(msgspec.Struct):
@@ -114,6 +142,7 @@ class _Tail(msgspec.Struct):
 
 
 _tail_decoder = msgspec.json.Decoder(_Tail)
+_any = msgspec.json.Decoder()
 
 
 @dataclass

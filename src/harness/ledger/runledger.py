@@ -169,10 +169,8 @@ class RunLedger:
                 log.warning("ledger: %s ends in a complete line without its newline; kept", path)
                 best = (obj["seq"], obj["hash"])
                 self._torn -= 1
-                # Terminate it now, before anything reads: every reader (the boot fold below,
-                # since(), the file scan) skips an unterminated tail, so an adopted closed
-                # line was missing from memory and its run read as open (REQ-7 would then
-                # close it again as interrupted). Before the writer starts: still one writer.
+                # Terminate it now, before the writer starts (still one writer): the file
+                # again holds only complete lines, whatever reads it next.
                 try:
                     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
                     try:

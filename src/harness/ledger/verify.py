@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from .chain import ZERO_HASH, hash_of_line_bytes, hash_of_object
-from .dayfiles import CHAIN_FILE, Listing, iter_chunks, list_day_files
+from .dayfiles import CHAIN_FILE, Listing, is_whole, iter_chunks, list_day_files
 
 
 class _Link(msgspec.Struct):
@@ -121,6 +121,9 @@ def check_file(path: str, name: str, skip_upto: int = 0) -> FileCheck:
     gc.disable()
     try:
         for n, raw, link in _lines(path, name, frags):
+            if isinstance(link, _Foreign):
+                fc.error = Break(link.seq, name, n, link.reason)
+                break
             seq = link.seq
             if seq <= skip_upto:
                 continue  # pruned-to-be lines a crash left behind CHAIN
@@ -150,9 +153,26 @@ class _Fragments:
     tail: bool = False
 
 
-def _lines(path: str, name: str, frags: _Fragments) -> Iterator[tuple[int, bytes, _Link]]:
-    """(line number, bytes, chain fields) of each complete line of one day file that
-    parses; fragments are not part of the chain and go to `frags` instead."""
+class _Foreign:
+    """A complete line that is valid JSON but no ledger line (a seq that is not an
+    integer, a prev that is not a string, an array): edited, never left by a crash."""
+
+    __slots__ = ("reason", "seq")
+
+    def __init__(self, raw: bytes, exc: Exception) -> None:
+        obj = _any.decode(raw)
+        seq = obj.get("seq") if isinstance(obj, dict) else None
+        self.seq = seq if type(seq) is int else None
+        self.reason = f"complete line is not a ledger line ({exc})"
+
+
+_Item = tuple[int, bytes, "_Link | _Foreign"]
+
+
+def _lines(path: str, name: str, frags: _Fragments) -> Iterator[_Item]:
+    """(line number, bytes, chain fields) of each line of one day file; a torn fragment
+    is not part of the chain and goes to `frags`, a whole line that is not a ledger line
+    comes as `_Foreign`."""
     decode = _link.decode
     for first, lines, torn in iter_chunks(path):
         if torn:
@@ -164,9 +184,10 @@ def _lines(path: str, name: str, frags: _Fragments) -> Iterator[tuple[int, bytes
             n += 1
             try:
                 yield n, raw, decode(raw)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                # An unparseable line: a fragment a crash left before later appends.
-                if raw:
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                if is_whole(raw):
+                    yield n, raw, _Foreign(raw, exc)
+                elif raw:  # a fragment a crash left before later appends
                     frags.at.append(f"{name}:{n}")
 
 
@@ -279,11 +300,15 @@ def verify_run_ledger(directory: str, parallel: bool | None = None) -> VerifyRes
     return res
 
 
-def _by_seq(fi: int, lines: Iterator[tuple[int, bytes, _Link]]
-            ) -> Iterator[tuple[int, int, int, bytes, _Link]]:
-    """One file's lines keyed for the merge: (seq, file index, line number, bytes, link)."""
+def _by_seq(fi: int, lines: Iterator[_Item]
+            ) -> Iterator[tuple[int, int, int, bytes, _Link | _Foreign]]:
+    """One file's lines keyed for the merge: (seq, file index, line number, bytes, link);
+    a foreign line keeps its place after the line before it."""
+    seq = 0
     for n, raw, link in lines:
-        yield link.seq, fi, n, raw, link
+        if isinstance(link, _Link):
+            seq = link.seq
+        yield seq, fi, n, raw, link
 
 
 def _verify_merged(listing: Listing, anchor: tuple[int, str] | None,
@@ -304,6 +329,9 @@ def _verify_merged(listing: Listing, anchor: tuple[int, str] | None,
     gc.disable()
     try:
         for seq, fi, n, raw, link in items:
+            if isinstance(link, _Foreign):
+                res.error = Break(link.seq, names[fi], n, link.reason)
+                break
             if anchor and seq <= anchor[0]:
                 continue  # pruned-to-be lines a crash left behind CHAIN: not checked
             fault = _fault(link, raw, prev_seq, prev_hash)
