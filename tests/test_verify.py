@@ -202,7 +202,8 @@ def test_no_ledger(world: World) -> None:
     assert res.stderr == f"harness: no run ledger at {world.ledger}\n"
     code, out = verify_json(world)
     assert code == 1
-    assert out["ok"] is False
+    assert (out["ok"], out["entry_count"], out["head_hash"], out["torn_tail"], out["seq"]) == (
+        False, 0, None, False, None)
     assert not world.ledger.exists()
     assert not world.state.exists()
 

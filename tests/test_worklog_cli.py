@@ -249,7 +249,29 @@ def test_verify_unknown_run_is_no_ledger(world: World, repo: Path) -> None:
     assert "no work ledger" in err_line(res)
     js = cli(world, repo, "ledger", "verify", "goal-nope", "--json")
     assert js.returncode == 1
-    assert json.loads(js.stdout)["ok"] is False
+    data = json.loads(js.stdout)
+    # DESIGN §2's fields are there even when no chain was walked.
+    assert {k: data[k] for k in ("run_id", "ok", "entry_count", "head_hash", "torn_tail",
+                                 "seq", "line")} == {
+        "run_id": "goal-nope", "ok": False, "entry_count": 0, "head_hash": None,
+        "torn_tail": False, "seq": None, "line": None}
+    assert "no work ledger" in data["reason"]
+
+
+@pytest.mark.parametrize("content", [b"", b'{"seq":1,"ts":"2026'])
+def test_a_ledger_with_no_entry_is_no_ledger_for_every_command(
+        world: World, repo: Path, content: bytes) -> None:
+    """An empty segment, or only a crash's fragment of the first row: verify agrees with
+    anchor and resume that there is no ledger (exit 1)."""
+    path = ledger_path(repo)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    for cmd in ("verify", "anchor", "resume"):
+        res = cli(world, repo, "ledger", cmd, RUN)
+        assert res.returncode == 1, (cmd, res.stdout, res.stderr)
+    assert "no work ledger" in err_line(cli(world, repo, "ledger", "verify", RUN))
+    data = json.loads(cli(world, repo, "ledger", "verify", RUN, "--json").stdout)
+    assert (data["ok"], data["entry_count"], data["head_hash"]) == (False, 0, None)
 
 
 def test_verify_expected_head(world: World, repo: Path) -> None:
@@ -267,6 +289,10 @@ def test_verify_expected_head(world: World, repo: Path) -> None:
     bad = cli(world, repo, "ledger", "verify", RUN, "--expected-head", "xyz")
     assert bad.returncode == 2
     assert "--expected-head" in err_line(bad)
+    js = cli(world, repo, "ledger", "verify", RUN, "--expected-head", "xyz", "--json")
+    data = json.loads(js.stdout)
+    assert (js.returncode, data["ok"], data["entry_count"], data["torn_tail"]) == (
+        2, False, 0, False)
 
 
 def test_verify_without_run_id_is_the_run_ledger(world: World, repo: Path) -> None:

@@ -141,15 +141,21 @@ def _verify_work_ledger(run_id: str, expected_head: str | None, as_json: bool,
 
     try:
         directory, res = check()
+        if res.ok and res.entry_count == 0:
+            # An empty segment, or one holding only a crash's fragment of the first row:
+            # no entry to verify, which anchor and resume also call no ledger.
+            torn = (f"; only a torn fragment of {len(res.torn_tail)} bytes"
+                    if res.torn_tail is not None else "")
+            raise NoLedger(f"no work ledger at {directory} (no entries{torn})")
     except WorkLedgerError as exc:
         if as_json:
-            _print_json({"run_id": run_id, "ok": False, "reason": str(exc),
-                         "exit_code": exc.exit_code})
+            _print_json(_unverified(run_id, str(exc), exc.exit_code))
         _die(str(exc), exc.exit_code)
     except OSError as exc:
+        message = f"{exc.strerror or exc} ({exc.filename})"
         if as_json:
-            _print_json({"run_id": run_id, "ok": False, "reason": str(exc)})
-        _die(f"{exc.strerror or exc} ({exc.filename})", EXIT_BROKEN)
+            _print_json(_unverified(run_id, message, EXIT_BROKEN))
+        _die(message, EXIT_BROKEN)
     if as_json:
         _print_json({**res.to_json(run_id), "ledger": str(directory)})
     elif res.ok:
@@ -161,6 +167,14 @@ def _verify_work_ledger(run_id: str, expected_head: str | None, as_json: bool,
         if not as_json:
             click.echo(f"harness: work ledger {run_id} broken at {res.describe()}", err=True)
         sys.exit(EXIT_BROKEN)
+
+
+def _unverified(run_id: str, reason: str, exit_code: int) -> dict[str, object]:
+    """`verify RUN_ID --json` when no chain could be walked: DESIGN §2's fields all
+    present (nothing verified, no head, no entry at fault), and why."""
+    return {"run_id": run_id, "ok": False, "entry_count": 0, "head_hash": None,
+            "head_seq": 0, "torn_tail": False, "torn_tail_bytes": 0, "seq": None,
+            "line": None, "reason": reason, "exit_code": exit_code}
 
 
 def _verify_run_ledger(as_json: bool) -> None:
@@ -192,7 +206,11 @@ def _verify_run_ledger(as_json: bool) -> None:
 
 def _fail(as_json: bool, directory: str, message: str, code: int) -> None:
     if as_json:
-        click.echo(json.dumps({"ledger": directory, "ok": False, "reason": message}, indent=2))
+        # The same fields as a walked chain's result, with nothing verified.
+        click.echo(json.dumps({"ledger": directory, "ok": False, "lines": 0, "entry_count": 0,
+                               "head_seq": None, "head_hash": None, "torn": 0,
+                               "torn_tail": False, "seq": None, "file": None, "line": None,
+                               "reason": message}, indent=2))
     click.echo(f"harness: {message}", err=True)
     sys.exit(code)
 
