@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import textwrap
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -340,6 +341,108 @@ def test_ledger_bounds_are_inclusive(tmp_path: Path) -> None:
     """)
     cfg = load_config(path, projects=[])
     assert (cfg.ledger.retention, cfg.ledger.max_mb) == (DAY_NS, 16)
+
+
+# ---- durations beyond any use: an error under their key, never an overflow ---------------
+
+TOO_LONG = "must be at most 1000000d (about 2,700 years), got"
+ZEROS_400 = '"1' + "0" * 400 + 's"'
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ("timeout = 1e309", "harness.h.timeout: must be finite, got inf"),  # TOML reads inf
+    ("timeout = inf", "harness.h.timeout: must be finite, got inf"),
+    ("timeout = -inf", "harness.h.timeout: must be finite, got -inf"),
+    ("timeout = nan", "harness.h.timeout: must be finite, got nan"),
+    ("timeout = 1e300", f"harness.h.timeout: {TOO_LONG} 1e+300"),
+    ("timeout = 86400000001", f"harness.h.timeout: {TOO_LONG} 86400000001"),
+    ('timeout = "1000001d"', f"harness.h.timeout: {TOO_LONG} '1000001d'"),
+    ('timeout = "1000000d1ms"', f"harness.h.timeout: {TOO_LONG} '1000000d1ms'"),
+    (f"timeout = {ZEROS_400}",
+     f"harness.h.timeout: {TOO_LONG} '100000000000000000000000…' (402 characters)"),
+    ("restart_delay = 1e300", f"harness.h.restart_delay: {TOO_LONG} 1e+300"),
+    ("restart_delay = inf", "harness.h.restart_delay: must be finite, got inf"),
+])
+def test_overflowing_durations_are_config_errors(tmp_path: Path, body: str,
+                                                 expected: str) -> None:
+    path = write(tmp_path / "h.toml", f"""
+        [harness.h]
+        argv = ["true"]
+        schedule = "@daily"
+        {body}
+    """)
+    assert problems(path) == [f"{path}:4: {expected}"]
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ("stall_timeout = 1e300", f"harness.r.stall_timeout: {TOO_LONG} 1e+300"),
+    ("stall_timeout = nan", "harness.r.stall_timeout: must be finite, got nan"),
+    ('schedule = "@every 1000001d"',
+     "harness.r.schedule: bad @every duration in '@every 1000001d': "
+     f"{TOO_LONG} '1000001d'"),
+    ('schedule = "@every 1' + "0" * 400 + 's"',
+     "harness.r.schedule: bad @every duration in '@every 1" + "0" * 400 + "s': "
+     f"{TOO_LONG} '100000000000000000000000…' (402 characters)"),
+])
+def test_overflowing_resident_durations_and_periods(tmp_path: Path, body: str,
+                                                    expected: str) -> None:
+    path = write(tmp_path / "h.toml", '[harness.r]\nargv = ["sleep", "1"]\n' + body + "\n")
+    assert problems(path) == [f"{path}:3: {expected}"]
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ("retention = 1e300", f"ledger.retention: {TOO_LONG} 1e+300"),
+    ("retention = inf", "ledger.retention: must be finite, got inf"),
+    ('retention = "99999999999999999999999d"',
+     f"ledger.retention: {TOO_LONG} '99999999999999999999999d'"),
+])
+def test_overflowing_retention(tmp_path: Path, body: str, expected: str) -> None:
+    path = write(tmp_path / "h.toml", f"[ledger]\n{body}\n")
+    assert problems(path) == [f"{path}:2: {expected}"]
+
+
+def test_overflowing_durations_in_a_dropin_name_the_dropin(tmp_path: Path) -> None:
+    main = write(tmp_path / "harness.toml", '[server]\nharness_d = "conf.d"\n')
+    drop = write(tmp_path / "conf.d" / "a.toml", """
+        [harness.a]
+        argv = ["true"]
+        kind = "oneshot"
+        timeout = 1e300
+
+        [harness.b]
+        argv = ["true"]
+        restart_delay = inf
+    """)
+    assert problems(main) == [
+        f"{drop}:4: harness.a.timeout: {TOO_LONG} 1e+300",
+        f"{drop}:8: harness.b.restart_delay: must be finite, got inf",
+    ]
+
+
+def test_the_longest_duration_is_accepted_and_exact(tmp_path: Path) -> None:
+    path = write(tmp_path / "h.toml", """
+        [ledger]
+        retention = 86400000000
+        [harness.h]
+        argv = ["true"]
+        schedule = "@every 1000000d"
+        timeout = "999999d23h59m59.999999999s"
+        [harness.r]
+        argv = ["true"]
+        restart_delay = 1.001
+        stall_timeout = "1000000d"
+    """)
+    cfg = load_config(path, projects=[])
+    assert cfg.ledger.retention == 1_000_000 * DAY_NS
+    h, r = cfg.harness["h"], cfg.harness["r"]
+    assert h.timeout == 1_000_000 * DAY_NS - 1
+    sched = h.parsed_schedule()
+    assert sched is not None and sched.every_ns == 1_000_000 * DAY_NS
+    # The arithmetic the daemon does on it stays a date: the next window, 2,738 years on.
+    assert sched.next_fire(datetime(2026, 1, 1, tzinfo=UTC)) == datetime(4707, 11, 29,
+                                                                        tzinfo=UTC)
+    # The digits as written: float arithmetic (1.001 * 1e9) would give 1000999999.
+    assert r.restart_delay == 1_001_000_000 and r.stall_timeout == 1_000_000 * DAY_NS
 
 
 def test_other_global_tables(tmp_path: Path) -> None:

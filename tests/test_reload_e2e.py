@@ -119,3 +119,45 @@ argv = ["true"]
             c.request("trigger", name="q")
         assert err.value.code == "not_found"
     assert states_of(world) == {"stay": "armed"}
+
+
+TOO_LONG = "must be at most 1000000d (about 2,700 years), got"
+
+
+def test_an_overflowing_duration_on_reload_names_file_key_and_line(
+        world: World, daemons: Daemons, tmp_path: Path) -> None:
+    """`timeout = 1e300` once failed the reload as "internal" (an OverflowError); it is a
+    bad_config naming each file, key and line, and the last good config stays."""
+    pidfile = tmp_path / "w.pid"
+    daemons.pidfiles.append(pidfile)
+    dropins = daemons.config.parent / "harness.d"
+    dropins.mkdir(parents=True)
+    daemons.write_config('[server]\nharness_d = "harness.d"\n' + _resident("w", pidfile))
+    daemons.start()
+    pid = _pid(pidfile)
+    daemons.write_config('[server]\nharness_d = "harness.d"\n' + _resident("w", pidfile)
+                         + '\n[harness.job]\nkind = "oneshot"\nargv = ["true"]\n'
+                         'timeout = 1e300\n\n[ledger]\nretention = inf\n')
+    (dropins / "a.toml").write_text('[harness.r]\nargv = ["true"]\nrestart_delay = '
+                                    '"1000001d"\n')
+    with Client(str(daemons.socket)) as c, pytest.raises(DaemonError) as err:
+        c.request("reload")
+    assert err.value.code == "bad_config"
+    assert str(err.value).splitlines() == [
+        f"{daemons.config}:10: harness.job.timeout: {TOO_LONG} 1e+300",
+        f"{daemons.config}:13: ledger.retention: must be finite, got inf",
+        f"{dropins / 'a.toml'}:3: harness.r.restart_delay: {TOO_LONG} '1000001d'",
+    ]
+    assert states_of(world) == {"w": "running"}
+    os.kill(pid, 0)
+    assert "reload failed; the last good config stays in force" in daemons.stderr()
+    assert "Traceback" not in daemons.stderr()
+
+
+def test_an_overflowing_duration_at_boot_is_a_config_error(world: World,
+                                                           daemons: Daemons) -> None:
+    daemons.write_config('[harness.job]\nkind = "oneshot"\nargv = ["true"]\ntimeout = inf\n')
+    proc = daemons.start(wait=False)
+    assert proc.wait(timeout=60) == 2
+    assert daemons.stderr() == (
+        f"{daemons.config}:4: harness.job.timeout: must be finite, got inf\n")

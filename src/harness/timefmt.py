@@ -1,10 +1,11 @@
 """Time on the wire: RFC 3339 instants with nanoseconds, in UTC.
 
-Invariant: `format_ns` always writes ``YYYY-MM-DDTHH:MM:SS.fffffffffZ`` (nine
-fraction digits, ``Z``), so two stamps written by harness compare correctly as
-strings and name their UTC day in their first ten characters. `parse_ns` accepts
+Invariant: `format_ns` always writes ``YYYY-MM-DDTHH:MM:SS.fffffffffZ`` (a four-digit
+year, nine fraction digits, ``Z``), so two stamps written by harness compare correctly
+as strings and name their UTC day in their first ten characters; an instant outside
+the years 0001-9999 (UTC) has no such stamp and is a ValueError. `parse_ns` accepts
 any RFC 3339 instant (any fraction length, ``Z`` or an offset), since hand-written
-and imported lines need not be ours.
+and imported lines need not be ours; it keeps nanoseconds and drops finer digits.
 """
 
 from __future__ import annotations
@@ -14,8 +15,14 @@ import time
 from datetime import UTC, datetime, timedelta
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NAIVE_EPOCH = datetime(1970, 1, 1)
+_SECOND = timedelta(seconds=1)
+_FIRST_S = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // _SECOND  # the first second of year 1
+_END_S = (datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - _EPOCH) // _SECOND + 1
 _RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|z|[+-]\d{2}:\d{2})\Z"
+    # ASCII digits only: RFC 3339's grammar has no others, and \d would take "٢٠٢٦".
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})"
+    r"(?:\.([0-9]+))?(Z|z|[+-][0-9]{2}:[0-9]{2})\Z"
 )
 
 
@@ -24,12 +31,15 @@ def now_ns() -> int:
 
 
 def format_ns(ns: int) -> str:
-    """The canonical UTC stamp of an epoch-nanosecond instant."""
+    """The canonical UTC stamp of an epoch-nanosecond instant; ValueError outside 0001-9999."""
     secs, frac = divmod(ns, 1_000_000_000)
-    if 0 <= secs < 253402300800:  # years 1970-9999: the C formatter, 4x faster
+    if 0 <= secs < _END_S:  # years 1970-9999: the C formatter, 4x faster
         return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(secs))}.{frac:09d}Z"
-    dt = _EPOCH + timedelta(seconds=secs)
-    return f"{dt:%Y-%m-%dT%H:%M:%S}.{frac:09d}Z"
+    if not _FIRST_S <= secs < _END_S:
+        raise ValueError(f"{ns} ns since the epoch is outside the years 0001-9999")
+    # isoformat pads the year to four digits; strftime's %Y writes year 999 as "999".
+    dt = _NAIVE_EPOCH + timedelta(seconds=secs)
+    return f"{dt.isoformat(timespec='seconds')}.{frac:09d}Z"
 
 
 def parse_ns(s: str) -> int:
@@ -44,8 +54,13 @@ def parse_ns(s: str) -> int:
         raise ValueError(f"not an RFC 3339 time: {s!r} ({exc})") from None
     ns = (int((dt - _EPOCH).total_seconds())) * 1_000_000_000
     if frac:
-        ns += int(frac.ljust(9, "0"))
+        # RFC 3339 allows any number of fraction digits, but an instant here is whole
+        # nanoseconds: finer digits are dropped (truncated, not rounded, so an instant
+        # never moves into the next second, or day).
+        ns += int(frac[:9].ljust(9, "0"))
     if tz not in ("Z", "z"):
+        if int(tz[1:3]) > 23 or int(tz[4:6]) > 59:
+            raise ValueError(f"not an RFC 3339 time: {s!r} (offset {tz} out of range)")
         sign = 1 if tz[0] == "+" else -1
         ns -= sign * (int(tz[1:3]) * 3600 + int(tz[4:6]) * 60) * 1_000_000_000
     return ns
@@ -53,8 +68,8 @@ def parse_ns(s: str) -> int:
 
 # The canonical spelling, with field ranges; only days 29-31 need a calendar check.
 _CANON = re.compile(
-    r"\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8]|(29|3[01]))T(?:[01]\d|2[0-3]):[0-5]\d:"
-    r"[0-5]\d\.\d{9}Z"
+    r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8]|(29|3[01]))T(?:[01][0-9]|2[0-3]):"
+    r"[0-5][0-9]:[0-5][0-9]\.[0-9]{9}Z"
 )
 
 

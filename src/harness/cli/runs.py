@@ -38,7 +38,9 @@ def parse_since(value: str, now: int) -> int:
         pass
     try:
         return now - parse_duration_ns(value)
-    except ValueError:
+    except ValueError as exc:
+        if str(exc).startswith("must be"):  # a duration, but longer than any that is kept
+            raise click.BadParameter(f"duration {exc}", param_hint="--since") from None
         raise click.BadParameter(
             f"{value!r} is neither a duration (e.g. 24h, 7d) nor an RFC 3339 time",
             param_hint="--since") from None

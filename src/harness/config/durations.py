@@ -1,35 +1,95 @@
 """Durations as config and flags spell them: ``500ms``, ``2s``, ``15m``, ``1h``, ``7d``, ``1h30m``.
 
-Invariant: a duration is a non-negative number of nanoseconds; a bare number (in
-config) means seconds; anything else is a ValueError that quotes the value.
+Invariant: a duration is a whole number of nanoseconds from 0 to ``MAX_DURATION_NS``
+(1000000d, about 2,700 years); a bare number (in config) means seconds; anything
+else — negative, not finite (TOML's ``inf``/``nan``), longer than the maximum, not
+a duration at all — is a ValueError that quotes the value. No other exception
+escapes, so every caller's ``except ValueError`` is complete.
+
+Why that maximum: it is far beyond any timeout, restart delay, retention or
+``@every`` period that means something, yet small enough that the daemon's time
+arithmetic stays in range — an ``@every`` window (a multiple of the period after the
+epoch, at most one period after now) is still a date before year 9999, and
+``harness runs --since 999999d`` names an instant the query clamps to year 1.
+Arithmetic is exact (integers and decimals, never binary floats), so ``1.001s`` is
+1001000000ns (float arithmetic gives 1000999999) and a 400-digit number is refused
+instead of overflowing.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from decimal import Decimal, localcontext
 
-_UNITS = {"ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000, "h": 3_600_000_000_000,
-          "d": 86_400_000_000_000}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_WHOLE = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+\Z")
+__all__ = ["MAX_DURATION", "MAX_DURATION_NS", "format_duration_ms", "parse_duration_ns"]
+
+_SECOND = 1_000_000_000
+_UNITS = {"ms": 1_000_000, "s": _SECOND, "m": 60 * _SECOND, "h": 3_600 * _SECOND,
+          "d": 86_400 * _SECOND}
+MAX_DURATION_NS = 1_000_000 * _UNITS["d"]
+MAX_DURATION = "1000000d (about 2,700 years)"
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+_WHOLE = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?(?:ms|s|m|h|d))+\Z")
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")  # ASCII digits only
+# More integer digits than this exceed the maximum in any unit (10**20 ms > 1000000d);
+# refusing them before int() keeps the work small and clear of Python's digit limit.
+_MAX_WHOLE_DIGITS = 20
+
+
+def _shown(value: str | int | float) -> str:
+    """The value as a message quotes it, cut short when it would swamp the message."""
+    text = repr(value)
+    if isinstance(value, str) and len(value) > 40:
+        text = f"{value[:24] + '…'!r} ({len(value)} characters)"
+    return text
+
+
+def _too_long(value: str | int | float) -> ValueError:
+    return ValueError(f"must be at most {MAX_DURATION}, got {_shown(value)}")
+
+
+def _number_ns(number: str, unit: int, value: str) -> int:
+    """Nanoseconds of ``number`` units (digits, optionally a fraction), rounded down."""
+    whole, _, frac = number.partition(".")
+    if len(whole.lstrip("0")) > _MAX_WHOLE_DIGITS:
+        raise _too_long(value)
+    ns = int(whole) * unit
+    if frac:
+        # Exact at any fraction length: the context keeps every digit of the product.
+        with localcontext() as ctx:
+            ctx.prec = len(frac) + 20
+            ns += int(Decimal("0." + frac) * unit)
+    return ns
 
 
 def parse_duration_ns(value: str | int | float) -> int:
     """Nanoseconds of a duration string, or of a bare number of seconds."""
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"must be finite, got {value!r}")
     if isinstance(value, int | float):
         if value < 0:
             raise ValueError(f"a duration cannot be negative: {value!r}")
-        return int(value * 1_000_000_000)
+        if value > MAX_DURATION_NS // _SECOND:
+            raise _too_long(value)
+        if isinstance(value, int):
+            return value * _SECOND
+        # The shortest repr is the number as written (1.001, not 1.000999999999999889...).
+        return int(Decimal(repr(value)).scaleb(9))
     s = value.strip() if isinstance(value, str) else value
     if not isinstance(s, str) or not s:
-        raise ValueError(f"not a duration: {value!r} (use e.g. 500ms, 2s, 15m, 1h, 7d)")
-    if re.fullmatch(r"\d+(?:\.\d+)?", s):
-        return int(float(s) * 1_000_000_000)
-    if not _WHOLE.match(s):
-        raise ValueError(f"not a duration: {value!r} (use e.g. 500ms, 2s, 15m, 1h, 7d)")
-    return sum(int(float(n) * _UNITS[u]) for n, u in _PART.findall(s))
+        raise ValueError(f"not a duration: {_shown(value)} (use e.g. 500ms, 2s, 15m, 1h, 7d)")
+    if _NUMBER.fullmatch(s):
+        ns = _number_ns(s, _SECOND, value)
+    elif _WHOLE.match(s):
+        ns = sum(_number_ns(n, _UNITS[u], value) for n, u in _PART.findall(s))
+    else:
+        raise ValueError(f"not a duration: {_shown(value)} (use e.g. 500ms, 2s, 15m, 1h, 7d)")
+    if ns > MAX_DURATION_NS:
+        raise _too_long(value)
+    return ns
 
 
 def format_duration_ms(ms: int) -> str:

@@ -6,7 +6,9 @@ a Config is a value that a reload compares and replaces whole, never edits.
 
 Units: every duration field holds integer **nanoseconds** (``parse_duration_ns``), under
 the TOML key's own name, so ``timeout = "1h"`` reads back as ``3_600_000_000_000``;
-``timeout = "0"`` reads back as ``None`` (no timeout).
+``timeout = "0"`` reads back as ``None`` (no timeout). A duration (``@every`` periods
+included) is at most ``durations.MAX_DURATION_NS`` (1000000d); ``inf``, ``nan`` and longer
+values are reported under their key like any other bad value, never raised past the loader.
 
 Defaults that depend on other keys are resolved here, before field validation, so a
 validated HarnessConfig never has an undecided field:
