@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import string
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from harness.ledger.errors import LineRejected
+from harness.ledger.runledger import RunLedger
 from harness.ledger.scrub import _TRIGGER, REDACTED, _one_pass, scrub_text, scrub_value
+from harness.supervisor.history import SkippedEntry
+from harness.worklog import WorkLedgerError
+from harness.worklog.store import WorkLedger
 
 # Fake credentials are assembled from parts so that secret scanners run over this
 # repository do not mistake the fixtures for leaked keys.
@@ -61,8 +67,31 @@ REDACTED_CASES = [
     pytest.param("TOKEN=t0k3n", "TOKEN=[REDACTED]", id="token-upper"),
     pytest.param("export GITHUB_TOKEN='abc'", "export GITHUB_TOKEN='[REDACTED]'", id="env-quoted"),
     pytest.param("?access_token=abc&x=1", "?access_token=[REDACTED]&x=1", id="query"),
-    pytest.param("secret=s3cr3t;next", "secret=[REDACTED];next", id="secret"),
-    pytest.param("client_secret = s3,x", "client_secret = [REDACTED],x", id="client-secret"),
+    # An unquoted value runs to whitespace: a ";" or "," may be part of the password.
+    pytest.param("secret=s3cr3t;next", "secret=[REDACTED]", id="secret"),
+    pytest.param("client_secret = s3,x", "client_secret = [REDACTED]", id="client-secret"),
+    pytest.param("password=abc,def" + BODY + " ok", "password=[REDACTED] ok",
+                 id="password-with-comma"),
+    pytest.param("DB: password=p4ss;W0rd" + BODY, "DB: password=[REDACTED]",
+                 id="password-with-semicolon"),
+    # A quoted value goes whole, to its closing quote.
+    pytest.param('password="correct horse battery staple" x',
+                 'password="[REDACTED]" x', id="quoted-passphrase"),
+    pytest.param('SECRET_KEY="dbl\\"quote\\"' + BODY + '" x', 'SECRET_KEY="[REDACTED]" x',
+                 id="quoted-with-escaped-quotes"),
+    pytest.param("pwd=hunter2 user=bob", "pwd=[REDACTED] user=bob", id="pwd"),
+    pytest.param("PASS: hunter2", "PASS: [REDACTED]", id="pass"),
+    # A private key as a credential's value: the whole block goes, not just its BEGIN.
+    pytest.param('{"private_key": "' + PEM.replace("\n", "\\n") + '\\n"}',
+                 '{"private_key": "[REDACTED]"}', id="pem-in-json-value"),
+    pytest.param("password: " + PEM + " after", "password: [REDACTED] after",
+                 id="pem-after-password"),
+    pytest.param("token=" + PEM, "token=[REDACTED]", id="pem-after-token"),
+    # percent-encoded and JSON-escaped forms
+    pytest.param("cb?x=1%3Ftoken%3Dabc123secret", "cb?x=1%3Ftoken%3D[REDACTED]",
+                 id="percent-encoded-token"),
+    pytest.param("https:\\/\\/alice:S3cretPw9@example.com",
+                 "https:\\/\\/alice:[REDACTED]@example.com", id="url-json-escaped"),
     pytest.param("password=hunter2 user=bob", "password=[REDACTED] user=bob", id="password"),
     pytest.param("PASSWD: hunter2", "PASSWD: [REDACTED]", id="passwd"),
     pytest.param('{"password": "hunter2", "n": 1}', '{"password": "[REDACTED]", "n": 1}',
@@ -81,6 +110,13 @@ REDACTED_CASES = [
                  "Authorization: AWS4-HMAC-SHA256 [REDACTED]", id="authorization-sigv4"),
     pytest.param("sent Bearer abcd1234efgh5678 upstream", "sent Bearer [REDACTED] upstream",
                  id="bearer"),
+    pytest.param("Authorization: s3cr3t-pass123 (from vault)", "Authorization: [REDACTED]",
+                 id="authorization-no-scheme"),
+    pytest.param("[('authorization', 'Basic dXNlcjpwYXNzd29yZA==')]",
+                 "[('authorization', 'Basic [REDACTED]')]", id="authorization-python-pair"),
+    pytest.param("AUTH BEARER abc123def456ghi789", "AUTH BEARER [REDACTED]",
+                 id="bearer-uppercase"),
+    pytest.param("Bearer: abc123def456ghi789", "Bearer: [REDACTED]", id="bearer-colon"),
     # URL credentials: scheme and user stay
     pytest.param("postgres://alice:s3cr3t@db.example.com:5432/app",
                  "postgres://alice:[REDACTED]@db.example.com:5432/app", id="url-password"),
@@ -96,6 +132,13 @@ REDACTED_CASES = [
                  REDACTED, id="pem-cut-off"),
     pytest.param("x -----BEGIN OPENSSH " + "PRIVATE KEY", "x [REDACTED]", id="pem-cut-in-header"),
     pytest.param(f"got {JWT} ok", "got [REDACTED] ok", id="jwt"),
+    pytest.param(f"id_token_{JWT}", "id_token_[REDACTED]", id="jwt-after-underscore"),
+    pytest.param(f"GH_{GITHUB}", "GH_[REDACTED]", id="ghp-after-underscore"),
+    pytest.param(f"key-{ANTHROPIC}", "key-[REDACTED]", id="anthropic-after-dash"),
+    pytest.param("glpat-" + BODY, REDACTED, id="gitlab"),
+    pytest.param("xapp-1-A0123456789-" + BODY, REDACTED, id="slack-app"),
+    pytest.param("npm_" + BODY + "abcdefghijklmnop", REDACTED, id="npm"),
+    pytest.param("ya29." + BODY, REDACTED, id="google-oauth"),
     pytest.param("Bearer " + JWT, "Bearer [REDACTED]", id="jwt-bearer"),
 ]
 
@@ -262,3 +305,42 @@ def test_an_inserted_key_never_survives(before: str, after: str, body: str) -> N
     out, n = scrub_text(f"{before} sk-ant-{body} {after}")
     assert n >= 1
     assert body not in out
+
+
+# -- errors quote what they refuse, scrubbed ------------------------------------------------
+
+
+@pytest.mark.parametrize("line", [
+    {"type": "opened", "harness": "h", "run_id": 1, "attempt": ANTHROPIC},
+    {"type": "opened", "harness": "h", "run_id": 1, "outcome": ANTHROPIC},
+    {"type": "opened", "harness": "h", "run_id": 1, ANTHROPIC: 1},
+    {"type": ANTHROPIC, "harness": "h", "run_id": 1},
+    {"type": "opened", "harness": "h", "run_id": 1, "at": f"token={BODY}"},
+    {"type": "opened", "harness": ANTHROPIC, "run_id": "x"},
+], ids=["int-field", "enum-field", "unknown-key", "type", "at", "harness"])
+def test_a_refused_line_never_quotes_a_secret(tmp_path: Path, line: dict[str, object]) -> None:
+    led = RunLedger(str(tmp_path / "ledger"))
+    try:
+        with pytest.raises(LineRejected) as info:
+            led.append(line)
+    finally:
+        led.close()
+    text = str(info.value)
+    assert REDACTED in text
+    assert BODY not in text and "api03" not in text
+
+
+def test_a_refused_work_row_never_quotes_a_secret(tmp_path: Path) -> None:
+    with WorkLedger(tmp_path, "r1") as wl:
+        with pytest.raises(WorkLedgerError) as info:
+            wl.record("run." + ANTHROPIC, None, {})
+        assert ANTHROPIC not in str(info.value) and REDACTED in str(info.value)
+        for task_id in (f"t {GITHUB}", f'"{GITHUB}', GITHUB):  # refused: a secret
+            with pytest.raises(WorkLedgerError) as info:
+                wl.record("task.started", task_id, {})
+            assert "QRSTUVWXYZ" not in str(info.value), task_id
+
+
+def test_a_skipped_legacy_run_is_logged_without_its_secret() -> None:
+    entry = SkippedEntry(ANTHROPIC, 3, f"not an RFC 3339 time: 'password={BODY}'")
+    assert str(entry) == "[REDACTED][3]: not an RFC 3339 time: 'password=[REDACTED]'"

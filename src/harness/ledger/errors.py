@@ -2,10 +2,14 @@
 
 Every error raised across the ledger boundary is a `LedgerError`, carries the
 harness, run_id and seq it concerns when they are known, and renders them in its
-message, so a log line or a CLI error names the record without a traceback.
+message, so a log line or a CLI error names the record without a traceback. A message
+quotes what was refused, so it passes the secret scrubber first: an error, like a
+ledger line, never carries a credential into a log.
 """
 
 from __future__ import annotations
+
+from .scrub import scrub_text
 
 
 class LedgerError(Exception):
@@ -19,11 +23,11 @@ class LedgerError(Exception):
         run_id: int | None = None,
         seq: int | None = None,
     ) -> None:
-        self.message = message
-        self.harness = harness
+        self.message = scrub_text(message)[0]
+        self.harness = harness if harness is None else scrub_text(harness)[0]
         self.run_id = run_id
         self.seq = seq
-        super().__init__(message)
+        super().__init__(self.message)
 
     def __str__(self) -> str:
         ctx = []

@@ -33,12 +33,19 @@ _CASELESS_FRAGMENTS = (
     ("p", "ass[wp]"),  # password, passwd, passphrase
     ("z", "ation"),  # authorization
     ("b", "earer"),
+    ("p", "wd"),  # pwd=
+    ("p", "ass[\"']?[ \t]*(?:[:=]|%3[ad])"),  # pass=
 )
 _TRIGGER: Final = re.compile(
     "|".join(
         [
             "-----BEGIN",
             "://",
+            r":\\/",  # :\/\/, a URL whose slashes a JSON encoder escaped
+            "glpat-",
+            "xapp-",
+            "npm_",
+            "ya29\\.",
             "yJ",  # eyJ, the base64 of '{"' that opens a JWT
             "k-",  # sk-
             "k_",  # sk_live_, rk_live_
@@ -56,26 +63,48 @@ _TRIGGER: Final = re.compile(
 
 # Characters of the tokens vendors issue (base64url plus the separators they use).
 _TOK = r"[A-Za-z0-9_-]"
-# A key=value value ends at whitespace, a quote, or a list/query separator; a backslash
-# is part of it unless it escapes the closing quote of a JSON-in-a-string value.
-_VALUE = r"""(?:[^\s"'&;,\\]|\\(?!["']))+"""
-_QUOTE = r"""(?:\\?["'])?"""
-_ASSIGN = _QUOTE + r"[ \t]*[:=][ \t]*" + _QUOTE
+# An unquoted key=value value runs to whitespace, a quote or a URL query's "&" (which a
+# query value cannot hold unencoded): a password may well hold ";" or ",", and cutting
+# there would leave its tail in the ledger. A backslash is part of the value unless it
+# escapes the closing quote of a JSON-in-a-string value.
+_VALUE = r"""(?:[^\s"'&\\]|\\(?!["']))+"""
+# A private key block, whole or cut off by the string cap (then to the end of the text).
+_PEM = (r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?s:.*?)"
+        r"(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)")
+# The separator: "=" or ":", also percent-encoded; or, between two quoted strings, a
+# comma (a header as a Python pair: ('authorization', 'Basic …')).
+_SEP = (r"""(?:(?:\\?["'])?(?:[ \t]|%20)*(?:[:=]|%3[ADad])(?:[ \t]|%20)*"""
+        r"""|\\?["'][ \t]*,[ \t]*(?=\\?["']))""")
+_SCHEME_WORD = r"(?:(?i:bearer|basic|token)[ \t]+)?"
 # The scheme must start a word: without the lookbehind, a long run of letters would be
 # rescanned for "://" from every position in it.
-_SCHEME = r"[A-Za-z](?<![A-Za-z0-9+.-][A-Za-z])[A-Za-z0-9+.-]*://"
+_SCHEME = r"[A-Za-z](?<![A-Za-z0-9+.-][A-Za-z])[A-Za-z0-9+.-]*:\\?/\\?/"
 
 
-def _credential_key(name: str, first: str, rest: str) -> tuple[str, str]:
+def _credential_key(name: str, key: str) -> tuple[str, str]:
+    """A credential assignment: `key` (a pattern that opens with a literal or a class),
+    a separator, and a value that is quoted (then it runs to its closing quote, so a
+    passphrase with spaces goes whole), a PEM block, or a bare word."""
     # The key must end right before the separator: "max_tokens=4096" and "token_count: 3"
     # are usage figures, not credentials.
     return (
         name,
-        f"[{first}{first.upper()}](?i:{rest})" + _ASSIGN
-        + r"(?:(?i:bearer|basic|token)[ \t]+)?"
-        + f"(?P<s_{name}>{_VALUE})",
+        key + _SEP
+        + rf"""(?:(?P<q_{name}>\\?["']){_SCHEME_WORD}"""
+        + rf"""(?P<s_{name}__q>(?:(?!(?P=q_{name}))(?:{_PEM}|\\.|[^\r\n\\]))+)"""
+        + rf"|{_SCHEME_WORD}(?P<s_{name}>{_PEM}|{_VALUE}))",
     )
 
+
+def _key(first: str, rest: str) -> str:
+    return f"[{first}{first.upper()}](?i:{rest})"
+
+
+# Authorization schemes (RFC 9110 and the registry, and the ones vendors use): a word
+# after "Authorization:" that is none of these is the credential itself.
+_SCHEMES: Final = ("aws4-hmac-sha256", "basic", "bearer", "digest", "dpop", "gnap", "hoba",
+                   "mutual", "negotiate", "ntlm", "privatetoken", "scram-sha-1",
+                   "scram-sha-256", "token", "vapid", "apikey", "hawk", "oauth")
 
 # A rule is a name and a pattern; a group named "s_<name>" (or "s_<name>__<part>") holds
 # the secret and the rest of the match is context that is kept; without one the whole match
@@ -87,25 +116,23 @@ def _credential_key(name: str, first: str, rest: str) -> tuple[str, str]:
 _RULES: Final[tuple[tuple[str, str], ...]] = (
     # A cut-off block (ledger strings are capped) still leaks key material, so an
     # unterminated BEGIN redacts to the end of the string.
-    (
-        "pem",
-        r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?s:.*?)"
-        r"(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-    ),
+    ("pem", _PEM),
     # An Authorization value runs to the end of the header (its line or its closing
     # quote): schemes such as AWS SigV4 spread the credential over comma-separated
     # parameters. The scheme is kept only when it is short enough that it cannot be a
     # credential itself (the longest common one is "AWS4-HMAC-SHA256").
     (
         "auth",
-        r"[Aa](?i:uthorization)" + _ASSIGN
-        + r"(?:(?P<auth_scheme>[A-Za-z][A-Za-z0-9_-]{0,15})[ \t]+)?"
+        r"[Aa](?i:uthorization)" + _SEP + r"""(?:\\?["'])?"""
+        + r"(?:(?P<auth_scheme>(?i:" + "|".join(_SCHEMES) + r"))[ \t]+)?"
         + r"""(?P<s_auth>(?:[^\r\n"'\\]|\\(?!["']))+)""",
     ),
-    _credential_key("kv_a", "a", r"pi[_-]?key|ccess[_-]?key"),
-    _credential_key("kv_p", "p", r"assw(?:or)?d|assphrase|rivate[_-]?key"),
-    _credential_key("kv_s", "s", r"ecret(?:[_-]?key)?"),
-    _credential_key("kv_t", "t", r"oken"),
+    _credential_key("kv_a", _key("a", r"pi[_-]?key|ccess[_-]?key")),
+    _credential_key("kv_p", _key("p", r"assw(?:or)?d|assphrase|rivate[_-]?key")),
+    # "pwd" and "pass" alone only as a word of their own: "bypass=1" is a setting.
+    _credential_key("kv_pw", r"[Pp](?<![A-Za-z][Pp])(?i:wd|ass)"),
+    _credential_key("kv_s", _key("s", r"ecret(?:[_-]?key)?")),
+    _credential_key("kv_t", _key("t", r"oken")),
     # The password runs to the last "@" of the authority, so an unescaped "@" in it
     # cannot leave a tail behind. A bare userinfo is usually a login name ("git@",
     # "alice@"); only a long run holding a digit or a capital looks like a token put
@@ -119,7 +146,7 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     # signature may be cut off or empty (alg "none").
     (
         "jwt",
-        r"eyJ(?<![A-Za-z0-9_-]eyJ)" + _TOK + r"{4,}\.eyJ" + _TOK + r"{4,}(?:\." + _TOK + r"*)?",
+        r"eyJ(?<![A-Za-z0-9-]eyJ)" + _TOK + r"{4,}\.eyJ" + _TOK + r"{4,}(?:\." + _TOK + r"*)?",
     ),
     # Prefixed OpenAI/Anthropic keys are unmistakable; a bare "sk-" needs a long run of
     # alphanumerics holding a digit, so that kebab-case names ("sk-drain",
@@ -127,22 +154,26 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     # ("task-…", "mask_…").
     (
         "sk",
-        r"sk-(?<![A-Za-z0-9_-]sk-)(?:(?:ant|proj|svcacct|admin|None)-" + _TOK + r"{20,}"
-        r"|(?=[A-Za-z]*[0-9])[A-Za-z0-9]{20,}" + _TOK + r"*)",
+        r"sk-(?:(?:ant|proj|svcacct|admin|None)-" + _TOK + r"{20,}"
+        r"|(?<![A-Za-z0-9_-]sk-)(?=[A-Za-z]*[0-9])[A-Za-z0-9]{20,}" + _TOK + r"*)",
     ),
     ("stripe", r"[sr]k_(?<![A-Za-z0-9_][sr]k_)(?:live|test)_[A-Za-z0-9]{16,}"),
     (
         "github",
-        r"g(?<![A-Za-z0-9_]g)(?:h[pousr]_[A-Za-z0-9]{20,}|ithub_pat_[A-Za-z0-9_]{20,})",
+        r"g(?<![A-Za-z0-9]g)(?:h[pousr]_[A-Za-z0-9]{20,}|ithub_pat_[A-Za-z0-9_]{20,})",
     ),
+    ("gitlab", r"glpat-" + _TOK + r"{20,}"),
     ("slack", r"x(?<![A-Za-z0-9_-]x)ox[abprs]-[A-Za-z0-9-]{15,}"),
+    ("slack_app", r"xapp-[0-9]+-[A-Za-z0-9-]{10,}"),
+    ("npm", r"npm_[A-Za-z0-9]{36}"),
+    ("google_oauth", r"ya29\." + _TOK + r"{20,}"),
     ("aws", r"A(?<![A-Za-z0-9]A)(?:KIA|SIA)[A-Z0-9]{16}(?![A-Z0-9])"),
     ("google", r"A(?<![A-Za-z0-9_-]A)Iza" + _TOK + r"{35,}"),
     # Outside an Authorization header "bearer" is also an English word, so the value
     # must look like a token: a digit in it, or too long to be a word.
     (
         "bearer",
-        r"[Bb](?<![A-Za-z][Bb])earer[ \t]+(?P<s_bearer>"
+        r"[Bb](?<![A-Za-z][Bb])(?i:earer):?[ \t]+(?P<s_bearer>"
         r"(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{8,}=*"
         r"|[A-Za-z._~+/-]{32,}=*)",
     ),

@@ -26,6 +26,7 @@ from ..ledger.errors import LedgerError, LineRejected
 from ..ledger.files import atomic_write
 from ..ledger.runledger import RunLedger
 from ..ledger.schema import OUTCOMES, prepare_line
+from ..ledger.scrub import scrub_text
 from ..timefmt import format_ns, is_rfc3339, parse_ns
 from .state import HARNESSES_KEY, LEGACY_KEY, StateError, StateFile
 
@@ -46,7 +47,8 @@ class SkippedEntry:
     problem: str
 
     def __str__(self) -> str:
-        return f"{self.harness}[{self.index}]: {self.problem}"
+        # Logged at boot, and the problem quotes the legacy value: scrubbed like a line.
+        return scrub_text(f"{self.harness}[{self.index}]: {self.problem}")[0]
 
 
 @dataclass

@@ -30,6 +30,8 @@ Errors are `WorkLedgerError` with an ``exit_code`` (1 no ledger, 2 verification 
 
 from __future__ import annotations
 
+from harness.ledger.scrub import scrub_text
+
 
 class WorkLedgerError(Exception):
     """A work-ledger failure with the exit code the `harness ledger` group reports."""
@@ -37,7 +39,8 @@ class WorkLedgerError(Exception):
     exit_code = 2
 
     def __init__(self, message: str, exit_code: int | None = None) -> None:
-        super().__init__(message)
+        # A message may quote a refused kind, task id or git output: never a credential.
+        super().__init__(scrub_text(message)[0])
         if exit_code is not None:
             self.exit_code = exit_code
 
