@@ -199,6 +199,40 @@ def test_a_run_open_across_the_prune_is_carried_forward_before_its_file_goes(
     assert led.prune().carried_forward == 0  # it now lives in today's file
 
 
+@pytest.mark.parametrize("late", ["closed", "updated"])
+def test_a_line_queued_during_the_carry_forward_is_not_overwritten(
+    tmp_path: Path, open_ledger: OpenLedger, late: str
+) -> None:
+    """The run's closed line (or a usage update) is appended while its old file is being
+    pruned and is still queued (buffered, not yet synced) when the carry-forward line is
+    built: the carried line folds it in, so the record never reads running again or
+    loses the newer figures."""
+    d = tmp_path / "ledger"
+    old = T0 - 100 * DAY
+    clock = Clock(old)
+    led = open_ledger(d, clock=clock, retention_ns=90 * DAY)
+    led.append({"type": "opened", "harness": "worker", "run_id": 1, "kind": "resident",
+                "trigger": "autostart", "started_at": format_ns(old), "model_calls": 1})
+    clock.ns = T0
+    later: dict[str, Any] = (
+        {"type": "closed", "harness": "worker", "run_id": 1, "outcome": "failed",
+         "exit_code": 1, "ended_at": format_ns(T0), "model_calls": 9}
+        if late == "closed" else
+        {"type": "updated", "harness": "worker", "run_id": 1, "model_calls": 9})
+    led.enqueue(later, sync=False)  # queued: committed only with the next sync
+    res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == ([day(old)], 1, None)
+    want_outcome = "failed" if late == "closed" else "running"
+    rec = led.get("worker", 1)
+    assert rec is not None
+    assert (rec["outcome"], rec["model_calls"], rec["trigger"]) == (want_outcome, 9, "autostart")
+    recs, _, _ = scan(str(d), Query(names=("worker",), limit=5))
+    on_disk = recs[0].to_json(offline=True)
+    assert (on_disk["model_calls"], on_disk["trigger"]) == (9, "autostart")
+    assert on_disk["outcome"] == ("failed" if late == "closed" else "running?")
+    assert verify_run_ledger(str(d)).ok
+
+
 def test_a_ledger_pruned_to_nothing_continues_its_chain_from_chain(
     tmp_path: Path, open_ledger: OpenLedger
 ) -> None:

@@ -12,12 +12,13 @@ ever opened and not closed is known at open (REQ-7 needs them all), whatever its
 from __future__ import annotations
 
 import collections
+import functools
 import gc
 import heapq
 import logging
 import os
 import threading
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,7 @@ from .index import Index
 from .query import Query
 from .reader import scan, valid_line
 from .retention import PruneResult, prune
-from .schema import prepare_line
+from .schema import RECORD_FIELDS, prepare_line
 from .verify import read_chain_file
 from .writer import Entry, Writer
 
@@ -478,15 +479,40 @@ class RunLedger:
                     self._index.store(k, r)
 
     def _carry_forward(self, day: str) -> int:
+        """Write a fresh opened line, into today's file, for each run still open whose
+        opened line is in `day`'s file, which is about to go (REQ-12)."""
         with self._lock:
-            doomed = [r for r in self._index.open_records() if r.opened_at[:10] == day]
-        n = 0
-        for r in doomed:
-            line = {k: v for k, v in r.fields.items() if k != "log_pruned"}
-            line.update(type="opened", harness=r.harness, run_id=r.run_id, at=None)
-            self.append(line, sync=True)
-            n += 1
-        return n
+            doomed = [(r.harness, r.run_id) for r in self._index.open_records()
+                      if r.opened_at[:10] == day]
+        entries = []
+        for key in doomed:
+            # Built and queued in one step with the lines still queued in view: a line of
+            # the run appended meanwhile (its closed line, a usage update) is folded in,
+            # never overwritten by the older state the carried line would otherwise hold.
+            e = self._writer.enqueue_built(functools.partial(self._carried_line, key))
+            if e is not None:
+                entries.append(e)
+        for e in entries:
+            self._writer.wait(e)
+        return len(entries)
+
+    def _carried_line(self, key: tuple[str, int], queued: Iterable[Entry]
+                 ) -> tuple[dict[str, Any], str, int] | None:
+        """The carried-forward line of run `key`: its committed record with the lines of
+        it still queued folded in (called by the writer with its queue locked)."""
+        with self._lock:
+            r = self._index.records.get(key)
+            if r is None:
+                return None
+            fields = dict(r.fields)
+        for e in queued:
+            o = e.obj
+            if o["run_id"] == key[1] and o["harness"] == key[0]:
+                fields.update((k, v) for k, v in o.items() if v is not None and k in RECORD_FIELDS)
+        fields.pop("log_pruned", None)
+        fields.update(type="opened", harness=key[0], run_id=key[1], at=None)
+        out, _cuts = prepare_line(fields, self.clock())
+        return out, key[0], key[1]
 
     # -- state -------------------------------------------------------------------------
 

@@ -182,25 +182,48 @@ class Writer:
     ) -> Entry:
         """Seal `obj` with the next seq and queue it; never blocks on the disk."""
         with self._cv:
-            if self._closing:
-                raise LedgerClosed("the ledger is closed", harness=harness, run_id=run_id)
-            seq = self._next_seq
-            data, digest, path = self._sealer.seal(obj, seq, self._head)
-            if len(data) + 1 > self.max_line:
-                raise LineRejected(
-                    f"line of {len(data) + 1} bytes exceeds the {self.max_line}-byte limit",
-                    harness=harness,
-                    run_id=run_id,
-                )
-            now = time.monotonic()
-            e = Entry(seq, obj, data + b"\n", digest, path, sync, now, harness, run_id)
-            if sync:
-                e.waiter = _Waiter()
-                e.behind_failure = self._behind_failure(now)
-            self._next_seq = seq + 1
-            self._head = digest
-            self._queue.append(e)
+            e = self._queue_locked(obj, sync, harness, run_id)
         self._ring()
+        return e
+
+    def enqueue_built(
+        self, build: Callable[[deque[Entry]], tuple[dict[str, Any], str, int] | None]
+    ) -> Entry | None:
+        """Queue the line `build` makes from the lines still queued (and not yet
+        committed), as one step: no other line can be queued between what `build` saw
+        and its own line. `build` returns (obj, harness, run_id), or None for no line.
+        Committed lines are handed to ``on_commit`` before they leave the queue, so a
+        line is always in one of the two places `build` can look. A synced entry."""
+        with self._cv:
+            made = build(self._queue)
+            if made is None:
+                return None
+            e = self._queue_locked(made[0], True, made[1], made[2])
+        self._ring()
+        return e
+
+    def _queue_locked(
+        self, obj: dict[str, Any], sync: bool, harness: str | None, run_id: int | None
+    ) -> Entry:
+        """Seal `obj` with the next seq and queue it (call with `_cv` held)."""
+        if self._closing:
+            raise LedgerClosed("the ledger is closed", harness=harness, run_id=run_id)
+        seq = self._next_seq
+        data, digest, path = self._sealer.seal(obj, seq, self._head)
+        if len(data) + 1 > self.max_line:
+            raise LineRejected(
+                f"line of {len(data) + 1} bytes exceeds the {self.max_line}-byte limit",
+                harness=harness,
+                run_id=run_id,
+            )
+        now = time.monotonic()
+        e = Entry(seq, obj, data + b"\n", digest, path, sync, now, harness, run_id)
+        if sync:
+            e.waiter = _Waiter()
+            e.behind_failure = self._behind_failure(now)
+        self._next_seq = seq + 1
+        self._head = digest
+        self._queue.append(e)
         return e
 
     def _behind_failure(self, now: float) -> bool:
@@ -602,17 +625,20 @@ class Writer:
         log.error("%s", late)
 
     def _commit_prefix(self, commit: list[Entry], error: LedgerError | None) -> None:
-        """Commit durable lines at the head of the queue: unqueue, index, acknowledge."""
-        with self._cv:
-            for _ in commit:
-                self._queue.popleft()
-            if error is None:
-                self._failing = None
+        """Commit durable lines at the head of the queue: index, unqueue, acknowledge.
+
+        The index has them before they leave the queue, so `enqueue_built` always sees
+        each line in one place or the other."""
         if self._on_commit is not None:
             try:
                 self._on_commit(commit)
             except Exception:  # a reader-side bug must not stop durability
                 log.exception("ledger: commit callback failed (seq %d)", commit[0].seq)
+        with self._cv:
+            for _ in commit:
+                self._queue.popleft()
+            if error is None:
+                self._failing = None
         for e in commit:
             if e.waiter is not None:
                 e.waiter.wake()
