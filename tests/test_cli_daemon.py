@@ -5,18 +5,32 @@ A real Unix socket served by a thread speaking the protocol stands in for the da
 exchange, send SPEC-0008's `{name, limit}` for a single NAME and the query form
 otherwise, print what the daemon answered (open records read `running`, not
 `running?`), and neither warn nor touch the ledger files.
+
+A scripted daemon, on the same kind of socket, stands in where the real one could not be
+made to misbehave on cue: an op that may wait out a stop grace is waited for as long as
+the daemon answers a fresh hello and given up on within two timeouts once it does not
+(other ops keep their plain timeout), and `trigger --wait` pages back by seq to its run
+under thousands of newer records.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import World
+from harness.control.client import Client
 
 
 class FakeDaemon:
@@ -129,3 +143,188 @@ def test_a_daemon_error_falls_back_to_the_files(world: World, tmp_path: Path) ->
     assert json.loads(res.stdout) == []
     assert res.stderr.startswith("harness: daemon failed (index unavailable); read the ledger "
                                  "from disk")
+
+
+# -- ops that take long, and daemons that stop answering ----------------------------------
+
+
+Answer = Callable[[dict[str, Any]], "tuple[float, Any] | None"]
+
+
+class ScriptedDaemon:
+    """Answers hello on every connection until `wedge`d, and each request with
+    `answer(msg)`: (delay, data) to reply with data after delay seconds, None never to
+    reply. A wedged daemon accepts connections but answers nothing, like a stopped one."""
+
+    def __init__(self, path: str, answer: Answer) -> None:
+        self.answer = answer
+        self.hellos = 0
+        self.requests: list[dict[str, Any]] = []
+        self.wedged = threading.Event()
+        self.closed = threading.Event()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def wedge(self) -> None:
+        self.wedged.set()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        # A client that gave up is gone when a late reply is written: nothing to report.
+        with contextlib.suppress(OSError), conn, conn.makefile("rwb") as f:
+            for line in f:
+                msg = json.loads(line)
+                if msg.get("op") == "hello":
+                    if self.wedged.is_set():
+                        self.closed.wait()
+                        return
+                    self.hellos += 1
+                    reply: dict[str, Any] = {"ok": True, "proto": "1.0"}
+                else:
+                    self.requests.append(msg)
+                    got = self.answer(msg)
+                    if got is None:
+                        self.closed.wait()
+                        return
+                    delay, data = got
+                    if self.closed.wait(delay):
+                        return
+                    reply = {"id": msg["id"], "ok": True, "data": data}
+                f.write(json.dumps(reply).encode() + b"\n")
+                f.flush()
+
+    def close(self) -> None:
+        self.closed.set()
+        self.sock.close()
+
+
+# Short enough to keep these tests quick, long enough for a loaded machine to answer hello.
+TIMEOUT = 3.0
+STOPPED = {"name": "stub", "kind": "resident", "action": "stopped", "run_id": 1,
+           "outcome": "cancelled", "reason": "operator"}
+
+
+def test_an_op_that_waits_out_a_grace_is_waited_for_while_the_daemon_answers(
+        tmp_path: Path) -> None:
+    daemon = ScriptedDaemon(str(tmp_path / "d.sock"), lambda m: (7.0, STOPPED))
+    try:
+        client = Client(str(tmp_path / "d.sock"), timeout=TIMEOUT)
+        t0 = time.monotonic()
+        try:
+            assert client.request("stop", name="stub") == STOPPED
+        finally:
+            client.close()
+    finally:
+        daemon.close()
+    assert time.monotonic() - t0 >= 7.0
+    assert daemon.hellos >= 2  # its own, and at least one probe while it waited
+
+
+def test_an_op_that_cannot_take_long_still_times_out(tmp_path: Path) -> None:
+    daemon = ScriptedDaemon(str(tmp_path / "d.sock"),
+                            lambda m: (30.0, {"harnesses": []}))
+    try:
+        client = Client(str(tmp_path / "d.sock"), timeout=TIMEOUT)
+        try:
+            with pytest.raises(TimeoutError, match=r"^timed out$"):
+                client.request("list")
+        finally:
+            client.close()
+    finally:
+        daemon.close()
+    assert daemon.hellos == 1  # no probe: a list has no reason to be slow
+
+
+def test_a_wedged_daemon_ends_a_long_op_within_two_timeouts(tmp_path: Path) -> None:
+    def answer(msg: dict[str, Any]) -> None:
+        daemon.wedge()  # it took the stop, then stopped answering anything
+
+    daemon = ScriptedDaemon(str(tmp_path / "d.sock"), answer)
+    try:
+        client = Client(str(tmp_path / "d.sock"), timeout=TIMEOUT)
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(TimeoutError, match=r"^timed out, and the daemon no longer "
+                                                   r"answers a new connection$"):
+                client.request("stop", name="stub")
+        finally:
+            client.close()
+    finally:
+        daemon.close()
+    assert 2 * TIMEOUT <= time.monotonic() - t0 < 30
+    assert daemon.hellos == 1
+
+
+def test_the_cli_reports_a_daemon_lost_during_a_stop(world: World) -> None:
+    def answer(msg: dict[str, Any]) -> None:
+        daemon.wedge()
+
+    daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"), answer)
+    try:
+        res = world.harness("stop", "stub")
+    finally:
+        daemon.close()
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", "harness: lost the daemon (timed out, and the daemon no longer answers a new "
+               "connection)\n")
+    assert [(r["op"], r["name"]) for r in daemon.requests] == [("stop", "stub")]
+
+
+def test_trigger_wait_pages_back_to_its_run_under_thousands_of_newer_records(
+        world: World) -> None:
+    # Run 40 (seq 100) is the one triggered; 2,500 firings skipped while it ran came after.
+    records: list[dict[str, Any]] = [
+        {"harness": "gate", "run_id": n, "seq": 100 + n - 40, "kind": "oneshot",
+         "trigger": "schedule", "outcome": "skipped", "reason": "overlap"}
+        for n in range(41, 2541)]
+    records.append({"harness": "gate", "run_id": 40, "seq": 100, "kind": "oneshot",
+                    "trigger": "manual", "outcome": "failed", "exit_code": 4})
+    records += [{"harness": "gate", "run_id": n, "seq": 50 + n, "kind": "oneshot",
+                 "trigger": "manual", "outcome": "success", "exit_code": 0}
+                for n in range(39, 0, -1)]
+    records.sort(key=lambda r: r["seq"], reverse=True)  # as the daemon answers: newest first
+
+    def answer(msg: dict[str, Any]) -> tuple[float, Any]:
+        op = msg["op"]
+        if op == "daemon_info":
+            return 0.0, {"pid": 1, "ledger": {"next_seq": 100}}
+        if op == "trigger":
+            return 0.0, {"decision": "started", "run_id": 40}
+        assert op == "runs"
+        if "name" in msg:  # SPEC-0008's form: the newest only
+            hits = records[: msg.get("limit", 20)]
+        else:
+            before = msg.get("before_seq")
+            hits = [r for r in records if r["harness"] in msg["names"]
+                    and (before is None or r["seq"] < before)][: msg["limit"]]
+        return 0.0, {"runs": hits, "oldest_seq": hits[-1]["seq"] if hits else None}
+
+    daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"), answer)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "trigger", "gate",
+                                 "--wait"], env=world.env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    finally:
+        daemon.close()
+    assert (proc.returncode, out, err) == (4, "", "gate run 40: failed\n")
+    asked = [{k: v for k, v in r.items() if k != "id"} for r in daemon.requests]
+    assert asked == [
+        {"op": "daemon_info"}, {"op": "trigger", "name": "gate"},
+        {"op": "runs", "names": ["gate"], "limit": 1000},
+        {"op": "runs", "names": ["gate"], "limit": 1000, "before_seq": 1601},
+        {"op": "runs", "names": ["gate"], "limit": 1000, "before_seq": 601}]

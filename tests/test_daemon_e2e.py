@@ -2,8 +2,10 @@
 
 Each test boots `python -m harness.cli daemon` in the throwaway XDG world with a config
 it writes, waits for the control socket, and checks what the CLI and the ledger say:
-trigger --wait exit codes, the schedule ticker, overlap skips, crash reconciliation
-(SIGKILL) and clean shutdown (SIGTERM), a bad config, and the jobs failure streak.
+trigger --wait exit codes (its run found under any number of newer records), the
+schedule ticker, overlap skips, crash reconciliation (SIGKILL) and clean shutdown
+(SIGTERM), a bad config, the jobs failure streak, and stop/restart/reload/replace
+reporting what they did after waiting out the grace of a run that ignores SIGTERM.
 Daemons, and any process a test left running, are killed at teardown.
 """
 
@@ -14,14 +16,17 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import World
-from daemons import DEADLINE, Daemons, record_of, runs_of, until
+from daemons import DEADLINE, Daemons, record_of, request, runs_of, until
 from harness.cli.daemon import exit_code_of
 from harness.control.client import Client
+from harness.supervisor.runner import DEFAULT_GRACE
 
 
 def _config(world: World, d: Daemons) -> str:
@@ -253,3 +258,118 @@ def test_commands_without_a_daemon_say_so(world: World) -> None:
         assert res.returncode == 1
         assert res.stderr.startswith("harness: daemon not running")
         assert "Traceback" not in res.stderr
+
+
+# -- ops that wait out a stop grace -------------------------------------------------------
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _ignoring_sigterm(pidfile: Path) -> int:
+    """The pid in `pidfile` once it is a `sleep` that ignores SIGTERM; the file is removed."""
+    until(f"{pidfile.name} to name a sleep that ignores SIGTERM",
+          lambda: pidfile.exists() and pidfile.read_text().strip()
+          and _comm(int(pidfile.read_text())) == "sleep")
+    pid = int(pidfile.read_text())
+    pidfile.unlink()
+    return pid
+
+
+def _timed(world: World, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    t0 = time.monotonic()
+    res = world.harness(*args)
+    return res, time.monotonic() - t0
+
+
+STUBBORN = "trap '' TERM; exec sleep 1000"
+
+
+def test_ops_that_wait_out_the_grace_report_what_they_did(
+        world: World, daemons: Daemons) -> None:
+    res_pid, job_pid = world.root / "stub.pid", world.root / "job.pid"
+    daemons.pidfiles += [res_pid, job_pid]
+    config = f"""
+[harness.stub]
+kind = "resident"
+argv = ["sh", "-c", "echo $$ > {res_pid}; {STUBBORN}"]
+
+[harness.job]
+kind = "oneshot"
+on_overlap = "replace"
+argv = ["sh", "-c", "echo $$ > {job_pid}; {STUBBORN}"]
+"""
+    daemons.write_config(config)
+    daemons.start()
+    _ignoring_sigterm(res_pid)
+
+    stop, took = _timed(world, "stop", "stub")
+    assert (stop.returncode, stop.stdout, stop.stderr) == (
+        0, "stub: stopped run 1 (cancelled/operator)\n", "")
+    assert took >= DEFAULT_GRACE  # it did wait out the grace
+
+    start = world.harness("start", "stub")
+    assert (start.returncode, start.stdout) == (0, "stub: started (run 2)\n"), start.stderr
+    _ignoring_sigterm(res_pid)
+    restart, took = _timed(world, "restart", "stub")
+    assert (restart.returncode, restart.stdout, restart.stderr) == (
+        0, "stub: restarted (replaced run 2, new run 3)\n", "")
+    assert took >= DEFAULT_GRACE
+
+    _ignoring_sigterm(res_pid)
+    daemons.write_config(config.replace('kind = "resident"',
+                                        'kind = "resident"\nrestart = "always"'))
+    reload, took = _timed(world, "reload")
+    assert (reload.returncode, reload.stdout, reload.stderr) == (
+        0, "reloaded: changed stub; 1 unchanged\n", "")
+    assert took >= DEFAULT_GRACE
+
+    first = world.harness("trigger", "job")
+    assert (first.returncode, first.stdout) == (0, "1\n"), first.stderr
+    _ignoring_sigterm(job_pid)
+    second, took = _timed(world, "trigger", "job")
+    assert (second.returncode, second.stdout, second.stderr) == (0, "2\n", "")
+    assert took >= DEFAULT_GRACE
+
+    assert [(r["run_id"], r["outcome"], r.get("reason")) for r in runs_of(world, "stub")] == [
+        (4, "running", None), (3, "cancelled", "reload"), (2, "replaced", "operator"),
+        (1, "cancelled", "operator")]
+    assert [(r["run_id"], r["outcome"]) for r in runs_of(world, "job")] == [
+        (2, "running"), (1, "replaced")]
+
+
+# -- trigger --wait under many newer records ----------------------------------------------
+
+
+def test_trigger_wait_finds_its_run_under_any_number_of_newer_records(
+        world: World, daemons: Daemons) -> None:
+    go = world.root / "go"
+    daemons.write_config(f"""
+[harness.gate]
+kind = "oneshot"
+argv = ["sh", "-c", "echo started; while [ ! -e {go} ]; do sleep 0.1; done; echo done; exit 7"]
+""")
+    daemons.start()
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "trigger", "gate", "--wait"],
+                            env=world.env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        until("run 1 to be live", lambda: (rec := record_of(world, "gate", 1)) is not None
+              and rec["outcome"] == "running")
+        # Firings while it is live are skipped, each a newer record of the same harness:
+        # more of them than any one page of `runs` the waiter could look at.
+        for n in range(2, 62):
+            assert request(daemons, "trigger", name="gate") == {"decision": "skipped",
+                                                                 "run_id": n}
+        go.touch()
+        out, err = proc.communicate(timeout=DEADLINE)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert (proc.returncode, out, err) == (7, "started\ndone\n", "gate run 1: failed\n")

@@ -1,20 +1,25 @@
 """`harness daemon`: boot, serve and shut down (DESIGN.md §2–§3, SPEC-0022 REQ-6/7/15/20).
 
-Owns the daemon's lifecycle order. Boot: load the config (a bad one ends the process
-with exit 2 before anything is created); take the control socket, whose lock makes this
-the only daemon (requests wait until the boot is done); open the ledger, import the
-legacy history, close what a crash left open (REQ-7, before any run starts) and stop the
-process groups it left running (orphans.py), prune, then start the Manager (schedules
-armed, enabled residents autostarted), the prune at each UTC midnight (housekeeping.py)
-and answer requests.
+Owns the daemon's lifecycle order. Signal handlers first, before any boot work. Boot:
+load the config (a bad one ends the process with exit 2 before anything is created);
+take the control socket (`--socket`, HARNESS_SOCKET or the XDG default; its directory
+created 0700 when missing), whose lock makes this the only daemon (requests wait until
+the boot is done); open the ledger, import the legacy history, close what a crash left
+open (REQ-7, before any run starts) and stop the process groups it left running
+(orphans.py), prune, then start the Manager (schedules armed, enabled residents
+autostarted), the prune at each UTC midnight (housekeeping.py) and answer requests.
 SIGHUP, like the `reload` op, loads the config again and applies it through the
-Manager; a config that fails to load leaves the running one in force. Shutdown on
-SIGTERM/SIGINT: stop accepting, stop live runs (residents too, without
-restarting them), close anything still open, drain the ledger.
+Manager; a config that fails to load leaves the running one in force (one during the
+boot reloads once it is done). Shutdown on SIGTERM/SIGINT: stop accepting, stop live
+runs (residents too, without restarting them), close anything still open, drain the
+ledger. One during the boot lets the crash recovery finish (an orphan's kill, its grace
+included) and skips the rest of the boot.
 
-Invariants: no run starts before reconciliation; every record opened by this process is
-closed before `main` returns 0; logs never carry an env_file value (only names, ids,
-outcomes and paths are logged).
+Invariants: no run starts before reconciliation; once reconciliation closed a crashed
+record its orphans are stopped, whatever signal comes; every record opened by this
+process is closed before `main` returns 0; the socket this daemon serves is the
+HARNESS_SOCKET of every run it starts; logs never carry an env_file value (only names,
+ids, outcomes and paths are logged).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from .config.model import Config
 from .control.ops import logs_op, require_name, runs_op
 from .control.server import ControlServer, Handler, OpError, SocketInUse
 from .ledger.errors import LedgerError
+from .ledger.files import make_private_dir
 from .ledger.runledger import RunLedger
 from .supervisor import housekeeping, logs
 from .supervisor.history import close_open_on_shutdown, import_legacy, reconcile
@@ -176,24 +182,85 @@ def _gated(table: dict[str, Handler], ready: asyncio.Event) -> dict[str, Handler
     return {op: one(op) for op in OPS}
 
 
-async def main(config_path: str | None = None) -> int:
+class Signals:
+    """SIGTERM/SIGINT (shut down) and SIGHUP (reload), taken for the daemon's whole life.
+
+    Taken before any boot work, so a signal during the boot (an orphan's grace in
+    kill_orphans) cannot kill the daemon half-way and leave the socket behind: the boot
+    step under way finishes, the rest is skipped and the daemon shuts down as usual.
+    """
+
+    def __init__(self) -> None:
+        self.stop = asyncio.Event()
+        self._reload: Callable[[], None] | None = None
+        self._hup_pending = False
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self._on_hup)
+
+    def remove(self, loop: asyncio.AbstractEventLoop) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+
+    def reload_with(self, reload: Callable[[], None]) -> None:
+        """Route SIGHUP to `reload` from now on, and once now for one the boot held."""
+        self._reload = reload
+        if self._hup_pending:
+            self._hup_pending = False
+            reload()
+
+    def _on_hup(self) -> None:
+        if self._reload is None:
+            # The config being booted may predate the edit the SIGHUP announces.
+            self._hup_pending = True
+        else:
+            self._reload()
+
+
+async def main(config_path: str | None = None, socket_path: str | None = None) -> int:
     """Run the daemon until SIGTERM/SIGINT; 0 after a clean shutdown, 2 for a bad config,
-    1 when it cannot boot (another daemon owns the socket, the ledger cannot be opened)."""
+    1 when it cannot boot (another daemon owns the socket, the ledger cannot be opened).
+
+    `socket_path` (`--socket`) overrides HARNESS_SOCKET and the XDG default.
+    """
     _setup_logging()
+    loop = asyncio.get_running_loop()
+    signals = Signals()
+    signals.install(loop)
+    # Absolute: it is the HARNESS_SOCKET of runs that may chdir anywhere.
+    sock = os.path.abspath(paths.socket_path(socket_path))
+    paths.serve_socket(sock)
+    try:
+        return await _boot(config_path, sock, signals)
+    finally:
+        paths.serve_socket(None)
+        # Kept until the shutdown is done: a second Ctrl-C must not cut it short and
+        # leave runs without their closed lines.
+        signals.remove(loop)
+
+
+async def _boot(config_path: str | None, sock: str, signals: Signals) -> int:
     cfg_file = paths.config_path(config_path)
     try:
         config = load_config(config_path)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
+    if signals.stop.is_set():
+        return 0  # nothing created yet
 
     # The socket is taken before the ledger is touched: its flock is what makes this
     # the only daemon, and a second one must not reconcile the first one's live runs
     # as crashed. Requests wait on `ready` until the boot below is done.
     table: dict[str, Handler] = {}
     ready = asyncio.Event()
-    server = ControlServer(paths.socket_path(), _gated(table, ready))
+    server = ControlServer(sock, _gated(table, ready))
     try:
+        # The lock file lives beside the socket: on a first boot without XDG_RUNTIME_DIR
+        # that is the state dir, which nothing has created yet.
+        make_private_dir(os.path.dirname(sock))
         await server.start()
     except (SocketInUse, OSError) as exc:
         print(f"harness: cannot serve the control socket: {exc}", file=sys.stderr)
@@ -207,7 +274,8 @@ async def main(config_path: str | None = None) -> int:
             print(f"harness: cannot open the ledger {ledger_dir}: {exc}", file=sys.stderr)
             return 1
         try:
-            return await _serve(config, cfg_file, ledger, server, table, ready, config_path)
+            return await _serve(config, cfg_file, ledger, server, table, ready, signals,
+                                config_path)
         finally:
             await asyncio.to_thread(ledger.close, LEDGER_CLOSE_TIMEOUT)
     finally:
@@ -215,72 +283,66 @@ async def main(config_path: str | None = None) -> int:
 
 
 async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: ControlServer,
-                 table: dict[str, Handler], ready: asyncio.Event,
+                 table: dict[str, Handler], ready: asyncio.Event, signals: Signals,
                  config_path: str | None = None) -> int:
+    stop = signals.stop
     state_path = os.path.join(paths.state_dir(), "state.json")
     jobs_dir = logs.default_jobs_dir()
     imported = await asyncio.to_thread(import_legacy, ledger, state_path)
     if imported.ran:
         log.info("ledger import: %d legacy run(s), %d line(s)", imported.records, imported.lines)
     # REQ-7: every record a crash left open is closed before anything can start a run.
+    # Not skipped by a SIGTERM meanwhile: the shutdown would close them as its own.
     crashed = await asyncio.to_thread(reconcile, ledger, ledger.clock())
     for rec in crashed:
         log.warning("run %s/%s: closed as interrupted (daemon_crash)", rec["harness"],
                     rec["run_id"])
-    # Their process groups outlived the crash: end them before any run starts (no twins).
+    # Their process groups outlived the crash: end them before any run starts (no twins),
+    # a SIGTERM meanwhile or not: their records already say they ended.
     await asyncio.to_thread(kill_orphans, server.path, crashed)
-    pruned = await asyncio.to_thread(ledger.prune)
-    if pruned.deleted:
-        log.info("ledger: pruned %d day file(s)", len(pruned.deleted))
-
-    state = StateFile(state_path)
-    try:
-        state.load()
-    except StateError as exc:
-        print(f"harness: {exc}", file=sys.stderr)
-        return 1
-    ids = RunIds(state, ledger, jobs_dir)
-    manager = Manager(config, ledger, ids, jobs_dir)
-    info = {"pid": os.getpid(), "version": __version__,
-            "started_at": format_ns(ledger.clock()), "config": cfg_file,
-            "ledger_dir": ledger.directory}
-    reloader = Reloader(manager, config_path)
-    table.update(_handlers(manager, ledger, info, reloader))
-    stop = asyncio.Event()
+    manager: Manager | None = None
+    if not stop.is_set():
+        pruned = await asyncio.to_thread(ledger.prune)
+        if pruned.deleted:
+            log.info("ledger: pruned %d day file(s)", len(pruned.deleted))
+        state = StateFile(state_path)
+        try:
+            state.load()
+        except StateError as exc:
+            print(f"harness: {exc}", file=sys.stderr)
+            return 1
+        ids = RunIds(state, ledger, jobs_dir)
+        manager = Manager(config, ledger, ids, jobs_dir)
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    # Taken now so a SIGHUP during the boot does not kill the daemon; it reloads once up.
-    def on_sighup() -> None:
-        if ready.is_set():
-            reloader.on_sighup()
-
-    loop.add_signal_handler(signal.SIGHUP, on_sighup)
     daily: asyncio.Task[None] | None = None
     try:
-        manager.start()
-        await manager.start_residents()
-        settle_heap()
-        ready.set()
-        daily = loop.create_task(housekeeping.DailyPrune(
-            ledger, limits=lambda: housekeeping.config_limits(manager.config)).run())
-        log.info("daemon %s up: pid %d, %d harness(es), socket %s", __version__, os.getpid(),
-                 len(config.harness), server.path)
+        if manager is not None and not stop.is_set():
+            info = {"pid": os.getpid(), "version": __version__,
+                    "started_at": format_ns(ledger.clock()), "config": cfg_file,
+                    "ledger_dir": ledger.directory}
+            reloader = Reloader(manager, config_path)
+            table.update(_handlers(manager, ledger, info, reloader))
+            manager.start()
+            await manager.start_residents()
+            settle_heap()
+            ready.set()
+            signals.reload_with(reloader.on_sighup)
+            daily = loop.create_task(housekeeping.DailyPrune(
+                ledger, limits=lambda: housekeeping.config_limits(manager.config)).run())
+            log.info("daemon %s up: pid %d, %d harness(es), socket %s", __version__,
+                     os.getpid(), len(config.harness), server.path)
         await stop.wait()
-        log.info("shutting down")
+        log.info("shutting down" if ready.is_set() else "shutting down during the boot")
         # The socket goes first so no trigger can start a run the shutdown would miss.
         await server.close()
         await housekeeping.stop(daily)
-        await manager.shutdown()
+        if manager is not None:
+            await manager.shutdown()
         left = await asyncio.to_thread(close_open_on_shutdown, ledger, ledger.clock())
         if left:
             log.warning("closed %d open record(s) as interrupted (shutdown)", len(left))
     finally:
         await housekeeping.stop(daily)  # no-op after a clean shutdown
-        # Kept until the shutdown is done: a second Ctrl-C must not cut it short and
-        # leave runs without their closed lines.
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.remove_signal_handler(sig)
     return 0
 
 

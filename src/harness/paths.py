@@ -1,12 +1,17 @@
 """Where harness keeps things (DESIGN.md §2): XDG config, state and runtime paths.
 
 Invariant: every path is derived here and nowhere else; an unset or empty XDG
-variable means the XDG default under $HOME.
+variable means the XDG default under $HOME; a daemon's runs are told the socket it
+serves (`serve_socket`), whichever way that path was chosen.
 """
 
 from __future__ import annotations
 
 import os
+
+# The socket a daemon in this process serves, when it took one: what its runs'
+# HARNESS_SOCKET must say, and what orphans.py matches them by after a crash.
+_served_socket: str | None = None
 
 
 def _xdg(var: str, default: str) -> str:
@@ -31,9 +36,18 @@ def ledger_dir() -> str:
     return os.path.join(state_dir(), "ledger")
 
 
+def serve_socket(path: str | None) -> None:
+    """Make `path` the answer of every later `socket_path()` without an override, in this
+    process (None: back to the environment and the XDG default)."""
+    global _served_socket
+    _served_socket = path
+
+
 def socket_path(override: str | None = None) -> str:
     if override:
         return override
+    if _served_socket:
+        return _served_socket
     env = os.environ.get("HARNESS_SOCKET")
     if env:
         return env

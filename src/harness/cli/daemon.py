@@ -5,7 +5,7 @@ Owns the commands that need a running daemon (everything but `daemon` itself) an
 mapping of a finished run to `trigger --wait`'s exit code. Invariant: when the daemon
 cannot be reached, or answers with an error, a command prints one line on stderr and
 exits 1 — never a traceback — and `trigger --wait` exits with exactly DESIGN §2's code
-for the run it started.
+for the run it started, found by seq however many records of the harness follow it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import click
 
 from .. import paths
 from ..control.client import Client, DaemonError, DaemonUnreachable
+from ..ledger.query import MAX_LIMIT
 from ..supervisor.logview import LogFollower
 from . import render
 from .output import fail
@@ -70,7 +71,8 @@ def daemon_command(ctx: click.Context) -> None:
     """Run the daemon in the foreground until SIGTERM or Ctrl-C."""
     from ..daemon import main as daemon_main  # the daemon's imports are not every command's
 
-    sys.exit(asyncio.run(daemon_main((ctx.obj or {}).get("config"))))
+    obj = ctx.obj or {}
+    sys.exit(asyncio.run(daemon_main(obj.get("config"), obj.get("socket"))))
 
 
 @click.command("trigger")
@@ -81,6 +83,9 @@ def trigger_command(ctx: click.Context, name: str, wait: bool) -> None:
     """Start a run of the one-shot NAME now."""
 
     def go(client: Client) -> int:
+        # Every line written after this answer has at least this seq, the run's first
+        # line included: where the search for its record can stop.
+        first_seq = client.request("daemon_info")["ledger"]["next_seq"] if wait else 1
         data = client.request("trigger", name=name)
         run_id = data["run_id"]
         decision = data.get("decision", "started")
@@ -94,9 +99,11 @@ def trigger_command(ctx: click.Context, name: str, wait: bool) -> None:
             return 0
         follower: LogFollower | None = None
         out = sys.stdout.buffer
+        seq: int | None = None
         while True:
-            runs = client.request("runs", name=name, limit=50)["runs"]
-            rec = next((r for r in runs if r.get("run_id") == run_id), None)
+            rec = _run_record(client, name, run_id, seq, first_seq)
+            if rec is not None and isinstance(rec.get("seq"), int):
+                seq = rec["seq"]
             if follower is None and rec is not None and isinstance(rec.get("log"), str):
                 follower = LogFollower(rec["log"])
             done = rec is not None and rec.get("outcome") != "running"
@@ -112,6 +119,36 @@ def trigger_command(ctx: click.Context, name: str, wait: bool) -> None:
             time.sleep(WAIT_POLL)
 
     sys.exit(_call(ctx, go))
+
+
+def _run_record(client: Client, name: str, run_id: int, seq: int | None,
+                first_seq: int) -> dict[str, Any] | None:
+    """The record of `name`'s run `run_id`, or None while it has none (a queued firing).
+
+    Found by seq, not among the newest records: runs skipped while it is live (a
+    schedule firing every second) may bury it under any number of newer ones. `seq` is
+    the record's once known; before that, the search pages back to `first_seq`.
+    """
+    if seq is not None:
+        # The newest record below seq + 1 is the one at seq.
+        runs = client.request("runs", names=[name], before_seq=seq + 1, limit=1)["runs"]
+        if runs and runs[0].get("run_id") == run_id:
+            rec: dict[str, Any] = runs[0]
+            return rec
+    before: int | None = None
+    while True:
+        args: dict[str, Any] = {"names": [name], "limit": MAX_LIMIT}
+        if before is not None:
+            args["before_seq"] = before
+        page = client.request("runs", **args)
+        runs = page["runs"]
+        found = next((r for r in runs if r.get("run_id") == run_id), None)
+        if found is not None:
+            return found
+        oldest = page.get("oldest_seq")
+        if len(runs) < MAX_LIMIT or not isinstance(oldest, int) or oldest <= first_seq:
+            return None
+        before = oldest
 
 
 def _last(job: dict[str, Any]) -> str:

@@ -1,9 +1,13 @@
 """The CLI's side of the control socket.
 
-Invariant: a client either completes the hello exchange or reports why the daemon
+Invariants: a client either completes the hello exchange or reports why the daemon
 cannot be used — "not running" (no socket, or nobody listening) or "not
 responding" (something holds the socket but does not answer hello in time) — so
-commands that can read the ledger themselves (REQ-16) know when to.
+commands that can read the ledger themselves (REQ-16) know when to. A request is
+answered, or fails within about `timeout` seconds of the daemon going silent; an op
+that may have to wait out a stop grace (`PATIENT_OPS`) is waited for as long as the
+daemon keeps answering a fresh hello, and given up within about twice `timeout` once
+it does not.
 """
 
 from __future__ import annotations
@@ -17,6 +21,12 @@ import msgspec
 from . import PROTO
 
 _decode = msgspec.json.Decoder().decode
+_CHUNK = 1 << 16
+
+# Ops that may stop a run and so wait out its SIGTERM grace (runner.DEFAULT_GRACE), then
+# a synced closed line — several times over for a reload of several residents, or a
+# stop queued behind another on the same harness. No fixed read timeout fits them all.
+PATIENT_OPS = frozenset({"start", "stop", "restart", "reload", "trigger"})
 
 
 class DaemonUnreachable(Exception):
@@ -33,7 +43,12 @@ class DaemonError(Exception):
 
 class Client:
     def __init__(self, path: str, timeout: float = 5.0) -> None:
+        self.path = path
+        self.timeout = timeout
         self._next_id = 0
+        # Our own line buffer, not makefile(): a buffered reader is left inconsistent by a
+        # timeout, and a patient request must be able to keep reading after one.
+        self._buf = bytearray()
         try:
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self._sock.settimeout(timeout)
@@ -44,7 +59,6 @@ class Client:
         except OSError as exc:
             self._sock.close()
             raise DaemonUnreachable(f"not reachable ({exc.strerror or exc})") from None
-        self._file = self._sock.makefile("rb")
         try:
             reply = self._roundtrip({"op": "hello", "proto": PROTO})
         except (OSError, ValueError):
@@ -54,27 +68,53 @@ class Client:
             self.close()
             raise DaemonUnreachable("not responding (protocol mismatch)")
 
-    def _roundtrip(self, msg: dict[str, Any]) -> Any:
+    def _roundtrip(self, msg: dict[str, Any], *, patient: bool = False) -> Any:
         self._sock.sendall(json.dumps(msg).encode() + b"\n")
-        line = self._file.readline()
-        if not line:
-            raise OSError("connection closed")
         # msgspec: a 1,000-record runs answer decodes in a fraction of json.loads's time.
-        return _decode(line)
+        return _decode(self._read_line(patient))
+
+    def _read_line(self, patient: bool) -> bytes:
+        scanned = 0
+        while True:
+            nl = self._buf.find(b"\n", scanned)
+            if nl >= 0:
+                line = bytes(self._buf[:nl])
+                del self._buf[:nl + 1]
+                return line
+            scanned = len(self._buf)
+            try:
+                chunk = self._sock.recv(_CHUNK)
+            except TimeoutError:
+                if not patient:
+                    raise
+                # Silence is expected while a run ignores SIGTERM; a daemon whose loop
+                # no longer answers a new connection is not coming back with an answer.
+                if not self._daemon_answers():
+                    raise TimeoutError("timed out, and the daemon no longer answers "
+                                       "a new connection") from None
+                continue
+            if not chunk:
+                raise OSError("connection closed")
+            self._buf += chunk
+
+    def _daemon_answers(self) -> bool:
+        try:
+            Client(self.path, self.timeout).close()
+        except DaemonUnreachable:
+            return False
+        return True
 
     def request(self, op: str, **args: Any) -> Any:
         self._next_id += 1
-        reply = self._roundtrip({"id": self._next_id, "op": op, **args})
+        reply = self._roundtrip({"id": self._next_id, "op": op, **args},
+                                patient=op in PATIENT_OPS)
         if not reply.get("ok"):
             err = reply.get("error") or {}
             raise DaemonError(str(err.get("code", "error")), str(err.get("message", reply)))
         return reply.get("data")
 
     def close(self) -> None:
-        try:
-            self._file.close()
-        finally:
-            self._sock.close()
+        self._sock.close()
 
     def __enter__(self) -> Client:
         return self

@@ -1,0 +1,196 @@
+"""The daemon's boot, end to end: which socket it serves, where it creates it, and a
+SIGTERM that comes while the boot is still stopping a crashed daemon's orphans.
+
+Real daemons (`python -m harness.cli [--socket PATH] daemon`) in the throwaway XDG world:
+`--socket PATH` is the path served and the HARNESS_SOCKET every run is given, whatever
+HARNESS_SOCKET the daemon itself was started with; a first boot with no XDG_RUNTIME_DIR
+creates the state dir (0700) the socket and its lock live in; SIGTERM during the boot's
+orphan grace lets the orphan's kill finish, then shuts down cleanly (exit 0, no socket
+left, no open record). Every daemon and run is killed at teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import World
+from daemons import DEADLINE, Daemons, record_of, until
+from harness.control.client import Client, DaemonUnreachable
+from harness.supervisor.runner import DEFAULT_GRACE
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's reaper may be a PID 1 that never reaps)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in (b"Z", b"X")
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _spawn(d: Daemons, *global_args: str, env: dict[str, str] | None = None,
+           cwd: Path | None = None) -> subprocess.Popen[str]:
+    """`harness GLOBAL_ARGS daemon`, owned by `d` (killed at teardown; stderr via d.stderr)."""
+    n = len(d.procs)
+    out = open(d.world.root / f"daemon{n}.out", "w")  # noqa: SIM115
+    err = open(d.world.root / f"daemon{n}.err", "w")  # noqa: SIM115
+    d.files += [out, err]
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *global_args, "daemon"],
+                            env=d.world.env if env is None else env, cwd=cwd, text=True,
+                            stdout=out, stderr=err)
+    d.procs.append(proc)
+    return proc
+
+
+def _answers(d: Daemons, proc: subprocess.Popen[str], sock: Path) -> bool:
+    if proc.poll() is not None:
+        raise AssertionError(f"daemon exited {proc.returncode}: {d.stderr()}")
+    try:
+        Client(str(sock), timeout=2.0).close()
+    except DaemonUnreachable:
+        return False
+    return True
+
+
+def _harness(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+# -- --socket PATH ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative-over-env"])
+def test_socket_flag_is_the_socket_served_and_the_one_runs_are_given(
+        world: World, daemons: Daemons, relative: bool) -> None:
+    daemons.write_config("""
+[harness.where]
+kind = "oneshot"
+argv = ["sh", "-c", "echo \\"$HARNESS_SOCKET\\""]
+""")
+    alt = world.root / "alt.sock"
+    env = dict(world.env)
+    if relative:
+        # The flag wins over HARNESS_SOCKET, and a relative path is the daemon's cwd's.
+        env["HARNESS_SOCKET"] = str(world.root / "env.sock")
+        proc = _spawn(daemons, "--socket", "alt.sock", env=env, cwd=world.root)
+    else:
+        proc = _spawn(daemons, "--socket", str(alt), env=env)
+    until("the --socket path to answer", lambda: _answers(daemons, proc, alt))
+    assert stat.S_IMODE(alt.lstat().st_mode) == 0o600
+    assert not (world.root / "run" / "harness.sock").exists()
+    assert not (world.root / "env.sock").exists()
+
+    listed = world.harness("--socket", str(alt), "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == [{"name": "where", "kind": "oneshot",
+                                          "state": "armed"}]
+    # The run is told the path the daemon serves, made absolute.
+    ran = world.harness("--socket", str(alt), "trigger", "where", "--wait")
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, f"{alt}\n", "where run 1: success\n")
+    default = world.harness("list")
+    assert default.returncode == 1
+    assert default.stderr.startswith("harness: daemon not running")
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+    assert not alt.exists()
+
+
+# -- first boot ---------------------------------------------------------------------------
+
+
+def test_a_first_boot_without_a_runtime_dir_creates_the_state_dir_for_the_socket(
+        world: World, daemons: Daemons) -> None:
+    daemons.write_config('[harness.ok]\nkind = "oneshot"\nargv = ["true"]\n')
+    env = {k: v for k, v in world.env.items() if k != "XDG_RUNTIME_DIR"}
+    xdg_state = world.root / "state"
+    assert not xdg_state.exists()
+    sock = world.state / "harness.sock"
+    proc = _spawn(daemons, env=env)
+    until("the state-dir socket to answer", lambda: _answers(daemons, proc, sock))
+    for d in (xdg_state, world.state):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+    assert stat.S_IMODE(sock.lstat().st_mode) == 0o600
+    assert (world.state / "harness.sock.lock").exists()
+    listed = _harness(env, "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [h["name"] for h in json.loads(listed.stdout)] == ["ok"]
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+    assert not sock.exists()
+    assert "cannot serve the control socket" not in daemons.stderr()
+
+
+# -- a signal during the boot -------------------------------------------------------------
+
+
+def test_sigterm_during_the_boots_orphan_grace_finishes_the_kill_and_exits_cleanly(
+        world: World, daemons: Daemons) -> None:
+    pidfile = world.root / "stubborn.pid"
+    daemons.pidfiles.append(pidfile)
+    daemons.write_config(f"""
+[harness.stubborn]
+kind = "oneshot"
+argv = ["sh", "-c", "echo $$ > {pidfile}; trap '' TERM; exec sleep 1000"]
+""")
+    first = daemons.start()
+    res = world.harness("trigger", "stubborn")
+    assert (res.returncode, res.stdout) == (0, "1\n"), res.stderr
+    until("the run to ignore SIGTERM in sleep",
+          lambda: pidfile.exists() and pidfile.read_text().strip()
+          and _comm(int(pidfile.read_text())) == "sleep")
+    orphan = int(pidfile.read_text())
+    first.kill()
+    first.wait(timeout=DEADLINE)
+    assert _running(orphan)
+
+    try:
+        booting = daemons.start(wait=False)
+        marker = (f"run stubborn/1: its process group {orphan} outlived the crashed daemon; "
+                  "stopping it")
+        until("the boot to stop the orphan", lambda: marker in daemons.stderr())
+        # It ignores SIGTERM, so the boot is inside the orphan's grace while it runs.
+        assert _running(orphan)
+        booting.send_signal(signal.SIGTERM)
+        assert booting.wait(timeout=DEADLINE + 2 * DEFAULT_GRACE) == 0, daemons.stderr()
+    finally:
+        if _running(orphan):
+            with contextlib.suppress(OSError):
+                os.killpg(orphan, signal.SIGKILL)
+
+    assert not _running(orphan)
+    assert not daemons.socket.exists()
+    err = daemons.stderr()
+    assert "Traceback" not in err
+    rec = record_of(world, "stubborn", 1)  # read from the files: no daemon answers
+    assert rec is not None
+    assert (rec["outcome"], rec["reason"]) == ("interrupted", "daemon_crash")
+    every = world.harness("runs", "--json")
+    assert every.returncode == 0, every.stderr
+    assert [(r["harness"], r["run_id"], r["outcome"]) for r in json.loads(every.stdout)] == [
+        ("stubborn", 1, "interrupted")]
+    shown = world.harness("logs", "stubborn", "--run", "1")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.endswith(
+        f"harness: stopped the orphaned process group {orphan} left by the crashed daemon "
+        f"(SIGKILL after {DEFAULT_GRACE:g}s)\n"), shown.stdout
