@@ -809,8 +809,12 @@ def test_stray_files_are_named_and_ignored(world: World) -> None:
     # Named like a day file, but no day of the calendar: a copy, not the ledger's.
     (world.ledger / "2026-13-45.jsonl").write_bytes(path.read_bytes())
     (world.ledger / "2026-02-30.jsonl").write_bytes(path.read_bytes())
+    # Named like a day file but not a regular file: a FIFO would block a reader forever.
+    os.mkfifo(world.ledger / "2020-01-01.jsonl", 0o600)
+    (world.ledger / "2020-01-02.jsonl").mkdir()
     _check_skips(world, skipped=0,
-                 strays="2026-02-30.jsonl, 2026-13-45.jsonl, 2026-13-99.jsonl.bak, notes.txt")
+                 strays="2020-01-01.jsonl, 2020-01-02.jsonl, 2026-02-30.jsonl, "
+                        "2026-13-45.jsonl, 2026-13-99.jsonl.bak, notes.txt")
     res = world.harness("ledger", "verify")
     assert res.returncode == 0, res.stderr
 

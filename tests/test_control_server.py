@@ -166,10 +166,12 @@ def test_hello_answers_proto_and_version(serve: Serve, sockdir: Path) -> None:
     raw.send({"id": 1, "op": "echo", "x": 5})
     assert raw.recv() == {"id": 1, "ok": True, "data": {"x": 5}}
     raw.close()
-    # A hello that carries an id gets it back; a later minor version is the same protocol.
+    # A hello that carries an id gets it back, in the request/reply form (DESIGN §2) as
+    # well; a later minor version is the same protocol.
     raw = Raw(sockdir / "harness.sock")
     raw.send({"id": 0, "op": "hello", "proto": "1.7"})
-    assert raw.recv() == {"id": 0, "ok": True, "proto": "1.0", "version": harness.__version__}
+    assert raw.recv() == {"id": 0, "ok": True, "proto": "1.0", "version": harness.__version__,
+                          "data": {"proto": "1.0", "version": harness.__version__}}
     raw.close()
     client = Client(str(sockdir / "harness.sock"))
     assert client.request("echo", x="y") == {"x": "y"}

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import harness.ledger.runledger as runledger_mod
-from harness.ledger.errors import LineRejected
+from harness.ledger.errors import LedgerCorrupt, LineRejected
 from harness.ledger.query import Query
 from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
@@ -323,6 +323,14 @@ def test_unparseable_lines_are_skipped_and_counted(
         f.write(b"\n".join(kept))
     res = verify_run_ledger(str(ledger_dir))
     assert (res.ok, res.lines, res.torn) == (True, 2, 1)
+
+
+def test_a_damaged_chain_file_is_ledger_corrupt(ledger_dir: Path,
+                                               open_ledger: OpenLedger) -> None:
+    ledger_dir.mkdir(mode=0o700, parents=True)
+    (ledger_dir / "CHAIN").write_bytes(b"garbage")
+    with pytest.raises(LedgerCorrupt, match=r"CHAIN: unreadable chain anchor"):
+        open_ledger(ledger_dir)
 
 
 def test_a_whole_last_line_missing_only_its_newline_is_kept_and_folded(

@@ -334,7 +334,10 @@ class ControlServer:
             return False
         reply: dict[str, Any] = {"ok": True, "proto": PROTO, "version": __version__}
         if rid is not None:
-            reply["id"] = rid
+            # A hello that carries an id is a request like any other: its reply has the
+            # request form too ({"id", "ok", "data"}), the top-level fields kept for
+            # clients that read the bare handshake.
+            reply.update(id=rid, data={"proto": PROTO, "version": __version__})
         await conn.send(reply)
         return True
 

@@ -40,7 +40,8 @@ class Listing:
 def list_day_files(directory: str) -> Listing:
     """List the ledger's day files; a missing directory is an empty ledger."""
     try:
-        names = os.listdir(directory)
+        with os.scandir(directory) as it:
+            entries = sorted(it, key=lambda e: e.name)
     except FileNotFoundError:
         return Listing()
     except NotADirectoryError:
@@ -50,13 +51,23 @@ def list_day_files(directory: str) -> Listing:
             f"ledger directory {directory} cannot be read: permission denied"
         ) from None
     out = Listing()
-    for name in sorted(names):
+    for entry in entries:
+        name = entry.name
         m = DAY_FILE.match(name)
-        if m and _is_day(m.group(1)):
+        # Only a regular file is a day file: opening a FIFO of that name would block
+        # every reader, and a directory is nothing the ledger wrote.
+        if m and _is_day(m.group(1)) and _regular(entry):
             out.days.append((m.group(1), os.path.join(directory, name)))
         elif name not in KNOWN_FILES and not name.endswith(".tmp"):
             out.strays.append(name)
     return out
+
+
+def _regular(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
 
 
 def _is_day(s: str) -> bool:

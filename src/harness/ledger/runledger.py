@@ -145,7 +145,10 @@ class RunLedger:
     def _recover(self) -> tuple[int, str]:
         """The next seq and the chain head, from the tails of every day file."""
         best: tuple[int, str] = (0, ZERO_HASH)
-        chain = read_chain_file(self.directory)
+        try:
+            chain = read_chain_file(self.directory)
+        except ValueError as exc:  # REQ-20: damaged ledger data is LedgerCorrupt
+            raise LedgerCorrupt(str(exc)) from None
         if chain is not None:
             best = chain
         tails = []
