@@ -337,7 +337,7 @@ argv = ["sh", "-c", "echo $$ > {job_pid}; {STUBBORN}"]
     assert took >= DEFAULT_GRACE
 
     assert [(r["run_id"], r["outcome"], r.get("reason")) for r in runs_of(world, "stub")] == [
-        (4, "running", None), (3, "cancelled", "reload"), (2, "replaced", "operator"),
+        (4, "running", None), (3, "cancelled", "reload"), (2, "cancelled", "operator"),
         (1, "cancelled", "operator")]
     assert [(r["run_id"], r["outcome"]) for r in runs_of(world, "job")] == [
         (2, "running"), (1, "replaced")]

@@ -405,7 +405,7 @@ argv = ["true"]
     off = world.harness("runs", "--json")
     assert off.returncode == 0 and "read the ledger from disk" in off.stderr
     assert {(r["harness"], r["run_id"]): r["outcome"] for r in json.loads(off.stdout)} == {
-        ("svc", 1): "replaced", ("svc", 2): "running?", ("long", 1): "running?",
+        ("svc", 1): "cancelled", ("svc", 2): "running?", ("long", 1): "running?",
         ("ok", 1): "success", ("ok", 2): "success"}
     assert all_lines(world.ledger) == lines_before
 
@@ -435,7 +435,7 @@ argv = ["true"]
            for r in json.loads(listed.stdout)]
     assert got == [("svc", 3, "running", None), ("long", 1, "interrupted", "daemon_crash"),
                    ("svc", 2, "interrupted", "daemon_crash"), ("ok", 2, "success", None),
-                   ("ok", 1, "success", None), ("svc", 1, "replaced", "operator")]
+                   ("ok", 1, "success", None), ("svc", 1, "cancelled", "operator")]
     table = world.harness("runs", "long")
     assert table.returncode == 0
     assert "interrupted" in table.stdout.splitlines()[1]

@@ -182,7 +182,8 @@ argv = ["true"]
     already = world.harness("start", "svc")
     assert already.stdout.strip() == f"svc: already running (run {second_id})"
 
-    # restart: the old run replaced/operator, a new one with trigger manual.
+    # restart: the old run cancelled/operator (a deliberate stop), a new one with trigger
+    # manual.
     pidfile.unlink()
     res = world.harness("restart", "svc")
     assert res.returncode == 0, res.stderr
@@ -191,7 +192,7 @@ argv = ["true"]
                                   f"new run {third_id})")
     old = record_of(world, "svc", second_id)
     assert old is not None
-    assert old["outcome"] == "replaced" and old["reason"] == "operator"
+    assert old["outcome"] == "cancelled" and old["reason"] == "operator"
     third = _wait_up(world, "svc", third_id)
     assert third["trigger"] == "manual"
     assert _durable_log(world, "svc").read_text().count("up") == 3

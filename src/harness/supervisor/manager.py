@@ -641,7 +641,7 @@ class Manager:
                 "outcome": rec.get("outcome"), "reason": rec.get("reason")}
 
     async def restart_op(self, name: str) -> dict[str, Any]:
-        """Operator `restart`: the live run closes replaced/operator, a new one starts."""
+        """Operator `restart`: the live run closes cancelled/operator, a new one starts."""
         self._resident(name)
         async with self._lock(name):
             return await self._restart_resident(name)

@@ -50,8 +50,9 @@ STOP_REASONS: dict[str, tuple[str, str | None]] = {
     "hours": ("cancelled", "hours"),
     "reload": ("cancelled", "reload"),
     "replace": ("replaced", None),
-    # An operator's `harness restart`: the old run gives way to the new one (REQ-5).
-    "restart": ("replaced", "operator"),
+    # An operator's `harness restart` is a deliberate stop: REQ-5's cancelled covers any
+    # (replaced is on_overlap's, a newer run of the schedule taking the place).
+    "restart": ("cancelled", "operator"),
     "shutdown": ("interrupted", "shutdown"),
 }
 # What every child is told about its run; orphans.py finds a crashed daemon's runs by them.
