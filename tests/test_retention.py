@@ -132,6 +132,30 @@ def test_the_size_cap_deletes_the_oldest_files_first(
     assert verify_run_ledger(str(d)).ok
 
 
+def test_the_size_cap_counts_the_carried_forward_lines(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """A run open in the oldest file is carried into today's file, which grows; the cap
+    still holds afterwards: the next oldest file goes too."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 5 * DAY)
+    led = open_ledger(d, clock=clock)
+    led.append({"type": "opened", "harness": "worker", "run_id": 1, "kind": "resident",
+                "trigger": "autostart", "log": "/var/log/" + "w" * 200})
+    fill_days(led, clock, range(5, -1, -1))
+    led.close()
+    sizes = {p.name[:10]: p.stat().st_size for p in sorted(d.glob("*.jsonl"))}
+    names = sorted(sizes)
+    cap = sum(sizes[n] for n in names[1:])  # room for all but the oldest, before the carry
+    led = open_ledger(d, clock=Clock(T0), max_bytes=cap)
+    res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == (names[:2], 1, None)
+    assert sum(p.stat().st_size for p in d.glob("*.jsonl")) <= cap
+    rec = led.get("worker", 1)
+    assert rec is not None and rec["outcome"] == "running"
+    assert verify_run_ledger(str(d)).ok
+
+
 def test_a_run_open_across_the_prune_is_carried_forward_before_its_file_goes(
     tmp_path: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -53,6 +53,17 @@ def plan(days: list[tuple[str, str, int]], now_ns: int, retention_ns: int,
     return doomed
 
 
+def _sized(directory: str) -> list[tuple[str, str, int]]:
+    """(day, path, size) of every day file, oldest first."""
+    out = []
+    for day, path in list_day_files(directory).days:
+        try:
+            out.append((day, path, os.path.getsize(path)))
+        except FileNotFoundError:
+            continue
+    return out
+
+
 def write_chain_file(directory: str, seq: int, digest: str) -> None:
     """Replace ledger/CHAIN with the pruned tail's last (seq, hash), atomically."""
     atomic_write(os.path.join(directory, CHAIN_FILE),
@@ -69,31 +80,31 @@ def prune(
     """Delete what REQ-12 says must go. `carry_forward(day)` re-opens, in today's file, every
     open run whose opened line is in that day's file, and returns how many it wrote."""
     res = PruneResult()
-    listing = list_day_files(directory)
-    sized = []
-    for day, path in listing.days:
-        try:
-            sized.append((day, path, os.path.getsize(path)))
-        except FileNotFoundError:
-            continue
-    paths = {d: p for d, p, _ in sized}
     anchor = read_chain_file(directory)
-    for day in plan(sized, now_ns, retention_ns, max_bytes):
-        path = paths[day]
-        try:
-            res.carried_forward += carry_forward(day)
-            tail = read_tail(path)
-            if tail.last_seq is not None and tail.last_hash is not None and (
-                anchor is None or tail.last_seq > anchor[0]
-            ):
-                write_chain_file(directory, tail.last_seq, tail.last_hash)
-                anchor = (tail.last_seq, tail.last_hash)
-            os.unlink(path)
-        except Exception as exc:  # keep this file and every later one; retry next prune
-            res.error = f"pruning {path} failed: {exc}; retrying at the next prune"
-            log.error("ledger: %s", res.error)
+    # Carried-forward lines make today's file grow after the plan sized it: plan again
+    # until nothing more is due, so the total ends under max_bytes all the same.
+    while res.error is None:
+        sized = _sized(directory)
+        paths = {d: p for d, p, _ in sized}
+        doomed = plan(sized, now_ns, retention_ns, max_bytes)
+        if not doomed:
             break
-        res.deleted.append(day)
+        for day in doomed:
+            path = paths[day]
+            try:
+                res.carried_forward += carry_forward(day)
+                tail = read_tail(path)
+                if tail.last_seq is not None and tail.last_hash is not None and (
+                    anchor is None or tail.last_seq > anchor[0]
+                ):
+                    write_chain_file(directory, tail.last_seq, tail.last_hash)
+                    anchor = (tail.last_seq, tail.last_hash)
+                os.unlink(path)
+            except Exception as exc:  # keep this file and every later one; retry next prune
+                res.error = f"pruning {path} failed: {exc}; retrying at the next prune"
+                log.error("ledger: %s", res.error)
+                break
+            res.deleted.append(day)
     if res.deleted:
         try:
             fsync_dir(directory)
