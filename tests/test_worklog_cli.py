@@ -683,6 +683,27 @@ def test_anchor_refuses_a_broken_chain(world: World, repo: Path) -> None:
     assert git(repo, "rev-parse", "--verify", "--quiet", REF, check=False).returncode != 0
 
 
+def test_anchor_dry_run_names_the_tree_and_writes_nothing(world: World, repo: Path) -> None:
+    record(repo, GOAL[:4])
+    for step in ("created", "extended"):
+        before = snapshot(repo)
+        dry = cli(world, repo, "ledger", "anchor", RUN, "--dry-run", "--json")
+        assert dry.returncode == 0, dry.stderr
+        plan = json.loads(dry.stdout)
+        assert (plan["status"], plan["dry_run"], plan["blobs_written"]) == (step, True, 0)
+        text = cli(world, repo, "ledger", "anchor", RUN, "--dry-run")
+        assert text.stdout == (f"dry run: would be {step}: {REF} -> tree {plan['tree']} "
+                               f"({plan['entry_count']} entries, head {plan['head_hash']}); "
+                               "nothing was written\n")
+        assert snapshot(repo) == before  # no object, ref, cache or audit line
+        real = json.loads(cli(world, repo, "ledger", "anchor", RUN, "--json").stdout)
+        assert (real["status"], real["tree"], real["dry_run"]) == (step, plan["tree"], False)
+        if step == "created":
+            record(repo, GOAL[4:])
+    same = json.loads(cli(world, repo, "ledger", "anchor", RUN, "--dry-run", "--json").stdout)
+    assert (same["status"], same["dry_run"]) == ("unchanged", True)
+
+
 def test_gc_squashes_the_anchor_history(world: World, repo: Path) -> None:
     record(repo, GOAL[:4])
     assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
@@ -690,6 +711,13 @@ def test_gc_squashes_the_anchor_history(world: World, repo: Path) -> None:
     assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
     assert git(repo, "rev-list", "--count", REF).stdout.strip() == "2"
     tree = git(repo, "rev-parse", f"{REF}^{{tree}}").stdout.strip()
+    before = snapshot(repo)
+    dry = cli(world, repo, "ledger", "gc", RUN, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout == (f"dry run: {REF} would be squashed from 2 commits into one "
+                          f"parentless commit (tree {tree} unchanged, 1 chunks); "
+                          "nothing was changed\n")
+    assert snapshot(repo) == before
     res = cli(world, repo, "ledger", "gc", RUN)
     assert res.returncode == 0, res.stderr
     assert "squashed 2 commits" in res.stdout

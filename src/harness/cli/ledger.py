@@ -224,15 +224,25 @@ def _warn(res: anchor_mod.AnchorResult | anchor_mod.FetchResult) -> None:
         click.echo(f"harness: warning: {' '.join(res.warning.split())}", err=True)
 
 
+dry_run_option = click.option("--dry-run", is_flag=True,
+                              help="Check and say what would be done; change nothing.")
+
+
 @ledger_group.command("anchor")
 @click.argument("run_id")
+@dry_run_option
 @json_option
 @workdir_option
-def anchor_command(run_id: str, as_json: bool, workdir: str | None) -> None:
+def anchor_command(run_id: str, dry_run: bool, as_json: bool, workdir: str | None) -> None:
     """Verify the work ledger and publish it to refs/harness/work-ledger/RUN_ID."""
-    res = _guard(lambda: anchor_mod.anchor(_workdir(workdir), run_id))
+    res = _guard(lambda: anchor_mod.anchor(_workdir(workdir), run_id, dry_run=dry_run))
     if as_json:
         _print_json({"run_id": run_id, **res.to_json()})
+        return
+    if res.dry_run and res.status != "unchanged":
+        click.echo(f"dry run: would be {res.status}: refs/harness/work-ledger/{run_id} -> "
+                   f"tree {res.tree} ({res.entry_count} entries, head {res.head_hash}); "
+                   "nothing was written")
         return
     click.echo(f"{res.status}: refs/harness/work-ledger/{run_id} -> {res.commit} "
                f"({res.entry_count} entries, head {res.head_hash})")
@@ -258,13 +268,14 @@ def fetch_command(run_id: str, remote: str, as_json: bool, workdir: str | None) 
 
 @ledger_group.command("gc")
 @click.argument("run_id")
+@dry_run_option
 @json_option
 @workdir_option
-def gc_command(run_id: str, as_json: bool, workdir: str | None) -> None:
+def gc_command(run_id: str, dry_run: bool, as_json: bool, workdir: str | None) -> None:
     """Squash the anchor history of RUN_ID into one commit with the same tree."""
-    res = _guard(lambda: anchor_mod.gc(_workdir(workdir), run_id))
+    res = _guard(lambda: anchor_mod.gc(_workdir(workdir), run_id, dry_run=dry_run))
     if as_json:
-        _print_json({"run_id": run_id, "result": res})
+        _print_json({"run_id": run_id, "dry_run": dry_run, "result": res})
         return
     click.echo(res)
 

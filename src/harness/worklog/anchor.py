@@ -98,6 +98,7 @@ class AnchorResult:
     chunk_count: int = 0
     blobs_written: int = 0
     warning: str | None = None
+    dry_run: bool = False  # nothing was written; `tree` is what the anchor would hold
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -405,8 +406,13 @@ def _verify_from(lines: list[bytes], start: int, prev_hash: str) -> verify.WorkV
     return verify.verify_continuation(lines, start, prev_hash)
 
 
-def anchor(workdir: str | os.PathLike[str], run_id: str) -> AnchorResult:
-    """Publish the verified local chain of `run_id` to ``refs/harness/work-ledger/<run-id>``."""
+def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = False
+           ) -> AnchorResult:
+    """Publish the verified local chain of `run_id` to ``refs/harness/work-ledger/<run-id>``.
+
+    With `dry_run`, every check is made and the result says what would be published
+    (the tree id included), but nothing is written: no object, ref, cache or audit line.
+    """
     rows.validate_run_id(run_id)
     git = Git.open(workdir)
     _, lines, _torn = _local_lines(workdir, run_id)
@@ -432,7 +438,7 @@ def anchor(workdir: str | os.PathLike[str], run_id: str) -> AnchorResult:
                  else verify.verify_lines(lines))
             if not v.ok:
                 raise _refuse_broken(run_id, v, "anchor")
-            if not trusted:
+            if not trusted and not dry_run:
                 _memo_add(git, chain.tree, chain.head_hash, chain.entry_count)
             relation: Relation = ("identical" if chain.entry_count == len(lines)
                                   else "local_ahead")
@@ -457,9 +463,14 @@ def anchor(workdir: str | os.PathLike[str], run_id: str) -> AnchorResult:
             )
         if relation == "identical":
             return AnchorResult("unchanged", old, head, len(lines), run_id, ref, chain.tree,
-                                len(chain.chunk_ids), 0)
+                                len(chain.chunk_ids), 0, dry_run=dry_run)
         known = chain.chunk_ids
     meta = _meta_blob(run_id, head, len(lines), len(chunks))
+    if dry_run:
+        names = [(chunk_name(i), oid) for i, oid in enumerate(ids)]
+        tree = git.tree_id([*names, (META_NAME, git.blob_id(meta))])
+        return AnchorResult("created" if old is None else "extended", old or "", head,
+                            len(lines), run_id, ref, tree, len(chunks), 0, dry_run=True)
     before = set(known)
     written = git.write_blobs([*chunks, meta], [*ids, git.blob_id(meta)], known=known)
     names = [(chunk_name(i), oid) for i, oid in enumerate(written[:-1])]
@@ -604,8 +615,9 @@ def _follow(git: Git, ref: str, chain: AnchoredChain, run_id: str) -> str | None
 # -- gc and listing ---------------------------------------------------------------------
 
 
-def gc(workdir: str | os.PathLike[str], run_id: str) -> str:
-    """Squash the anchor history of `run_id` into one parentless commit of the same tree."""
+def gc(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = False) -> str:
+    """Squash the anchor history of `run_id` into one parentless commit of the same tree
+    (with `dry_run`, say what would be squashed and change nothing)."""
     rows.validate_run_id(run_id)
     git = Git.open(workdir)
     ref = REF_PREFIX + run_id
@@ -619,6 +631,10 @@ def gc(workdir: str | os.PathLike[str], run_id: str) -> str:
     if not shape.parents:
         return f"{ref} is already a single parentless commit ({commit}); nothing to do"
     dropped = git.count_commits(commit) - 1
+    if dry_run:
+        return (f"dry run: {ref} would be squashed from {dropped + 1} commits into one "
+                f"parentless commit (tree {tree} unchanged, {len(chunk_ids)} chunks); "
+                "nothing was changed")
     message = f"harness work ledger anchor (gc)\n\nrun_id={run_id}\n"
     new = git.commit_tree(tree, [], message)
     git.update_ref(ref, new, commit, reason=f"harness ledger gc {run_id}")

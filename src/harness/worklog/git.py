@@ -256,6 +256,18 @@ class Git:
         )
         return self.run(["mktree", "-z"], stdin=body).stdout.decode("ascii").strip()
 
+    def tree_id(self, blobs: Sequence[tuple[str, str]]) -> str:
+        """The id `mktree` would give the same flat tree, computed without writing it
+        (git sorts a flat tree's entries by name, as bytes)."""
+        body = b"".join(
+            b"100644 %s\0%s" % (name.encode("utf-8"), bytes.fromhex(oid))
+            for name, oid in sorted(blobs, key=lambda b: b[0].encode("utf-8"))
+        )
+        h = hashlib.new(self.object_format)
+        h.update(b"tree %d\0" % len(body))
+        h.update(body)
+        return h.hexdigest()
+
     def commit_tree(self, tree: str, parents: Sequence[str], message: str) -> str:
         """A commit of `tree` with `parents`, unsigned, by the fixed identity."""
         args = ["commit-tree", "--no-gpg-sign", tree]
