@@ -90,6 +90,8 @@ REDACTED_CASES = [
     # percent-encoded and JSON-escaped forms
     pytest.param("cb?x=1%3Ftoken%3Dabc123secret", "cb?x=1%3Ftoken%3D[REDACTED]",
                  id="percent-encoded-token"),
+    pytest.param("//bob:Sup3rS3cretPw@db.example.com/x",
+                 "//bob:[REDACTED]@db.example.com/x", id="url-scheme-relative"),
     pytest.param("https:\\/\\/alice:S3cretPw9@example.com",
                  "https:\\/\\/alice:[REDACTED]@example.com", id="url-json-escaped"),
     pytest.param("password=hunter2 user=bob", "password=[REDACTED] user=bob", id="password"),
@@ -202,6 +204,9 @@ FALSE_POSITIVES = [
     "risk-assessment-2025-10-01-0123456789abcdef",
     "",
     "ünïcödé ✓ 日本語",
+    "see // note: foo@bar",
+    "//host:8080/path@x",
+    "bypass=1 compass: north",
 ]
 
 

@@ -41,6 +41,7 @@ _TRIGGER: Final = re.compile(
         [
             "-----BEGIN",
             "://",
+            "//[^\\s/?#@:]+:",  # //user:pass@host, the scheme left out
             r":\\/",  # :\/\/, a URL whose slashes a JSON encoder escaped
             "glpat-",
             "xapp-",
@@ -142,6 +143,9 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         _SCHEME + r"(?:[^\s/?#@:]*:(?P<s_url__password>[^\s/?#]+)"
         r"|(?P<s_url__token>(?=[a-z_.~-]*[A-Z0-9])[A-Za-z0-9_.~-]{20,}))(?=@)",
     ),
+    # A scheme-relative URL ("//user:pass@host") carries the same userinfo; only the
+    # user:password form, since "//name@" alone is as often a comment or a path.
+    ("url_relative", r"/(?<![:/A-Za-z0-9]/)/[^\s/?#@:]+:(?P<s_url_relative>[^\s/?#]+)(?=@)"),
     # Header and payload are base64url JSON objects, so both open with "eyJ"; the
     # signature may be cut off or empty (alg "none").
     (
