@@ -704,6 +704,18 @@ def test_anchor_dry_run_names_the_tree_and_writes_nothing(world: World, repo: Pa
     assert (same["status"], same["dry_run"]) == ("unchanged", True)
 
 
+def test_every_command_of_the_group_that_changes_something_takes_dry_run(
+        world: World, repo: Path) -> None:
+    """DESIGN §2 lists --dry-run for the group: no usage error (exit 2 means a failed
+    verification here); fetch without a remote is no ledger (1), as without the flag."""
+    record(repo, GOAL)
+    for cmd in ("anchor", "resume", "gc", "fetch"):
+        res = cli(world, repo, "ledger", cmd, RUN, "--dry-run")
+        assert "No such option" not in res.stderr, cmd
+    res = cli(world, repo, "ledger", "fetch", RUN, "--dry-run")
+    assert res.returncode == 1 and "no remote named 'origin'" in err_line(res)
+
+
 def test_gc_squashes_the_anchor_history(world: World, repo: Path) -> None:
     record(repo, GOAL[:4])
     assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0

@@ -427,6 +427,31 @@ def test_fetch_extends_a_local_prefix_whose_last_row_lacks_its_newline(
     assert ledger_file(b).read_bytes() == _blob(lines)
 
 
+def test_fetch_dry_run_says_what_fetch_would_do_and_changes_nothing(
+        hosts: tuple[Path, Path]) -> None:
+    a, b = hosts
+    lines = chain(1500)
+    write_ledger(a, lines)
+    anc.anchor(a, RUN)
+    push(a)
+
+    def state() -> tuple[str, bytes | None]:
+        path = ledger_file(b)
+        return (git("for-each-ref", cwd=b), path.read_bytes() if path.exists() else None)
+
+    for local, want in ((None, ("written", 1500)), (lines[:1200], ("extended", 300)),
+                        (lines, ("unchanged", 0))):
+        if local is not None:
+            write_ledger(b, local)
+        before = state()
+        res = anc.fetch(b, RUN, dry_run=True)
+        assert (res.status, res.new_entries, res.dry_run) == (*want, True)
+        assert (res.entry_count, res.head_hash) == (1500, head_of(lines))
+        assert state() == before  # no ref moved, the local ledger untouched
+    real = anc.fetch(b, RUN)
+    assert (real.status, real.dry_run) == ("unchanged", False)
+
+
 def test_fetch_identical_is_unchanged(hosts: tuple[Path, Path]) -> None:
     a, b = hosts
     lines = chain(40)

@@ -253,13 +253,21 @@ def anchor_command(run_id: str, dry_run: bool, as_json: bool, workdir: str | Non
 @click.argument("run_id")
 @click.option("--remote", default="origin", show_default=True, metavar="NAME",
               help="The remote to fetch refs/harness/work-ledger/RUN_ID from.")
+@dry_run_option
 @json_option
 @workdir_option
-def fetch_command(run_id: str, remote: str, as_json: bool, workdir: str | None) -> None:
+def fetch_command(run_id: str, remote: str, dry_run: bool, as_json: bool,
+                  workdir: str | None) -> None:
     """Fetch an anchored work ledger, verify it, and bring the local ledger up to it."""
-    res = _guard(lambda: anchor_mod.fetch(_workdir(workdir), run_id, remote=remote))
+    res = _guard(lambda: anchor_mod.fetch(_workdir(workdir), run_id, remote=remote,
+                                          dry_run=dry_run))
     if as_json:
         _print_json({"run_id": run_id, "remote": remote, **res.to_json()})
+        return
+    if res.dry_run:
+        click.echo(f"dry run: the local ledger of {run_id} would be {res.status} from {remote} "
+                   f"({res.new_entries} new entries; anchored entry_count {res.entry_count}, "
+                   f"head_hash {res.head_hash}); nothing was written")
         return
     click.echo(f"{res.status}: work ledger {run_id} from {remote} "
                f"(entry_count {res.entry_count}, head_hash {res.head_hash})")

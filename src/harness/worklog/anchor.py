@@ -114,6 +114,7 @@ class FetchResult:
     remote: str = ""
     new_entries: int = 0
     warning: str | None = None
+    dry_run: bool = False  # nothing was written, no ref moved
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -538,16 +539,18 @@ def _append(d: Path, new: list[bytes], torn: bytes | None) -> None:
 
 
 def _bring_up_to(
-    d: Path, chain: AnchoredChain, run_id: str, remote: str
+    d: Path, chain: AnchoredChain, run_id: str, remote: str, *, dry_run: bool = False
 ) -> tuple[Literal["written", "extended", "unchanged"], int]:
-    """Make the local ledger in `d` equal the verified anchored chain, or refuse."""
+    """Make the local ledger in `d` equal the verified anchored chain, or refuse (with
+    `dry_run`, only say which it would be)."""
     assert chain.lines is not None
     try:
         lines, torn = verify.read_ledger(d)
     except NoLedger:
         lines, torn = [], None
     if not lines:
-        _write_new(d, chain.lines)
+        if not dry_run:
+            _write_new(d, chain.lines)
         return "written", len(chain.lines)
     v = verify.verify_lines(lines)
     if not v.ok:
@@ -564,21 +567,32 @@ def _bring_up_to(
             f"changed. Run 'harness ledger anchor {run_id}' (and push the ref) instead"
         )
     if relation == "anchored_ahead":
-        _append(d, chain.lines[len(lines):], torn)
+        if not dry_run:
+            _append(d, chain.lines[len(lines):], torn)
         return "extended", chain.entry_count - len(lines)
     return "unchanged", 0
 
 
-def fetch(workdir: str | os.PathLike[str], run_id: str, remote: str = "origin") -> FetchResult:
-    """Bring the anchored chain of `run_id` from `remote` into the local ledger, verified."""
+def fetch(workdir: str | os.PathLike[str], run_id: str, remote: str = "origin", *,
+          dry_run: bool = False) -> FetchResult:
+    """Bring the anchored chain of `run_id` from `remote` into the local ledger, verified.
+
+    With `dry_run`, the anchored chain is fetched and verified and the result says what
+    the local ledger would become, but no ref moves and the local ledger is not touched
+    (git keeps the fetched objects unreferenced, as after any fetch that names no ref).
+    """
     rows.validate_run_id(run_id)
     git = Git.open(workdir)
     ref = REF_PREFIX + run_id
-    private = f"{FETCHED_PREFIX}{_remote_component(remote)}/{run_id}"
+    private = None if dry_run else f"{FETCHED_PREFIX}{_remote_component(remote)}/{run_id}"
     commit = git.fetch_ref(remote, ref, private)
     chain = read_anchor(git, f"{remote} {ref}", commit, run_id)
     assert chain.lines is not None
     d = rows.ledger_dir(Path(workdir), run_id)
+    if dry_run:
+        status, new = _bring_up_to(d, chain, run_id, remote, dry_run=True)
+        return FetchResult(status, commit, chain.head_hash, chain.entry_count, run_id, remote,
+                           new, dry_run=True)
     make_private_dir(str(d))
     # The writer's lock: no append can slip in between reading the local chain and
     # writing after it, and a live writer makes fetch refuse rather than race it.

@@ -337,8 +337,19 @@ class Git:
 
     # -- remotes ------------------------------------------------------------------------
 
-    def fetch_ref(self, remote: str, src: str, dst: str) -> str:
+    def _advertised(self, remote: str, ref: str) -> str | None:
+        """The id `remote` advertises for `ref`, when it has fetched objects for it."""
+        res = self.run(["ls-remote", "--exit-code", "--end-of-options", remote, ref],
+                       check=False, timeout=NETWORK_TIMEOUT)
+        oid = res.stdout.decode("ascii", "replace").split("\t", 1)[0].strip()
+        if res.returncode != 0 or not oid or not self.present([oid]):
+            return None  # moved after the fetch: its objects may not be here
+        return oid
+
+    def fetch_ref(self, remote: str, src: str, dst: str | None) -> str:
         """Fetch `src` from `remote` into the local ref `dst` (forced); return its id.
+        With `dst` None the objects are fetched and no ref is written: the id is the
+        one the remote advertised.
 
         `NoLedger` when the remote cannot be read or has no such ref; which of the two
         is decided by exit codes (``remote get-url``: 2 = no such remote;
@@ -346,14 +357,14 @@ class Git:
         """
         res = self.run(
             ["fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--end-of-options",
-             remote, f"+{src}:{dst}"],
+             remote, f"+{src}:{dst}" if dst is not None else src],
             check=False,
             timeout=NETWORK_TIMEOUT,
         )
         if res.returncode == 0:
-            oid = self.resolve(dst)
+            oid = self.resolve(dst) if dst is not None else self._advertised(remote, src)
             if oid is None:
-                raise GitFailed(f"git fetch reported success but {dst} does not exist")
+                raise GitFailed(f"git fetch reported success but {dst or src} does not exist")
             return oid
         why = first_line(res.stderr)
         probe = self.run(["ls-remote", "--exit-code", "--end-of-options", remote, src],
