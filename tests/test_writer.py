@@ -474,6 +474,85 @@ def test_an_open_file_whose_write_tears_and_cannot_be_cut_back_keeps_no_duplicat
     assert rig.commits.batches == [[1], [2]]
 
 
+def test_a_torn_write_that_stops_just_before_a_newline_keeps_no_duplicate(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """Two lines in one write; half the bytes is exactly the first line without its
+    "\n"; the cut-back fails. Read back, that line is whole but for its newline: it is
+    written, and the retry writes the newline it lacks, not the line again."""
+    rig = make_rig()
+    w = rig.writer
+    warm(rig)
+    first = {**line(run_id=3), "reason": "x" * 200}
+    second = {**line(run_id=4), "reason": "x" * 199}
+    sealer = _DaySealer(str(rig.directory))
+    n1 = len(sealer.seal(dict(first), 3, ZERO_HASH)[0]) + 1
+    n2 = len(sealer.seal(dict(second), 4, ZERO_HASH)[0]) + 1
+    assert (n1 + n2) // 2 == n1 - 1  # the tear falls right before the first "\n"
+    # Hold the writer in a sync, so the two lines are queued and written together.
+    release = rig.files.inject("sync", hang=True)
+    assert release is not None
+    w.append(line(run_id=2), harness="h", run_id=2, sync=False)
+    w.flush()
+    wait_until(lambda: rig.disk().seqs == [1, 2])
+    e1 = w.enqueue(first, sync=False, harness="h", run_id=3)
+    e2 = w.enqueue(second, sync=True, harness="h", run_id=4)
+    rig.files.inject("write", errno=errno.ENOSPC, partial=True, times=1)
+    rig.files.inject("truncate", errno=errno.EIO, times=1)
+    rig.files.clear("sync")  # releases the hung sync
+    with pytest.raises(LedgerUnavailable):
+        w.wait(e2)  # the torn write fails the synced caller at once
+    rig.commits.wait_for(4)
+    d = rig.disk()
+    assert d.seqs == [1, 2, 3, 4] and d.fragments == []
+    assert (e1.seq, e2.seq) == (3, 4)
+    assert_chain(d)
+
+
+def test_a_write_past_the_bound_is_counted_like_a_late_sync(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig(sync_timeout=0.3)
+    w = rig.writer
+    warm(rig)
+    rig.files.inject("write", delay=0.6, times=1)
+    with pytest.raises(LedgerUnavailable, match=r"not synced within 0\.3s"):
+        w.append(line(run_id=2), harness="h", run_id=2)
+    rig.commits.wait_for(2)
+    s = w.stats()
+    assert (s.append_errors, s.degraded) == (1, False)
+    assert s.last_error is not None and "ledger write and sync of" in s.last_error
+    assert "over the 0.3s bound" in s.last_error and "seq=2" in s.last_error
+
+
+def test_close_cuts_short_a_backoff_set_before_it(make_rig: Callable[..., Rig]) -> None:
+    """The disk failed long enough to push the retry far out; it then recovers. close()
+    drains the queue within its own timeout instead of waiting out the backoff."""
+    rig = make_rig(retry_min=30.0, retry_max=30.0)
+    w = rig.writer
+    warm(rig)
+    rig.files.inject("write", errno=errno.ENOSPC, times=1)
+    with pytest.raises(LedgerUnavailable, match="No space left"):
+        w.append(line(run_id=2), harness="h", run_id=2)
+    w.enqueue(line(run_id=3), sync=False, harness="h", run_id=3)
+    t0 = time.monotonic()
+    w.close(timeout=5.0)  # raises if anything is left queued
+    assert time.monotonic() - t0 < 5.0
+    assert rig.disk().seqs == [1, 2, 3]
+
+
+def test_close_names_the_first_line_it_could_not_drain(make_rig: Callable[..., Rig]) -> None:
+    rig = make_rig()
+    w = rig.writer
+    warm(rig)
+    rig.files.inject("write", errno=errno.EROFS)
+    w.enqueue(line(run_id=7, harness="nightly"), sync=False, harness="nightly", run_id=7)
+    with pytest.raises(LedgerUnavailable) as info:
+        w.close(timeout=0.3)
+    assert str(info.value) == ("closed with 1 line(s) still queued (not durable) "
+                               "(harness=nightly run_id=7 seq=2)")
+
+
 def test_an_open_file_whose_sync_hangs_bounds_callers_and_counts_the_late_sync(
     make_rig: Callable[..., Rig],
 ) -> None:

@@ -161,6 +161,7 @@ class Writer:
         self._lines_written = 0
         self._syncs = 0
         self._flush_now = False
+        self._retry_now = False  # a close or flush cuts short the backoff under way
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -293,6 +294,7 @@ class Writer:
         """Ask the writer to sync buffered lines now (used by tests and shutdown)."""
         with self._cv:
             self._flush_now = True
+            self._retry_now = True
         self._ring()
 
     def stats(self) -> WriterStats:
@@ -318,6 +320,7 @@ class Writer:
             if self._closed:
                 return
             self._closing = True
+            self._retry_now = True
             self._deadline = time.monotonic() + timeout
         self._ring()
         self._thread.join(timeout + 1.0)
@@ -326,10 +329,11 @@ class Writer:
             left = len(self._queue)
             # Read under the lock: a writer thread that outlived the join (a hung sync)
             # may pop the queue the moment it is released.
-            first = self._queue[0].seq if left else None
-        if left:
+            first = self._queue[0] if left else None
+        if first is not None:
             raise LedgerUnavailable(
-                f"closed with {left} line(s) still queued (not durable)", seq=first
+                f"closed with {left} line(s) still queued (not durable)",
+                harness=first.harness, run_id=first.run_id, seq=first.seq,
             )
 
     # -- the writer thread -----------------------------------------------------------
@@ -385,6 +389,11 @@ class Writer:
             if self._closing and (not self._queue or now >= self._deadline):
                 self._shutdown_files()
                 return _STOPPED
+            if self._retry_now:
+                # A close or flush asked for the queue now: a backoff set before it (up
+                # to retry_max away) must not outlast the close's own timeout.
+                self._retry_now = False
+                retry_at = 0.0
             pending = any(not e.written for e in self._queue)
             waiting_sync = any(e.sync for e in self._queue)
             oldest = self._queue[0].enqueued if self._queue else None
@@ -430,14 +439,17 @@ class Writer:
             synced_caller = synced_caller or e.sync
         if not synced_caller:
             return False
+        # The pass's I/O is timed from the write on: a hung write stalls callers as
+        # surely as a hung sync (fail-fast, REQ-6's count of late syncs).
+        with self._cv:
+            self._sync_started = started = time.monotonic()
         try:
             self._write_group(path, batch)
         except OSError as exc:
             err = self._error("write", exc, next((e for e in batch if not e.written), batch[0]))
-            return self._finish_pass(batch, [e for e in batch if e.written], err, False)
+            return self._finish_pass(batch, [e for e in batch if e.written], err, False,
+                                     started)
         error = None
-        with self._cv:
-            self._sync_started = started = time.monotonic()
         try:
             self._sync_file(path, f)
         except OSError as exc:
@@ -520,7 +532,10 @@ class Writer:
             return
         pos = 1 if tail.startswith(b"\n") and f.newline else 0
         for e in group:
-            if tail.startswith(e.data, pos):
+            # A line that reached the file whole but for its newline is written too: the
+            # reopened handle starts the next write with the "\n" it lacks, so writing the
+            # line again would put its seq in the file twice.
+            if tail.startswith(e.data, pos) or tail[pos:] == e.data[:-1]:
                 e.written = True
                 pos += len(e.data)
                 e.end = before + pos
@@ -531,6 +546,8 @@ class Writer:
     def _write_and_sync(self, batch: list[Entry], force: bool) -> LedgerError | None:
         error: LedgerError | None = None
         failed_at: Entry | None = None
+        with self._cv:
+            self._sync_started = started = time.monotonic()
         # Write every unwritten line in seq order, one write per run of same-file lines.
         i = 0
         todo = [e for e in batch if not e.written]
@@ -546,35 +563,39 @@ class Writer:
                 break
             i = j
         written = [e for e in batch if e.written]
-        return self._finish_pass(batch, written, error, force)
+        return self._finish_pass(batch, written, error, force, started)
 
     def _finish_pass(
-        self, batch: list[Entry], written: list[Entry], error: LedgerError | None, force: bool
+        self, batch: list[Entry], written: list[Entry], error: LedgerError | None, force: bool,
+        started: float,
     ) -> LedgerError | None:
-        """Sync what a pass wrote (when anything asks for it) and commit the durable prefix."""
-        if not written:
-            return self._fail(error) if error else None
-        wants_sync = (
-            error is not None
-            or any(e.sync for e in written)
-            or force
-            or time.monotonic() - written[0].enqueued >= self.flush_every
-        )
-        if not wants_sync:
-            return None
-        # Sync every file touched by a written-but-uncommitted line (group commit).
-        paths = list(dict.fromkeys(e.path for e in written))
-        with self._cv:
-            self._sync_started = started = time.monotonic()
-        synced: set[str] = set()
+        """Sync what a pass wrote (when anything asks for it) and commit the durable prefix.
+        `started` is when the pass's I/O began (its first write), which set `_sync_started`;
+        this clears it."""
         try:
-            for p in paths:
-                self._sync_file(p, self._file(p))
-                synced.add(p)
-        except OSError as exc:
-            bad = next(e for e in written if e.path not in synced)
-            error = error or self._error("sync", exc, bad)
-            self._after_failed_sync(p, written)
+            if not written:
+                return self._fail(error) if error else None
+            wants_sync = (
+                error is not None
+                or any(e.sync for e in written)
+                or force
+                or time.monotonic() - written[0].enqueued >= self.flush_every
+            )
+            if not wants_sync:
+                if time.monotonic() - started > self.sync_timeout:
+                    self._late_sync(written[0], time.monotonic() - started, synced=False)
+                return None
+            # Sync every file touched by a written-but-uncommitted line (group commit).
+            paths = list(dict.fromkeys(e.path for e in written))
+            synced: set[str] = set()
+            try:
+                for p in paths:
+                    self._sync_file(p, self._file(p))
+                    synced.add(p)
+            except OSError as exc:
+                bad = next(e for e in written if e.path not in synced)
+                error = error or self._error("sync", exc, bad)
+                self._after_failed_sync(p, written)
         finally:
             with self._cv:
                 self._sync_started = None
@@ -607,13 +628,15 @@ class Writer:
         f.synced = f.size
         self._syncs += 1
 
-    def _late_sync(self, first: Entry, took: float) -> None:
-        """REQ-6: a sync past its bound is an append error even when it then succeeds (and
-        even when nobody waited for it); otherwise the counter never sees a stalled disk.
-        It is not a failing head, so `_failing` is left alone."""
+    def _late_sync(self, first: Entry, took: float, *, synced: bool = True) -> None:
+        """REQ-6: a write or sync past its bound is an append error even when it then
+        succeeds (and even when nobody waited for it); otherwise the counter never sees a
+        stalled disk. It is not a failing head, so `_failing` is left alone."""
+        what, now = (("write and sync", "the lines are now durable") if synced
+                     else ("write", "the lines are written and will be synced"))
         late = LedgerUnavailable(
-            f"ledger sync of {first.path} took {took:.3f}s, over the "
-            f"{self.sync_timeout:g}s bound; the lines are now durable",
+            f"ledger {what} of {first.path} took {took:.3f}s, over the "
+            f"{self.sync_timeout:g}s bound; {now}",
             harness=first.harness,
             run_id=first.run_id,
             seq=first.seq,
