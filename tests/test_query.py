@@ -21,7 +21,7 @@ import harness.ledger.runledger as runledger_mod
 from harness.ledger.query import Query, QueryError
 from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
-from harness.timefmt import format_ns
+from harness.timefmt import day_start_ns, format_ns, utc_day
 from ledgertools import DAY, HOUR, MINUTE, T0, Clock, append_filter_runs
 
 # More seeds for the randomised memory-vs-files test: LEDGER_QUERY_SEEDS=60 pytest ...
@@ -305,9 +305,14 @@ def _random_queries(rng: Any, names: list[str], now: int) -> list[Query]:
 
 
 @pytest.mark.parametrize("seed", range(int(os.environ.get("LEDGER_QUERY_SEEDS", "4"))))
-def test_the_index_answers_exactly_what_the_files_say(tmp_path: Path, seed: int) -> None:
+@pytest.mark.parametrize("rough", [False, True], ids=["steady", "rough"])
+def test_the_index_answers_exactly_what_the_files_say(tmp_path: Path, seed: int,
+                                                       rough: bool) -> None:
     """Runs over twelve days, restarts with small windows and tails, backfills: every
-    query answered by the ledger equals the same query answered by the files alone."""
+    query answered by the ledger equals the same query answered by the files alone.
+    Rough: the clock also steps back (up to two hours, across midnights too), ended and
+    trimmed records get late updates, decided records are updated later, and restarts
+    prune with a short retention."""
     rng = random.Random(seed)
     d = tmp_path / "ledger"
     names = ["a", "b", "c", "d"]
@@ -315,14 +320,22 @@ def test_the_index_answers_exactly_what_the_files_say(tmp_path: Path, seed: int)
     led = RunLedger(str(d), clock=clock)
     next_id = dict.fromkeys(names, 0)
     open_runs: dict[tuple[str, int], int] = {}  # key -> opened at
+    ended: list[tuple[str, int]] = []
     try:
         for step in range(400):
             clock.ns += rng.randint(0, 90) * MINUTE
+            if rough and rng.random() < 0.08:
+                clock.ns -= rng.randint(1, 120) * MINUTE  # a clock stepped back
+            if rough and ended and rng.random() < 0.1:
+                key = rng.choice(ended)  # a late update of a record that already ended
+                led.append({"type": "updated", "harness": key[0], "run_id": key[1],
+                            "model_calls": 1000 + step})
             for key, at in list(open_runs.items()):
                 if clock.ns - at > 18 * HOUR:  # keep runs shorter than a day
                     led.append({"type": "closed", "harness": key[0], "run_id": key[1],
                                 "outcome": "failed", "exit_code": 1})
                     del open_runs[key]
+                    ended.append(key)
             r = rng.random()
             h = rng.choice(names)
             if r < 0.35:
@@ -340,18 +353,31 @@ def test_the_index_answers_exactly_what_the_files_say(tmp_path: Path, seed: int)
                 led.append({"type": "closed", "harness": key[0], "run_id": key[1],
                             "outcome": rng.choice(["success", "failed"])})
                 del open_runs[key]
+                ended.append(key)
             else:
                 next_id[h] += 1
                 led.append({"type": "decided", "harness": h, "run_id": next_id[h],
                             "trigger": "schedule", "outcome": "missed"})
+                ended.append((h, next_id[h]))
             if step % 50 == 49:
                 led.close()
                 led = RunLedger(str(d), clock=clock, window_ns=rng.choice([1, DAY, 2 * DAY]),
-                                tail=rng.choice([1, 2, 5]))
+                                tail=rng.choice([1, 2, 5]),
+                                retention_ns=rng.choice([3 * DAY, 5 * DAY]) if rough
+                                else 30 * DAY)
+                if rough:
+                    led.prune()
                 if rng.random() < 0.5:
                     led.backfill(rng.sample(names, 2))
-                assert {(o["harness"], o["run_id"]) for o in led.open_records()} == set(
-                    open_runs)
+                want_open = set(open_runs)
+                if rough:
+                    # A clock stepped back across midnight can put a run's closed line in
+                    # an older file than its opened line; pruning that file reopens the
+                    # run on disk. Memory must say what the files say.
+                    on_disk, _, _ = scan(str(d), Query(), offline=False)
+                    want_open = {(r.harness, r.run_id) for r in on_disk
+                                 if r.opened and not r.closed}
+                assert {(o["harness"], o["run_id"]) for o in led.open_records()} == want_open
             if step % 25 == 24:
                 settle(led)  # a written, unsynced line is in the file but not yet in memory
                 for q in _random_queries(rng, names, clock.ns):
@@ -445,3 +471,104 @@ def test_the_daemon_fallback_reads_only_durable_lines(tmp_path: Path) -> None:
         assert [r["run_id"] for r in led.query(Query(limit=10))[0]] == [1]
     finally:
         led.close(timeout=10.0)
+
+
+# -- the boot load and the prune, where seq order and day files disagree ----------------------
+
+
+def assert_memory_is_the_files(led: RunLedger, d: Path, *queries: Query) -> None:
+    for q in queries:
+        files, low, _ = scan(str(d), q, offline=False)
+        assert led.query(q) == ([x.to_json() for x in files], low), q
+
+
+def test_a_clock_stepped_back_across_the_windows_first_midnight(tmp_path: Path) -> None:
+    """x/1 opens just after the midnight that starts the 7-day window; the clock steps
+    back 30 s, so its closed line and a decided x/2 land in the day before. The boot must
+    fold them: x/1 is closed (REQ-7 must not close it again) and x/2 is there."""
+    d = tmp_path / "ledger"
+    m = day_start_ns(utc_day(T0 - 7 * DAY))
+    clock = Clock(m + 5 * 10**9)
+    led = RunLedger(str(d), clock=clock)
+    led.append({"type": "opened", "harness": "x", "run_id": 1, "trigger": "manual",
+                "started_at": format_ns(clock.ns)})
+    clock.ns = m - 25 * 10**9
+    led.append({"type": "closed", "harness": "x", "run_id": 1, "outcome": "success",
+                "exit_code": 0})
+    led.append({"type": "decided", "harness": "x", "run_id": 2, "trigger": "schedule",
+                "outcome": "skipped", "reason": "overlap"})
+    led.close()
+    led = RunLedger(str(d), clock=Clock(T0))
+    try:
+        assert led.open_records() == []
+        rec = led.get("x", 1)
+        assert rec is not None and (rec["seq"], rec["outcome"]) == (1, "success")
+        assert [r["run_id"] for r in led.query(Query(names=("x",), limit=50))[0]] == [2, 1]
+        assert_memory_is_the_files(led, d, Query(names=("x",), limit=50), Query(limit=1))
+    finally:
+        led.close()
+
+
+def test_a_decided_record_updated_inside_the_window_loads_whole(tmp_path: Path) -> None:
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 10 * DAY)
+    led = RunLedger(str(d), clock=clock)
+    led.append({"type": "decided", "harness": "d", "run_id": 1, "trigger": "schedule",
+                "outcome": "missed"})
+    clock.ns = T0 - DAY
+    led.append({"type": "updated", "harness": "d", "run_id": 1, "model_calls": 3})
+    led.close()
+    led = RunLedger(str(d), clock=Clock(T0))
+    try:
+        (rec,), _ = led.query(Query(names=("d",), limit=1))
+        assert (rec["seq"], rec["outcome"], rec["trigger"], rec["model_calls"]) == (
+            1, "missed", "schedule", 3)
+        assert_memory_is_the_files(led, d, Query(names=("d",), limit=1), Query(limit=1))
+    finally:
+        led.close()
+
+
+def test_a_prune_after_a_clock_step_back_keeps_what_the_files_keep(tmp_path: Path) -> None:
+    """x/1 lies in yesterday's file; a step back put the later x/2 in the file before,
+    which the prune deletes. x/1 stays on disk, so it stays in memory."""
+    d = tmp_path / "ledger"
+    y = day_start_ns(utc_day(T0 - DAY))
+    clock = Clock(y + 5 * 10**9)
+    led = RunLedger(str(d), clock=clock)
+    led.append({"type": "decided", "harness": "x", "run_id": 1, "outcome": "skipped"})
+    clock.ns = y - 25 * 10**9
+    led.append({"type": "decided", "harness": "x", "run_id": 2, "outcome": "skipped"})
+    clock.ns = T0
+    led.append({"type": "decided", "harness": "x", "run_id": 3, "outcome": "skipped"})
+    led.close()
+    led = RunLedger(str(d), clock=Clock(T0), retention_ns=DAY)
+    try:
+        assert led.prune().deleted == [utc_day(y - DAY)]
+        assert [r["run_id"] for r in led.query(Query(names=("x",), limit=50))[0]] == [3, 1]
+        assert_memory_is_the_files(led, d, Query(names=("x",), limit=50), Query(limit=2))
+    finally:
+        led.close()
+
+
+def test_a_late_line_of_a_record_memory_let_go_is_answered_from_the_files(
+        tmp_path: Path) -> None:
+    """a/1 ended long ago and was trimmed; a late update for it must not make memory
+    show a new partial record with the update's seq as the newest run."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 9 * DAY)
+    led = RunLedger(str(d), clock=clock, tail=1)
+    led.append({"type": "decided", "harness": "a", "run_id": 1, "outcome": "success"})
+    clock.ns = T0 - HOUR
+    led.append({"type": "decided", "harness": "a", "run_id": 2, "outcome": "success"})
+    clock.ns = T0
+    led.append({"type": "decided", "harness": "b", "run_id": 1, "outcome": "success"})
+    assert led.get("a", 1) is None  # trimmed: older than the window, beyond the tail
+    led.append({"type": "updated", "harness": "a", "run_id": 1, "model_calls": 5})
+    try:
+        recs, _ = led.query(Query(limit=7))
+        assert [(r["harness"], r["run_id"], r["seq"]) for r in recs] == [
+            ("b", 1, 3), ("a", 2, 2), ("a", 1, 1)]
+        assert_memory_is_the_files(led, d, Query(limit=7), Query(limit=1),
+                                   Query(names=("a",), limit=2))
+    finally:
+        led.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..timefmt import format_ns
+from ..timefmt import format_ns, parse_ns
 from .fold import Frozen, Record
 from .query import Query, select
 
@@ -34,11 +34,28 @@ class Index:
     def __len__(self) -> int:
         return len(self.records)
 
-    def apply(self, line: dict[str, Any]) -> Record:
-        """Fold a committed (or loaded) line into its record."""
+    def apply(self, line: dict[str, Any], *, live: bool = False) -> Record:
+        """Fold a committed (or loaded) line into its record.
+
+        `live` (a line just committed, not one loaded from the files): a closed or updated
+        line of a record memory does not hold, with a run id the ledger has already seen,
+        belongs to a record it trimmed or never loaded. Whether that record's first lines
+        are still on disk (then it is older than the floors) or were pruned (then this
+        line starts a partial record) only the files can say, so it is folded for the
+        caller but not kept, and the floors rise past it: queries that reach it read the
+        files. (A new run id is a new record, partial or not.)"""
         h, rid = line["harness"], line["run_id"]
         key = (h, rid)
         found = self.records.get(key)
+        if (found is None and live and line["type"] in ("closed", "updated")
+                and rid <= self.max_ids.get(h, 0)):
+            late = Record(h, rid)
+            late.apply(line)
+            above = line["seq"] + 1
+            self.floor = max(self.floor, above)
+            self.harness_floor[h] = max(self.harness_floor.get(h, above), above)
+            self.floor_at = max(self.floor_at, format_ns(parse_ns(line["at"]) + 1))
+            return late
         if found is None:
             h = sys.intern(h)
             r = Record(h, rid)

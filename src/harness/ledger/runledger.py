@@ -194,10 +194,31 @@ class RunLedger:
         gc_was = gc.isenabled()
         gc.disable()
         try:
-            opened: dict[tuple[str, int], int] = {}
-            closed: set[tuple[str, int]] = set()
             old = [(d, p) for d, p in listing.days if d < first_day]
-            for _day, path in old:  # envelope only: which records are still open
+            window = [(d, p) for d, p in listing.days if d >= first_day]
+            for _day, path in window:
+                for raw in self._file_lines(path):
+                    obj = self._decode(raw)
+                    if obj is not None:
+                        self._index.apply(obj)
+            # Every line from this seq on was written once the window had begun; a clock
+            # stepped back puts some of them in an older day's file.
+            first_seq = self._first_seq(window)
+            in_window = self._index.records
+            # Fold whole, from the old files too: every record still open (REQ-7); every
+            # record with lines on both sides of the window's first day (a run across it,
+            # a decided or partial record updated later), else memory holds it partial,
+            # with the seq of its first window line and none of its start fields; and
+            # every record with a line written after the window began (a clock stepped
+            # back across its first midnight), else a closed run reads open and REQ-7
+            # would close it again, and a record wholly in an older file would be missing
+            # above the floor. Only envelopes are read here, and only keys are kept.
+            open_old: set[tuple[str, int]] = set()
+            wanted: set[tuple[str, int]] = set()
+            # Every run id on disk, not only the window's: ids are never reused, and a
+            # late line of an old record is told from a new record by its id.
+            max_ids = self._index.max_ids
+            for _day, path in old:
                 for _first, lines, torn in iter_chunks(path):
                     if torn:
                         continue
@@ -209,26 +230,18 @@ class RunLedger:
                                 self._skipped += 1
                             continue
                         key = (e.harness, e.run_id)
+                        if key in in_window or (first_seq is not None and e.seq >= first_seq):
+                            wanted.add(key)
+                        if e.run_id > max_ids.get(e.harness, 0):
+                            max_ids[e.harness] = e.run_id
                         if e.type == "opened":
-                            opened.setdefault(key, e.seq)
+                            open_old.add(key)
                         elif e.type in ("closed", "decided"):
-                            closed.add(key)
-            window = [(d, p) for d, p in listing.days if d >= first_day]
-            for _day, path in window:
-                for raw in self._file_lines(path):
-                    obj = self._decode(raw)
-                    if obj is not None:
-                        self._index.apply(obj)
-            # Fold whole, from the old files too: every record still open (REQ-7), and
-            # every record opened in an old file that has lines in the window (a run across
-            # the window's first day), else memory holds it partial, with the seq of its
-            # first window line and none of its start fields. (The old code discarded from
-            # the set it was iterating: RuntimeError at boot whenever such a run existed.)
-            wanted = {k for k in opened if k not in closed or k in self._index.records}
+                            open_old.discard(key)
+            wanted |= open_old
             if wanted:
                 self._backfill_keys(old, wanted)
             if old:
-                first_seq = self._first_seq(window)
                 self._index.floor = first_seq if first_seq is not None else next_seq
                 self._index.floor_at = format_ns(day_start_ns(window[0][0])) if window else (
                     format_ns(now))
@@ -355,7 +368,7 @@ class RunLedger:
             for e in entries:
                 obj = e.obj  # the writer is done with it: the ring keeps it as committed
                 self._ring.append(obj)
-                r = self._index.apply(obj)
+                r = self._index.apply(obj, live=True)
                 if feed and obj["type"] != "updated":
                     published.append(Committed(e.seq, obj["type"], r.to_json(check_log=False)))
             day = self.clock() // DAY_NS
@@ -455,15 +468,29 @@ class RunLedger:
         committed meanwhile are replayed from the ring before the swap.
         """
         with self._lock:
-            recs = self._index.records
-            for k in [k for k, r in recs.items() if r.closed and r.last_seq <= upto]:
-                del recs[k]
-            cut = {k for k, r in recs.items() if r.seq <= upto}
+            # Every record that began before the cut is refolded from the files left: by
+            # seq alone it cannot be told whether its lines went (a clock stepped back puts
+            # lower seqs in a later day's file, which is kept).
+            cut = {k for k, r in self._index.records.items() if r.seq <= upto}
+            floor = self._index.floor
+            held = set(self._index.records)
             read_to = self._committed
+        days = list_day_files(self.directory).days
+        # A record memory had already let go (trimmed, or older than the boot loaded) that
+        # kept a later line (a late update) now starts at that line, which may be above
+        # the floor: memory must hold it, or it would answer without it.
+        for _day, path in days:
+            for raw in self._file_lines(path):
+                try:
+                    e = _env.decode(raw)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    continue
+                if floor <= e.seq <= read_to and (e.harness, e.run_id) not in held:
+                    cut.add((e.harness, e.run_id))
         if not cut:
             return
         fresh = {k: Record(*k) for k in cut}
-        for obj in self._lines_of(list_day_files(self.directory).days, fresh, read_to):
+        for obj in self._lines_of(days, fresh, read_to):
             fresh[(obj["harness"], obj["run_id"])].apply(obj)
         with self._lock:
             later = [o for o in self._ring if o["seq"] > read_to]
