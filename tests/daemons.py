@@ -5,8 +5,8 @@ kills every daemon, and every pid in its pidfiles, at teardown), `FaultDaemons` 
 with the daemon run under faultdaemon.py, the `LAUNCHER`, and a fault-injecting disk), the
 `DEADLINE` the tests wait on, `until` (poll a probe until it answers or the deadline
 passes), `request` (one control-socket op), and the readers built on the real CLI:
-`runs_of`, `record_of` and `states_of`. The `daemons` and `fd` fixtures that hand a test
-one of these live in conftest.py.
+`runs_of`, `record_of` and `states_of`; and two looks at a process by pid, `alive` and
+`comm`. The `daemons` and `fd` fixtures that hand a test one of these live in conftest.py.
 """
 
 from __future__ import annotations
@@ -28,6 +28,25 @@ if TYPE_CHECKING:
     from conftest import World
 
 DEADLINE = 30.0
+
+
+def alive(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's reaper may be a PID 1 that never reaps)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in (b"Z", b"X")
+
+
+def comm(pid: int) -> str:
+    """The process's command name ("" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 LAUNCHER = Path(__file__).with_name("faultdaemon.py")
 T = TypeVar("T")
 

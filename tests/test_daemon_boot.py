@@ -23,27 +23,9 @@ from pathlib import Path
 import pytest
 
 from conftest import World
-from daemons import DEADLINE, Daemons, record_of, until
+from daemons import DEADLINE, Daemons, alive, comm, record_of, until
 from harness.control.client import Client, DaemonUnreachable
 from harness.supervisor.runner import DEFAULT_GRACE
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an orphan's reaper may be a PID 1 that never reaps)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in (b"Z", b"X")
-
-
-def _comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def _spawn(d: Daemons, *global_args: str, env: dict[str, str] | None = None,
@@ -158,11 +140,11 @@ argv = ["sh", "-c", "echo $$ > {pidfile}; trap '' TERM; exec sleep 1000"]
     assert (res.returncode, res.stdout) == (0, "1\n"), res.stderr
     until("the run to ignore SIGTERM in sleep",
           lambda: pidfile.exists() and pidfile.read_text().strip()
-          and _comm(int(pidfile.read_text())) == "sleep")
+          and comm(int(pidfile.read_text())) == "sleep")
     orphan = int(pidfile.read_text())
     first.kill()
     first.wait(timeout=DEADLINE)
-    assert _running(orphan)
+    assert alive(orphan)
 
     try:
         booting = daemons.start(wait=False)
@@ -170,15 +152,15 @@ argv = ["sh", "-c", "echo $$ > {pidfile}; trap '' TERM; exec sleep 1000"]
                   "stopping it")
         until("the boot to stop the orphan", lambda: marker in daemons.stderr())
         # It ignores SIGTERM, so the boot is inside the orphan's grace while it runs.
-        assert _running(orphan)
+        assert alive(orphan)
         booting.send_signal(signal.SIGTERM)
         assert booting.wait(timeout=DEADLINE + 2 * DEFAULT_GRACE) == 0, daemons.stderr()
     finally:
-        if _running(orphan):
+        if alive(orphan):
             with contextlib.suppress(OSError):
                 os.killpg(orphan, signal.SIGKILL)
 
-    assert not _running(orphan)
+    assert not alive(orphan)
     assert not daemons.socket.exists()
     err = daemons.stderr()
     assert "Traceback" not in err

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from conftest import World
-from daemons import DEADLINE, Daemons, record_of, request, runs_of, until
+from daemons import DEADLINE, Daemons, comm, record_of, request, runs_of, until
 from harness.cli.daemon import exit_code_of
 from harness.control.client import Client
 from harness.supervisor.runner import DEFAULT_GRACE
@@ -263,19 +263,11 @@ def test_commands_without_a_daemon_say_so(world: World) -> None:
 # -- ops that wait out a stop grace -------------------------------------------------------
 
 
-def _comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
 def _ignoring_sigterm(pidfile: Path) -> int:
     """The pid in `pidfile` once it is a `sleep` that ignores SIGTERM; the file is removed."""
     until(f"{pidfile.name} to name a sleep that ignores SIGTERM",
           lambda: pidfile.exists() and pidfile.read_text().strip()
-          and _comm(int(pidfile.read_text())) == "sleep")
+          and comm(int(pidfile.read_text())) == "sleep")
     pid = int(pidfile.read_text())
     pidfile.unlink()
     return pid

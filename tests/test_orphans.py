@@ -25,31 +25,13 @@ from pathlib import Path
 import pytest
 
 from conftest import World
-from daemons import DEADLINE, Daemons, record_of, until
+from daemons import DEADLINE, Daemons, alive, comm, record_of, until
 from harness.ledger.runledger import RunLedger
 from harness.supervisor import logs
 from harness.supervisor.history import CRASH_NOTE
 from harness.supervisor.orphans import Orphan, find_orphans, kill_orphans
 from harness.supervisor.runner import RunSpec, run_once
 from harness.supervisor.state import RunIds, StateFile
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an orphan's reaper may be a PID 1 that never reaps)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in (b"Z", b"X")
-
-
-def _comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 class Procs:
@@ -92,8 +74,8 @@ def _ident(sock: str, name: str, run_id: int) -> dict[str, str]:
             "HARNESS_RUN_TRIGGER": "autostart"}
 
 
-def _wait_exec(pid: int, comm: str) -> None:
-    until(f"pid {pid} to exec {comm}", lambda: _comm(pid) == comm)
+def _wait_exec(pid: int, name: str) -> None:
+    until(f"pid {pid} to exec {name}", lambda: comm(pid) == name)
 
 
 # -- the child's identity ------------------------------------------------------------------
@@ -157,12 +139,12 @@ def test_only_this_worlds_crashed_groups_are_stopped_and_noted(
     assert [(o.pgid, o.signalled, o.killed, o.gone) for o in stopped] == [
         (crashed.pid, True, False, True)]
     assert crashed.wait(timeout=DEADLINE) == -signal.SIGTERM
-    until("the grandchild to end", lambda: not _running(grandchild))
+    until("the grandchild to end", lambda: not alive(grandchild))
     assert log_path.read_text() == (
         f"before\nharness: stopped the orphaned process group {crashed.pid} left by the "
         "crashed daemon (SIGTERM)\n")
     for p in (same_run_other_daemon, live_run, other_name, in_our_group):
-        assert p.poll() is None and _running(p.pid)
+        assert p.poll() is None and alive(p.pid)
 
 
 def test_a_group_that_ignores_sigterm_is_killed_after_the_grace(
@@ -222,16 +204,16 @@ echo $$ > {pidfile}; exec sleep 300"]
         first.kill()
         first.wait(timeout=DEADLINE)
         time.sleep(0.5)
-        assert _running(old_pid)  # the crash left it running
+        assert alive(old_pid)  # the crash left it running
         pidfile.unlink()
 
         d.start()
-        until("the orphan to be stopped", lambda: not _running(old_pid))
+        until("the orphan to be stopped", lambda: not alive(old_pid))
         until("run 2 to be up", lambda: pidfile.exists() and pidfile.read_text().strip()
                and (rec := record_of(world, "res", 2)) is not None
                and rec["outcome"] == "running")
         new_pid = int(pidfile.read_text())
-        assert new_pid != old_pid and _running(new_pid)
+        assert new_pid != old_pid and alive(new_pid)
 
         rec1 = record_of(world, "res", 1)
         assert rec1 is not None

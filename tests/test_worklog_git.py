@@ -98,6 +98,15 @@ def push(repo: Path, remote: str = "origin", run_id: str = RUN, force: bool = Fa
     git("push", "-q", remote, f"{'+' if force else ''}{ref}:{ref}", cwd=repo)
 
 
+def published(a: Path, n: int) -> list[bytes]:
+    """A chain of `n` entries on host `a`, anchored and pushed to its remote."""
+    lines = chain(n)
+    write_ledger(a, lines)
+    anc.anchor(a, RUN)
+    push(a)
+    return lines
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     return new_repo(tmp_path / "repo")
@@ -402,10 +411,7 @@ def test_fetch_into_a_clone_without_a_ledger(hosts: tuple[Path, Path]) -> None:
 
 def test_fetch_extends_a_local_prefix(hosts: tuple[Path, Path]) -> None:
     a, b = hosts
-    lines = chain(1500)
-    write_ledger(a, lines)
-    anc.anchor(a, RUN)
-    push(a)
+    lines = published(a, 1500)
     write_ledger(b, lines[:1200], tail=b'{"seq":1201,"ts')
     before = ledger_file(b).stat().st_ino
     res = anc.fetch(b, RUN)
@@ -417,10 +423,7 @@ def test_fetch_extends_a_local_prefix(hosts: tuple[Path, Path]) -> None:
 def test_fetch_extends_a_local_prefix_whose_last_row_lacks_its_newline(
         hosts: tuple[Path, Path]) -> None:
     a, b = hosts
-    lines = chain(1500)
-    write_ledger(a, lines)
-    anc.anchor(a, RUN)
-    push(a)
+    lines = published(a, 1500)
     write_ledger(b, lines[:1199], tail=lines[1199])  # whole, only the newline missing
     res = anc.fetch(b, RUN)
     assert (res.status, res.new_entries) == ("extended", 300)
@@ -430,10 +433,7 @@ def test_fetch_extends_a_local_prefix_whose_last_row_lacks_its_newline(
 def test_fetch_dry_run_says_what_fetch_would_do_and_changes_nothing(
         hosts: tuple[Path, Path]) -> None:
     a, b = hosts
-    lines = chain(1500)
-    write_ledger(a, lines)
-    anc.anchor(a, RUN)
-    push(a)
+    lines = published(a, 1500)
 
     def state() -> tuple[str, bytes | None]:
         path = ledger_file(b)
