@@ -572,3 +572,28 @@ def test_a_late_line_of_a_record_memory_let_go_is_answered_from_the_files(
                                    Query(names=("a",), limit=2))
     finally:
         led.close()
+
+
+def test_a_clock_stepped_back_more_than_a_day_is_read_whole_with_since(
+        tmp_path: Path) -> None:
+    """j/1 opens on one day; the clock steps back two days and its closed line lands in
+    a file older than --since's day of slack. The files read then miss a seq of their
+    own range, so the read takes in every file: the record folds as without --since."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0)
+    led = RunLedger(str(d), clock=clock)
+    led.append({"type": "opened", "harness": "j", "run_id": 1,
+                "started_at": format_ns(T0)})
+    clock.ns = T0 - 2 * DAY
+    led.append({"type": "closed", "harness": "j", "run_id": 1, "outcome": "success",
+                "model": "m"})
+    clock.ns = T0 + HOUR
+    led.append({"type": "decided", "harness": "j", "run_id": 2, "outcome": "missed"})
+    led.close()
+    everything, _, _ = scan(str(d), Query(limit=5))
+    since, _, stats = scan(str(d), Query(since_ns=T0 - HOUR, limit=5))
+    assert [r.to_json(offline=True) for r in since] == [
+        r.to_json(offline=True) for r in everything]
+    assert [(r.run_id, r.fields["outcome"], r.fields.get("model")) for r in since] == [
+        (2, "missed", None), (1, "success", "m")]
+    assert stats.files == 2  # all of them, the older one included

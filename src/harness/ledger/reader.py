@@ -184,38 +184,18 @@ def scan(directory: str, q: Query, *, offline: bool = True, upto_seq: int | None
     ignored."""
     stats = ReadStats()
     files, start = _files_for(directory, q, stats)
-    stats.files = len(files) - start
-    upto = upto_seq if upto_seq is not None else sys.maxsize
-    by_name: dict[str, dict[int, list[Any]]] = {}
-    words: dict[str, str] = {}  # one copy of each outcome/trigger word
-    names = frozenset(q.names)
-    dirty: set[tuple[str, int]] = set()
     gc_was = gc.isenabled()
     gc.disable()  # millions of short-lived objects and no cycles: collection is pure cost
     try:
-        for fileno in range(start, len(files)):
-            for block in heads(files[fileno][1], stats):
-                for h in block:
-                    name = h.harness
-                    runs = by_name.get(name)
-                    if runs is None:
-                        if names and name not in names:
-                            continue
-                        runs = by_name[name] = {}
-                    seq = h.seq
-                    if seq > upto:
-                        continue
-                    r = runs.get(h.run_id)
-                    if r is None:
-                        r = runs[h.run_id] = _fresh(h, fileno)
-                    elif seq < r[_LAST]:
-                        # A line older than one already folded (a clock jump put it in a
-                        # later file): refold this record in seq order below.
-                        dirty.add((name, h.run_id))
-                        continue
-                    _fold_head(r, h, words)
-        if dirty:
-            _refold(files, start, len(files), dirty, by_name, words, upto, stats)
+        found = _first_pass(files, start, q, upto_seq, stats)
+        if found is None:
+            # The files read miss seqs of their own range: a clock stepped back more than
+            # the day of slack put lines of these records in older files. Read them all.
+            stats = ReadStats(strays=stats.strays)
+            start = 0
+            found = _first_pass(files, start, q, upto_seq, stats)
+            assert found is not None
+        by_name, words, upto = found
         _look_back(files, start, by_name, words, stats)
         chosen = _choose(q, by_name)
         records = _fold_chosen(files, chosen, stats, upto)
@@ -224,6 +204,55 @@ def scan(directory: str, q: Query, *, offline: bool = True, upto_seq: int | None
             gc.enable()
     hits, oldest = select(q, records)
     return [r for r in hits if isinstance(r, Record)], oldest, stats
+
+
+_Found = tuple[dict[str, dict[int, list[Any]]], dict[str, str], int]
+
+
+def _first_pass(files: list[tuple[str, str]], start: int, q: Query, upto_seq: int | None,
+                stats: ReadStats) -> _Found | None:
+    """Fold every line's envelope in files[start:] into first-pass records; None when
+    start > 0 and those files do not hold every seq between the lowest and the highest
+    they hold (lines of that range lie in older files)."""
+    stats.files = len(files) - start
+    upto = upto_seq if upto_seq is not None else sys.maxsize
+    by_name: dict[str, dict[int, list[Any]]] = {}
+    words: dict[str, str] = {}  # one copy of each outcome/trigger word
+    names = frozenset(q.names)
+    dirty: set[tuple[str, int]] = set()
+    lo, hi = sys.maxsize, 0
+    for fileno in range(start, len(files)):
+        for block in heads(files[fileno][1], stats):
+            for h in block:
+                seq = h.seq
+                if seq < lo:
+                    lo = seq
+                if seq > hi:
+                    hi = seq
+                name = h.harness
+                runs = by_name.get(name)
+                if runs is None:
+                    if names and name not in names:
+                        continue
+                    runs = by_name[name] = {}
+                if seq > upto:
+                    continue
+                r = runs.get(h.run_id)
+                if r is None:
+                    r = runs[h.run_id] = _fresh(h, fileno)
+                elif seq < r[_LAST]:
+                    # A line older than one already folded (a clock jump put it in a
+                    # later file): refold this record in seq order below.
+                    dirty.add((name, h.run_id))
+                    continue
+                _fold_head(r, h, words)
+    # Every complete line holds one seq (unparseable ones were counted too), so fewer
+    # lines than the range spans means some of it lies elsewhere.
+    if start > 0 and hi >= lo and stats.lines < hi - lo + 1:
+        return None
+    if dirty:
+        _refold(files, start, len(files), dirty, by_name, words, upto, stats)
+    return by_name, words, upto
 
 
 def _refold(files: list[tuple[str, str]], lo: int, hi: int, keys: set[tuple[str, int]],
