@@ -257,6 +257,33 @@ def test_a_line_queued_during_the_carry_forward_is_not_overwritten(
     assert verify_run_ledger(str(d)).ok
 
 
+def test_a_closing_line_in_a_doomed_file_is_carried_when_the_run_opened_later(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """x/1 opens just after yesterday's midnight; the clock steps back 30 s and its closed
+    line lands in the day before, which the prune deletes. Without a fresh closed line
+    the run would read open on disk (and REQ-7 would close it again at the next boot)."""
+    d = tmp_path / "ledger"
+    y = T0 - T0 % DAY - DAY  # yesterday's midnight
+    clock = Clock(y + 5 * 10**9)
+    led = open_ledger(d, clock=clock, retention_ns=DAY)
+    led.append({"type": "opened", "harness": "x", "run_id": 1, "kind": "oneshot",
+                "trigger": "manual", "started_at": format_ns(clock.ns)})
+    clock.ns = y - 25 * 10**9
+    led.append({"type": "closed", "harness": "x", "run_id": 1, "outcome": "success",
+                "exit_code": 0})
+    clock.ns = T0
+    res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == ([day(y - DAY)], 1, None)
+    (carried,) = lines_of(d / f"{day(T0)}.jsonl")
+    assert (carried["type"], carried["outcome"], carried["exit_code"], carried["trigger"]) == (
+        "closed", "success", 0, "manual")
+    assert led.open_records() == []
+    recs, _, _ = scan(str(d), Query(names=("x",), limit=5), offline=False)
+    assert [(r.closed, r.fields["outcome"]) for r in recs] == [(True, "success")]
+    assert verify_run_ledger(str(d)).ok
+
+
 def test_a_ledger_pruned_to_nothing_continues_its_chain_from_chain(
     tmp_path: Path, open_ledger: OpenLedger
 ) -> None:

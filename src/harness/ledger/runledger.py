@@ -510,26 +510,46 @@ class RunLedger:
 
     def _carry_forward(self, day: str) -> int:
         """Write a fresh opened line, into today's file, for each run still open whose
-        opened line is in `day`'s file, which is about to go (REQ-12)."""
+        opened line is in `day`'s file, which is about to go (REQ-12); and a fresh closed
+        line for each ended run whose closing line is in it while its opened line lies
+        in a later file (a clock stepped back across midnight), which would otherwise
+        read open once the file is gone."""
+        ending = self._ending_keys(day_path(self.directory, day))
         with self._lock:
-            doomed = [(r.harness, r.run_id) for r in self._index.open_records()
+            doomed = [((r.harness, r.run_id), "opened") for r in self._index.open_records()
                       if r.opened_at[:10] == day]
+            for key in ending:
+                r = self._index.records.get(key)
+                if r is not None and r.closed and r.opened_at[:10] > day:
+                    doomed.append((key, "closed"))
         entries = []
-        for key in doomed:
+        for key, typ in doomed:
             # Built and queued in one step with the lines still queued in view: a line of
             # the run appended meanwhile (its closed line, a usage update) is folded in,
             # never overwritten by the older state the carried line would otherwise hold.
-            e = self._writer.enqueue_built(functools.partial(self._carried_line, key))
+            e = self._writer.enqueue_built(functools.partial(self._carried_line, key, typ))
             if e is not None:
                 entries.append(e)
         for e in entries:
             self._writer.wait(e)
         return len(entries)
 
-    def _carried_line(self, key: tuple[str, int], queued: Iterable[Entry]
-                 ) -> tuple[dict[str, Any], str, int] | None:
-        """The carried-forward line of run `key`: its committed record with the lines of
-        it still queued folded in (called by the writer with its queue locked)."""
+    def _ending_keys(self, path: str) -> set[tuple[str, int]]:
+        """The records with a closed or decided line in one day file."""
+        out = set()
+        for raw in self._file_lines(path):
+            try:
+                e = _env.decode(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if e.type in ("closed", "decided"):
+                out.add((e.harness, e.run_id))
+        return out
+
+    def _carried_line(self, key: tuple[str, int], typ: str, queued: Iterable[Entry]
+                      ) -> tuple[dict[str, Any], str, int] | None:
+        """The carried-forward line of run `key`, of type `typ`: its committed record with
+        the lines of it still queued folded in (called by the writer, queue locked)."""
         with self._lock:
             r = self._index.records.get(key)
             if r is None:
@@ -540,7 +560,7 @@ class RunLedger:
             if o["run_id"] == key[1] and o["harness"] == key[0]:
                 fields.update((k, v) for k, v in o.items() if v is not None and k in RECORD_FIELDS)
         fields.pop("log_pruned", None)
-        fields.update(type="opened", harness=key[0], run_id=key[1], at=None)
+        fields.update(type=typ, harness=key[0], run_id=key[1], at=None)
         out, _cuts = prepare_line(fields, self.clock())
         return out, key[0], key[1]
 
