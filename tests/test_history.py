@@ -340,6 +340,7 @@ def test_malformed_entries_are_skipped_and_named(tmp_path: Path,
             {**legacy_run(11), "exit_code": "1"},
         ]},
         "weekly": {"last_run_id": 3, "runs": "not a list"},
+        "weird": "x",  # one malformed entry costs only its harness, never the boot
     }})
     led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
     res = import_legacy(led, str(state_path))
@@ -347,7 +348,7 @@ def test_malformed_entries_are_skipped_and_named(tmp_path: Path,
     assert res.records == 1 and res.lines == 2
     assert [(s.harness, s.index) for s in res.skipped] == [
         ("nightly", 1), ("nightly", 2), ("nightly", 3), ("nightly", 4), ("nightly", 5),
-        ("nightly", 6), ("nightly", 7), ("nightly", 8), ("weekly", -1)]
+        ("nightly", 6), ("nightly", 7), ("nightly", 8), ("weekly", -1), ("weird", -1)]
     msgs = [str(s) for s in res.skipped]
     assert msgs[0] == "nightly[1]: not an object: 'garbage'"
     assert msgs[1] == "nightly[2]: run_id must be an integer ≥ 1, got 0"
@@ -357,11 +358,24 @@ def test_malformed_entries_are_skipped_and_named(tmp_path: Path,
     assert msgs[5] == "nightly[6]: run_id 1 appears twice"
     assert msgs[6].startswith("nightly[7]: ended_at ") and "is before started_at" in msgs[6]
     assert msgs[7] == "nightly[8]: field 'exit_code' must be an integer, got '1'"
-    assert res.skipped[-1] == SkippedEntry("weekly", -1, "the run list is not a list")
+    assert res.skipped[-2] == SkippedEntry("weekly", -1, "the run list is not a list")
+    assert res.skipped[-1] == SkippedEntry("weird", -1, "the entry is not an object")
     assert [(o["run_id"], o["type"]) for o in all_lines(tmp_path / "ledger")] == [
         (1, "opened"), (1, "closed")]
     assert json.loads(state_path.read_text()) == {"harnesses": {
         "nightly": {"last_run_id": 9}, "weekly": {"last_run_id": 3}}}
+
+
+def test_a_legacy_table_that_is_not_an_object_is_reported_not_fatal(
+        tmp_path: Path, open_ledger: OpenLedger) -> None:
+    state_path = tmp_path / "state.json"
+    write_state(state_path, {"harnesses": {"nightly": {"last_run_id": 4}}, "runs": []})
+    StateFile(str(state_path)).load()  # the daemon's own read: no StateError
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
+    res = import_legacy(led, str(state_path))
+    assert (res.error, res.records) == (None, 0)
+    assert res.skipped == [SkippedEntry("runs", -1, "the legacy table is not an object")]
+    assert json.loads(state_path.read_text()) == {"harnesses": {"nightly": {"last_run_id": 4}}}
 
 
 def test_corrupt_state_is_an_error_and_nothing_is_written(tmp_path: Path,

@@ -123,6 +123,56 @@ argv = ["sh", "-c", "echo caught up"]
     assert nxt == latest + timedelta(hours=1)
 
 
+def test_the_latest_window_decided_is_resumed_not_the_newest_record(
+        world: World, daemons: Daemons) -> None:
+    """A queued firing's record is written after the records of later windows it outlived
+    (here: window -3h recorded after the skipped -2h). The restart resumes from -2h:
+    one missed record for -1h and the latest, never -2h again."""
+    sched, latest = _hourly_far_from_now()
+    ledger = RunLedger(str(world.ledger))
+    try:
+        w2 = _rfc(latest - timedelta(hours=2))
+        ledger.append({"type": "decided", "harness": "nightly", "run_id": 2, "at": w2,
+                       "kind": "oneshot", "trigger": "schedule", "outcome": "skipped",
+                       "reason": "overlap", "window": w2})
+    finally:
+        ledger.close()
+    _seed_window(world, "nightly", latest - timedelta(hours=3))
+    daemons.write_config(f"""
+[harness.nightly]
+schedule = "{sched}"
+argv = ["sh", "-c", "true"]
+""")
+    daemons.start()
+    rec = until("the gap's record", lambda: record_of(world, "nightly", 3))
+    assert (rec["outcome"], rec["first_window"], rec["window"], rec["windows"]) == (
+        "missed", _rfc(latest - timedelta(hours=1)), _rfc(latest), 2)
+
+
+def test_a_window_of_another_schedule_starts_the_new_one_from_now(
+        world: World, daemons: Daemons) -> None:
+    """The last window recorded is not one of the schedule now in force (it was changed
+    by a reload, or while the daemon was down): a changed schedule starts from now, so
+    none of its earlier windows is reported missed."""
+    sched, latest = _hourly_far_from_now()
+    _seed_window(world, "nightly", latest - timedelta(hours=5, minutes=7))
+    daemons.write_config(f"""
+[harness.nightly]
+schedule = "{sched}"
+argv = ["sh", "-c", "true"]
+""")
+    daemons.start()
+
+    def next_known() -> str | None:
+        with Client(str(daemons.socket)) as c:
+            nxt: str | None = c.request("jobs")["jobs"][0]["next"]
+        return nxt
+
+    assert datetime.fromisoformat(until("the schedule's next window", next_known)) == (
+        latest + timedelta(hours=1))
+    assert [r["run_id"] for r in runs_of(world, "nightly")] == [1]
+
+
 def _oneshot(name: str, policy: str, script: str) -> str:
     return f"""
 [harness.{name}]

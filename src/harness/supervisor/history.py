@@ -155,7 +155,10 @@ def _collect(legacy: dict[str, Any], jobs_dir: str
     seen: set[tuple[str, int]] = set()
     for harness in sorted(legacy):
         entry = legacy[harness]
-        runs = entry.get("runs") if type(entry) is dict else None
+        if type(entry) is not dict:
+            skipped.append(SkippedEntry(harness, -1, "the entry is not an object"))
+            continue
+        runs = entry.get("runs")
         if runs is None:
             continue
         if type(runs) is not list:
@@ -203,7 +206,7 @@ def _drop_lists(state: StateFile, imported_max: dict[str, int]) -> None:
     """Rewrite state.json with only a last_run_id per harness (the legacy table goes)."""
     doc = dict(state.load())
     hs = dict(doc.get(HARNESSES_KEY, {}))
-    names = set(state.legacy()) | set(imported_max)
+    names = {n for n, e in state.legacy().items() if type(e) is dict} | set(imported_max)
     for name in names:
         n = max(state.last_run_id(name), imported_max.get(name, 0))
         hs[name] = {**hs.get(name, {}), "last_run_id": n}
@@ -237,6 +240,9 @@ def import_legacy(ledger: RunLedger, state_path: str, *, created: bool | None = 
             return res  # a ledger from an earlier boot and nothing waiting to import
         jobs_dir = os.path.join(os.path.dirname(os.path.abspath(state_path)), "jobs")
         lines, res.records, res.skipped = _collect(state.legacy(), jobs_dir)
+        table = state.load().get(LEGACY_KEY)
+        if table is not None and type(table) is not dict:
+            res.skipped.append(SkippedEntry(LEGACY_KEY, -1, "the legacy table is not an object"))
     except StateError as exc:
         res.error = str(exc)
         log.error("ledger import: %s", exc)

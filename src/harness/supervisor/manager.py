@@ -47,6 +47,8 @@ log = logging.getLogger("harness.manager")
 # The ticker never sleeps longer than this in one go: the wall clock is re-read after
 # every sleep, so a suspend or a clock step delays a window by at most this much.
 MAX_TICK = 1.0
+# The finest step between two instants a window can be told apart by (datetime's).
+_TICK = timedelta(microseconds=1)
 # A window first evaluated more than this many seconds after it came is missed.
 LATE = 60.0
 # How far back `jobs` looks for the failure streak; a longer streak reads as this many.
@@ -258,21 +260,34 @@ class Manager:
     # -- scheduling --------------------------------------------------------------------
 
     async def _last_window(self, name: str) -> datetime | None:
-        """The newest window the ledger says was decided for `name` (None: none known)."""
+        """The latest window the ledger says was decided for `name` (None: none known).
+
+        The latest window, not the newest record's: a queued firing's record (opened
+        when the live run ends, or closed by a shutdown) is written after the records of
+        later windows it outlived, so the newest record can name an older window.
+        """
         recs, _ = await asyncio.to_thread(
             self.ledger.query, Query(names=(name,), limit=STREAK_LIMIT))
-        for rec in recs:  # newest first
+        latest: datetime | None = None
+        for rec in recs:
             w = rec.get("window")
             if isinstance(w, str):
                 try:
-                    return _from_rfc3339(w)
+                    at = _from_rfc3339(w)
                 except ValueError:
                     continue
-        return None
+                if latest is None or at > latest:
+                    latest = at
+        return latest
 
     async def _tick(self, name: str, sched: Schedule, *, resume: bool) -> None:
         now = datetime.now(UTC)
         last = await self._last_window(name) if resume else None
+        if last is not None and sched.next_fire(last - _TICK) != last:
+            # Not a window of this schedule: it was changed since (by a reload, or while
+            # the daemon was down), and a changed schedule starts from now; its windows
+            # before now were never due.
+            last = None
         if last is None or last > now:
             # No history (or a clock stepped back past it): nothing can have been missed.
             last = now
