@@ -24,6 +24,7 @@ import pytest
 
 from conftest import World
 from daemons import DEADLINE, Daemons, FaultDaemons, record_of, request, runs_of, until
+from harness.supervisor.logs import read_log
 from harness.timefmt import parse_ns
 from ledgertools import all_lines, line_of, verify_ok
 
@@ -440,8 +441,12 @@ argv = ["true"]
     assert table.returncode == 0
     assert "interrupted" in table.stdout.splitlines()[1]
 
-    # Each run's log says so, once: the one-shot's per-run log and the resident's durable log.
-    long_log = (world.state / "jobs" / "long" / "1.log").read_text()
+    # Each run's log says so, once: the one-shot's per-run log (closed, so compressed, as
+    # every closed run's log is) and the resident's durable log (which goes on, plain).
+    assert not (world.state / "jobs" / "long" / "1.log").exists()
+    packed = read_log(str(world.state / "jobs" / "long" / "1.log"))
+    assert packed is not None
+    long_log = packed.decode()
     svc_log = (world.state / "logs" / "svc.log").read_text()
     assert [ln for ln in long_log.splitlines() if ln.endswith(CRASH_NOTE)] == [
         ln for ln in long_log.splitlines() if "daemon_crash" in ln]

@@ -300,6 +300,11 @@ async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: Contr
     # Their process groups outlived the crash: end them before any run starts (no twins),
     # a SIGTERM meanwhile or not: their records already say they ended.
     await asyncio.to_thread(kill_orphans, server.path, crashed)
+    # A one-shot's per-run log is closed now, like any other run's (a resident's durable
+    # log goes on): compressed only here, once no orphan can still be writing to it.
+    for rec in crashed:
+        if rec.get("kind") == "oneshot" and isinstance(rec.get("log"), str):
+            await asyncio.to_thread(logs.compress_log, rec["log"])
     manager: Manager | None = None
     if not stop.is_set():
         pruned = await asyncio.to_thread(ledger.prune)
