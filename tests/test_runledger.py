@@ -325,6 +325,30 @@ def test_unparseable_lines_are_skipped_and_counted(
     assert (res.ok, res.lines, res.torn) == (True, 2, 1)
 
 
+def test_a_line_nested_past_the_decoders_depth_is_skipped_not_a_crash(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """2 KB of brackets is enough to make the decoder recurse too deep: boot, the file
+    scan and verify skip such a line like any unreadable one instead of crashing."""
+    clock = Clock(T0)
+    led = open_ledger(ledger_dir, clock=clock)
+    led.append({"type": "decided", "harness": "n", "run_id": 1, "outcome": "missed"})
+    led.close()
+    path = ledger_dir / "2026-06-15.jsonl"
+    deep = b'{"v":1,"seq":2,"type":"decided","harness":"n","run_id":2,"x":'
+    with path.open("ab") as f:
+        f.write(deep + b"[" * 1000 + b"]" * 1000 + b"}\n")
+        f.write(deep + b"[" * 1000)  # and as an unterminated tail
+    led = open_ledger(ledger_dir, clock=clock)
+    assert (led.stats().skipped, led.stats().torn) == (1, 1)
+    recs, _, st = scan(str(ledger_dir), Query(limit=5))
+    assert ([r.run_id for r in recs], st.skipped, st.torn) == ([1], 1, 1)
+    res = verify_run_ledger(str(ledger_dir))
+    assert (res.ok, res.lines, res.torn) == (True, 1, 2)
+    assert led.append({"type": "decided", "harness": "n", "run_id": 3,
+                       "outcome": "missed"}) == 2
+
+
 def test_a_damaged_chain_file_is_ledger_corrupt(ledger_dir: Path,
                                                open_ledger: OpenLedger) -> None:
     ledger_dir.mkdir(mode=0o700, parents=True)

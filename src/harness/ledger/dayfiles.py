@@ -20,6 +20,10 @@ import msgspec
 
 DAY_FILE = re.compile(r"([0-9]{4}-[0-9]{2}-[0-9]{2})\.jsonl\Z")
 CHAIN_FILE = "CHAIN"
+# What decoding one line can raise when the line is not one the ledger can read: a
+# malformed or mistyped line, and one nested deeper than the decoder recurses (a 2 KB
+# line of brackets is enough). Every reader skips such a line; none may crash on it.
+UNREADABLE = (msgspec.MsgspecError, RecursionError)
 CHUNK = 1 << 22  # 4 MiB: big enough to amortise syscalls, small enough to keep RSS flat
 # Files the ledger itself keeps beside the day files: not strays.
 KNOWN_FILES = frozenset({CHAIN_FILE, ".imported", "CHAIN.tmp"})
@@ -112,7 +116,7 @@ def is_whole(fragment: bytes | memoryview) -> bool:
     newline (the writer adopts such a line at boot), not a torn write."""
     try:
         _any.decode(fragment)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except UNREADABLE:
         return False
     return True
 
@@ -191,7 +195,7 @@ def read_tail(path: str, block: int = 1 << 16) -> FileTail:
                     continue
                 try:
                     t = _tail_decoder.decode(raw)
-                except (msgspec.DecodeError, msgspec.ValidationError):
+                except UNREADABLE:
                     continue
                 return FileTail(t.seq, t.hash, torn, size)
             if pos == 0:

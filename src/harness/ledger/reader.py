@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from ..timefmt import canon, format_ns
-from .dayfiles import iter_blocks, list_day_files
+from .dayfiles import UNREADABLE, iter_blocks, list_day_files
 from .fold import Record
 from .query import Query, select
 from .schema import LINE_TYPES
@@ -50,7 +50,7 @@ class _Head(msgspec.Struct):
 _head = msgspec.json.Decoder(_Head)
 _full = msgspec.json.Decoder()
 _TYPES = frozenset(LINE_TYPES)
-_BAD = (msgspec.DecodeError, msgspec.ValidationError)
+_BAD = UNREADABLE
 
 
 @dataclass

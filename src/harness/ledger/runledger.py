@@ -26,7 +26,7 @@ import msgspec
 
 from ..timefmt import day_start_ns, format_ns, now_ns, utc_day
 from .chain import ZERO_HASH, hash_of_line_bytes, seal_line
-from .dayfiles import day_path, iter_chunks, list_day_files, read_tail
+from .dayfiles import UNREADABLE, day_path, iter_chunks, list_day_files, read_tail
 from .errors import LedgerCorrupt
 from .feed import Committed, Feed, Subscription
 from .files import FileLayer, make_private_dir
@@ -165,7 +165,7 @@ class RunLedger:
             # written: adopt it, so its seq is never issued twice.
             try:
                 obj = _any.decode(t.torn)
-            except msgspec.DecodeError:
+            except UNREADABLE:
                 continue
             if (valid_line(obj) and obj["seq"] == best[0] + 1 and obj.get("prev") == best[1]
                     and isinstance(obj.get("hash"), str)
@@ -225,7 +225,7 @@ class RunLedger:
                     for raw in lines:
                         try:
                             e = _env.decode(raw)
-                        except (msgspec.DecodeError, msgspec.ValidationError):
+                        except UNREADABLE:
                             if raw:
                                 self._skipped += 1
                             continue
@@ -254,7 +254,7 @@ class RunLedger:
             for raw in self._file_lines(path):
                 try:
                     return _env.decode(raw).seq
-                except (msgspec.DecodeError, msgspec.ValidationError):
+                except UNREADABLE:
                     continue
         return None
 
@@ -273,7 +273,7 @@ class RunLedger:
             for raw in self._file_lines(path):
                 try:
                     e = _env.decode(raw)
-                except (msgspec.DecodeError, msgspec.ValidationError):
+                except UNREADABLE:
                     continue
                 if (e.harness, e.run_id) in keys and (upto is None or e.seq <= upto):
                     obj = self._decode(raw, count=False)
@@ -329,7 +329,7 @@ class RunLedger:
     def _decode(self, raw: bytes, count: bool = True) -> dict[str, Any] | None:
         try:
             obj = _any.decode(raw)
-        except msgspec.DecodeError:
+        except UNREADABLE:
             obj = None
         if obj is None or not valid_line(obj):
             if count:
@@ -483,7 +483,7 @@ class RunLedger:
             for raw in self._file_lines(path):
                 try:
                     e = _env.decode(raw)
-                except (msgspec.DecodeError, msgspec.ValidationError):
+                except UNREADABLE:
                     continue
                 if floor <= e.seq <= read_to and (e.harness, e.run_id) not in held:
                     cut.add((e.harness, e.run_id))
@@ -540,7 +540,7 @@ class RunLedger:
         for raw in self._file_lines(path):
             try:
                 e = _env.decode(raw)
-            except (msgspec.DecodeError, msgspec.ValidationError):
+            except UNREADABLE:
                 continue
             if e.type in ("closed", "decided"):
                 out.add((e.harness, e.run_id))

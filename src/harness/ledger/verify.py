@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from .chain import ZERO_HASH, hash_of_line_bytes, hash_of_object
-from .dayfiles import CHAIN_FILE, Listing, is_whole, iter_chunks, list_day_files
+from .dayfiles import CHAIN_FILE, UNREADABLE, Listing, is_whole, iter_chunks, list_day_files
 
 
 class _Link(msgspec.Struct):
@@ -184,7 +184,7 @@ def _lines(path: str, name: str, frags: _Fragments) -> Iterator[_Item]:
             n += 1
             try:
                 yield n, raw, decode(raw)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            except UNREADABLE as exc:
                 if is_whole(raw):
                     yield n, raw, _Foreign(raw, exc)
                 elif raw:  # a fragment a crash left before later appends
@@ -220,7 +220,7 @@ def _reencoded_ok(raw: bytes, digest: str) -> bool:
     try:
         obj = _any.decode(raw)
         return isinstance(obj, dict) and hash_of_object(obj) == digest
-    except (msgspec.DecodeError, ValueError):
+    except (*UNREADABLE, ValueError):
         return False
 
 

@@ -39,7 +39,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from harness.ledger.dayfiles import read_tail
+from harness.ledger.dayfiles import is_whole, read_tail
 from harness.timefmt import is_rfc3339
 
 from . import NoLedger
@@ -477,15 +477,6 @@ class _Stream:
                     # only lacks its newline is whole: both are judged like any line.
                     yield [rest]
 
-
-def is_whole(fragment: bytes) -> bool:
-    """Whether an unterminated fragment is a whole JSON value (no proper prefix of a
-    row is): a row that lacks only its newline, not a torn write."""
-    try:
-        _plain.decode(fragment)
-    except _UNPROVEN:
-        return False
-    return True
 
 
 def read_ledger(directory: str | Path) -> tuple[list[bytes], bytes | None]:
