@@ -251,11 +251,8 @@ class RunLedger:
 
     def _first_seq(self, files: list[tuple[str, str]]) -> int | None:
         for _day, path in files:
-            for raw in self._file_lines(path):
-                try:
-                    return _env.decode(raw).seq
-                except UNREADABLE:
-                    continue
+            for e, _raw in self._envelopes(path):
+                return e.seq
         return None
 
     def _backfill_keys(self, files: list[tuple[str, str]], keys: set[tuple[str, int]]) -> None:
@@ -270,11 +267,7 @@ class RunLedger:
         Only each line's envelope is decoded to pick it; the whole line only when picked.
         """
         for _day, path in files:
-            for raw in self._file_lines(path):
-                try:
-                    e = _env.decode(raw)
-                except UNREADABLE:
-                    continue
+            for e, raw in self._envelopes(path):
                 if (e.harness, e.run_id) in keys and (upto is None or e.seq <= upto):
                     obj = self._decode(raw, count=False)
                     if obj is not None:
@@ -325,6 +318,14 @@ class RunLedger:
             if torn:
                 continue
             yield from (raw for raw in lines if raw)
+
+    def _envelopes(self, path: str) -> Iterator[tuple[_Envelope, bytes]]:
+        """(envelope, bytes) of each complete line of one day file whose envelope reads."""
+        for raw in self._file_lines(path):
+            try:
+                yield _env.decode(raw), raw
+            except UNREADABLE:
+                continue
 
     def _decode(self, raw: bytes, count: bool = True) -> dict[str, Any] | None:
         try:
@@ -480,11 +481,7 @@ class RunLedger:
         # kept a later line (a late update) now starts at that line, which may be above
         # the floor: memory must hold it, or it would answer without it.
         for _day, path in days:
-            for raw in self._file_lines(path):
-                try:
-                    e = _env.decode(raw)
-                except UNREADABLE:
-                    continue
+            for e, _raw in self._envelopes(path):
                 if floor <= e.seq <= read_to and (e.harness, e.run_id) not in held:
                     cut.add((e.harness, e.run_id))
         if not cut:
@@ -536,15 +533,8 @@ class RunLedger:
 
     def _ending_keys(self, path: str) -> set[tuple[str, int]]:
         """The records with a closed or decided line in one day file."""
-        out = set()
-        for raw in self._file_lines(path):
-            try:
-                e = _env.decode(raw)
-            except UNREADABLE:
-                continue
-            if e.type in ("closed", "decided"):
-                out.add((e.harness, e.run_id))
-        return out
+        return {(e.harness, e.run_id) for e, _raw in self._envelopes(path)
+                if e.type in ("closed", "decided")}
 
     def _carried_line(self, key: tuple[str, int], typ: str, queued: Iterable[Entry]
                       ) -> tuple[dict[str, Any], str, int] | None:
