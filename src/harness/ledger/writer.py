@@ -152,7 +152,7 @@ class Writer:
         self._closing = False
         self._closed = False
         self._failing: LedgerError | None = None
-        self._sync_started: float | None = None
+        self._io_started: float | None = None  # when the pass under way began writing
         self._overdue = 0  # highest seq whose synced caller timed out
         self._dir_unsynced: set[str] = set()  # files we created whose directory entry is not synced
         self._errors = 0
@@ -231,7 +231,7 @@ class Writer:
         """Whether a synced caller should fail fast now (call with `_cv` held)."""
         return (
             self._failing is not None
-            or (self._sync_started is not None and now - self._sync_started > self.sync_timeout)
+            or (self._io_started is not None and now - self._io_started > self.sync_timeout)
             # An earlier caller timed out and its line is still queued ahead of this
             # one. The clock test above cannot see that reliably: the stuck sync may
             # have started a moment after that caller began its wait, so a caller
@@ -442,7 +442,7 @@ class Writer:
         # The pass's I/O is timed from the write on: a hung write stalls callers as
         # surely as a hung sync (fail-fast, REQ-6's count of late syncs).
         with self._cv:
-            self._sync_started = started = time.monotonic()
+            self._io_started = started = time.monotonic()
         try:
             self._write_group(path, batch)
         except OSError as exc:
@@ -457,7 +457,7 @@ class Writer:
             self._after_failed_sync(path, batch)
         finally:
             with self._cv:
-                self._sync_started = None
+                self._io_started = None
         if error is not None:
             return self._fail(error)
         took = time.monotonic() - started
@@ -547,7 +547,7 @@ class Writer:
         error: LedgerError | None = None
         failed_at: Entry | None = None
         with self._cv:
-            self._sync_started = started = time.monotonic()
+            self._io_started = started = time.monotonic()
         # Write every unwritten line in seq order, one write per run of same-file lines.
         i = 0
         todo = [e for e in batch if not e.written]
@@ -570,7 +570,7 @@ class Writer:
         started: float,
     ) -> LedgerError | None:
         """Sync what a pass wrote (when anything asks for it) and commit the durable prefix.
-        `started` is when the pass's I/O began (its first write), which set `_sync_started`;
+        `started` is when the pass's I/O began (its first write), which set `_io_started`;
         this clears it."""
         try:
             if not written:
@@ -582,8 +582,9 @@ class Writer:
                 or time.monotonic() - written[0].enqueued >= self.flush_every
             )
             if not wants_sync:
-                if time.monotonic() - started > self.sync_timeout:
-                    self._late_sync(written[0], time.monotonic() - started, synced=False)
+                took = time.monotonic() - started
+                if took > self.sync_timeout:
+                    self._late_sync(written[0], took, synced=False)
                 return None
             # Sync every file touched by a written-but-uncommitted line (group commit).
             paths = list(dict.fromkeys(e.path for e in written))
@@ -598,7 +599,7 @@ class Writer:
                 self._after_failed_sync(p, written)
         finally:
             with self._cv:
-                self._sync_started = None
+                self._io_started = None
         took = time.monotonic() - started
         if error is None and took > self.sync_timeout:
             self._late_sync(written[0], took)
