@@ -5,8 +5,9 @@ kills every daemon, and every pid in its pidfiles, at teardown), `FaultDaemons` 
 with the daemon run under faultdaemon.py, the `LAUNCHER`, and a fault-injecting disk), the
 `DEADLINE` the tests wait on, `until` (poll a probe until it answers or the deadline
 passes), `request` (one control-socket op), and the readers built on the real CLI:
-`runs_of`, `record_of` and `states_of`; and two looks at a process by pid, `alive` and
-`comm`. The `daemons` and `fd` fixtures that hand a test one of these live in conftest.py.
+`runs_of`, `record_of` and `states_of`; two looks at a process by pid, `alive` and
+`comm`; and `STUBBORN`, a run that ignores SIGTERM, with `stubborn_pid` to wait for it.
+The `daemons` and `fd` fixtures that hand a test one of these live in conftest.py.
 """
 
 from __future__ import annotations
@@ -60,6 +61,19 @@ def until(what: str, probe: Callable[[], T | None], deadline: float = DEADLINE) 
         if time.monotonic() > end:
             raise AssertionError(f"timed out after {deadline:g}s waiting for {what}")
         time.sleep(0.1)
+
+
+# The tail of a run's shell command that ignores SIGTERM (a stop must wait out its grace);
+# the command writes its pid first: `echo $$ > PIDFILE; ` + STUBBORN.
+STUBBORN = "trap '' TERM; exec sleep 1000"
+
+
+def stubborn_pid(pidfile: Path) -> int:
+    """The pid in `pidfile` once it is the `sleep` of STUBBORN, ignoring SIGTERM."""
+    until(f"{pidfile.name} to name a sleep that ignores SIGTERM",
+          lambda: pidfile.exists() and pidfile.read_text().strip()
+          and comm(int(pidfile.read_text())) == "sleep")
+    return int(pidfile.read_text())
 
 
 class Daemons:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import World
-from daemons import DEADLINE, Daemons, alive, comm, record_of, until
+from daemons import DEADLINE, STUBBORN, Daemons, alive, record_of, stubborn_pid, until
 from harness.control.client import Client, DaemonUnreachable
 from harness.supervisor.runner import DEFAULT_GRACE
 
@@ -133,15 +133,12 @@ def test_sigterm_during_the_boots_orphan_grace_finishes_the_kill_and_exits_clean
     daemons.write_config(f"""
 [harness.stubborn]
 kind = "oneshot"
-argv = ["sh", "-c", "echo $$ > {pidfile}; trap '' TERM; exec sleep 1000"]
+argv = ["sh", "-c", "echo $$ > {pidfile}; {STUBBORN}"]
 """)
     first = daemons.start()
     res = world.harness("trigger", "stubborn")
     assert (res.returncode, res.stdout) == (0, "1\n"), res.stderr
-    until("the run to ignore SIGTERM in sleep",
-          lambda: pidfile.exists() and pidfile.read_text().strip()
-          and comm(int(pidfile.read_text())) == "sleep")
-    orphan = int(pidfile.read_text())
+    orphan = stubborn_pid(pidfile)
     first.kill()
     first.wait(timeout=DEADLINE)
     assert alive(orphan)

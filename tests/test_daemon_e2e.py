@@ -23,7 +23,16 @@ from typing import Any
 import pytest
 
 from conftest import World
-from daemons import DEADLINE, Daemons, comm, record_of, request, runs_of, until
+from daemons import (
+    DEADLINE,
+    STUBBORN,
+    Daemons,
+    record_of,
+    request,
+    runs_of,
+    stubborn_pid,
+    until,
+)
 from harness.cli.daemon import exit_code_of
 from harness.control.client import Client
 from harness.supervisor.runner import DEFAULT_GRACE
@@ -264,11 +273,9 @@ def test_commands_without_a_daemon_say_so(world: World) -> None:
 
 
 def _ignoring_sigterm(pidfile: Path) -> int:
-    """The pid in `pidfile` once it is a `sleep` that ignores SIGTERM; the file is removed."""
-    until(f"{pidfile.name} to name a sleep that ignores SIGTERM",
-          lambda: pidfile.exists() and pidfile.read_text().strip()
-          and comm(int(pidfile.read_text())) == "sleep")
-    pid = int(pidfile.read_text())
+    """The pid in `pidfile` once it is a `sleep` that ignores SIGTERM; the file is removed,
+    so the next run's pid is the next one waited for."""
+    pid = stubborn_pid(pidfile)
     pidfile.unlink()
     return pid
 
@@ -279,7 +286,6 @@ def _timed(world: World, *args: str) -> tuple[subprocess.CompletedProcess[str], 
     return res, time.monotonic() - t0
 
 
-STUBBORN = "trap '' TERM; exec sleep 1000"
 
 
 def test_ops_that_wait_out_the_grace_report_what_they_did(
