@@ -509,6 +509,50 @@ def test_a_torn_write_that_stops_just_before_a_newline_keeps_no_duplicate(
     assert_chain(d)
 
 
+def test_a_torn_write_that_cannot_be_cut_or_read_back_writes_nothing_until_it_can(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """A write of two lines tears inside the second; the cut-back fails and so does the
+    read-back, so what reached the file is unknown. Rewriting both would put the first
+    line's seq down twice: nothing more is written to that file until a read-back tells,
+    and then only the line that did not land."""
+    rig = make_rig()
+    w = rig.writer
+    warm(rig)
+    release = rig.files.inject("sync", hang=True)
+    assert release is not None
+    w.append(line(run_id=2), harness="h", run_id=2, sync=False)
+    w.flush()
+    wait_until(lambda: rig.disk().seqs == [1, 2])
+    # Half the two lines' bytes holds all of the short first one.
+    w.enqueue({**line(run_id=3), "reason": "x"}, sync=False, harness="h", run_id=3)
+    e2 = w.enqueue({**line(run_id=4), "reason": "x" * 400}, sync=True, harness="h", run_id=4)
+    writes = rig.files.calls["write"]
+    rig.files.inject("write", errno=errno.ENOSPC, partial=True, times=1)
+    rig.files.inject("truncate", errno=errno.EIO, times=1)
+    rig.files.inject("read", errno=errno.EIO)
+    rig.files.clear("sync")
+    with pytest.raises(LedgerUnavailable, match="No space left"):
+        w.wait(e2)
+    wait_until(lambda: rig.files.calls["read"] >= 4)  # the failed write's, then retries'
+    held = rig.disk()
+    assert held.seqs == [1, 2, 3] and len(held.fragments) == 1
+    assert rig.files.calls["write"] == writes + 1
+    assert rig.commits.seqs == [1, 2]
+    s = w.stats()
+    assert s.queued == 2 and s.last_error is not None and "injected on read" in s.last_error
+
+    rig.files.clear("read")
+    rig.commits.wait_for(4)
+    d = rig.disk()
+    assert d.seqs == [1, 2, 3, 4]
+    assert d.raw.startswith(held.raw)
+    assert d.fragments == held.fragments and d.lines[3].startswith(d.fragments[0])
+    assert_chain(d)
+    assert rig.commits.batches[-1] == [3, 4]
+    assert w.stats().degraded is False
+
+
 def test_a_write_past_the_bound_is_counted_like_a_late_sync(
     make_rig: Callable[..., Rig],
 ) -> None:
@@ -1056,7 +1100,7 @@ def test_make_private_dir_refuses_a_file_in_the_way(tmp_path: Path) -> None:
 def test_faulty_files_counts_attempts_and_clears_after_times(tmp_path: Path) -> None:
     ff = FaultyFiles()
     with pytest.raises(ValueError, match="unknown file operation"):
-        ff.inject("read")
+        ff.inject("stat")
     ff.inject("write", errno=errno.ENOSPC, times=2)
     fd, created = ff.open_append(str(tmp_path / "f"))
     try:
@@ -1069,7 +1113,7 @@ def test_faulty_files_counts_attempts_and_clears_after_times(tmp_path: Path) -> 
         ff.inject("write", errno=errno.ENOSPC, partial=True, times=1)
         with pytest.raises(OSError):
             ff.write(fd, b"wxyz")
-        assert ff.calls == {"open": 1, "write": 4, "sync": 0, "truncate": 0}
+        assert ff.calls == {"open": 1, "write": 4, "sync": 0, "truncate": 0, "read": 0}
         assert (tmp_path / "f").read_bytes() == b"abcdwx"
         ev = ff.inject("sync", hang=True)
         assert ev is not None and not ev.is_set()

@@ -122,6 +122,12 @@ class FileLayer:
     def truncate(self, fd: int, size: int) -> None:
         os.ftruncate(fd, size)
 
+    def read_from(self, path: str, offset: int) -> bytes:
+        """The bytes of `path` from `offset` to its end (what a failed write left)."""
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read()
+
     def close(self, fd: int) -> None:
         os.close(fd)
 
@@ -138,14 +144,17 @@ class _Fault:
 class FaultyFiles(FileLayer):
     """A `FileLayer` whose operations can be made to fail, run slow or hang.
 
-    Operations are named "open", "write", "sync" and "truncate". `calls` counts
+    Operations are named "open", "write", "sync", "truncate" and "read" (the read-back
+    after a write that failed and could not be cut back). `calls` counts
     every attempt per operation, so tests can see retries and shared syncs.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._faults: dict[str, _Fault] = {}
-        self.calls: dict[str, int] = {"open": 0, "write": 0, "sync": 0, "truncate": 0}
+        self.calls: dict[str, int] = {
+            "open": 0, "write": 0, "sync": 0, "truncate": 0, "read": 0
+        }
 
     def inject(
         self,
@@ -214,9 +223,7 @@ class FaultyFiles(FileLayer):
         self._raise(self._apply("truncate"), "truncate")
         super().truncate(fd, size)
 
+    def read_from(self, path: str, offset: int) -> bytes:
+        self._raise(self._apply("read"), "read")
+        return super().read_from(path, offset)
 
-def read_range(path: str, offset: int) -> bytes:
-    """The bytes of `path` from `offset` to its end (used to learn what a failed write left)."""
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return f.read()

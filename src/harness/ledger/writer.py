@@ -9,7 +9,8 @@ Both ledgers write through this. Invariants:
   before it is durable.
 * A line is written to a file at most once per seq: a failed write is cut back
   (ftruncate) or, where that fails too, what reached the file is read back and
-  matched, so a retry never duplicates a line. A failed or timed-out write/sync
+  matched, so a retry never duplicates a line; while that read-back fails, nothing
+  more is written to that file. A failed or timed-out write/sync
   keeps the line queued; the writer retries in order with backoff.
 * Synced appends wait at most ``sync_timeout``; while the queue's head is failing
   they fail fast instead of each waiting out the bound.
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from .errors import LedgerClosed, LedgerError, LedgerUnavailable, LineRejected
-from .files import FileLayer, read_range
+from .files import FileLayer
 
 log = logging.getLogger("harness.ledger")
 
@@ -155,6 +156,10 @@ class Writer:
         self._io_started: float | None = None  # when the pass under way began writing
         self._overdue = 0  # highest seq whose synced caller timed out
         self._dir_unsynced: set[str] = set()  # files we created whose directory entry is not synced
+        # Files where a write failed, could not be cut back and could not be read back:
+        # (offset it began at, whether it began with "\n"). What reached the file is
+        # unknown, so nothing more is written there until a read-back tells.
+        self._unread: dict[str, tuple[int, bool]] = {}
         self._errors = 0
         self._last_error: str | None = None
         self._last_error_at: float | None = None
@@ -493,6 +498,11 @@ class Writer:
                 log.warning("ledger: closing %s failed: %s", path, exc)
 
     def _write_group(self, path: str, group: list[Entry]) -> None:
+        if path in self._unread:
+            # Raises while the file still cannot be read: the pass fails and is retried.
+            group = self._read_back(path, group)
+            if not group:
+                return
         f = self._file(path)
         data = group[0].data if len(group) == 1 else b"".join([e.data for e in group])
         if f.newline:
@@ -525,13 +535,25 @@ class Writer:
         # retry never writes a seq twice; whatever fragment follows is left for readers
         # to skip, and the next write starts on a new line.
         self._drop(path)
+        self._unread[path] = (before, f.newline)
         try:
-            tail = read_range(path, before)
+            self._read_back(path, group)
         except OSError as exc:
-            log.warning("ledger: cannot read back %s: %s", path, exc)
-            return
-        pos = 1 if tail.startswith(b"\n") and f.newline else 0
-        for e in group:
+            log.warning("ledger: cannot read back %s: %s; no line is written to it until "
+                        "it can be", path, exc)
+
+    def _read_back(self, path: str, group: list[Entry]) -> list[Entry]:
+        """Mark the lines of `group` that a failed write put down whole, from the file
+        itself, and return the rest. Raises OSError when the file cannot be read."""
+        before, newline = self._unread[path]
+        try:
+            tail = self._files.read_from(path, before)
+        except FileNotFoundError:
+            tail = b""  # the file is gone, and with it anything the write left
+        del self._unread[path]
+        pos = 1 if tail.startswith(b"\n") and newline else 0
+        rest = iter(group)
+        for e in rest:
             # A line that reached the file whole but for its newline is written too: the
             # reopened handle starts the next write with the "\n" it lacks, so writing the
             # line again would put its seq in the file twice.
@@ -541,7 +563,8 @@ class Writer:
                 e.end = before + pos
                 self._lines_written += 1
             else:
-                break
+                return [e, *rest]
+        return []
 
     def _write_and_sync(self, batch: list[Entry], force: bool) -> LedgerError | None:
         error: LedgerError | None = None
