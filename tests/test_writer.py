@@ -845,6 +845,44 @@ def test_lines_go_to_the_file_of_their_utc_day_and_the_chain_crosses_files(
     assert rig.commits.seqs == [1, 2, 3, 4, 5]
 
 
+@pytest.mark.parametrize("second_open_fails", [False, True])
+def test_one_pass_across_midnight_puts_each_line_in_its_own_day_file(
+    make_rig: Callable[..., Rig], second_open_fails: bool
+) -> None:
+    """Lines of two days queued behind one sync go out in one pass, each run of lines to
+    its own file, though today's file is already open; when the new day's file cannot be
+    opened, the lines already written are not written again."""
+    rig = make_rig()
+    w = rig.writer
+    warm(rig)
+    release = rig.files.inject("sync", hang=True)
+    assert release is not None
+    w.append(line(run_id=2), harness="h", run_id=2, sync=False)
+    w.flush()
+    wait_until(lambda: rig.files.calls["sync"] == 2)
+    tomorrow = line(run_id=4)
+    tomorrow["at"] = "2026-12-01T00:00:00.000000001Z"
+    w.enqueue(line(run_id=3), sync=False, harness="h", run_id=3)
+    w.enqueue(tomorrow, sync=False, harness="h", run_id=4)
+    last = w.enqueue(line(run_id=5), sync=True, harness="h", run_id=5)
+    if second_open_fails:
+        rig.files.inject("open", errno=errno.EACCES, times=1)
+    rig.files.clear("sync")
+    if second_open_fails:
+        with pytest.raises(LedgerUnavailable, match="Permission denied"):
+            w.wait(last)
+    else:
+        w.wait(last)
+    rig.commits.wait_for(5)
+    today, next_day = rig.disk(), read_disk(rig.directory / "2026-12-01.jsonl")
+    assert (today.seqs, next_day.seqs) == ([1, 2, 3, 5], [4])
+    assert today.fragments == [] and next_day.fragments == []
+    merged = sorted(zip(today.lines + next_day.lines, today.objs + next_day.objs,
+                        strict=True), key=lambda p: p[1]["seq"])
+    assert_chain(Disk(b"", [raw for raw, _ in merged], [obj for _, obj in merged]))
+    assert rig.files.calls["open"] == (3 if second_open_fails else 2)
+
+
 def test_seq_and_chain_continue_from_where_the_ledger_left_off(
     make_rig: Callable[..., Rig],
 ) -> None:
