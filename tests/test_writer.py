@@ -569,6 +569,53 @@ def test_a_write_past_the_bound_is_counted_like_a_late_sync(
     assert "over the 0.3s bound" in s.last_error and "seq=2" in s.last_error
 
 
+def test_a_buffered_write_past_the_bound_is_counted_though_nobody_waits(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig(sync_timeout=0.3, flush_every=30.0)
+    w = rig.writer
+    warm(rig)
+    rig.files.inject("write", delay=0.6, times=1)
+    w.enqueue(line(run_id=2), sync=False, harness="h", run_id=2)
+    wait_until(lambda: w.stats().append_errors == 1)
+    s = w.stats()
+    assert s.last_error is not None
+    assert "ledger write of" in s.last_error and "over the 0.3s bound" in s.last_error
+    assert "will be synced" in s.last_error and "seq=2" in s.last_error
+    assert rig.files.calls["sync"] == 1 and rig.commits.seqs == [1]
+    w.flush()
+    rig.commits.wait_for(2)
+    assert rig.disk().seqs == [1, 2] and w.stats().append_errors == 1
+
+
+def test_a_failing_commit_callback_does_not_stop_durability(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug on the reader side (index, feed) is logged; the caller is still acknowledged
+    and the writer goes on."""
+    make_private_dir(str(tmp_path / "l"))
+    calls: list[list[int]] = []
+
+    def broken(entries: list[Entry]) -> None:
+        calls.append([e.seq for e in entries])
+        raise RuntimeError("index bug")
+
+    w = Writer(_DaySealer(str(tmp_path / "l")), files=FaultyFiles(), on_commit=broken,
+               next_seq=1, head_hash=ZERO_HASH)
+    try:
+        with caplog.at_level(logging.ERROR, logger="harness.ledger"):
+            assert w.append(line(run_id=1), harness="h", run_id=1) == 1
+            assert w.append(line(run_id=2), harness="h", run_id=2) == 2
+    finally:
+        w.close(timeout=5.0)
+    assert calls == [[1], [2]]
+    assert read_disk(tmp_path / "l" / f"{DAY}.jsonl").seqs == [1, 2]
+    assert [r.getMessage() for r in caplog.records] == [
+        "ledger: commit callback failed (seq 1)", "ledger: commit callback failed (seq 2)"
+    ]
+    assert w.stats().append_errors == 0
+
+
 def test_close_cuts_short_a_backoff_set_before_it(make_rig: Callable[..., Rig]) -> None:
     """The disk failed long enough to push the retry far out; it then recovers. close()
     drains the queue within its own timeout instead of waiting out the backoff."""
