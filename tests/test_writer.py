@@ -616,9 +616,13 @@ def test_a_failing_commit_callback_does_not_stop_durability(
     assert w.stats().append_errors == 0
 
 
-def test_close_cuts_short_a_backoff_set_before_it(make_rig: Callable[..., Rig]) -> None:
+@pytest.mark.parametrize("how", ["close", "flush"])
+def test_close_and_flush_cut_short_a_backoff_set_before_them(
+    make_rig: Callable[..., Rig], how: str
+) -> None:
     """The disk failed long enough to push the retry far out; it then recovers. close()
-    drains the queue within its own timeout instead of waiting out the backoff."""
+    drains the queue within its own timeout, and flush() syncs it, instead of waiting
+    out the backoff."""
     rig = make_rig(retry_min=30.0, retry_max=30.0)
     w = rig.writer
     warm(rig)
@@ -627,9 +631,40 @@ def test_close_cuts_short_a_backoff_set_before_it(make_rig: Callable[..., Rig]) 
         w.append(line(run_id=2), harness="h", run_id=2)
     w.enqueue(line(run_id=3), sync=False, harness="h", run_id=3)
     t0 = time.monotonic()
-    w.close(timeout=5.0)  # raises if anything is left queued
+    if how == "close":
+        w.close(timeout=5.0)  # raises if anything is left queued
+    else:
+        w.flush()
+        rig.commits.wait_for(3)
     assert time.monotonic() - t0 < 5.0
     assert rig.disk().seqs == [1, 2, 3]
+    assert rig.commits.batches[-1] == [2, 3]
+
+
+def test_a_caller_behind_one_that_timed_out_fails_fast_though_the_sync_began_late(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """Caller A's line waits out a slow pass before its own sync starts, and hangs; A
+    times out. B, arriving then, sees a sync under way for less than the bound, but A's
+    line is still the head: B fails at once instead of waiting out a second bound."""
+    rig = make_rig(sync_timeout=1.0)
+    w = rig.writer
+    warm(rig)
+    rig.files.inject("sync", delay=0.6, times=1)
+    w.enqueue(line(run_id=2), sync=False, harness="h", run_id=2)
+    w.flush()
+    wait_until(lambda: rig.files.calls["sync"] == 2)  # in the slow sync
+    release = rig.files.inject("sync", hang=True)
+    assert release is not None
+    with pytest.raises(LedgerUnavailable, match=r"not synced within 1s"):
+        w.append(line(run_id=3), harness="h", run_id=3)
+    assert rig.files.calls["sync"] == 3  # A's sync began, and hangs
+    with pytest.raises(LedgerUnavailable, match="queued behind a failing write") as info:
+        w.append(line(run_id=4), harness="h", run_id=4)
+    assert info.value.seq == 4
+    rig.files.clear("sync")
+    rig.commits.wait_for(4)
+    assert rig.disk().seqs == [1, 2, 3, 4]
 
 
 def test_close_names_the_first_line_it_could_not_drain(make_rig: Callable[..., Rig]) -> None:
