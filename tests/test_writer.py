@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from harness.ledger.chain import ZERO_HASH, hash_of_line_bytes
@@ -614,6 +615,66 @@ def test_a_failing_commit_callback_does_not_stop_durability(
         "ledger: commit callback failed (seq 1)", "ledger: commit callback failed (seq 2)"
     ]
     assert w.stats().append_errors == 0
+
+
+def _thread_cpu(w: Writer) -> float:
+    """CPU seconds the writer's thread has used so far."""
+    tid = w._thread.native_id
+    t = next(t for t in psutil.Process().threads() if t.id == tid)
+    return float(t.user_time + t.system_time)
+
+
+def test_buffered_lines_wait_for_flush_every_then_are_synced_unasked(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig(flush_every=0.5)
+    w = rig.writer
+    warm(rig)
+    t0 = time.monotonic()
+    w.enqueue(line(run_id=2), sync=False, harness="h", run_id=2)
+    w.enqueue(line(run_id=3), sync=False, harness="h", run_id=3)
+    cpu0 = _thread_cpu(w)
+    time.sleep(0.3)
+    assert (rig.files.calls["sync"], rig.commits.seqs) == (1, [1])
+    # Waiting for the deadline is a timed sleep, not a loop that looks again and again.
+    assert _thread_cpu(w) - cpu0 < 0.1
+    rig.commits.wait_for(3)
+    assert time.monotonic() - t0 >= 0.5
+    assert (rig.files.calls["sync"], rig.commits.batches[-1]) == (2, [2, 3])
+
+
+def test_a_finished_pass_is_not_mistaken_for_a_stuck_one(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """Fail-fast looks at how long the I/O under way has run; once a pass is over there
+    is none, however long ago it began."""
+    rig = make_rig(sync_timeout=0.3)
+    w = rig.writer
+    warm(rig)
+    assert w.append(line(run_id=2), harness="h", run_id=2) == 2
+    time.sleep(0.5)
+    assert w.append(line(run_id=3), harness="h", run_id=3) == 3
+    assert w.stats().append_errors == 0
+
+
+def test_retries_of_a_failing_disk_back_off_doubling_up_to_retry_max(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """Retries at about 0, 0.05, 0.15, 0.35, 0.75 and 1.15 s: five in the first second,
+    where a fixed 50 ms would make twenty and no backoff thousands."""
+    rig = make_rig(retry_min=0.05, retry_max=0.4)
+    w = rig.writer
+    warm(rig)
+    rig.files.inject("write", errno=errno.EIO)
+    before = rig.files.calls["write"]
+    w.enqueue(line(run_id=2), sync=False, harness="h", run_id=2)
+    w.flush()
+    time.sleep(1.0)
+    attempts = rig.files.calls["write"] - before
+    assert 3 <= attempts <= 8, attempts
+    rig.files.clear("write")
+    w.flush()
+    rig.commits.wait_for(2)
 
 
 @pytest.mark.parametrize("how", ["close", "flush"])
