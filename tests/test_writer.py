@@ -392,6 +392,20 @@ def test_sync_failing_twice_then_recovering_leaves_the_line_once(
     assert rig.disk().seqs == [1, 2]
 
 
+def test_a_created_file_whose_first_sync_fails_still_gets_its_directory_synced(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig()
+    rig.files.inject("sync", errno=errno.EIO, times=1)
+    with pytest.raises(LedgerUnavailable, match="Input/output error"):
+        rig.writer.append(line(), harness="h", run_id=1)
+    rig.commits.wait_for(1)
+    assert rig.files.calls["sync"] == 2
+    assert rig.files.dir_syncs == [str(rig.directory)]
+    assert rig.writer.append(line(run_id=2), harness="h", run_id=2) == 2
+    assert rig.files.dir_syncs == [str(rig.directory)]
+
+
 def test_failed_sync_after_a_failed_cut_keeps_earlier_lines_once(
     make_rig: Callable[..., Rig],
 ) -> None:
@@ -1188,6 +1202,26 @@ def test_next_line_after_a_torn_fragment_starts_on_a_new_line(
     assert d.fragments == [fragment]
     assert_chain(d)  # the fragment is not part of the chain: 3 links to 2
     assert files.dir_syncs == []  # the file already existed
+
+
+def test_a_day_file_that_is_one_torn_byte_gets_its_next_line_on_a_new_line(
+    tmp_path: Path,
+) -> None:
+    """The shortest torn tail: a crash a byte into a new day file's first line."""
+    directory = tmp_path / "ledger"
+    make_private_dir(str(directory))
+    day = directory / f"{DAY}.jsonl"
+    day.write_bytes(b"{")
+    commits = Commits()
+    w = Writer(_DaySealer(str(directory)), next_seq=1, head_hash=ZERO_HASH,
+               files=RecordingFiles(), on_commit=commits)
+    try:
+        assert w.append(line(run_id=1)) == 1
+    finally:
+        w.close()
+    (e1,) = commits.entries
+    assert day.read_bytes() == b"{\n" + e1.data
+    assert read_disk(day).seqs == [1]
 
 
 def test_a_file_ending_in_a_complete_line_gets_no_blank_line(
