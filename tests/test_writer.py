@@ -524,14 +524,9 @@ def test_a_torn_write_that_stops_just_before_a_newline_keeps_no_duplicate(
     assert_chain(d)
 
 
-def test_a_torn_write_that_cannot_be_cut_or_read_back_writes_nothing_until_it_can(
-    make_rig: Callable[..., Rig],
-) -> None:
-    """A write of two lines tears inside the second; the cut-back fails and so does the
-    read-back, so what reached the file is unknown. Rewriting both would put the first
-    line's seq down twice: nothing more is written to that file until a read-back tells,
-    and then only the line that did not land."""
-    rig = make_rig()
+def _tear_unreadably(rig: Rig) -> Disk:
+    """Lines 3 and 4 go out in one write that tears inside 4; the cut-back fails and
+    the read-back keeps failing. Returns the day file as it is then held."""
     w = rig.writer
     warm(rig)
     release = rig.files.inject("sync", hang=True)
@@ -556,7 +551,17 @@ def test_a_torn_write_that_cannot_be_cut_or_read_back_writes_nothing_until_it_ca
     assert rig.commits.seqs == [1, 2]
     s = w.stats()
     assert s.queued == 2 and s.last_error is not None and "injected on read" in s.last_error
+    return held
 
+
+def test_a_torn_write_that_cannot_be_cut_or_read_back_writes_nothing_until_it_can(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """What reached the file is unknown, and rewriting both lines would put the first
+    one's seq down twice: nothing more is written to that file until a read-back tells,
+    and then only the line that did not land."""
+    rig = make_rig()
+    held = _tear_unreadably(rig)
     rig.files.clear("read")
     rig.commits.wait_for(4)
     d = rig.disk()
@@ -565,7 +570,52 @@ def test_a_torn_write_that_cannot_be_cut_or_read_back_writes_nothing_until_it_ca
     assert d.fragments == held.fragments and d.lines[3].startswith(d.fragments[0])
     assert_chain(d)
     assert rig.commits.batches[-1] == [3, 4]
-    assert w.stats().degraded is False
+    s = rig.writer.stats()
+    assert (s.degraded, s.lines_written) == (False, 4)
+
+
+def test_a_torn_write_whose_file_is_then_removed_is_written_whole_again(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """The day file goes (an operator, a disk swapped) while the read-back fails: with
+    it goes whatever the torn write left, so both lines are written to a new file."""
+    rig = make_rig()
+    _tear_unreadably(rig)
+    rig.day.unlink()
+    dir_syncs = len(rig.files.dir_syncs)
+    rig.files.clear("read")
+    rig.commits.wait_for(4)
+    d = rig.disk()
+    assert (d.seqs, d.fragments) == ([3, 4], [])
+    assert rig.commits.batches[-1] == [3, 4]
+    assert rig.files.dir_syncs[dir_syncs:] == [str(rig.directory)]  # a new file
+
+
+def test_short_writes_are_continued_where_they_stopped(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """write(2) may put down fewer bytes than asked without an error; the rest follows
+    in the next call, so the lines land whole and in order."""
+    rig = make_rig()
+    w = rig.writer
+    warm(rig)
+    release = rig.files.inject("sync", hang=True)
+    assert release is not None
+    w.append(line(run_id=2), harness="h", run_id=2, sync=False)
+    w.flush()
+    wait_until(lambda: rig.disk().seqs == [1, 2])
+    writes = rig.files.calls["write"]
+    entries = [w.enqueue(line(run_id=i), sync=i == 5, harness="h", run_id=i)
+               for i in (3, 4, 5)]
+    rig.files.inject("write", short=True, times=2)
+    rig.files.clear("sync")
+    assert w.wait(entries[-1]) == 5
+    d = rig.disk()
+    assert (d.seqs, d.fragments) == ([1, 2, 3, 4, 5], [])
+    assert d.lines[2:] == [e.data[:-1] for e in entries]
+    assert_chain(d)
+    assert rig.files.calls["write"] == writes + 3  # half, a quarter, the rest
+    assert w.stats().lines_written == 5
 
 
 def test_a_write_past_the_bound_is_counted_like_a_late_sync(

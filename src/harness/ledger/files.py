@@ -1,10 +1,11 @@
 """The file layer: every system call the ledger writer makes, behind one seam.
 
 `FileLayer` is the real thing (O_APPEND, fdatasync, directory fsync). Tests and
-benchmarks substitute `FaultyFiles`, which can make `open`, `write` or `sync` fail
-with a chosen errno, run slow, hang until released, or write only part of the
-bytes — the disks (read-only, full, stalled) a supervisor must survive. Nothing
-else in the ledger touches file descriptors for writing.
+benchmarks substitute `FaultyFiles`, which can make `open`, `write`, `sync`, `truncate`
+or the read-back fail with a chosen errno, run slow, hang until released, or write only
+part of the bytes (then fail, or return the short count as write(2) may) — the disks
+(read-only, full, stalled) a supervisor must survive. Nothing else in the ledger
+touches file descriptors for writing.
 
 Invariant: files are created 0600 and directories 0700 at creation (the mode is
 passed to open/mkdir; nothing is chmod'ed afterwards).
@@ -138,6 +139,7 @@ class _Fault:
     delay: float = 0.0  # sleep this long first
     hang: threading.Event | None = None  # block until set
     partial: bool = False  # write: put half the bytes down, then fail
+    short: bool = False  # write: put half the bytes down and return that count
     times: int | None = None  # apply this many times, then clear itself
 
 
@@ -164,6 +166,7 @@ class FaultyFiles(FileLayer):
         delay: float = 0.0,
         hang: bool = False,
         partial: bool = False,
+        short: bool = False,
         times: int | None = None,
     ) -> threading.Event | None:
         """Arm a fault on `op`; with hang=True return the event that releases it."""
@@ -171,7 +174,7 @@ class FaultyFiles(FileLayer):
             raise ValueError(f"unknown file operation {op!r}")
         ev = threading.Event() if hang else None
         with self._lock:
-            self._faults[op] = _Fault(errno, delay, ev, partial, times)
+            self._faults[op] = _Fault(errno, delay, ev, partial, short, times)
         return ev
 
     def clear(self, op: str | None = None) -> None:
@@ -213,6 +216,8 @@ class FaultyFiles(FileLayer):
         if f is not None and f.partial and f.errno is not None and len(data) > 1:
             super().write(fd, data[: len(data) // 2])
         self._raise(f, "write")
+        if f is not None and f.short and len(data) > 1:
+            return super().write(fd, data[: len(data) // 2])  # as write(2) may, unasked
         return super().write(fd, data)
 
     def sync(self, fd: int) -> None:
