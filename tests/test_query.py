@@ -9,6 +9,7 @@ counting calls to the file scan.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import time
@@ -18,10 +19,12 @@ from typing import Any
 import pytest
 
 import harness.ledger.runledger as runledger_mod
-from harness.ledger.query import Query, QueryError
-from harness.ledger.reader import scan
+from harness.ledger.fold import Record
+from harness.ledger.index import Index
+from harness.ledger.query import Query, QueryError, select
+from harness.ledger.reader import scan, valid_line
 from harness.ledger.runledger import RunLedger
-from harness.timefmt import day_start_ns, format_ns, utc_day
+from harness.timefmt import day_start_ns, format_ns, parse_ns, utc_day
 from ledgertools import DAY, HOUR, MINUTE, T0, Clock, append_filter_runs
 
 # More seeds for the randomised memory-vs-files test: LEDGER_QUERY_SEEDS=60 pytest ...
@@ -135,6 +138,119 @@ def test_query_values_are_checked() -> None:
             Query(limit=bad)
     with pytest.raises(QueryError, match="before_seq"):
         Query(before_seq=0)
+
+
+def test_bounds_beyond_the_calendar_are_held_to_it_and_others_kept_exact() -> None:
+    first, last = "0001-01-03T00:00:00.000000000Z", "9999-12-30T00:00:00.000000000Z"
+    q = Query(since_ns=-(10**30), until_ns=10**30)
+    assert (q.since_ns, q.until_ns) == (parse_ns(first), parse_ns(last))
+    assert (q.since, q.until) == (first, last)
+    q = Query(since_ns=parse_ns(first) - 1, until_ns=parse_ns(last) + 1)
+    assert (q.since, q.until) == (first, last)
+    q = Query(since_ns=parse_ns(first), until_ns=parse_ns(last))
+    assert (q.since, q.until) == (first, last)
+    q = Query(since_ns=T0 + 1, until_ns=T0 + 2)
+    assert (q.since_ns, q.until_ns) == (T0 + 1, T0 + 2)
+    assert (q.since, q.until) == (format_ns(T0 + 1), format_ns(T0 + 2))
+    assert (Query().since, Query().until) == (None, None)
+
+
+def test_a_query_cannot_change_after_its_bounds_are_rendered() -> None:
+    q = Query(since_ns=T0, limit=5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        q.since_ns = T0 - DAY  # type: ignore[misc]
+    assert (q.since_ns, q.since, q.limit) == (T0, format_ns(T0), 5)
+    assert hash(q) == hash(Query(since_ns=T0, limit=5))
+
+
+def _decided(seq: int, harness: str = "h") -> Record:
+    r = Record(harness, seq)
+    r.apply({"v": 1, "seq": seq, "type": "decided", "at": format_ns(T0 + seq),
+             "harness": harness, "run_id": seq, "outcome": "missed"})
+    return r
+
+
+def test_select_cuts_to_the_limit_newest_first_and_names_the_oldest_returned() -> None:
+    recs = [_decided(s) for s in (3, 7, 1, 9, 4)]
+    for limit, seqs in ((1, [9]), (2, [9, 7]), (4, [9, 7, 4, 3]), (5, [9, 7, 4, 3, 1]),
+                        (1000, [9, 7, 4, 3, 1]), (None, [9, 7, 4, 3, 1])):
+        hits, oldest = select(Query(limit=limit), recs)
+        assert ([r.seq for r in hits], oldest) == (seqs, seqs[-1])
+    hits, oldest = select(Query(limit=2, before_seq=7), recs)
+    assert ([r.seq for r in hits], oldest) == ([4, 3], 3)
+    assert select(Query(limit=2, before_seq=1), recs) == ([], None)
+
+
+def _index_line(seq: int, harness: str, run_id: int, at: int, **extra: Any) -> dict[str, Any]:
+    return {"v": 1, "seq": seq, "type": "decided", "at": format_ns(at), "harness": harness,
+            "run_id": run_id, "trigger": "schedule", "outcome": "missed", **extra}
+
+
+def test_the_index_keeps_its_window_and_tails_and_claims_only_what_it_holds() -> None:
+    """a/1-5 and b/1-25 ten days old, b/26 started exactly at the one-day window's start,
+    b/27-28 inside it; a tail of two. Trimming keeps a/4-5 and b/26-28, and the index
+    answers from memory only what those prove complete."""
+    now = T0
+    idx = Index(window_ns=DAY, tail=2)
+    seq = 0
+    for h, n in (("a", 5), ("b", 25)):
+        for run_id in range(1, n + 1):
+            seq += 1
+            idx.apply(_index_line(seq, h, run_id, now - 10 * DAY + seq))
+    for run_id, at in ((26, now - DAY), (27, now - HOUR), (28, now - MINUTE)):
+        seq += 1
+        idx.apply(_index_line(seq, "b", run_id, at))
+    assert idx.trim(now) == 3 + 25
+    assert sorted(idx.records) == [("a", 4), ("a", 5), ("b", 26), ("b", 27), ("b", 28)]
+    assert (idx.floor, idx.harness_floor, idx.floor_at) == (
+        31, {"a": 4, "b": 31}, format_ns(now - DAY))
+    # The newest four of a and b include b/25, which memory let go: it cannot answer.
+    assert idx.query(Query(names=("a", "b"), limit=4)) == ([], None, False)
+    recs, oldest, complete = idx.query(Query(names=("a", "b"), limit=3))
+    assert ([(r.harness, r.run_id) for r in recs], oldest, complete) == (
+        [("b", 28), ("b", 27), ("b", 26)], 31, True)
+    recs, oldest, complete = idx.query(Query(names=("a",), limit=2))
+    assert ([r.run_id for r in recs], oldest, complete) == ([5, 4], 4, True)
+    # Whatever started at or after the window's start is all in memory.
+    recs, oldest, complete = idx.query(Query(since_ns=now - DAY, limit=50))
+    assert ([(r.harness, r.run_id) for r in recs], oldest, complete) == (
+        [("b", 28), ("b", 27), ("b", 26)], 31, True)
+    assert idx.query(Query(since_ns=now - DAY - 1, limit=50)) == ([], None, False)
+
+
+def test_a_live_late_line_of_a_record_the_index_let_go_raises_its_floors() -> None:
+    """a/2 was decided before a/1 (imported history): a tail of one keeps a/1 only. A live
+    update of a/2 is folded for the caller but not kept, and the floors rise past it."""
+    idx = Index(window_ns=DAY, tail=1)
+    idx.apply(_index_line(1, "a", 2, T0 - 10 * DAY))
+    idx.apply(_index_line(2, "a", 1, T0 - 10 * DAY + 1))
+    assert idx.trim(T0) == 1
+    assert sorted(idx.records) == [("a", 1)]
+    assert (idx.floor, idx.harness_floor, idx.floor_at) == (2, {"a": 2}, format_ns(T0 - DAY))
+    late = {"v": 1, "seq": 3, "type": "updated", "at": format_ns(T0), "harness": "a",
+            "run_id": 2, "model_calls": 4}
+    r = idx.apply(late, live=True)
+    assert (r.seq, r.fields["model_calls"], idx.get("a", 2)) == (3, 4, None)
+    assert (idx.floor, idx.harness_floor, idx.floor_at) == (4, {"a": 4}, format_ns(T0 + 1))
+    assert idx.query(Query(names=("a",), limit=2)) == ([], None, False)
+
+
+def test_the_index_folds_a_mistyped_word_field_as_it_lies() -> None:
+    idx = Index(window_ns=DAY)
+    r = idx.apply(_index_line(1, "a", 1, T0, model=7, reason=["x"], source=None))
+    assert (r.fields["model"], r.fields["reason"], "source" in r.fields) == (7, ["x"], False)
+    assert idx.get("a", 1) is not None
+
+
+def test_valid_line_takes_only_a_foldable_envelope() -> None:
+    good = {"v": 1, "seq": 1, "type": "opened", "at": format_ns(T0), "harness": "a",
+            "run_id": 1}
+    assert valid_line(good) is True
+    for bad in ({"seq": 0}, {"seq": -1}, {"seq": True}, {"seq": "1"}, {"run_id": 0},
+                {"run_id": 1.0}, {"harness": ""}, {"harness": 7}, {"type": "torn"},
+                {"at": None}):
+        assert valid_line({**good, **bad}) is False, bad
+    assert valid_line([good]) is False
 
 
 # -- REQ-14/15: filters -----------------------------------------------------------------

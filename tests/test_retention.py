@@ -22,7 +22,7 @@ from harness.ledger.query import Query
 from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
 from harness.ledger.verify import verify_run_ledger
-from harness.timefmt import format_ns
+from harness.timefmt import format_ns, parse_ns
 from ledgertools import DAY, HOUR, T0, Clock, OpenLedger, lines_of
 
 
@@ -47,6 +47,43 @@ def fill_days(led: RunLedger, clock: Clock, ages: range, per_day: int = 2) -> No
     led.flush()
     led.append({"type": "decided", "harness": "nightly", "run_id": run + 1,
                 "trigger": "schedule", "outcome": "missed"})
+
+
+def test_plan_deletes_a_day_only_once_it_ended_more_than_retention_ago() -> None:
+    """REQ-12: "whose day ended more than retention ago", to the nanosecond."""
+    days = [("2026-06-01", "a", 10), ("2026-06-02", "b", 10), ("2026-06-15", "c", 10)]
+    ended = parse_ns("2026-06-02T00:00:00Z")  # the end of 2026-06-01
+    retention = 3 * DAY
+    plan = retention_mod.plan
+    assert plan(days, ended + retention, retention, 1 << 30) == []
+    assert plan(days, ended + retention + 1, retention, 1 << 30) == ["2026-06-01"]
+    assert plan(days, ended + DAY + retention, retention, 1 << 30) == ["2026-06-01"]
+    assert plan(days, ended + DAY + retention + 1, retention, 1 << 30) == [
+        "2026-06-01", "2026-06-02"]
+
+
+def test_plan_size_cap_is_at_most_max_bytes_oldest_first_and_spares_today() -> None:
+    days = [("2026-06-10", "a", 100), ("2026-06-11", "b", 50), ("2026-06-12", "c", 30),
+            ("2026-06-15", "t", 20)]
+    now = T0  # 2026-06-15T12:00Z
+    plan = retention_mod.plan
+    assert plan(days, now, 90 * DAY, 200) == []
+    assert plan(days, now, 90 * DAY, 199) == ["2026-06-10"]
+    assert plan(days, now, 90 * DAY, 100) == ["2026-06-10"]
+    assert plan(days, now, 90 * DAY, 99) == ["2026-06-10", "2026-06-11"]
+    assert plan(days, now, 90 * DAY, 0) == ["2026-06-10", "2026-06-11", "2026-06-12"]
+    # Expired files count as gone before the cap is applied, and are not listed twice.
+    assert plan(days, now, 4 * DAY, 50) == ["2026-06-10", "2026-06-11"]
+    assert plan(days, now, 4 * DAY, 49) == ["2026-06-10", "2026-06-11", "2026-06-12"]
+
+
+def test_plan_never_deletes_today_or_a_later_day() -> None:
+    """A clock stepped back leaves a file named for a later day: it is not old."""
+    days = [("2026-06-14", "y", 10), ("2026-06-15", "t", 10), ("2026-06-16", "f", 10)]
+    plan = retention_mod.plan
+    assert plan(days, T0, DAY, 0) == ["2026-06-14"]
+    assert plan(days, T0, 0, 0) == ["2026-06-14"]
+    assert plan(days[1:], T0, 0, 0) == []
 
 
 def test_files_older_than_retention_go_and_the_rest_are_intact(
@@ -307,6 +344,54 @@ def test_a_ledger_pruned_to_nothing_continues_its_chain_from_chain(
     assert first["prev"] == last["hash"]
     v = verify_run_ledger(str(d))
     assert (v.ok, v.anchor, v.lines) == (True, f"CHAIN seq {last['seq']}", 1)
+
+
+def test_chain_keeps_the_highest_pruned_seq_when_an_older_file_holds_later_lines(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """A clock stepped back put seq 3 in the file of the day before seqs 1-2: pruning both,
+    oldest first, CHAIN must end at seq 3, not at the last line of the last file deleted."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 10 * DAY)
+    led = open_ledger(d, clock=clock)
+    for run_id, ago in ((1, 10), (2, 10), (3, 11), (4, 5)):
+        clock.ns = T0 - ago * DAY
+        led.append({"type": "decided", "harness": "nightly", "run_id": run_id,
+                    "outcome": "missed"})
+    led.close()
+    third = lines_of(d / f"{day(T0 - 11 * DAY)}.jsonl")[-1]
+    assert third["seq"] == 3
+
+    led = open_ledger(d, clock=Clock(T0), retention_ns=7 * DAY)
+    res = led.prune()
+    assert (res.deleted, res.error) == ([day(T0 - 11 * DAY), day(T0 - 10 * DAY)], None)
+    assert json.loads((d / "CHAIN").read_bytes()) == {"seq": 3, "hash": third["hash"]}
+    v = verify_run_ledger(str(d))
+    assert (v.ok, v.anchor, v.start_seq, v.lines, v.head_seq) == (True, "CHAIN seq 3", 4, 1, 4)
+
+
+def test_pruning_a_file_with_no_complete_line_leaves_chain_alone(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """An old day file holding only a crash's torn fragment has no (seq, hash) to anchor:
+    it goes, and CHAIN is neither written nor changed."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - DAY)
+    led = open_ledger(d, clock=clock)
+    led.append({"type": "decided", "harness": "nightly", "run_id": 1, "outcome": "missed"})
+    led.close()
+    torn = d / f"{day(T0 - 40 * DAY)}.jsonl"
+    torn.write_bytes(b'{"v":1,"seq":')
+    empty = d / f"{day(T0 - 39 * DAY)}.jsonl"
+    empty.write_bytes(b"")
+
+    led = open_ledger(d, clock=Clock(T0), retention_ns=30 * DAY)
+    res = led.prune()
+    assert (res.deleted, res.error) == ([day(T0 - 40 * DAY), day(T0 - 39 * DAY)], None)
+    assert not torn.exists() and not empty.exists()
+    assert not (d / "CHAIN").exists()
+    v = verify_run_ledger(str(d))
+    assert (v.ok, v.anchor, v.start_seq, v.lines) == (True, "genesis", 1, 1)
 
 
 def test_a_failed_carry_forward_keeps_the_file(tmp_path: Path, open_ledger: OpenLedger) -> None:

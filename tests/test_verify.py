@@ -277,6 +277,22 @@ def test_mutation_breaks_the_chain(world: World, name: str) -> None:
     assert snapshot(world.root) == before
 
 
+def test_a_line_with_a_number_out_of_range_is_an_edit(world: World) -> None:
+    """1e400 is JSON no encoder of the chain writes: a complete line carrying it was edited."""
+    lines = one_day(world)
+    assert lines[2].startswith(b'{"')
+    lines[2] = b'{"aaa":1e400,' + lines[2][1:]
+    write_lines(world.ledger / FILE1, lines)
+    assert_broken(world, 3, f"{FILE1}:3", EDITED)
+
+
+def test_a_missing_ledger_does_not_verify(tmp_path: Path) -> None:
+    res = verify_module.verify_run_ledger(str(tmp_path / "ledger"))
+    assert (res.ok, res.exists, res.lines, res.files, res.head_seq, res.error) == (
+        False, False, 0, 0, None, None)
+    assert not (tmp_path / "ledger").exists()
+
+
 # -- torn fragments ------------------------------------------------------------------------------
 
 
@@ -432,6 +448,18 @@ def clock_jump(world: World) -> dict[str, list[bytes]]:
     return {day: lines_of(world.ledger / f"{day}.jsonl") for day in (DAY1, "2025-11-04")}
 
 
+def test_a_break_reports_what_verified_before_it(world: World) -> None:
+    """The first break is the one named, and the count and head stop at the line before it."""
+    files = three_days(world)
+    (world.ledger / f"{DAYS[1]}.jsonl").unlink()
+    code, out = verify_json(world)
+    assert code == 2
+    assert (out["seq"], out["file"], out["line"], out["reason"]) == (
+        5, f"{DAYS[2]}.jsonl", 1, REMOVED.format(2))
+    assert (out["entry_count"], out["head_seq"], out["head_hash"]) == (
+        2, 2, hash_of(files[DAYS[0]][-1]))
+
+
 def test_clock_jump_across_day_files_verifies_in_seq_order(world: World) -> None:
     files = clock_jump(world)
     assert [[json.loads(x)["seq"] for x in v] for v in files.values()] == [[2, 3], [1, 4]]
@@ -457,6 +485,18 @@ def test_clock_jump_edit_is_named_by_its_file_and_line(world: World) -> None:
     # seq 2 removed: seq 3 no longer links to seq 1.
     write_lines(world.ledger / FILE1, files[DAY1][1:])
     assert_broken(world, 3, f"{FILE1}:1", REMOVED.format(1))
+
+
+def test_clock_stepped_back_across_a_whole_file_verifies_in_seq_order(world: World) -> None:
+    """Seq 1-2 on the 4th, then the clock stepped back a day for seq 3-4: the earlier-named
+    file holds the later seqs, and the chain is still followed in seq order."""
+    seed(world, [decided(1, "2025-11-04T08:00:00Z"), decided(2, "2025-11-04T08:00:01Z"),
+                 decided(3, f"{DAY1}T08:00:02Z"), decided(4, f"{DAY1}T08:00:03Z")]).close()
+    files = {day: lines_of(world.ledger / f"{day}.jsonl") for day in (DAY1, "2025-11-04")}
+    assert [[json.loads(x)["seq"] for x in v] for v in files.values()] == [[3, 4], [1, 2]]
+    res = verify(world)
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == ok_text(4, 2, 4, hash_of(files[DAY1][1]))
 
 
 def test_torn_tail_in_an_older_day_file(world: World) -> None:
@@ -520,6 +560,26 @@ def test_pruned_file_a_crash_left_behind_chain_is_not_checked(world: World,
     assert res.stdout == ok_text(4, 3, 10, hash_of(kept[-1]), anchor="CHAIN seq 6")
 
 
+def test_lines_at_or_before_chain_are_not_checked_after_a_clock_jump(world: World) -> None:
+    """CHAIN says seq 4; a crash left the file holding seq 3-4; the clock stepped back for
+    seq 6, so the kept files overlap and are followed as one merge, from CHAIN."""
+    world.ledger.mkdir(parents=True, mode=0o700)
+    days = {3: "2025-11-03", 4: "2025-11-03", 5: "2025-11-05", 6: "2025-11-04",
+            7: "2025-11-05"}
+    prev, raws, hashes = ZERO, {}, {}
+    for seq in range(1, 8):
+        at = f"{days.get(seq, '2025-11-02')}T08:00:0{seq}.000000000Z"
+        raws[seq], prev = seal({"v": 1, **decided(seq, at)}, seq, prev)
+        hashes[seq] = prev
+    write_lines(world.ledger / "2025-11-03.jsonl", [raws[3], raws[4]])
+    write_lines(world.ledger / "2025-11-04.jsonl", [raws[6]])
+    write_lines(world.ledger / "2025-11-05.jsonl", [raws[5], raws[7]])
+    (world.ledger / "CHAIN").write_text(json.dumps({"hash": hashes[4], "seq": 4}) + "\n")
+    res = verify(world)
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == ok_text(3, 3, 7, hashes[7], anchor="CHAIN seq 4")
+
+
 def test_chain_file_not_matching_the_next_line(world: World, tmp_path: Path) -> None:
     pruned(world, tmp_path)
     (world.ledger / "CHAIN").write_text(json.dumps({"hash": "f" * 64, "seq": 6}) + "\n")
@@ -540,6 +600,29 @@ def test_unreadable_chain_file(world: World, tmp_path: Path) -> None:
     assert res.returncode == 2
     assert res.stdout == ""
     assert res.stderr.startswith(f"harness: {world.ledger / 'CHAIN'}: unreadable chain anchor")
+
+
+@pytest.mark.parametrize("text", [
+    '{"seq": "6", "hash": "%s"}' % ("a" * 64),
+    '{"seq": true, "hash": "%s"}' % ("a" * 64),
+    '{"seq": 6.0, "hash": "%s"}' % ("a" * 64),
+    '{"seq": 6, "hash": null}',
+    '{"seq": 6, "hash": "%s"}' % ("a" * 63),
+    '{"seq": 6, "hash": "%s"}' % ("a" * 65),
+    '{"hash": "%s"}' % ("a" * 64),
+    '[6, "%s"]' % ("a" * 64),
+], ids=["seq string", "seq bool", "seq float", "hash null", "hash 63", "hash 65",
+        "no seq", "array"])
+def test_chain_file_of_the_wrong_shape_is_refused(tmp_path: Path, text: str) -> None:
+    (tmp_path / "CHAIN").write_text(text)
+    with pytest.raises(ValueError, match="chain anchor must be"):
+        verify_module.read_chain_file(str(tmp_path))
+
+
+def test_chain_file_of_the_right_shape_is_read(tmp_path: Path) -> None:
+    assert verify_module.read_chain_file(str(tmp_path)) is None
+    (tmp_path / "CHAIN").write_text(json.dumps({"hash": "0f" * 32, "seq": 6}) + "\n")
+    assert verify_module.read_chain_file(str(tmp_path)) == (6, "0f" * 32)
 
 
 def test_day_named_after_its_at_in_utc(world: World) -> None:
