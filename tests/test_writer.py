@@ -165,7 +165,7 @@ def make_rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
     def make(**kw: Any) -> Rig:
         directory = tmp_path / f"ledger{len(rigs)}"
         make_private_dir(str(directory))
-        files = RecordingFiles()
+        files = kw.pop("files", None) or RecordingFiles()
         commits = Commits()
         opts: dict[str, Any] = {
             "next_seq": 1,
@@ -707,15 +707,21 @@ def test_buffered_lines_wait_for_flush_every_then_are_synced_unasked(
     assert (rig.files.calls["sync"], rig.commits.batches[-1]) == (2, [2, 3])
 
 
+@pytest.mark.parametrize("buffered", [False, True], ids=["short-pass", "general-pass"])
 def test_a_finished_pass_is_not_mistaken_for_a_stuck_one(
-    make_rig: Callable[..., Rig],
+    make_rig: Callable[..., Rig], buffered: bool
 ) -> None:
     """Fail-fast looks at how long the I/O under way has run; once a pass is over there
     is none, however long ago it began."""
     rig = make_rig(sync_timeout=0.3)
     w = rig.writer
     warm(rig)
-    assert w.append(line(run_id=2), harness="h", run_id=2) == 2
+    if buffered:
+        w.enqueue(line(run_id=2), sync=False, harness="h", run_id=2)
+        w.flush()
+        rig.commits.wait_for(2)
+    else:
+        assert w.append(line(run_id=2), harness="h", run_id=2) == 2
     time.sleep(0.5)
     assert w.append(line(run_id=3), harness="h", run_id=3) == 3
     assert w.stats().append_errors == 0
@@ -1052,14 +1058,30 @@ def test_lines_go_to_the_file_of_their_utc_day_and_the_chain_crosses_files(
     assert rig.commits.seqs == [1, 2, 3, 4, 5]
 
 
-@pytest.mark.parametrize("second_open_fails", [False, True])
+class _FailSyncOf(RecordingFiles):
+    """Fails the fdatasync of one named file, once."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def sync(self, fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(self.name) and self.name:
+            self.name = ""
+            self.calls["sync"] += 1
+            raise OSError(errno.EIO, "Input/output error (injected on sync)")
+        super().sync(fd)
+
+
+@pytest.mark.parametrize("fault", [None, "open", "sync"])
 def test_one_pass_across_midnight_puts_each_line_in_its_own_day_file(
-    make_rig: Callable[..., Rig], second_open_fails: bool
+    make_rig: Callable[..., Rig], fault: str | None
 ) -> None:
     """Lines of two days queued behind one sync go out in one pass, each run of lines to
-    its own file, though today's file is already open; when the new day's file cannot be
-    opened, the lines already written are not written again."""
-    rig = make_rig()
+    its own file, though today's file is already open. When the new day's file cannot be
+    opened, the lines already written are not written again; when only its sync fails,
+    the line after it in today's file, though synced, waits its turn to be committed."""
+    rig = make_rig(files=_FailSyncOf("2026-12-01.jsonl") if fault == "sync" else None)
     w = rig.writer
     warm(rig)
     release = rig.files.inject("sync", hang=True)
@@ -1072,22 +1094,50 @@ def test_one_pass_across_midnight_puts_each_line_in_its_own_day_file(
     w.enqueue(line(run_id=3), sync=False, harness="h", run_id=3)
     w.enqueue(tomorrow, sync=False, harness="h", run_id=4)
     last = w.enqueue(line(run_id=5), sync=True, harness="h", run_id=5)
-    if second_open_fails:
+    if fault == "open":
         rig.files.inject("open", errno=errno.EACCES, times=1)
     rig.files.clear("sync")
-    if second_open_fails:
-        with pytest.raises(LedgerUnavailable, match="Permission denied"):
+    if fault:
+        with pytest.raises(LedgerUnavailable, match=r"Permission denied|Input/output"):
             w.wait(last)
     else:
         w.wait(last)
     rig.commits.wait_for(5)
+    assert rig.commits.seqs == [1, 2, 3, 4, 5]
     today, next_day = rig.disk(), read_disk(rig.directory / "2026-12-01.jsonl")
     assert (today.seqs, next_day.seqs) == ([1, 2, 3, 5], [4])
     assert today.fragments == [] and next_day.fragments == []
     merged = sorted(zip(today.lines + next_day.lines, today.objs + next_day.objs,
                         strict=True), key=lambda p: p[1]["seq"])
     assert_chain(Disk(b"", [raw for raw, _ in merged], [obj for _, obj in merged]))
-    assert rig.files.calls["open"] == (3 if second_open_fails else 2)
+    assert rig.files.calls["open"] == (2 if fault is None else 3)
+
+
+def _open_in(directory: Path) -> list[str]:
+    """Names of the files in `directory` this process holds open."""
+    names = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if os.path.dirname(target) == str(directory):
+            names.append(os.path.basename(target))
+    return sorted(names)
+
+
+def test_the_writer_keeps_two_day_files_open_at_most_and_none_after_close(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig()
+    w = rig.writer
+    for i, day in enumerate(("2026-11-29", "2026-11-30", "2026-12-01", "2026-12-02"), 1):
+        obj = line(run_id=i)
+        obj["at"] = f"{day}T12:00:00.000000000Z"
+        assert w.append(obj, harness="h", run_id=i) == i
+    assert _open_in(rig.directory) == ["2026-12-01.jsonl", "2026-12-02.jsonl"]
+    w.close()
+    assert _open_in(rig.directory) == []
 
 
 def test_seq_and_chain_continue_from_where_the_ledger_left_off(
