@@ -306,3 +306,33 @@ def test_sealed_lines_verify(body: dict[str, Any], seq: int, prev: str) -> None:
     parsed = json.loads(line)
     assert line_verifies(line, parsed)
     assert hash_of_object(parsed) == digest
+
+
+# -- the chain's slow path: a nested "hash" key ahead of the member ---------------------
+
+@pytest.mark.parametrize("body", [
+    {"a": {"hash": "x"}, "z": 1},  # the member is followed by a comma
+    {"a": {"hash": "x"}},  # the member is last
+    {"a": [{"hash": "0" * 64}], "b": 2},  # a nested look-alike of a digest's length
+], ids=["then-comma", "last", "digest-length"])
+def test_a_nested_hash_key_before_the_member_still_verifies(body: dict[str, Any]) -> None:
+    digest = hashlib.sha256(ref_canonical(body)).hexdigest()
+    line = ref_canonical({**body, "hash": digest})
+    assert line.find(b'"hash":"') < line.find(b'"hash":"' + digest.encode())
+    assert hash_of_line_bytes(line, digest) is True
+    assert line_verifies(line, json.loads(line)) is True
+    edited = line.replace(b'"z":1', b'"z":2').replace(b'"b":2', b'"b":3')
+    if edited != line:
+        assert hash_of_line_bytes(edited, digest) is False
+
+
+@pytest.mark.parametrize("digest", ["a" * 63, "a" * 65, 5, None])
+def test_a_malformed_digest_never_verifies(digest: Any) -> None:
+    obj = {"a": 1, "hash": digest}
+    assert line_verifies(ref_canonical(obj), obj) is False
+
+
+def test_a_line_without_the_member_does_not_verify() -> None:
+    body = {"a": 1}
+    digest = hashlib.sha256(ref_canonical(body)).hexdigest()
+    assert hash_of_line_bytes(ref_canonical(body), digest) is False

@@ -9,13 +9,14 @@ so every permutation of the same lines gives the same record.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.ledger.fold import Record
+from harness.ledger.fold import Frozen, LogProbe, Record
 from harness.ledger.schema import OUTCOMES, RECORD_FIELDS
 
 HARNESS = "prop"
@@ -198,3 +199,207 @@ def test_line_types_set_flags(typ: str, opened: bool, closed: bool) -> None:
     r = fold([_line(1, typ)])
     assert (r.opened, r.closed) == (opened, closed)
     assert r.outcome == (None if closed else "running")
+
+
+# -- exact bookkeeping: opened_at, first_at, started_key ------------------------------------
+
+
+def test_a_new_record_is_empty() -> None:
+    r = Record("h", 3)
+    assert (r.harness, r.run_id, r.seq, r.last_seq, r.first_at, r.opened_at) == ("h", 3, 0, 0,
+                                                                                 "", "")
+    assert (r.opened, r.closed, r.is_open, r.fields) == (False, False, False, {})
+    assert r.started_key == "" and r.outcome == "running" and r.trigger is None
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2, 3), (3, 2, 1, 0), (2, 0, 3, 1)])
+def test_opened_at_is_the_newest_opened_lines_at(order: tuple[int, ...]) -> None:
+    lines = [_line(1, "opened"), _line(2, "updated"), _line(3, "opened"),
+             _line(4, "updated")]
+    r = fold([lines[i] for i in order])
+    assert r.opened_at == "2026-01-01T00:00:03Z"
+    assert r.first_at == "2026-01-01T00:00:01Z"
+    assert (r.seq, r.last_seq) == (1, 4)
+
+
+def test_only_an_opened_line_sets_opened_at() -> None:
+    r = fold([_line(1, "updated"), _line(2, "closed", outcome="failed"),
+              _line(3, "decided", outcome="skipped")])
+    assert r.opened_at == ""
+    r = fold([_line(5, "opened")])
+    assert r.opened_at == "2026-01-01T00:00:05Z"
+
+
+def test_a_line_without_at_leaves_first_at_empty() -> None:
+    line = _line(2, "opened")
+    del line["at"]
+    r = fold([_line(4, "closed"), line])
+    assert r.seq == 2 and r.first_at == "" and r.opened_at == ""
+
+
+def test_record_from_a_single_line_with_seq_one() -> None:
+    r = fold([_line(1, "closed", outcome="success")])
+    assert (r.seq, r.last_seq, r.first_at) == (1, 1, "2026-01-01T00:00:01Z")
+
+
+def test_late_first_line_fills_only_unset_fields() -> None:
+    r = fold([_line(3, "closed", outcome="success"), _line(1, "opened", outcome="running",
+                                                             trigger="manual", todo_id="t")])
+    assert r.fields == {"outcome": "success", "trigger": "manual", "todo_id": "t"}
+    assert r.outcome == "success" and r.trigger == "manual"
+
+
+def test_a_late_line_below_every_setter_loses_and_fills_the_rest() -> None:
+    r = fold([_line(5, "closed", exit_code=2), _line(3, "updated", exit_code=9, model_calls=4),
+              _line(1, "opened", exit_code=1, model_calls=1, kind="oneshot")])
+    assert r.fields == {"exit_code": 2, "model_calls": 4, "kind": "oneshot"}
+
+
+def test_a_replayed_line_with_the_same_seq_changes_nothing() -> None:
+    lines = [_line(1, "opened", model_calls=1), _line(2, "closed", model_calls=2)]
+    r = fold([*lines, lines[0], lines[1], lines[0]])
+    assert r.fields == {"model_calls": 2}
+    assert (r.seq, r.last_seq, r.first_at) == (1, 2, "2026-01-01T00:00:01Z")
+
+
+@pytest.mark.parametrize("fields,first_at,want", [
+    ({"started_at": "2026-01-01T01:00:00+01:00"}, "2026-05-05T00:00:00Z",
+     "2026-01-01T00:00:00.000000000Z"),
+    ({}, "2026-05-05T02:00:00+02:00", "2026-05-05T00:00:00.000000000Z"),
+    ({"started_at": "not a time"}, "2026-05-05T00:00:00Z", "2026-05-05T00:00:00.000000000Z"),
+    ({}, "junk", ""),
+])
+def test_started_key_is_canonical_started_at_else_first_at(fields: dict[str, Any],
+                                                           first_at: str, want: str) -> None:
+    r = fold([{**_line(1, "opened", **fields), "at": first_at}])
+    assert r.started_key == want
+
+
+# -- to_json ------------------------------------------------------------------------------
+
+
+def test_to_json_of_an_open_record() -> None:
+    r = fold([_line(4, "opened", trigger="manual", log_pruned=True, log="/nowhere/x.log")])
+    assert r.is_open
+    assert r.to_json() == {"harness": HARNESS, "run_id": RUN_ID, "seq": 4,
+                           "trigger": "manual", "log": "/nowhere/x.log", "outcome": "running"}
+    assert r.to_json(offline=True)["outcome"] == "running?"
+
+
+def test_to_json_of_a_closed_record_reports_a_pruned_log(tmp_path: Path) -> None:
+    log = tmp_path / "1.log"
+    r = fold([_line(1, "opened", log=str(log)), _line(2, "closed", outcome="failed")])
+    want = {"harness": HARNESS, "run_id": RUN_ID, "seq": 1, "log": str(log),
+            "outcome": "failed"}
+    assert r.to_json() == {**want, "log_pruned": True}
+    assert r.to_json(probe=LogProbe()) == {**want, "log_pruned": True}
+    assert r.to_json(check_log=False) == want
+    assert r.to_json(offline=True) == {**want, "log_pruned": True}
+    log.write_text("x")
+    assert r.to_json() == want
+    assert r.to_json(probe=LogProbe()) == want
+    log.unlink()
+    (tmp_path / "1.log.zst").write_bytes(b"z")
+    assert r.to_json() == want
+    assert r.to_json(probe=LogProbe()) == want
+
+
+@pytest.mark.parametrize("log", ["", 5, None])
+def test_no_log_or_an_odd_one_is_never_pruned(log: Any) -> None:
+    r = fold([_line(1, "decided", outcome="skipped", log=log)])
+    out = r.to_json()
+    assert "log_pruned" not in out
+    assert out["outcome"] == "skipped"
+    assert "log_pruned" not in r.to_json(probe=LogProbe())
+
+
+def test_log_pruned_is_dropped_from_the_stored_fields(tmp_path: Path) -> None:
+    log = tmp_path / "2.log"
+    log.write_text("x")
+    r = fold([_line(1, "decided", outcome="skipped", log=str(log), log_pruned=True)])
+    assert "log_pruned" not in r.to_json()
+
+
+def test_log_probe_answers_per_directory(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_text("x")
+    (tmp_path / "b.log.zst").write_text("x")
+    p = LogProbe()
+    assert p.gone(str(tmp_path / "a.log")) is False
+    assert p.gone(str(tmp_path / "b.log")) is False
+    assert p.gone(str(tmp_path / "c.log")) is True
+    assert p.gone(str(tmp_path / "missing" / "a.log")) is True
+    assert p.gone(str(tmp_path / "a.log" / "x.log")) is True  # a file where a dir should be
+
+
+def test_log_probe_relative_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "here.log").write_text("x")
+    p = LogProbe()
+    assert p.gone("here.log") is False
+    assert p.gone("gone.log") is True
+
+
+def test_log_probe_falls_back_to_stat_when_a_directory_cannot_be_listed(
+        tmp_path: Path) -> None:
+    long = str(tmp_path / ("d" * 300) / "x.log")  # listing fails (name too long)
+    assert LogProbe().gone(long) is True
+
+
+# -- Frozen ---------------------------------------------------------------------------------
+
+
+def _closed_record() -> Record:
+    return fold([_line(2, "opened", trigger="manual", tokens={"input": 1}, exit_code=0),
+                 _line(3, "updated", model_calls=2),
+                 _line(5, "closed", outcome="success", usage_complete=False)])
+
+
+def test_frozen_keeps_what_queries_read() -> None:
+    r = _closed_record()
+    f = Frozen(r)
+    assert (f.harness, f.run_id, f.seq, f.last_seq, f.first_at, f.opened_at, f.opened) == (
+        HARNESS, RUN_ID, 2, 5, "2026-01-01T00:00:02Z", "2026-01-01T00:00:02Z", True)
+    assert (f.outcome, f.trigger, f.started_key) == ("success", "manual",
+                                                     "2026-01-01T00:00:02.000000000Z")
+    assert (f.closed, f.is_open) == (True, False)
+    assert f.fields == r.fields == {"trigger": "manual", "tokens": {"input": 1},
+                                    "exit_code": 0, "model_calls": 2, "outcome": "success",
+                                    "usage_complete": False}
+    assert f.to_json(check_log=False) == r.to_json(check_log=False)
+    assert f.to_json(check_log=False, offline=True)["outcome"] == "success"
+
+
+def test_frozen_reports_a_pruned_log_like_the_record(tmp_path: Path) -> None:
+    r = fold([_line(1, "decided", outcome="skipped", log=str(tmp_path / "9.log"))])
+    want = {"harness": HARNESS, "run_id": RUN_ID, "seq": 1, "outcome": "skipped",
+            "log": str(tmp_path / "9.log"), "log_pruned": True}
+    assert Frozen(r).to_json() == want
+    assert Frozen(r).to_json(probe=LogProbe()) == want
+    assert "log_pruned" not in Frozen(r).to_json(check_log=False)
+
+
+def test_thaw_restores_the_record_and_keeps_folding_in_order() -> None:
+    r = _closed_record()
+    t = Frozen(r).thaw()
+    assert (t.harness, t.run_id, t.seq, t.last_seq, t.first_at, t.opened_at) == (
+        r.harness, r.run_id, r.seq, r.last_seq, r.first_at, r.opened_at)
+    assert (t.opened, t.closed, t.fields) == (True, True, r.fields)
+    t.apply(_line(6, "updated", model_calls=3, cost_usd=0.5))
+    assert t.fields["model_calls"] == 3 and t.fields["cost_usd"] == 0.5
+    assert t.last_seq == 6
+    # A line older than the frozen record's last cannot override what it holds.
+    t.apply(_line(4, "updated", outcome="failed", reason="late"))
+    assert t.fields["outcome"] == "success" and t.fields["reason"] == "late"
+
+
+def test_thaw_of_an_unopened_record_stays_partial() -> None:
+    r = fold([_line(8, "closed", outcome="failed")])
+    t = Frozen(r).thaw()
+    assert (t.opened, t.closed, t.is_open) == (False, True, False)
+
+
+def test_an_opened_line_without_at_keeps_the_known_opened_at() -> None:
+    bare = _line(3, "opened")
+    del bare["at"]
+    r = fold([_line(1, "opened"), bare])
+    assert r.opened_at == "2026-01-01T00:00:01Z"

@@ -17,8 +17,14 @@ from harness.ledger.schema import (
     _ENUMS,
     _T,
     CHAIN,
+    COST_SOURCES,
     ENVELOPE,
+    FAILURE_OUTCOMES,
+    KINDS,
+    LINE_TYPES,
+    OUTCOMES,
     RECORD_FIELDS,
+    TRIGGERS,
     Cuts,
     _cap,
     _settle_nested,
@@ -26,7 +32,7 @@ from harness.ledger.schema import (
     prepare_line,
 )
 from harness.ledger.scrub import scrub_text, scrub_value
-from harness.timefmt import canon, format_ns, parse_ns
+from harness.timefmt import canon, format_ns, now_ns, parse_ns
 
 NOW = parse_ns("2026-06-15T12:00:00Z")
 
@@ -150,3 +156,283 @@ def test_the_reference_sees_what_the_properties_need() -> None:
     bad = {**ok, "outcome": "bogus"}
     assert outcome(lambda x: prepare_line(x, NOW), bad) == outcome(two_pass, bad)
     assert outcome(two_pass, bad)[0] == "refused"
+
+
+# -- exact values, independent of the schema's own helpers ---------------------------------
+# The property above reuses `_cap`, `_settle_nested` and `_validate`, so it cannot see a
+# change to them; these pin REQ-1/REQ-4/REQ-5 directly.
+
+REQ5_OUTCOMES = {"running", "success", "failed", "timed_out", "skipped", "replaced", "missed",
+                 "cancelled", "interrupted", "budget_exceeded", "quota_parked",
+                 "model_mismatch", "model_unattested", "stalled"}
+
+
+def prep(**fields: Any) -> tuple[dict[str, Any], Cuts]:
+    return prepare_line({"type": "closed", "harness": "h", "run_id": 1, **fields}, NOW)
+
+
+def test_vocabularies_are_the_specs() -> None:
+    assert set(OUTCOMES) == REQ5_OUTCOMES and len(OUTCOMES) == len(REQ5_OUTCOMES)
+    assert set(FAILURE_OUTCOMES) == {"failed", "timed_out", "budget_exceeded", "model_mismatch",
+                                "model_unattested"}
+    assert set(TRIGGERS) == {"schedule", "manual", "catch_up", "channel", "webhook",
+                             "autostart", "restart", "release", "lease"}
+    assert set(LINE_TYPES) == {"opened", "updated", "closed", "decided"}
+    assert set(KINDS) == {"oneshot", "resident"}
+    assert set(COST_SOURCES) == {"recorded", "priced", "unknown"}
+
+
+@pytest.mark.parametrize("value", sorted(REQ5_OUTCOMES))
+def test_every_req5_outcome_is_accepted(value: str) -> None:
+    out, cuts = prep(outcome=value)
+    assert out["outcome"] == value and (cuts.redactions, cuts.truncations) == (0, 0)
+
+
+@pytest.mark.parametrize("typ", ["opened", "updated", "closed", "decided"])
+def test_every_line_type_is_accepted_and_the_envelope_is_exact(typ: str) -> None:
+    out, cuts = prepare_line({"type": typ, "harness": "h", "run_id": 9, "seq": 4,
+                              "prev": "p", "hash": "x", "v": 7}, NOW)
+    assert out == {"v": 1, "type": typ, "at": "2026-06-15T12:00:00.000000000Z",
+                   "harness": "h", "run_id": 9}
+    assert (cuts.redactions, cuts.truncations) == (0, 0)
+
+
+T = "2026-06-15T12:00:00.000000000Z"
+# Each REQ-4 field (and `imported`) with a value of its type and one of a wrong type.
+FIELD_CASES: list[tuple[str, Any, Any]] = [
+    ("kind", "resident", 1), ("trigger", "lease", 1), ("source", "src", 1),
+    ("event_id", "e1", 1), ("todo_id", "t1", 1), ("attempt", 2, "2"),
+    ("started_at", T, "noon"), ("ended_at", T, 5), ("duration_ms", 0, 1.5),
+    ("exit_code", -1, "1"), ("outcome", "failed", 1), ("reason", "spawn", 1),
+    ("model", "m", 1), ("models", [{"model": "m", "provider": "p", "output_tokens": 3}], {}),
+    ("tokens", {"input": 1, "output": 2, "cache_read": 3, "cache_write": 4}, [1]),
+    ("cost_usd", 0.25, "0.25"), ("cost_source", "priced", 1), ("model_calls", 3, True),
+    ("errors", {"rate_limit": 2}, {"rate_limit": "2"}), ("usage_complete", False, 0),
+    ("sessions", [{"id": "s", "adapter": "codex", "trace_id": "tr"}], "s"),
+    ("trace_url", "https://t/x", 1), ("log", "/l/1.log", 1), ("override", True, "yes"),
+    ("mismatch", {"kind": "model", "served_model": "a", "served_provider": "b", "at": T},
+     "model"),
+    ("window", T, 1), ("first_window", T, 1), ("windows", 3, 3.0), ("coalesced", 1, "1"),
+    ("missing_path", "meta.todo", 1), ("imported", True, 1),
+]
+
+
+def test_field_cases_cover_the_schema() -> None:
+    assert {k for k, _, _ in FIELD_CASES} | {"log_pruned"} == set(RECORD_FIELDS)
+
+
+@pytest.mark.parametrize("key,good,bad", FIELD_CASES, ids=[c[0] for c in FIELD_CASES])
+def test_each_field_takes_its_type_and_refuses_another(key: str, good: Any, bad: Any) -> None:
+    out, cuts = prep(**{key: good})
+    assert out[key] == good and type(out[key]) is type(good)
+    assert (cuts.redactions, cuts.truncations) == (0, 0)
+    with pytest.raises(LineRejected) as info:
+        prep(**{key: bad})
+    assert (info.value.harness, info.value.run_id) == ("h", 1)
+    assert repr(key) in str(info.value) or f"{key}." in str(info.value)
+
+
+def test_log_pruned_is_accepted_but_never_written() -> None:
+    out, _ = prep(log_pruned=True, log="/x.log")
+    assert out == {"v": 1, "type": "closed", "at": T, "harness": "h", "run_id": 1,
+                   "log": "/x.log"}
+
+
+@pytest.mark.parametrize("n,want", [(255, 255), (256, 256), (257, 256), (1000, 256)])
+def test_top_level_strings_cap_at_exactly_256_bytes(n: int, want: int) -> None:
+    out, cuts = prep(reason="r" * n)
+    assert out["reason"] == "r" * want
+    assert cuts.truncations == (1 if n > 256 else 0)
+
+
+def test_the_cap_cuts_on_a_character_boundary() -> None:
+    out, cuts = prep(todo_id="a" + "é" * 200)  # 401 bytes: 255 is the last whole character
+    assert out["todo_id"] == "a" + "é" * 127
+    assert cuts.truncations == 1
+    harness = "h" * 300
+    out, cuts = prepare_line({"type": "opened", "harness": harness, "run_id": 1}, NOW)
+    assert out["harness"] == "h" * 256 and cuts.truncations == 1
+
+
+def test_nested_strings_are_capped_and_counted() -> None:
+    long = "x" * 300
+    out, cuts = prep(
+        models=[{"model": long, "provider": "p"}],
+        sessions=[{"id": long, "adapter": long}],
+        errors={long: 1},
+        mismatch={"kind": "model", "served_model": long},
+    )
+    cut = "x" * 256
+    assert out["models"] == [{"model": cut, "provider": "p"}]
+    assert out["sessions"] == [{"id": cut, "adapter": cut}]
+    assert out["errors"] == {cut: 1}
+    assert out["mismatch"] == {"kind": "model", "served_model": cut}
+    assert (cuts.redactions, cuts.truncations) == (0, 5)
+
+
+@pytest.mark.parametrize("n", [15, 16, 17, 40])
+def test_models_sessions_and_errors_cap_at_16_entries(n: int) -> None:
+    models = [{"model": f"m{i}"} for i in range(n)]
+    sessions = [{"id": f"s{i}"} for i in range(n)]
+    errors = {f"c{i:02d}": i for i in range(n)}
+    out, cuts = prep(models=models, sessions=sessions, errors=errors)
+    keep = min(n, 16)
+    assert out["models"] == models[:keep]
+    assert out["sessions"] == sessions[:keep]
+    assert out["errors"] == {f"c{i:02d}": i for i in range(keep)}  # the first 16 by name
+    assert cuts.truncations == (3 if n > 16 else 0)
+
+
+def test_errors_keep_the_first_16_class_names_in_order() -> None:
+    errors = {f"c{i:02d}": i for i in reversed(range(20))}
+    out, _ = prep(errors=errors)
+    assert list(out["errors"]) == [f"c{i:02d}" for i in range(16)]
+
+
+def test_secrets_in_nested_values_are_redacted_and_counted() -> None:
+    key = "sk-ant-api03-" + "a" * 40
+    out, cuts = prep(
+        models=[{"model": "m", "provider": f"p {key}"}],
+        sessions=[{"id": "s", "trace_id": f"token={key}"}],
+        errors={f"auth {key}": 1},
+        mismatch={"kind": "model", "served_model": key},
+        reason=f"why {key}",
+    )
+    assert out["models"] == [{"model": "m", "provider": "p [REDACTED]"}]
+    assert out["sessions"] == [{"id": "s", "trace_id": "token=[REDACTED]"}]
+    assert out["errors"] == {"auth [REDACTED]": 1}
+    assert out["mismatch"] == {"kind": "model", "served_model": "[REDACTED]"}
+    assert out["reason"] == "why [REDACTED]"
+    assert (cuts.redactions, cuts.truncations) == (5, 0)
+
+
+def test_a_secret_is_redacted_before_the_cap_cuts() -> None:
+    key = "sk-ant-api03-" + "a" * 40
+    out, cuts = prep(reason="r" * 240 + " " + key)
+    assert out["reason"] == "r" * 240 + " [REDACTED]"
+    assert (cuts.redactions, cuts.truncations) == (1, 0)
+    out, cuts = prepare_line({"type": "opened", "harness": f"h {key}", "run_id": 1}, NOW)
+    assert out["harness"] == "h [REDACTED]" and cuts.redactions == 1
+
+
+def test_times_are_stored_canonical() -> None:
+    berlin = "2026-06-15T14:00:00+02:00"
+    out, _ = prep(started_at=berlin, window=berlin, at=berlin,
+                  mismatch={"kind": "provider", "at": berlin})
+    assert out["started_at"] == out["window"] == out["at"] == T
+    assert out["mismatch"] == {"kind": "provider", "at": T}
+    out, _ = prep(mismatch={"kind": "provider", "served_provider": "p"})
+    assert out["mismatch"] == {"kind": "provider", "served_provider": "p"}
+
+
+def test_at_defaults_to_now_and_a_bad_at_is_refused() -> None:
+    assert prep()[0]["at"] == T
+    with pytest.raises(LineRejected, match="at must be an RFC 3339 time"):
+        prep(at="2026-02-30T00:00:00Z")
+
+
+@pytest.mark.parametrize("line,message", [
+    ({"type": "opened", "harness": "", "run_id": 1}, "harness must be a non-empty string"),
+    ({"type": "opened", "harness": "\ud800", "run_id": 1}, "harness must be a non-empty"),
+    ({"type": "opened", "harness": 5, "run_id": 1}, "harness must be a non-empty"),
+    ({"type": "opened", "harness": "h", "run_id": 0}, "run_id must be an integer ≥ 1"),
+    ({"type": "opened", "harness": "h", "run_id": True}, "run_id must be an integer ≥ 1"),
+    ({"type": "opened", "harness": "h", "run_id": "1"}, "run_id must be an integer ≥ 1"),
+    ({"type": "open", "harness": "h", "run_id": 1}, "unknown line type 'open'"),
+    ({"harness": "h", "run_id": 1}, "unknown line type None"),
+])
+def test_the_envelope_is_checked(line: dict[str, Any], message: str) -> None:
+    with pytest.raises(LineRejected, match=message):
+        prepare_line(line, NOW)
+
+
+def test_run_id_one_is_the_smallest_accepted() -> None:
+    assert prepare_line({"type": "opened", "harness": "h", "run_id": 1}, NOW)[0]["run_id"] == 1
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), True, "1"])
+def test_cost_usd_must_be_a_finite_number(bad: Any) -> None:
+    with pytest.raises(LineRejected, match="field 'cost_usd' must be a finite number"):
+        prep(cost_usd=bad)
+
+
+@pytest.mark.parametrize("key", ["reason", "todo_id", "model"])
+def test_a_lone_surrogate_string_is_refused(key: str) -> None:
+    with pytest.raises(LineRejected, match=f"field {key!r} must be a string"):
+        prep(**{key: "a\udc80b" + "é"})
+
+
+def test_a_non_utf8_error_class_is_refused() -> None:
+    with pytest.raises(LineRejected, match="field 'errors' must map class names to counts"):
+        prep(errors={"\ud800": 1})
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("tokens", {"input": 1, "odd": 2}, "field tokens.odd is not part of the run ledger schema"),
+    ("models", [{"model": "m", "cost": 1}], "field models.cost is not part"),
+    ("sessions", [{"id": "s", "pid": 1}], "field sessions.pid is not part"),
+    ("mismatch", {"kind": "model", "extra": "x"}, "field mismatch.extra is not part"),
+    ("tokens", {"input": "1"}, "field 'tokens.input' must be an integer"),
+    ("models", [{"model": 1}], "field 'models.model' must be a string"),
+    ("models", [{"output_tokens": 1.0}], "field 'models.output_tokens' must be an integer"),
+    ("sessions", [{"trace_id": None}], "field 'sessions.trace_id' must be a string"),
+    ("mismatch", {"at": "noon"}, "field 'mismatch.at' must be an RFC 3339 time"),
+    ("models", ["m"], "field 'models' must be an object"),
+    ("models", {"model": "m"}, "field 'models' must be a list"),
+    ("errors", {"c": True}, "field 'errors' must map class names to counts"),
+    ("errors", [1], "field 'errors' must map class names to counts"),
+    ("errors", {1: 2}, "field 'errors' must map class names to counts"),
+    ("bogus", 1, "field 'bogus' is not part of the run ledger schema"),
+])
+def test_nested_shapes_are_checked(key: str, value: Any, message: str) -> None:
+    with pytest.raises(LineRejected, match=message) as info:
+        prep(**{key: value})
+    assert (info.value.harness, info.value.run_id) == ("h", 1)
+
+
+def test_a_line_must_be_an_object() -> None:
+    with pytest.raises(LineRejected, match="a ledger line must be an object, got list"):
+        prepare_line([("type", "opened")], NOW)  # type: ignore[arg-type]
+
+
+def test_without_now_at_is_the_current_time() -> None:
+    before = now_ns()
+    out, _ = prepare_line({"type": "opened", "harness": "h", "run_id": 1})
+    after = now_ns()
+    assert before <= parse_ns(out["at"]) <= after
+    assert out["at"] == format_ns(parse_ns(out["at"]))
+
+
+@pytest.mark.parametrize("key,value", [("kind", "daemon"), ("cost_source", "guessed"),
+                                       ("outcome", "succeeded")])
+def test_enumerated_fields_refuse_other_words(key: str, value: str) -> None:
+    with pytest.raises(LineRejected, match=f"field {key!r} has unknown value {value!r}"):
+        prep(**{key: value})
+
+
+@pytest.mark.parametrize("value", [0, 3, 10**6, 0.0, 2.5])
+def test_cost_usd_takes_integers_and_floats(value: float) -> None:
+    out, _ = prep(cost_usd=value)
+    assert out["cost_usd"] == value and type(out["cost_usd"]) is type(value)
+
+
+@pytest.mark.parametrize("key,value,want", [
+    ("attempt", "2", "must be an integer, got '2'"),
+    ("override", 1, "must be a boolean, got 1"),
+    ("window", "noon", "must be an RFC 3339 time, got 'noon'"),
+    ("cost_usd", "1", "must be a finite number, got '1'"),
+    ("source", 1, r"must be a string \(valid UTF-8\), got 1"),
+])
+def test_a_refusal_names_the_type_wanted(key: str, value: Any, want: str) -> None:
+    with pytest.raises(LineRejected, match=f"field {key!r} {want}"):
+        prep(**{key: value})
+
+
+@pytest.mark.parametrize("n", [64, 65, 70, 85, 86])
+def test_four_byte_characters_are_capped_from_the_65th(n: int) -> None:
+    clef = "\U0001d11e"  # 4 bytes in UTF-8
+    out, cuts = prep(reason=clef * n, models=[{"model": clef * n}])
+    keep = clef * min(n, 64)
+    assert out["reason"] == keep
+    assert out["models"] == [{"model": keep}]
+    assert cuts.truncations == (2 if n > 64 else 0)

@@ -349,3 +349,97 @@ def test_a_refused_work_row_never_quotes_a_secret(tmp_path: Path) -> None:
 def test_a_skipped_legacy_run_is_logged_without_its_secret() -> None:
     entry = SkippedEntry(ANTHROPIC, 3, f"not an RFC 3339 time: 'password={BODY}'")
     assert str(entry) == "[REDACTED][3]: not an RFC 3339 time: 'password=[REDACTED]'"
+
+
+# -- thresholds and word boundaries -----------------------------------------------------
+
+# Each rule's shortest secret and the same shape one character short (which must stay
+# readable): the length thresholds are what separates a key from an ordinary word.
+A20 = "Ab1Cd2Ef3Gh4Ij5Kl6Mn"  # 20 token characters holding digits and capitals
+NOT_A_SECRET_YET = [
+    "sk-ant-" + A20[:19],
+    "sk-" + A20[:19],
+    "sk_live_" + A20[:15],
+    "ghp_" + A20[:19],
+    "github_pat_" + A20[:19],
+    "glpat-" + A20[:19],
+    "xoxb-" + A20[:14],
+    "xapp-1-" + A20[:9],
+    "npm_" + (A20 + A20)[:35],
+    "ya29." + A20[:19],
+    "AKIA" + "ABCDEFGHIJ01234",
+    "AKIA" + "ABCDEFGHIJ0123456",  # 17: longer than an access key id
+    "AIza" + (A20 + A20)[:34],
+    "Bearer a1b2c3d",
+    "Bearer " + "abcdefghij" * 3 + "a",
+    "eyJabc.eyJabcd",
+    "eyJabcd.eyJabc",
+    "https://" + A20[:19] + "@example.com/x",
+]
+JUST_A_SECRET = [
+    ("sk-ant-" + A20, REDACTED),
+    ("sk-" + A20, REDACTED),
+    ("sk_live_" + A20[:16], REDACTED),
+    ("ghp_" + A20, REDACTED),
+    ("github_pat_" + A20, REDACTED),
+    ("glpat-" + A20, REDACTED),
+    ("xoxb-" + A20[:15], REDACTED),
+    ("xapp-1-" + A20[:10], REDACTED),
+    ("npm_" + (A20 + A20)[:36], REDACTED),
+    ("ya29." + A20, REDACTED),
+    ("AKIA" + "ABCDEFGHIJ012345", REDACTED),
+    ("AIza" + (A20 + A20)[:35], REDACTED),
+    ("Bearer a1b2c3d4", "Bearer [REDACTED]"),
+    ("Bearer " + "abcdefghij" * 3 + "ab", "Bearer [REDACTED]"),
+    ("eyJabcd.eyJabcd", REDACTED),
+    ("https://" + A20 + "@example.com/x", "https://[REDACTED]@example.com/x"),
+]
+
+
+@pytest.mark.parametrize("text", NOT_A_SECRET_YET)
+def test_one_character_short_of_a_key_is_not_redacted(text: str) -> None:
+    out, n = scrub_text(text)
+    assert (out, n) == (text, 0)
+
+
+@pytest.mark.parametrize(("text", "want"), JUST_A_SECRET)
+def test_the_shortest_key_of_each_form_is_redacted(text: str, want: str) -> None:
+    assert scrub_text(text) == (want, 1)
+
+
+# No key starts in the middle of a word: the same body glued to a preceding letter or
+# digit is an identifier, not a credential.
+MID_WORD = [
+    "mask-" + A20,
+    "desk_live_" + A20[:16],
+    "Xghp_" + A20,
+    "fxoxb-" + A20[:15],
+    "ZAKIA" + "ABCDEFGHIJ012345",
+    "XAIza" + (A20 + A20)[:35],
+    "Xbearer a1b2c3d4",
+    "XeyJabcd.eyJabcd",
+    "dir//bob:pw@host",
+]
+
+
+@pytest.mark.parametrize("text", MID_WORD)
+def test_a_key_shape_inside_a_word_is_left_alone(text: str) -> None:
+    assert scrub_text(text) == (text, 0)
+
+
+@pytest.mark.parametrize("scheme", [
+    "AWS4-HMAC-SHA256", "Basic", "Bearer", "Digest", "DPoP", "GNAP", "HOBA", "Mutual",
+    "Negotiate", "NTLM", "PrivateToken", "SCRAM-SHA-1", "SCRAM-SHA-256", "Token", "vapid",
+    "ApiKey", "Hawk", "OAuth",
+])
+def test_an_authorization_scheme_is_kept_as_context(scheme: str) -> None:
+    assert scrub_text(f"Authorization: {scheme} abc123") == (
+        f"Authorization: {scheme} [REDACTED]", 1)
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("//bob:hunter2@db.example.com/x", "//bob:[REDACTED]@db.example.com/x"),
+    ("https:\\/\\/alice:hunter2@example.com", "https:\\/\\/alice:[REDACTED]@example.com"),
+])
+def test_url_credentials_without_other_secret_words_are_found(text: str, want: str) -> None:
+    assert scrub_text(text) == (want, 1)
