@@ -14,12 +14,17 @@ import json
 import os
 import socket
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 
 from conftest import World
+from harness.cli import render
+from harness.cli.runs import build_query, parse_since
 from harness.ledger import RunLedger
 from harness.timefmt import format_ns, now_ns, parse_ns
 
@@ -829,3 +834,275 @@ def test_all_damage_at_once(world: World) -> None:
         f.write(b'{"v":1,"seq":7')
     (world.ledger / "notes.txt").write_text("x")
     _check_skips(world, skipped=4, torn=1, strays="notes.txt")
+
+
+# -- the table's cells and layout, in process (harness.cli.render) ------------------------
+
+
+@pytest.fixture
+def utc_plus_2(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Local time is UTC+2 (POSIX TZ, no tz database needed) for the test."""
+    monkeypatch.setenv("TZ", "XST-2")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("utc_plus_2")
+@pytest.mark.parametrize(("value", "cell"), [
+    ("2025-11-03T09:05:00Z", "Nov  3 11:05"),
+    ("2025-11-13T23:59:59.999Z", "Nov 14 01:59"),
+    ("2025-12-31T22:00:00Z", "Jan  1 00:00"),
+    (None, "—"),
+    (12345, "—"),
+    ("yesterday", "—"),
+])
+def test_started_cell_is_local_jan_2_15_04(value: object, cell: str) -> None:
+    rec = {} if value is None else {"started_at": value}
+    assert render.started(rec) == cell
+
+
+T = "2025-11-03T09:00:00Z"
+
+
+@pytest.mark.parametrize(("rec", "cell"), [
+    ({"outcome": "running", "duration_ms": 5000}, "running"),
+    ({"outcome": "running?", "duration_ms": 5000}, "running?"),
+    ({"outcome": "success", "duration_ms": 1}, "1ms"),
+    ({"outcome": "success", "duration_ms": 90_000}, "1m30s"),
+    # no (or a zero) duration: from the start and end instants, never negative
+    ({"outcome": "success", "duration_ms": 0, "started_at": T,
+      "ended_at": "2025-11-03T09:00:42.5Z"}, "42s"),
+    ({"outcome": "success", "started_at": T, "ended_at": "2025-11-03T09:00:00.250Z"},
+     "250ms"),
+    ({"outcome": "success", "started_at": T, "ended_at": "2025-11-03T08:00:00Z"}, "0ms"),
+    ({"outcome": "failed", "duration_ms": -5, "started_at": T,
+      "ended_at": "2025-11-03T10:30:00Z"}, "1h30m"),
+    ({"outcome": "failed", "started_at": T, "ended_at": "soon"}, "unknown"),
+    ({"outcome": "failed", "ended_at": T}, "unknown"),
+    ({"outcome": "failed", "started_at": T}, "unknown"),
+    ({"outcome": "skipped"}, "—"),
+    ({"outcome": "missed", "started_at": T}, "—"),
+    ({"outcome": "success", "duration_ms": "5000"}, "unknown"),
+])
+def test_took_cell(rec: dict[str, Any], cell: str) -> None:
+    assert render.took(rec) == cell
+
+
+@pytest.mark.parametrize(("rec", "cell"), [
+    ({}, "—"),
+    ({"outcome": ""}, "—"),
+    ({"outcome": "missed", "windows": 1}, "missed"),
+    ({"outcome": "missed", "windows": 2}, "missed ×2"),
+    ({"outcome": "missed", "windows": "3"}, "missed"),
+    ({"outcome": "failed", "windows": 3}, "failed"),
+    ({"outcome": "failed", "log_pruned": True}, "failed (log pruned)"),
+    ({"outcome": "missed", "windows": 4, "log_pruned": True}, "missed ×4 (log pruned)"),
+    ({"outcome": "failed", "log_pruned": False}, "failed"),
+])
+def test_outcome_cell(rec: dict[str, Any], cell: str) -> None:
+    assert render.outcome_cell(rec) == cell
+
+
+@pytest.mark.parametrize(("rec", "cell"), [
+    ({}, "—"),
+    ({"cost_usd": 0.456}, "$0.46"),
+    ({"cost_usd": 2, "cost_source": "recorded"}, "$2.00"),
+    ({"cost_usd": 0.0, "cost_source": "priced"}, "$0.00 priced"),
+    ({"cost_usd": True, "cost_source": "recorded"}, "?"),
+    ({"cost_usd": "1.5", "cost_source": "priced"}, "?"),
+    ({"cost_source": "unknown"}, "?"),
+    ({"cost_usd": None}, "—"),
+])
+def test_cost_cell(rec: dict[str, Any], cell: str) -> None:
+    assert render.cost_cell(rec) == cell
+
+
+@pytest.mark.parametrize(("tokens", "cell"), [
+    (None, "—"),
+    ([1, 2], "—"),
+    ({}, "0"),
+    ({"input": 1200, "output": 34, "cache_read": 5000}, "1,234"),
+    ({"input": 999_999, "output": 1}, "1,000,000"),
+    ({"output": 7}, "7"),
+    ({"input": 0, "output": 0}, "0"),
+    ({"input": -1, "output": 5}, "?"),
+    ({"input": 5, "output": True}, "?"),
+    ({"input": 5.0, "output": 1}, "?"),
+    ({"input": "12", "output": 1}, "?"),
+])
+def test_tokens_cell(tokens: object, cell: str) -> None:
+    rec = {} if tokens is None else {"tokens": tokens}
+    assert render.tokens_cell(rec) == cell
+
+
+def test_visible_escapes_control_characters_only() -> None:
+    assert render.visible("plain é ×2 …") == "plain é ×2 …"
+    assert render.visible("a\nb\tc\rd\x00e\x1bf\x7fg") == "a\\nb\\tc\\rd\\x00e\\x1bf\\x7fg"
+
+
+@pytest.mark.parametrize(("s", "width", "out"), [
+    ("abcdef", 6, "abcdef"),
+    ("abcdef", 7, "abcdef"),
+    ("abcdef", 5, "abcd…"),
+    ("abcdef", 1, "…"),
+    ("abcdef", 0, "…"),
+])
+def test_cut(s: str, width: int, out: str) -> None:
+    assert render.cut(s, width) == out
+
+
+def test_grid_aligns_cuts_and_strips_trailing_spaces() -> None:
+    out = render.grid(["A", "NUM", "C"], [["xx", "7", ""], ["y", "123", "zz"]],
+                      right=frozenset({1}))
+    assert out == "A   NUM  C\nxx    7\ny   123  zz"
+    out = render.grid(["A", "B"], [["abcdef", "1"]], widths=[4, 1], gap=1)
+    assert out == "A    B\nabc… 1"
+
+
+def _rec(name: str, run_id: int, **kw: Any) -> dict[str, Any]:
+    return {"harness": name, "run_id": run_id, "started_at": "2025-11-03T09:05:00Z",
+            "trigger": "schedule", "outcome": "success", "duration_ms": 5000,
+            "exit_code": 0, **kw}
+
+
+def test_rows_plain_and_wide(utc_plus_2: None) -> None:
+    rec = _rec("job", 3, model="m\n", tokens={"input": 1, "output": 2}, cost_usd=0.5,
+               cost_source="priced", todo_id="t-1")
+    head, body = render.rows([rec, {"run_id": 4}], wide=False)
+    assert head == ["HARNESS", "RUN", "STARTED", "TOOK", "TRIGGER", "OUTCOME", "EXIT"]
+    assert body == [["job", "3", "Nov  3 11:05", "5s", "schedule", "success", "0"],
+                    ["", "4", "—", "unknown", "—", "—", "—"]]
+    head, body = render.rows([rec, {}], wide=True)
+    assert head[7:] == ["MODEL", "TOKENS", "COST", "TODO"]
+    assert body == [["job", "3", "Nov  3 11:05", "5s", "schedule", "success", "0",
+                     "m\\n", "3", "$0.50 priced", "t-1"],
+                    ["", "", "—", "unknown", "—", "—", "—", "—", "—", "—", "—"]]
+
+
+# Column widths of a plain row of _rec(NAME, 1) beside the headers: HARNESS len(NAME)
+# (at least 7), RUN 3, STARTED 12, TOOK 4, TRIGGER 8, OUTCOME 7, EXIT 4: 38 + len(NAME)
+# plus the gaps.
+
+
+def test_table_keeps_two_space_gaps_at_exactly_80_columns(utc_plus_2: None) -> None:
+    name = "n" * 30  # 30 + 38 + 6 * 2 = 80
+    out = render.table([_rec(name, 1)])
+    assert out.splitlines() == [
+        "HARNESS".ljust(30) + "  RUN  STARTED       TOOK  TRIGGER   OUTCOME  EXIT",
+        name + "    1  Nov  3 11:05  5s    schedule  success  0",
+    ]
+    assert max(len(line) for line in out.splitlines()) == 80
+
+
+def test_table_closes_to_one_space_gaps_past_80_columns(utc_plus_2: None) -> None:
+    name = "n" * 31  # 81 with two-space gaps, 75 with one
+    out = render.table([_rec(name, 1)])
+    assert out.splitlines() == [
+        "HARNESS".ljust(31) + " RUN STARTED      TOOK TRIGGER  OUTCOME EXIT",
+        name + "   1 Nov  3 11:05 5s   schedule success 0",
+    ]
+
+
+def test_table_cuts_the_name_to_exactly_80_columns(utc_plus_2: None) -> None:
+    name = "n" * 43  # 43 + 38 + 6 = 87 with one-space gaps: the name gives 7
+    out = render.table([_rec(name, 1)])
+    assert out.splitlines() == [
+        "HARNESS".ljust(36) + " RUN STARTED      TOOK TRIGGER  OUTCOME EXIT",
+        "n" * 35 + "…   1 Nov  3 11:05 5s   schedule success 0",
+    ]
+    assert max(len(line) for line in out.splitlines()) == 80
+
+
+def test_table_name_column_never_narrower_than_two(utc_plus_2: None) -> None:
+    rec = _rec("abcdef", 10 ** 60)
+    out = render.table([rec])
+    assert out.splitlines()[1] == "a… " + "1" + "0" * 60 + " Nov  3 11:05 5s   schedule success 0"
+
+
+def test_wide_table_keeps_two_space_gaps_and_whole_values(utc_plus_2: None) -> None:
+    name = "n" * 50
+    out = render.table([_rec(name, 1)], wide=True)
+    assert out.splitlines() == [
+        "HARNESS".ljust(50) + "  RUN  STARTED       TOOK  TRIGGER   OUTCOME  EXIT  MODEL"
+        "  TOKENS  COST  TODO",
+        name + "    1  Nov  3 11:05  5s    schedule  success  0     —      —       —     —",
+    ]
+
+
+# -- the flags, in process (harness.cli.runs) ---------------------------------------------
+
+NOW = parse_ns("2026-06-15T12:00:00Z")
+
+
+def test_parse_since() -> None:
+    assert parse_since("2026-06-14T00:00:00Z", NOW) == parse_ns("2026-06-14T00:00:00Z")
+    assert parse_since("36h", NOW) == NOW - 36 * HOUR
+    assert parse_since("7d", NOW) == NOW - 7 * DAY
+    with pytest.raises(click.BadParameter) as exc:
+        parse_since("later", NOW)
+    assert exc.value.message == ("'later' is neither a duration (e.g. 24h, 7d) nor an "
+                                 "RFC 3339 time")
+    with pytest.raises(click.BadParameter) as exc:
+        parse_since("1000001d", NOW)
+    assert exc.value.message == ("duration must be at most 1000000d (about 2,700 years), "
+                                 "got '1000001d'")
+
+
+def test_build_query_default_window_and_limits() -> None:
+    q, legacy = build_query((), (), None, None, (), (), None, NOW)
+    assert (legacy, q.names, q.since_ns, q.until_ns, q.limit) == (
+        False, (), NOW - DAY, None, 50)
+    until = "2026-06-10T00:00:00Z"
+    q, _ = build_query((), (), None, until, (), (), None, NOW)
+    assert (q.since_ns, q.until_ns) == (parse_ns(until) - DAY, parse_ns(until))
+    q, legacy = build_query(("nightly",), (), None, None, (), (), None, NOW)
+    assert (legacy, q.names, q.limit, q.since_ns) == (True, ("nightly",), 20, None)
+    q, legacy = build_query(("nightly",), (), None, None, (), (), 1, NOW)
+    assert (legacy, q.limit) == (True, 1)
+    q, legacy = build_query((), (), None, None, (), (), 1000, NOW)
+    assert (legacy, q.limit) == (False, 1000)
+
+
+@pytest.mark.parametrize(("names", "harness", "since", "until", "outcome", "trigger"), [
+    (("a", "b"), (), None, None, (), ()),
+    (("a",), ("b",), None, None, (), ()),
+    (("a",), (), "1h", None, (), ()),
+    (("a",), (), None, "2026-06-15T00:00:00Z", (), ()),
+    (("a",), (), None, None, ("failed",), ()),
+    (("a",), (), None, None, (), ("manual",)),
+    ((), ("a",), None, None, (), ()),
+])
+def test_any_other_flag_leaves_the_single_name_form(
+        names: tuple[str, ...], harness: tuple[str, ...], since: str | None,
+        until: str | None, outcome: tuple[str, ...], trigger: tuple[str, ...]) -> None:
+    q, legacy = build_query(names, harness, since, until, outcome, trigger, None, NOW)
+    assert (legacy, q.limit) == (False, 50)
+
+
+def test_build_query_splits_and_merges_filters() -> None:
+    q, legacy = build_query(("a", "b"), ("b", "c"), "2h", "2026-06-15T11:00:00Z",
+                            ("failed, timed_out", ",success,"), ("manual",), 7, NOW)
+    assert legacy is False
+    assert q.names == ("a", "b", "c")
+    assert (q.since_ns, q.until_ns, q.limit) == (
+        NOW - 2 * HOUR, parse_ns("2026-06-15T11:00:00Z"), 7)
+    assert q.outcomes == frozenset({"failed", "timed_out", "success"})
+    assert q.triggers == frozenset({"manual"})
+
+
+def test_the_socket_option_picks_the_daemon_asked(world: World, tmp_path: Path) -> None:
+    """`harness --socket PATH runs` asks the daemon on PATH, not the default socket."""
+    from test_cli_daemon import RUNS, FakeDaemon
+
+    seed(world, run_lines("nightly", 1, now_ns() - HOUR))  # what the disk would say
+    path = tmp_path / "elsewhere.sock"
+    daemon = FakeDaemon(str(path), RUNS)
+    try:
+        res = world.harness("--socket", str(path), "runs", "nightly", "--json")
+    finally:
+        daemon.close()
+    assert (res.returncode, res.stderr) == (0, "")
+    assert json.loads(res.stdout) == RUNS
+    assert daemon.requests == [{"id": 1, "op": "runs", "name": "nightly", "limit": 20}]

@@ -1,0 +1,277 @@
+"""The run ledger's day files on disk (`harness.ledger.dayfiles`): which names are day
+files and which are strays, and what the streaming readers (`iter_chunks`, `iter_blocks`,
+`read_tail`) yield for complete lines, torn tails, whole tails and lines that cross the
+read chunk. Real files only; the chunk-crossing cases write files past `CHUNK`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from harness.ledger.dayfiles import (
+    CHUNK,
+    DAY_FILE,
+    UNREADABLE,
+    FileTail,
+    LedgerDirError,
+    day_path,
+    is_whole,
+    iter_blocks,
+    iter_chunks,
+    list_day_files,
+    read_tail,
+)
+
+DEEP = b"[" * 100_000  # nested deeper than the decoder recurses
+
+
+def _write(path: Path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+def _blocks(path: str) -> list[tuple[bytes, bool]]:
+    # The views are only valid until the next step: copy each one as it comes.
+    return [(bytes(view), torn) for view, torn in iter_blocks(path)]
+
+
+# --- names and listing ---------------------------------------------------------------
+
+
+def test_unreadable_is_the_decoder_errors_and_recursion() -> None:
+    assert (msgspec.MsgspecError, RecursionError) == UNREADABLE
+
+
+def test_day_file_pattern_is_anchored_at_both_ends() -> None:
+    assert DAY_FILE.match("2026-06-15.jsonl").group(1) == "2026-06-15"
+    assert DAY_FILE.match("2026-06-15.jsonl\n") is None
+    assert DAY_FILE.match("2026-06-15.jsonl.bak") is None
+    assert DAY_FILE.match("x2026-06-15.jsonl") is None
+
+
+def test_day_path_joins_the_day_file_name(tmp_path: Path) -> None:
+    assert day_path(str(tmp_path), "2026-06-15") == f"{tmp_path}/2026-06-15.jsonl"
+
+
+def test_missing_directory_is_an_empty_listing(tmp_path: Path) -> None:
+    listing = list_day_files(str(tmp_path / "nope"))
+    assert (listing.days, listing.strays) == ([], [])
+
+
+def test_a_file_in_place_of_the_directory_is_a_ledger_dir_error(tmp_path: Path) -> None:
+    f = tmp_path / "ledger"
+    f.write_text("x")
+    with pytest.raises(LedgerDirError) as exc:
+        list_day_files(str(f))
+    assert str(exc.value) == f"ledger path {f} is not a directory"
+    assert isinstance(exc.value, OSError)
+
+
+def test_listing_sorts_days_and_names_strays(tmp_path: Path) -> None:
+    d = tmp_path
+    for name in ("2026-06-16.jsonl", "2026-06-14.jsonl", "2026-06-15.jsonl",
+                 "2026-13-45.jsonl",    # not a calendar day
+                 "2026-02-30.jsonl",    # nor this
+                 "notes.txt", "2026-06-15.jsonl.bak", "b-stray", "a-stray",
+                 "CHAIN", ".imported", "CHAIN.tmp", "2026-06-17.jsonl.tmp", "x.tmp"):
+        (d / name).write_bytes(b"")
+    (d / "2026-06-13.jsonl").mkdir()  # a directory is not a day file
+    os.mkfifo(d / "2026-06-12.jsonl")  # nor a FIFO (opening it would block)
+    listing = list_day_files(str(d))
+    assert listing.days == [(day, f"{d}/{day}.jsonl")
+                            for day in ("2026-06-14", "2026-06-15", "2026-06-16")]
+    assert listing.strays == ["2026-02-30.jsonl", "2026-06-12.jsonl", "2026-06-13.jsonl",
+                              "2026-06-15.jsonl.bak", "2026-13-45.jsonl", "a-stray",
+                              "b-stray", "notes.txt"]
+
+
+def test_a_dangling_symlink_with_a_day_name_is_a_stray(tmp_path: Path) -> None:
+    (tmp_path / "2026-06-15.jsonl").symlink_to(tmp_path / "gone")
+    listing = list_day_files(str(tmp_path))
+    assert (listing.days, listing.strays) == ([], ["2026-06-15.jsonl"])
+
+
+# --- is_whole ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("fragment", "whole"), [
+    (b'{"seq":1}', True),
+    (b"[1,2]", True),
+    (b"7", True),
+    (b'{"seq":1', False),
+    (b'{"se', False),
+    (b"", False),
+    (b'{"seq":1}x', False),
+    (DEEP, False),
+])
+def test_is_whole(fragment: bytes, whole: bool) -> None:
+    assert is_whole(fragment) is whole
+    assert is_whole(memoryview(fragment)) is whole
+
+
+# --- iter_chunks -------------------------------------------------------------------
+
+
+def test_iter_chunks_empty_file_yields_nothing(tmp_path: Path) -> None:
+    assert list(iter_chunks(_write(tmp_path / "d", b""))) == []
+
+
+def test_iter_chunks_complete_lines(tmp_path: Path) -> None:
+    p = _write(tmp_path / "d", b'{"seq":1}\n\n{"seq":3}\n')
+    assert list(iter_chunks(p)) == [(1, [b'{"seq":1}', b"", b'{"seq":3}'], False)]
+
+
+def test_iter_chunks_torn_tail_comes_once_with_its_line_number(tmp_path: Path) -> None:
+    p = _write(tmp_path / "d", b'{"seq":1}\n{"seq":2}\n{"se')
+    assert list(iter_chunks(p)) == [(1, [b'{"seq":1}', b'{"seq":2}'], False),
+                                    (3, [], True)]
+
+
+def test_iter_chunks_whole_tail_is_a_line(tmp_path: Path) -> None:
+    p = _write(tmp_path / "d", b'{"seq":1}\n{"seq":2}')
+    assert list(iter_chunks(p)) == [(1, [b'{"seq":1}'], False), (2, [b'{"seq":2}'], False)]
+
+
+def test_iter_chunks_only_a_torn_fragment(tmp_path: Path) -> None:
+    assert list(iter_chunks(_write(tmp_path / "d", b"{"))) == [(1, [], False), (1, [], True)]
+
+
+def test_iter_chunks_line_across_the_chunk_boundary(tmp_path: Path) -> None:
+    a = b"a" * (CHUNK - 10)
+    b = b"b" * 20
+    p = _write(tmp_path / "d", a + b"\n" + b + b"\n" + b"ccccc\n" + b"{")
+    assert list(iter_chunks(p)) == [(1, [a], False), (2, [b, b"ccccc"], False),
+                                    (4, [], True)]
+
+
+def test_iter_chunks_line_longer_than_a_chunk(tmp_path: Path) -> None:
+    a = b"a" * (CHUNK + 5)
+    p = _write(tmp_path / "d", a + b"\n" + b"12")
+    assert list(iter_chunks(p)) == [(1, [], False), (1, [a], False), (2, [b"12"], False)]
+
+
+# --- iter_blocks -------------------------------------------------------------------
+
+
+def test_iter_blocks_empty_file_yields_nothing(tmp_path: Path) -> None:
+    assert _blocks(_write(tmp_path / "d", b"")) == []
+
+
+def test_iter_blocks_complete_lines_are_one_block(tmp_path: Path) -> None:
+    p = _write(tmp_path / "d", b'{"seq":1}\n{"seq":2}\n')
+    assert _blocks(p) == [(b'{"seq":1}\n{"seq":2}\n', False)]
+
+
+def test_iter_blocks_torn_tail(tmp_path: Path) -> None:
+    p = _write(tmp_path / "d", b'{"seq":1}\n{"se')
+    assert _blocks(p) == [(b'{"seq":1}\n', False), (b'{"se', True)]
+
+
+def test_iter_blocks_whole_tail_gets_its_newline(tmp_path: Path) -> None:
+    p = _write(tmp_path / "d", b'{"seq":1}\n{"seq":2}')
+    assert _blocks(p) == [(b'{"seq":1}\n', False), (b'{"seq":2}\n', False)]
+
+
+def test_iter_blocks_only_a_fragment(tmp_path: Path) -> None:
+    assert _blocks(_write(tmp_path / "d", b"[1,")) == [(b"[1,", True)]
+    assert _blocks(_write(tmp_path / "e", b"[1]")) == [(b"[1]\n", False)]
+
+
+def test_iter_blocks_line_across_the_buffer_boundary(tmp_path: Path) -> None:
+    a = b"a" * (CHUNK - 10) + b"\n"
+    b = b"b" * 20 + b"\n"
+    p = _write(tmp_path / "d", a + b + b"{")
+    assert _blocks(p) == [(a, False), (b, False), (b"{", True)]
+
+
+def test_iter_blocks_line_longer_than_the_buffer(tmp_path: Path) -> None:
+    a = b"a" * (2 * CHUNK + 7) + b"\n"
+    p = _write(tmp_path / "d", a + b"xy\n" + b'{"s')
+    assert _blocks(p) == [(a + b"xy\n", False), (b'{"s', True)]
+
+
+def test_iter_blocks_file_of_exactly_one_buffer(tmp_path: Path) -> None:
+    a = b"a" * (CHUNK - 1) + b"\n"
+    p = _write(tmp_path / "d", a + b"[2]")
+    assert _blocks(p) == [(a, False), (b"[2]\n", False)]
+
+
+# --- read_tail ---------------------------------------------------------------------
+
+
+def _lines(*objs: bytes) -> bytes:
+    return b"".join(o + b"\n" for o in objs)
+
+
+def test_read_tail_empty_file(tmp_path: Path) -> None:
+    assert read_tail(_write(tmp_path / "d", b"")) == FileTail(None, None, None, 0)
+
+
+def test_read_tail_no_newline_is_all_torn(tmp_path: Path) -> None:
+    p = _write(tmp_path / "d", b'{"seq":1}')
+    assert read_tail(p) == FileTail(None, None, b'{"seq":1}', 9)
+    assert read_tail(p, block=4) == FileTail(None, None, b'{"seq":1}', 9)
+
+
+@pytest.mark.parametrize("block", [1, 3, 4, 7, 16, 1 << 16])
+def test_read_tail_last_line_and_torn_fragment(tmp_path: Path, block: int) -> None:
+    data = _lines(b'{"seq":1,"hash":"h1"}', b'{"seq":2,"hash":"h2"}',
+                  b'{"seq":3,"hash":"h3"}') + b'{"seq":4,"ha'
+    p = _write(tmp_path / "d", data)
+    assert read_tail(p, block=block) == FileTail(3, "h3", b'{"seq":4,"ha', len(data))
+
+
+@pytest.mark.parametrize("block", [1, 5, 9, 1 << 16])
+def test_read_tail_skips_unreadable_lines_back_to_a_good_one(tmp_path: Path,
+                                                             block: int) -> None:
+    data = _lines(b'{"seq":1,"hash":"h1"}', b'{"seq":2}', b"garbage", b"",
+                  b'{"seq":"x"}', DEEP, b'{"nope":1}')
+    p = _write(tmp_path / "d", data)
+    assert read_tail(p, block=block) == FileTail(2, None, None, len(data))
+
+
+@pytest.mark.parametrize("block", [1, 2, 8, 1 << 16])
+def test_read_tail_nothing_readable(tmp_path: Path, block: int) -> None:
+    data = _lines(b"garbage", b"x") + b"torn"
+    p = _write(tmp_path / "d", data)
+    assert read_tail(p, block=block) == FileTail(None, None, b"torn", len(data))
+
+
+def test_read_tail_never_decodes_the_cut_end_of_a_line(tmp_path: Path) -> None:
+    # `1 {"seq":9}` is no line the ledger can read, but its last nine bytes are; a block
+    # that starts inside it must not mistake that end for a whole line.
+    data = _lines(b'{"seq":2,"hash":"h2"}', b'1 {"seq":9}')
+    p = _write(tmp_path / "d", data)
+    for block in (9, 10, 11, 1 << 16):
+        assert read_tail(p, block=block) == FileTail(2, "h2", None, len(data)), block
+
+
+def test_read_tail_first_line_only(tmp_path: Path) -> None:
+    data = _lines(b'{"seq":5,"hash":"abc"}')
+    p = _write(tmp_path / "d", data)
+    for block in (1, 6, 22, 23, 1 << 16):
+        assert read_tail(p, block=block) == FileTail(5, "abc", None, 23), block
+
+
+def test_read_tail_line_longer_than_the_block(tmp_path: Path) -> None:
+    data = _lines(b'{"seq":1}', b'{"seq":7,"hash":"' + b"f" * 100 + b'"}', b"xx") + b"t"
+    p = _write(tmp_path / "d", data)
+    assert read_tail(p, block=4) == FileTail(7, "f" * 100, b"t", len(data))
+
+
+def test_a_symlink_loop_with_a_day_name_is_a_stray(tmp_path: Path) -> None:
+    # Asking whether it is a regular file raises ELOOP: not a day file, and no crash.
+    (tmp_path / "2026-06-15.jsonl").symlink_to("2026-06-15.jsonl")
+    (tmp_path / "2026-06-16.jsonl").write_bytes(b"")
+    listing = list_day_files(str(tmp_path))
+    assert listing.days == [("2026-06-16", f"{tmp_path}/2026-06-16.jsonl")]
+    assert listing.strays == ["2026-06-15.jsonl"]
+
+
+def test_iter_blocks_newline_as_the_first_byte(tmp_path: Path) -> None:
+    assert _blocks(_write(tmp_path / "d", b"\n")) == [(b"\n", False)]
+    assert _blocks(_write(tmp_path / "e", b"\n{")) == [(b"\n", False), (b"{", True)]
+    assert list(iter_chunks(str(tmp_path / "e"))) == [(1, [b""], False), (2, [], True)]
