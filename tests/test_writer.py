@@ -439,6 +439,17 @@ def warm(rig: Rig) -> None:
     assert rig.files.dir_syncs == [str(rig.directory)]
 
 
+def hold_in_a_sync(rig: Rig) -> None:
+    """Line 1 synced, line 2 written and its sync hung: lines queued now go out together
+    in one pass once the test clears the "sync" fault."""
+    warm(rig)
+    release = rig.files.inject("sync", hang=True)
+    assert release is not None
+    rig.writer.append(line(run_id=2), harness="h", run_id=2, sync=False)
+    rig.writer.flush()
+    wait_until(lambda: rig.files.calls["sync"] == 2 and rig.disk().seqs == [1, 2])
+
+
 @pytest.mark.parametrize(
     ("op", "err"), [("write", errno.EROFS), ("write", errno.ENOSPC), ("sync", errno.EIO)]
 )
@@ -497,19 +508,13 @@ def test_a_torn_write_that_stops_just_before_a_newline_keeps_no_duplicate(
     written, and the retry writes the newline it lacks, not the line again."""
     rig = make_rig()
     w = rig.writer
-    warm(rig)
     first = {**line(run_id=3), "reason": "x" * 200}
     second = {**line(run_id=4), "reason": "x" * 199}
     sealer = _DaySealer(str(rig.directory))
     n1 = len(sealer.seal(dict(first), 3, ZERO_HASH)[0]) + 1
     n2 = len(sealer.seal(dict(second), 4, ZERO_HASH)[0]) + 1
     assert (n1 + n2) // 2 == n1 - 1  # the tear falls right before the first "\n"
-    # Hold the writer in a sync, so the two lines are queued and written together.
-    release = rig.files.inject("sync", hang=True)
-    assert release is not None
-    w.append(line(run_id=2), harness="h", run_id=2, sync=False)
-    w.flush()
-    wait_until(lambda: rig.disk().seqs == [1, 2])
+    hold_in_a_sync(rig)  # so the two lines are queued and written together
     e1 = w.enqueue(first, sync=False, harness="h", run_id=3)
     e2 = w.enqueue(second, sync=True, harness="h", run_id=4)
     rig.files.inject("write", errno=errno.ENOSPC, partial=True, times=1)
@@ -528,12 +533,7 @@ def _tear_unreadably(rig: Rig) -> Disk:
     """Lines 3 and 4 go out in one write that tears inside 4; the cut-back fails and
     the read-back keeps failing. Returns the day file as it is then held."""
     w = rig.writer
-    warm(rig)
-    release = rig.files.inject("sync", hang=True)
-    assert release is not None
-    w.append(line(run_id=2), harness="h", run_id=2, sync=False)
-    w.flush()
-    wait_until(lambda: rig.disk().seqs == [1, 2])
+    hold_in_a_sync(rig)
     # Half the two lines' bytes holds all of the short first one.
     w.enqueue({**line(run_id=3), "reason": "x"}, sync=False, harness="h", run_id=3)
     e2 = w.enqueue({**line(run_id=4), "reason": "x" * 400}, sync=True, harness="h", run_id=4)
@@ -598,12 +598,7 @@ def test_short_writes_are_continued_where_they_stopped(
     in the next call, so the lines land whole and in order."""
     rig = make_rig()
     w = rig.writer
-    warm(rig)
-    release = rig.files.inject("sync", hang=True)
-    assert release is not None
-    w.append(line(run_id=2), harness="h", run_id=2, sync=False)
-    w.flush()
-    wait_until(lambda: rig.disk().seqs == [1, 2])
+    hold_in_a_sync(rig)
     writes = rig.files.calls["write"]
     entries = [w.enqueue(line(run_id=i), sync=i == 5, harness="h", run_id=i)
                for i in (3, 4, 5)]
@@ -1083,12 +1078,7 @@ def test_one_pass_across_midnight_puts_each_line_in_its_own_day_file(
     the line after it in today's file, though synced, waits its turn to be committed."""
     rig = make_rig(files=_FailSyncOf("2026-12-01.jsonl") if fault == "sync" else None)
     w = rig.writer
-    warm(rig)
-    release = rig.files.inject("sync", hang=True)
-    assert release is not None
-    w.append(line(run_id=2), harness="h", run_id=2, sync=False)
-    w.flush()
-    wait_until(lambda: rig.files.calls["sync"] == 2)
+    hold_in_a_sync(rig)
     tomorrow = line(run_id=4)
     tomorrow["at"] = "2026-12-01T00:00:00.000000001Z"
     w.enqueue(line(run_id=3), sync=False, harness="h", run_id=3)
