@@ -1061,7 +1061,7 @@ class _FailSyncOf(RecordingFiles):
         self.name = name
 
     def sync(self, fd: int) -> None:
-        if os.readlink(f"/proc/self/fd/{fd}").endswith(self.name) and self.name:
+        if self.name and os.readlink(f"/proc/self/fd/{fd}").endswith(self.name):
             self.name = ""
             self.calls["sync"] += 1
             raise OSError(errno.EIO, "Input/output error (injected on sync)")

@@ -50,7 +50,6 @@ class _Head(msgspec.Struct):
 _head = msgspec.json.Decoder(_Head)
 _full = msgspec.json.Decoder()
 _TYPES = frozenset(LINE_TYPES)
-_BAD = UNREADABLE
 
 
 @dataclass
@@ -128,7 +127,7 @@ def heads(path: str, stats: ReadStats) -> Iterator[list[_Head]]:
                 if len(hs) == n:
                     yield hs
                     continue
-            except _BAD:
+            except UNREADABLE:
                 pass
         good = []
         for raw in data.split(b"\n")[:-1]:
@@ -140,7 +139,7 @@ def heads(path: str, stats: ReadStats) -> Iterator[list[_Head]]:
                 if not raw.isascii():
                     raw.decode("utf-8")
                 good.append(h)
-            except (*_BAD, UnicodeDecodeError):
+            except (*UNREADABLE, UnicodeDecodeError):
                 stats.skipped += 1
         yield good
 
@@ -374,13 +373,13 @@ def _fold_chosen(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int
                     continue
                 try:
                     h = _head.decode(raw)
-                except _BAD:
+                except UNREADABLE:
                     continue
                 r = records.get((h.harness, h.run_id))
                 if r is not None and h.seq <= upto:
                     try:
                         obj = _full.decode(raw)
-                    except _BAD:
+                    except UNREADABLE:
                         # The envelope decoded but the rest does not (e.g. invalid UTF-8
                         # in a field the first pass skipped): the line is unreadable.
                         stats.skipped += 1

@@ -478,7 +478,6 @@ class _Stream:
                     yield [rest]
 
 
-
 def read_ledger(directory: str | Path) -> tuple[list[bytes], bytes | None]:
     """All complete lines across the segments, in order, and the torn tail (or None)."""
     stream = _Stream(_segments_or_none(directory))
