@@ -885,6 +885,10 @@ T = "2025-11-03T09:00:00Z"
     ({"outcome": "skipped"}, "—"),
     ({"outcome": "missed", "started_at": T}, "—"),
     ({"outcome": "success", "duration_ms": "5000"}, "unknown"),
+    # a mistyped duration from a daemon's answer: never "Truems"
+    ({"outcome": "success", "duration_ms": True}, "unknown"),
+    ({"outcome": "success", "duration_ms": True, "started_at": T,
+      "ended_at": "2025-11-03T09:00:03Z"}, "3s"),
 ])
 def test_took_cell(rec: dict[str, Any], cell: str) -> None:
     assert render.took(rec) == cell
@@ -896,6 +900,7 @@ def test_took_cell(rec: dict[str, Any], cell: str) -> None:
     ({"outcome": "missed", "windows": 1}, "missed"),
     ({"outcome": "missed", "windows": 2}, "missed ×2"),
     ({"outcome": "missed", "windows": "3"}, "missed"),
+    ({"outcome": "missed", "windows": True}, "missed"),
     ({"outcome": "failed", "windows": 3}, "failed"),
     ({"outcome": "failed", "log_pruned": True}, "failed (log pruned)"),
     ({"outcome": "missed", "windows": 4, "log_pruned": True}, "missed ×4 (log pruned)"),
@@ -903,6 +908,15 @@ def test_took_cell(rec: dict[str, Any], cell: str) -> None:
 ])
 def test_outcome_cell(rec: dict[str, Any], cell: str) -> None:
     assert render.outcome_cell(rec) == cell
+
+
+@pytest.mark.parametrize(("code", "cell"), [
+    (None, "—"), (0, "0"), (137, "137"), (-9, "-9"), (True, "—"), ("1", "—"), (1.0, "—"),
+])
+def test_exit_cell(code: object, cell: str) -> None:
+    rec = {} if code is None else {"exit_code": code}
+    head, body = render.rows([{"harness": "h", "run_id": 1, **rec}], wide=False)
+    assert body[0][head.index("EXIT")] == cell
 
 
 @pytest.mark.parametrize(("rec", "cell"), [

@@ -34,7 +34,7 @@ def took(rec: dict[str, Any]) -> str:
     if outcome in ("running", "running?"):
         return str(outcome)
     ms = rec.get("duration_ms")
-    if isinstance(ms, int) and ms > 0:
+    if type(ms) is int and ms > 0:  # a bool is an int to isinstance: it would read "Truems"
         return format_duration_ms(ms)
     if isinstance(rec.get("ended_at"), str) and isinstance(rec.get("started_at"), str):
         try:
@@ -50,7 +50,7 @@ def took(rec: dict[str, Any]) -> str:
 def outcome_cell(rec: dict[str, Any]) -> str:
     out = str(rec.get("outcome") or DASH)
     windows = rec.get("windows")
-    if out == "missed" and isinstance(windows, int) and windows > 1:
+    if out == "missed" and type(windows) is int and windows > 1:
         out = f"missed ×{windows}"
     if rec.get("log_pruned"):
         out += " (log pruned)"
@@ -80,7 +80,7 @@ def tokens_cell(rec: dict[str, Any]) -> str:
 
 def _exit(rec: dict[str, Any]) -> str:
     code = rec.get("exit_code")
-    return str(code) if isinstance(code, int) else DASH
+    return str(code) if type(code) is int else DASH
 
 
 # A value may carry a newline or a tab (todo_id, model and reason are opaque): shown
