@@ -32,7 +32,7 @@ _DAY_NS = 86_400 * 1_000_000_000
 _Pos = Annotated[int, msgspec.Meta(gt=0)]
 
 
-class _Head(msgspec.Struct):
+class Head(msgspec.Struct):
     """The envelope and the three fields queries filter on; all else is skipped unread.
 
     The constraints make msgspec reject, in C, every line a reader must skip."""
@@ -47,7 +47,7 @@ class _Head(msgspec.Struct):
     trigger: str | None = None
 
 
-_head = msgspec.json.Decoder(_Head)
+_head = msgspec.json.Decoder(Head)
 _full = msgspec.json.Decoder()
 _TYPES = frozenset(LINE_TYPES)
 
@@ -63,8 +63,12 @@ class ReadStats:
     files: int = 0
 
 
+_OPT_STR = (str, type(None))
+
+
 def valid_line(obj: Any) -> bool:
-    """Whether a decoded value is a run-ledger line a reader may fold."""
+    """Whether a decoded value is a run-ledger line a reader may fold: exactly the lines
+    whose `Head` decodes, so every reader of the files keeps and skips the same lines."""
     if type(obj) is not dict:
         return False
     seq, run_id, h = obj.get("seq"), obj.get("run_id"), obj.get("harness")
@@ -77,7 +81,37 @@ def valid_line(obj: Any) -> bool:
         and h != ""
         and obj.get("type") in _TYPES
         and type(obj.get("at")) is str
+        and type(obj.get("started_at")) in _OPT_STR
+        and type(obj.get("outcome")) in _OPT_STR
+        and type(obj.get("trigger")) in _OPT_STR
     )
+
+
+def decode_line(raw: bytes) -> dict[str, Any] | None:
+    """A complete line as a reader folds it, or None for one every reader skips: over
+    16 KiB, not JSON, not UTF-8, or not a run-ledger line."""
+    if len(raw) + 1 > MAX_LINE:
+        return None
+    try:
+        obj = _full.decode(raw)
+    except UNREADABLE:
+        return None
+    return obj if valid_line(obj) else None
+
+
+def head_of(raw: bytes) -> Head | None:
+    """The envelope of a complete line, or None for a line `decode_line` skips; cheaper,
+    for scans that pick lines before decoding them whole."""
+    if len(raw) + 1 > MAX_LINE:
+        return None
+    try:
+        h = _head.decode(raw)
+        if not raw.isascii():
+            # The decoder skips the fields `Head` lacks unread, invalid UTF-8 included.
+            raw.decode("utf-8")
+    except (*UNREADABLE, UnicodeDecodeError):
+        return None
+    return h
 
 
 def _files_for(directory: str, q: Query, stats: ReadStats) -> tuple[list[tuple[str, str]], int]:
@@ -105,8 +139,8 @@ def _maybe_long(buf: bytes) -> bool:
     return any(buf.find(b"\n", k, k + w) < 0 for k in range(0, len(buf) - w + 1, w))
 
 
-def heads(path: str, stats: ReadStats) -> Iterator[list[_Head]]:
-    """The valid lines of a day file as `_Head`s, a block at a time; bad lines counted.
+def heads(path: str, stats: ReadStats) -> Iterator[list[Head]]:
+    """The valid lines of a day file as `Head`s, a block at a time; bad lines counted.
 
     A block is decoded in one call; only a block holding a bad line (or a line with two
     objects, which the batch decoder would accept) is redone line by line.
@@ -131,16 +165,11 @@ def heads(path: str, stats: ReadStats) -> Iterator[list[_Head]]:
                 pass
         good = []
         for raw in data.split(b"\n")[:-1]:
-            if len(raw) + 1 > MAX_LINE:
+            h = head_of(raw)
+            if h is None:
                 stats.skipped += 1
-                continue
-            try:
-                h = _head.decode(raw)
-                if not raw.isascii():
-                    raw.decode("utf-8")
+            else:
                 good.append(h)
-            except (*UNREADABLE, UnicodeDecodeError):
-                stats.skipped += 1
         yield good
 
 
@@ -157,7 +186,7 @@ _SEQ, _LAST, _WHEN, _OUT, _TRIG, _FLAGS, _FILE = range(7)
 _OPENED, _CLOSED, _STARTED = 1, 2, 4
 
 
-def _fold_head(r: list[Any], h: _Head, words: dict[str, str]) -> None:
+def _fold_head(r: list[Any], h: Head, words: dict[str, str]) -> None:
     """Fold an envelope into a first-pass record, in seq order."""
     t = h.type
     if t != "updated":
@@ -173,7 +202,7 @@ def _fold_head(r: list[Any], h: _Head, words: dict[str, str]) -> None:
         r[_TRIG] = words.setdefault(h.trigger, h.trigger)
 
 
-def _fresh(h: _Head, fileno: int) -> list[Any]:
+def _fresh(h: Head, fileno: int) -> list[Any]:
     return [h.seq, 0, h.at, None, None, 0, fileno]
 
 
@@ -258,7 +287,7 @@ def _refold(files: list[tuple[str, str]], lo: int, hi: int, keys: set[tuple[str,
             by_name: dict[str, dict[int, list[Any]]], words: dict[str, str], upto: int,
             stats: ReadStats) -> None:
     """Rebuild the given first-pass records from all their lines in files[lo:hi], by seq."""
-    lines: dict[tuple[str, int], list[tuple[int, int, _Head]]] = {k: [] for k in keys}
+    lines: dict[tuple[str, int], list[tuple[int, int, Head]]] = {k: [] for k in keys}
     for fileno in range(lo, hi):
         for block in heads(files[fileno][1], ReadStats()):
             for h in block:
@@ -269,7 +298,7 @@ def _refold(files: list[tuple[str, str]], lo: int, hi: int, keys: set[tuple[str,
         by_name[name][run_id] = _rebuild(got, words)
 
 
-def _rebuild(got: list[tuple[int, int, _Head]], words: dict[str, str]) -> list[Any]:
+def _rebuild(got: list[tuple[int, int, Head]], words: dict[str, str]) -> list[Any]:
     """A first-pass record folded from all of its (seq, fileno, line) in seq order."""
     got.sort(key=lambda x: x[0])
     r = _fresh(got[0][2], min(f for _s, f, _h in got))
@@ -288,7 +317,7 @@ def _look_back(files: list[tuple[str, str]], start: int,
                if not r[_FLAGS] & _OPENED}
     if not partial or start == 0:
         return
-    found: dict[tuple[str, int], list[tuple[int, int, _Head]]] = {k: [] for k in partial}
+    found: dict[tuple[str, int], list[tuple[int, int, Head]]] = {k: [] for k in partial}
     waiting = set(partial)
     lo = start
     while waiting and lo > 0:

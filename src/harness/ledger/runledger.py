@@ -22,18 +22,16 @@ from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
 from ..timefmt import day_start_ns, format_ns, now_ns, utc_day
 from .chain import ZERO_HASH, hash_of_line_bytes, seal_line
-from .dayfiles import UNREADABLE, day_path, iter_chunks, list_day_files, read_tail
+from .dayfiles import day_path, iter_chunks, list_day_files, read_tail
 from .errors import LedgerCorrupt
 from .feed import Committed, Feed, Subscription
 from .files import FileLayer, make_private_dir
 from .fold import LogProbe, Record
 from .index import Index
 from .query import Query
-from .reader import scan, valid_line
+from .reader import Head, ReadStats, decode_line, head_of, heads, scan
 from .retention import PruneResult, prune
 from .schema import RECORD_FIELDS, prepare_line
 from .verify import read_chain_file
@@ -44,18 +42,6 @@ log = logging.getLogger("harness.ledger")
 DAY_NS = 86_400 * 1_000_000_000
 WINDOW_NS = 7 * DAY_NS
 RING = 10_000
-_any = msgspec.json.Decoder()
-
-
-class _Envelope(msgspec.Struct):
-    seq: int
-    type: str
-    harness: str
-    run_id: int
-    at: str
-
-
-_env = msgspec.json.Decoder(_Envelope)
 
 
 class _DaySealer:
@@ -126,8 +112,8 @@ class RunLedger:
         self._trimmed_day = 0
         self.created = make_private_dir(directory)
         next_seq, head = self._recover()
+        next_seq, head = self._load(window_ns, next_seq, head)
         self._committed = next_seq - 1  # everything on disk at open counts as durable
-        self._load(window_ns, next_seq)
         self._writer = Writer(
             _DaySealer(directory),
             next_seq=next_seq,
@@ -163,11 +149,8 @@ class RunLedger:
             self._torn += 1
             # A fragment that is a whole sealed line missing only its "\n" was fully
             # written: adopt it, so its seq is never issued twice.
-            try:
-                obj = _any.decode(t.torn)
-            except UNREADABLE:
-                continue
-            if (valid_line(obj) and obj["seq"] == best[0] + 1 and obj.get("prev") == best[1]
+            obj = decode_line(t.torn)
+            if (obj is not None and obj["seq"] == best[0] + 1 and obj.get("prev") == best[1]
                     and isinstance(obj.get("hash"), str)
                     and hash_of_line_bytes(t.torn, obj["hash"])):
                 log.warning("ledger: %s ends in a complete line without its newline; kept", path)
@@ -186,8 +169,14 @@ class RunLedger:
                     log.warning("ledger: cannot terminate the last line of %s: %s", path, exc)
         return best[0] + 1, best[1]
 
-    def _load(self, window_ns: int, next_seq: int) -> None:
-        """Fold the window's files into the index and find every open record, however old."""
+    def _load(self, window_ns: int, next_seq: int, head: str) -> tuple[int, str]:
+        """Fold the window's files into the index and find every open record, however old.
+
+        Returns the next seq and the chain head: those `_recover` found in the files'
+        last lines, unless a line inside a file holds a higher seq (a file damaged by
+        hand: a line moved or copied below later ones). The boot reads every line
+        anyway, and a seq on disk must never be issued again.
+        """
         listing = list_day_files(self.directory)
         now = self.clock()
         first_day = utc_day(now - window_ns)
@@ -196,11 +185,14 @@ class RunLedger:
         try:
             old = [(d, p) for d, p in listing.days if d < first_day]
             window = [(d, p) for d, p in listing.days if d >= first_day]
+            top: tuple[int, str] = (0, "")  # the highest seq read, and its file
             for _day, path in window:
                 for raw in self._file_lines(path):
                     obj = self._decode(raw)
                     if obj is not None:
                         self._index.apply(obj)
+                        if obj["seq"] > top[0]:
+                            top = (obj["seq"], path)
             # Every line from this seq on was written once the window had begun; a clock
             # stepped back puts some of them in an older day's file.
             first_seq = self._first_seq(window)
@@ -218,17 +210,12 @@ class RunLedger:
             # Every run id on disk, not only the window's: ids are never reused, and a
             # late line of an old record is told from a new record by its id.
             max_ids = self._index.max_ids
+            stats = ReadStats()  # the lines every reader skips are skipped here too
             for _day, path in old:
-                for _first, lines, torn in iter_chunks(path):
-                    if torn:
-                        continue
-                    for raw in lines:
-                        try:
-                            e = _env.decode(raw)
-                        except UNREADABLE:
-                            if raw:
-                                self._skipped += 1
-                            continue
+                for block in heads(path, stats):
+                    for e in block:
+                        if e.seq > top[0]:
+                            top = (e.seq, path)
                         key = (e.harness, e.run_id)
                         if key in in_window or (first_seq is not None and e.seq >= first_seq):
                             wanted.add(key)
@@ -238,9 +225,12 @@ class RunLedger:
                             open_old.add(key)
                         elif e.type in ("closed", "decided"):
                             open_old.discard(key)
+            self._skipped += stats.skipped
             wanted |= open_old
             if wanted:
                 self._backfill_keys(old, wanted)
+            if top[0] >= next_seq:
+                next_seq, head = top[0] + 1, self._hash_at(*top)
             if old:
                 self._index.floor = first_seq if first_seq is not None else next_seq
                 self._index.floor_at = format_ns(day_start_ns(window[0][0])) if window else (
@@ -248,6 +238,18 @@ class RunLedger:
         finally:
             if gc_was:
                 gc.enable()
+        return next_seq, head
+
+    def _hash_at(self, seq: int, path: str) -> str:
+        """The hash of line `seq` in `path`, which a day file's last line does not reach."""
+        log.warning("ledger: %s holds seq %d, above the last line of every day file: the "
+                    "files were edited; continuing after it", path, seq)
+        for e, raw in self._envelopes(path):
+            if e.seq == seq:
+                obj = decode_line(raw)
+                if obj is not None and isinstance(obj.get("hash"), str):
+                    return str(obj["hash"])
+        return ZERO_HASH  # a line with no hash: the chain breaks here whatever follows
 
     def _first_seq(self, files: list[tuple[str, str]]) -> int | None:
         for _day, path in files:
@@ -319,23 +321,17 @@ class RunLedger:
                 continue
             yield from (raw for raw in lines if raw)
 
-    def _envelopes(self, path: str) -> Iterator[tuple[_Envelope, bytes]]:
-        """(envelope, bytes) of each complete line of one day file whose envelope reads."""
+    def _envelopes(self, path: str) -> Iterator[tuple[Head, bytes]]:
+        """(envelope, bytes) of each complete line of one day file that readers keep."""
         for raw in self._file_lines(path):
-            try:
-                yield _env.decode(raw), raw
-            except UNREADABLE:
-                continue
+            h = head_of(raw)
+            if h is not None:
+                yield h, raw
 
     def _decode(self, raw: bytes, count: bool = True) -> dict[str, Any] | None:
-        try:
-            obj = _any.decode(raw)
-        except UNREADABLE:
-            obj = None
-        if obj is None or not valid_line(obj):
-            if count:
-                self._skipped += 1
-            return None
+        obj = decode_line(raw)
+        if obj is None and count:
+            self._skipped += 1
         return obj
 
     # -- writing ---------------------------------------------------------------------

@@ -1,0 +1,329 @@
+"""The run ledger's day files damaged at random: every reader stays total and they agree.
+
+A real ledger is written through the engine, then its bytes are damaged the ways a disk,
+an editor or a bad copy damages them (a byte changed, a file cut short, a line lost,
+doubled or moved, junk between lines, a stray file). Over the damaged files:
+
+- the offline reader, `harness ledger verify` and the daemon's boot never raise;
+- the daemon's answer from memory is the answer the files give;
+- a record none of whose lines was touched reads exactly as before the damage;
+- the boot continues after the highest whole seq, and a chain that verified before the
+  boot still verifies with the boot's new line on it;
+- damage confined to the newest file's tail (a torn write) leaves the chain verifying.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness.ledger.query import Query
+from harness.ledger.reader import scan, valid_line
+from harness.ledger.runledger import RunLedger
+from harness.ledger.verify import verify_run_ledger
+from harness.timefmt import format_ns
+from ledgertools import DAY, HOUR, T0, Clock
+
+
+def _history(d: Path) -> None:
+    """Three days of runs of two harnesses: decided, closed, updated, one still open."""
+    clock = Clock(T0 - 2 * DAY)
+    led = RunLedger(str(d), clock=clock)
+    try:
+        for day in range(3):
+            for h in ("nightly", "worker"):
+                rid = day + 1
+                clock.ns = T0 - (2 - day) * DAY + HOUR * (1 if h == "nightly" else 2)
+                started = format_ns(clock.ns)
+                led.append({"type": "opened", "harness": h, "run_id": rid, "kind": "oneshot",
+                            "trigger": "schedule", "started_at": started})
+                if (h, rid) == ("worker", 3):
+                    continue  # still open
+                clock.ns += 10 * 60 * 1_000_000_000
+                led.append({"type": "closed", "harness": h, "run_id": rid,
+                            "outcome": "success" if rid % 2 else "failed", "exit_code": rid,
+                            "ended_at": format_ns(clock.ns), "duration_ms": 600_000})
+                if h == "nightly":
+                    led.append({"type": "updated", "harness": h, "run_id": rid,
+                                "model": f"m-{rid}", "tokens": {"input": 10 * rid,
+                                                                "output": rid}})
+            clock.ns += HOUR
+            led.append({"type": "decided", "harness": "nightly", "run_id": 100 + day,
+                        "trigger": "schedule", "outcome": "missed", "windows": day + 1})
+    finally:
+        led.close()
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("damaged") / "ledger"
+    _history(d)
+    return d
+
+
+# -- damage --------------------------------------------------------------------------
+
+_FILE = st.integers(0, 2)  # which of the three day files (oldest first)
+_AT = st.floats(0, 1, allow_nan=False)  # where in it, as a fraction of its length
+
+_OPS = st.one_of(
+    st.tuples(st.just("flip"), _FILE, _AT, st.integers(0, 255)),
+    st.tuples(st.just("cut"), _FILE, _AT),
+    st.tuples(st.just("drop"), _FILE, _AT),
+    st.tuples(st.just("double"), _FILE, _AT, _FILE, _AT),
+    st.tuples(st.just("junk"), _FILE, _AT, st.binary(max_size=40)),
+    st.tuples(st.just("stray"), st.sampled_from(["notes.txt", "2026-13-45.jsonl",
+                                                 "2026-06-15.jsonl.bak", ".swp"])),
+)
+
+
+def _pick(n: int, at: float) -> int:
+    return min(n - 1, int(at * n))
+
+
+def _damage(d: Path, ops: list[tuple[Any, ...]]) -> None:
+    days = sorted(d.glob("*.jsonl"))
+    for op in ops:
+        if op[0] == "stray":
+            (d / op[1]).write_bytes(b"not a day file\n")
+            continue
+        path = days[op[1]]
+        data = bytearray(path.read_bytes())
+        if op[0] == "flip" and data:
+            data[_pick(len(data), op[2])] = op[3]
+        elif op[0] == "cut":
+            del data[_pick(len(data) + 1, op[2]):]
+        elif op[0] in ("drop", "double", "junk"):
+            lines = bytes(data).split(b"\n")
+            i = _pick(len(lines), op[2])
+            if op[0] == "drop":
+                del lines[i]
+            elif op[0] == "junk":
+                lines.insert(i, op[3].replace(b"\n", b" "))
+            else:
+                other = days[op[3]]
+                src = lines if other == path else other.read_bytes().split(b"\n")
+                lines.insert(_pick(len(lines), op[4]), src[_pick(len(src), op[2])])
+            data = bytearray(b"\n".join(lines))
+        path.write_bytes(bytes(data))
+
+
+def _whole_lines_of(p: Path) -> list[bytes]:
+    parts = p.read_bytes().split(b"\n")
+    out = [x for x in parts[:-1] if x]
+    if parts[-1] and _parse(parts[-1]) is not None:
+        out.append(parts[-1])  # a whole last line may lack only its newline
+    return out
+
+
+def _whole_lines(d: Path) -> list[bytes]:
+    return [raw for p in sorted(d.glob("*.jsonl")) for raw in _whole_lines_of(p)]
+
+
+class _Seq(msgspec.Struct):
+    seq: int
+
+
+def _seq_of(raw: bytes) -> int | None:
+    """The seq of a line that is JSON with an integer seq, whatever else it holds (the
+    decoder skips the other fields unread, as the boot's tail reader does)."""
+    try:
+        return msgspec.json.decode(raw, type=_Seq).seq
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _parse(raw: bytes) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    return obj if valid_line(obj) else None
+
+
+def _records(d: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    found, _, _ = scan(str(d), Query(), offline=False)
+    return {(r.harness, r.run_id): r.to_json() for r in found}
+
+
+# -- the property -----------------------------------------------------------------------
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                 HealthCheck.too_slow])
+@given(ops=st.lists(_OPS, min_size=1, max_size=4), window=st.sampled_from([1, DAY, 7 * DAY]))
+def test_damaged_day_files(template: Path, ops: list[tuple[Any, ...]], window: int) -> None:
+    base_lines = _whole_lines(template)
+    base = _records(template)
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp) / "ledger"
+        shutil.copytree(template, d)
+        _damage(d, ops)
+
+        # Totality: the two readers of the files answer, whatever the bytes.
+        after = _records(d)
+        before_boot = verify_run_ledger(str(d), parallel=False)
+        assert before_boot.exists
+
+        # An untouched record reads as before: all of its lines are still there, once
+        # each and whole, and no other whole line claims its key.
+        now = [_parse(raw) for raw in _whole_lines(d)]
+        count = {raw: _whole_lines(d).count(raw) for raw in base_lines}
+        touched = {(o["harness"], o["run_id"]) for raw, o in zip(_whole_lines(d), now,
+                                                                  strict=True)
+                   if o is not None and raw not in count}
+        for raw in base_lines:
+            o = json.loads(raw)
+            if count[raw] != 1:
+                touched.add((o["harness"], o["run_id"]))
+        for key, rec in base.items():
+            if key not in touched:
+                assert after.get(key) == rec, (key, ops)
+
+        # The boot: total, agrees with the files, and issues no seq that a whole line on
+        # disk holds: above every line a reader keeps, and above the files' last lines
+        # even when the rest of such a line is unreadable; but never skipping one.
+        top = max((o["seq"] for o in now if o is not None), default=0)
+        seqs = [_seq_of(raw) for raw in _whole_lines(d)]
+        lasts = [_seq_of(_whole_lines_of(p)[-1]) for p in sorted(d.glob("*.jsonl"))
+                 if _whole_lines_of(p)]
+        highest = max([top, *(x for x in lasts if x is not None)])
+        led = RunLedger(str(d), clock=Clock(T0 + HOUR), window_ns=window)
+        try:
+            mem, _ = led.query(Query(limit=1000))
+            files, _, _ = scan(str(d), Query(limit=1000), offline=False)
+            assert mem == [r.to_json() for r in files], ops
+            assert {(o["harness"], o["run_id"]) for o in led.open_records()} == {
+                (r.harness, r.run_id) for r in files if r.opened and not r.closed}, ops
+            seq = led.append({"type": "opened", "harness": "after", "run_id": 1,
+                              "kind": "oneshot", "trigger": "manual",
+                              "started_at": format_ns(T0 + HOUR)})
+        finally:
+            led.close()
+        assert seq == highest + 1, (ops, top, seqs)
+        after_boot = verify_run_ledger(str(d), parallel=False)
+        if before_boot.ok:
+            assert after_boot.ok, (ops, after_boot.error)
+            assert after_boot.head_seq == seq
+
+
+@pytest.mark.parametrize("keep", [0, 1, 40, -1])
+def test_a_torn_tail_of_the_newest_file_verifies(template: Path, tmp_path: Path,
+                                                 keep: int) -> None:
+    d = tmp_path / "ledger"
+    shutil.copytree(template, d)
+    newest = sorted(d.glob("*.jsonl"))[-1]
+    data = newest.read_bytes()
+    last = data.rstrip(b"\n").rfind(b"\n") + 1  # start of the newest line
+    newest.write_bytes(data[: last + (keep if keep >= 0 else len(data) - last - 2)])
+    res = verify_run_ledger(str(d), parallel=False)
+    assert res.ok, res.error
+    lines = sum(1 for _ in _whole_lines(template))
+    assert res.lines == lines - 1
+    assert res.torn == (0 if keep == 0 else 1)
+
+
+# -- the cases the property found, each pinned -------------------------------------------
+
+class Boot:
+    """A daemon's boot over a ledger: its answer, the files' answer, its open runs (and
+    those the files hold), and the seq it issues next."""
+
+    def __init__(self, d: Path, window: int = DAY) -> None:
+        led = RunLedger(str(d), clock=Clock(T0 + HOUR), window_ns=window)
+        try:
+            self.mem, _ = led.query(Query(limit=1000))
+            found, _, self.stats = scan(str(d), Query(limit=1000), offline=False)
+            self.files = [r.to_json() for r in found]
+            self.files_open = {(r.harness, r.run_id) for r in found if r.opened and not r.closed}
+            self.open = {(o["harness"], o["run_id"]) for o in led.open_records()}
+            self.seq = led.append({"type": "opened", "harness": "after",
+                                   "run_id": led.max_run_id("after") + 1, "kind": "oneshot",
+                                   "trigger": "manual", "started_at": format_ns(T0 + HOUR)})
+        finally:
+            led.close()
+
+    def record(self, harness: str, run_id: int) -> dict[str, Any]:
+        return next(r for r in self.mem if r["harness"] == harness and r["run_id"] == run_id)
+
+
+def _rewrite(path: Path, edit: Any) -> None:
+    lines = path.read_bytes().split(b"\n")[:-1]
+    edit(lines)
+    path.write_bytes(b"".join(x + b"\n" for x in lines))
+
+
+def test_an_unreadable_closed_line_in_an_old_file_leaves_the_run_open(
+        template: Path, tmp_path: Path) -> None:
+    """A byte that is not UTF-8, in a field the envelope does not hold, makes the whole
+    line unreadable to every reader: the boot too must see the run as still open (REQ-7
+    then closes it), not closed by a line `harness runs` cannot read."""
+    d = tmp_path / "ledger"
+    shutil.copytree(template, d)
+    oldest = sorted(d.glob("*.jsonl"))[0]
+
+    def spoil(lines: list[bytes]) -> None:
+        i = next(i for i, x in enumerate(lines) if b'"closed"' in x and b'"worker"' in x)
+        lines[i] = lines[i].replace(b'"ended_at":"2026', b'"ended_at":"\xff026')
+
+    _rewrite(oldest, spoil)
+    boot = Boot(d)
+    assert boot.open == boot.files_open == {("worker", 1), ("worker", 3)}
+    assert boot.mem == boot.files
+    assert boot.record("worker", 1) == {
+        "harness": "worker", "run_id": 1, "seq": 4, "kind": "oneshot",
+        "trigger": "schedule", "started_at": "2026-06-13T14:00:00.000000000Z",
+        "outcome": "running"}
+
+
+def test_a_line_copied_below_later_ones_does_not_make_the_boot_reuse_seqs(
+        template: Path, tmp_path: Path) -> None:
+    """The newest file's last line is a copy of seq 1: the tails alone say the head is
+    seq 12, but seqs 13-17 are on disk. The boot continues after 17, and memory answers
+    what the files answer."""
+    d = tmp_path / "ledger"
+    shutil.copytree(template, d)
+    days = sorted(d.glob("*.jsonl"))
+    first = days[0].read_bytes().split(b"\n")[0]
+    with days[-1].open("ab") as f:
+        f.write(first + b"\n")
+    boot = Boot(d)
+    assert boot.seq == 18
+    assert boot.mem == boot.files
+    assert [(r["harness"], r["run_id"], r["seq"]) for r in boot.mem[:3]] == [
+        ("nightly", 102, 17), ("worker", 3, 16), ("nightly", 3, 13)]
+    seqs = [json.loads(x)["seq"] for x in _whole_lines(d)]
+    assert sorted(seqs) == [1, *range(1, 19)]  # seq 1 twice: the copy, nothing else
+
+
+@pytest.mark.parametrize("edit", ["outcome", "long"])
+def test_a_line_one_reader_would_skip_is_skipped_by_all(template: Path, tmp_path: Path,
+                                                        edit: str) -> None:
+    """A closed line whose outcome is not a string, or that is over 16 KiB: `harness
+    runs` skips it, and so must the boot, or the daemon answers a record the files do
+    not have."""
+    def spoil(lines: list[bytes]) -> None:
+        i = next(i for i, x in enumerate(lines) if b'"closed"' in x and b'"nightly"' in x)
+        if edit == "outcome":
+            lines[i] = lines[i].replace(b'"outcome":"success"', b'"outcome":7')
+        else:
+            lines[i] = lines[i].replace(b'"outcome"', b'"pad":"' + b"x" * 17_000
+                                        + b'","outcome"')
+
+    for window in (1, 7 * DAY):
+        d = tmp_path / f"ledger-{window}"
+        shutil.copytree(template, d)
+        _rewrite(sorted(d.glob("*.jsonl"))[-1], spoil)
+        boot = Boot(d, window)
+        assert boot.stats.skipped == 1
+        assert boot.mem == boot.files
+        assert boot.open == boot.files_open == {("nightly", 3), ("worker", 3)}
+        assert boot.record("nightly", 3)["outcome"] == "running"
