@@ -706,3 +706,29 @@ def test_big_ledger_removed_file_start(world: World, big_chain: dict[str, list[b
     write_lines(world.ledger / f"{BIG_DAYS[2]}.jsonl", big_chain[BIG_DAYS[2]][1:])
     seq = 2 * BIG_PER_DAY + 2
     assert_broken(world, seq, f"{BIG_DAYS[2]}.jsonl:1", REMOVED.format(2 * BIG_PER_DAY))
+
+
+@pytest.mark.parametrize("field", ["reason", "prev"])
+def test_a_whole_line_with_a_byte_that_is_not_utf8_is_damage_not_a_fragment(
+        world: World, field: str) -> None:
+    """A crash leaves a line's first bytes; a whole line with one byte that is not UTF-8
+    was damaged on disk. It breaks the chain at its own seq and line, wherever the byte
+    is (in `prev`, the boot would otherwise link the next line to a hash that verify
+    cannot check, and blame that next line instead)."""
+    lines = one_day(world)
+    at = lines[3].index(f'"{field}":"'.encode()) + len(field) + 4
+    lines[3] = lines[3][:at] + b"\x80" + lines[3][at + 1:]
+    write_lines(world.ledger / FILE1, lines)
+    assert_broken(world, 4, f"{FILE1}:4", "line is not valid UTF-8: damaged on disk")
+
+
+def test_a_fragment_cut_inside_a_character_is_still_a_fragment(world: World) -> None:
+    """A torn write can end mid-character: invalid UTF-8, but no whole value."""
+    lines = one_day(world)
+    head = hash_of(lines[-1])
+    raw, head = seal({**decided(7, f"{DAY1}T09:01:07.000000000Z"), "reason": "café"}, 7, head)
+    cut = raw[: raw.index("é".encode()) + 1]  # the first byte of a two-byte character
+    write_lines(world.ledger / FILE1, [*lines, cut, raw])
+    res = verify(world)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == ok_text(7, 1, 7, head, torn=f"1 torn fragment(s) skipped ({FILE1}:7)")

@@ -156,7 +156,12 @@ class _Tail(msgspec.Struct):
     hash: str | None = None
 
 
+class _Seq(msgspec.Struct):
+    seq: int
+
+
 _tail_decoder = msgspec.json.Decoder(_Tail)
+_seq_decoder = msgspec.json.Decoder(_Seq)
 _any = msgspec.json.Decoder()
 
 
@@ -168,6 +173,25 @@ class FileTail:
     last_hash: str | None
     torn: bytes | None  # the unterminated fragment at the end, if any
     size: int
+    # The highest seq of a line after the last one that reads, whose hash is damaged:
+    # its seq was issued, so a writer must not issue it again.
+    damaged_seq: int | None = None
+
+
+def highest_line(path: str) -> tuple[int, str] | None:
+    """(seq, hash) of the line of `path` with the highest seq: its last line, unless the
+    file was edited (a line copied below later ones). A whole line that lacks only its
+    newline counts, as for every reader. None when no line has a seq and a hash."""
+    best: tuple[int, str] | None = None
+    for _first, lines, _torn in iter_chunks(path):
+        for raw in lines:
+            try:
+                t = _tail_decoder.decode(raw)
+            except UNREADABLE:
+                continue
+            if t.hash is not None and (best is None or t.seq > best[0]):
+                best = (t.seq, t.hash)
+    return best
 
 
 def read_tail(path: str, block: int = 1 << 16) -> FileTail:
@@ -187,6 +211,7 @@ def read_tail(path: str, block: int = 1 << 16) -> FileTail:
             return FileTail(None, None, data or None, size)
         torn = data[nl + 1 :] or None
         body = data[:nl]
+        damaged: int | None = None
         while True:
             lines = body.split(b"\n")
             # Unless we reached the start, lines[0] may begin mid-line: keep it for later.
@@ -196,10 +221,16 @@ def read_tail(path: str, block: int = 1 << 16) -> FileTail:
                 try:
                     t = _tail_decoder.decode(raw)
                 except UNREADABLE:
+                    try:
+                        seq = _seq_decoder.decode(raw).seq
+                    except UNREADABLE:
+                        continue
+                    damaged = seq if damaged is None else max(damaged, seq)
                     continue
-                return FileTail(t.seq, t.hash, torn, size)
+                above = damaged if damaged is not None and damaged > t.seq else None
+                return FileTail(t.seq, t.hash, torn, size, above)
             if pos == 0:
-                return FileTail(None, None, torn, size)
+                return FileTail(None, None, torn, size, damaged)
             step = min(block, pos)
             pos -= step
             f.seek(pos)

@@ -2,8 +2,8 @@
 
 Invariants: today's file is never deleted; a file is deleted only after every
 run still open whose opened line it holds has a fresh opened line, synced, in
-today's file (`carry_forward`), and after ``CHAIN`` records the last (seq, hash)
-it held, so the chain's new start is checkable; CHAIN is replaced atomically
+today's file (`carry_forward`), and after ``CHAIN`` records the (seq, hash) of its
+highest line, so the chain's new start is checkable; CHAIN is replaced atomically
 (tmp, fsync, rename) and created 0600. A failure stops the prune and keeps every
 file not yet deleted; the next prune tries again.
 """
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..timefmt import day_start_ns, utc_day
-from .dayfiles import CHAIN_FILE, list_day_files, read_tail
+from .dayfiles import CHAIN_FILE, highest_line, list_day_files
 from .files import atomic_write, fsync_dir
 from .verify import read_chain_file
 
@@ -93,12 +93,11 @@ def prune(
             path = paths[day]
             try:
                 res.carried_forward += carry_forward(day)
-                tail = read_tail(path)
-                if tail.last_seq is not None and tail.last_hash is not None and (
-                    anchor is None or tail.last_seq > anchor[0]
-                ):
-                    write_chain_file(directory, tail.last_seq, tail.last_hash)
-                    anchor = (tail.last_seq, tail.last_hash)
+                # The next kept line links to the doomed file's highest seq.
+                last = highest_line(path)
+                if last is not None and (anchor is None or last[0] > anchor[0]):
+                    write_chain_file(directory, *last)
+                    anchor = last
                 os.unlink(path)
             except Exception as exc:  # keep this file and every later one; retry next prune
                 res.error = f"pruning {path} failed: {exc}; retrying at the next prune"

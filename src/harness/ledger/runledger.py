@@ -143,6 +143,12 @@ class RunLedger:
             tails.append((path, t))
             if t.last_seq is not None and t.last_seq > best[0]:
                 best = (t.last_seq, t.last_hash or ZERO_HASH)
+            if t.damaged_seq is not None and t.damaged_seq > best[0]:
+                # Its hash is unreadable: what follows cannot link to it, and verify
+                # names the break there whatever prev the next line carries.
+                log.warning("ledger: %s: the line of seq %d has a damaged hash; "
+                            "continuing after it", path, t.damaged_seq)
+                best = (t.damaged_seq, ZERO_HASH)
         for path, t in tails:
             if t.torn is None:
                 continue

@@ -153,17 +153,33 @@ class _Fragments:
     tail: bool = False
 
 
+DAMAGED = "line is not valid UTF-8: damaged on disk"
+
+
 class _Foreign:
     """A complete line that is valid JSON but no ledger line (a seq that is not an
-    integer, a prev that is not a string, an array): edited, never left by a crash."""
+    integer, a prev that is not a string, an array), or whole JSON but for bytes that
+    are not UTF-8: edited or damaged on disk, never left by a crash, which leaves only
+    a line's first bytes."""
 
     __slots__ = ("reason", "seq")
 
-    def __init__(self, raw: bytes, exc: Exception) -> None:
-        obj = _any.decode(raw)
+    def __init__(self, obj: object, reason: str) -> None:
         seq = obj.get("seq") if isinstance(obj, dict) else None
         self.seq = seq if type(seq) is int else None
-        self.reason = f"complete line is not a ledger line ({exc})"
+        self.reason = reason
+
+
+def _damaged(raw: bytes) -> object | None:
+    """The value of a line that is whole JSON once its invalid UTF-8 is replaced, or
+    None: a torn write's fragment is no whole value, whatever its bytes."""
+    fixed = raw.decode("utf-8", "replace").encode()
+    if fixed == raw:
+        return None  # valid UTF-8 already: not whole JSON, so a fragment
+    try:
+        return _any.decode(fixed)
+    except UNREADABLE:
+        return None
 
 
 _Item = tuple[int, bytes, "_Link | _Foreign"]
@@ -186,7 +202,10 @@ def _lines(path: str, name: str, frags: _Fragments) -> Iterator[_Item]:
                 yield n, raw, decode(raw)
             except UNREADABLE as exc:
                 if is_whole(raw):
-                    yield n, raw, _Foreign(raw, exc)
+                    yield n, raw, _Foreign(_any.decode(raw),
+                                           f"complete line is not a ledger line ({exc})")
+                elif (obj := _damaged(raw)) is not None:
+                    yield n, raw, _Foreign(obj, DAMAGED)
                 elif raw:  # a fragment a crash left before later appends
                     frags.at.append(f"{name}:{n}")
 
@@ -202,6 +221,8 @@ def _fault(link: _Link, raw: bytes, prev_seq: int | None, prev_hash: str | None)
         if err:
             return err
     if not hash_of_line_bytes(raw, digest) and not _reencoded_ok(raw, digest):
+        if raw.decode("utf-8", "replace").encode() != raw:
+            return DAMAGED  # a byte no editor writes: the disk, not a person
         return "hash does not match the line's content (the line was edited)"
     return None
 
