@@ -434,3 +434,30 @@ def test_a_pruned_file_anchors_the_chain_at_its_highest_line(template: Path, tmp
     assert json.loads((d / "CHAIN").read_bytes())["seq"] == 6
     res = verify_run_ledger(str(d), parallel=False)
     assert (res.ok, res.anchor, res.head_seq) == (True, "CHAIN seq 6", 17)
+
+
+def test_a_run_whose_opened_line_sits_in_another_days_file_is_carried(
+        template: Path, tmp_path: Path) -> None:
+    """The only line of an open run lies in the oldest file though its `at` names the next
+    day (the files were edited). The prune carries it by the file's content, not by
+    `at`: the run is still open afterwards, on disk and in memory."""
+    d = tmp_path / "ledger"
+    shutil.copytree(template, d)
+    days = sorted(d.glob("*.jsonl"))
+    middle = days[1].read_bytes().split(b"\n")
+    assert json.loads(middle[0])["run_id"] == 2 and json.loads(middle[0])["type"] == "opened"
+    days[0].write_bytes(middle[0] + b"\n" + days[0].read_bytes())
+    days[1].write_bytes(b"")
+    led = RunLedger(str(d), clock=Clock(T0 + HOUR), retention_ns=DAY)
+    try:
+        assert {(o["harness"], o["run_id"]) for o in led.open_records()} == {
+            ("nightly", 2), ("worker", 3)}
+        res = led.prune()
+        assert (res.deleted, res.carried_forward) == (["2026-06-13"], 1)
+        assert {(o["harness"], o["run_id"]) for o in led.open_records()} == {
+            ("nightly", 2), ("worker", 3)}
+        found, _, _ = scan(str(d), Query(names=("nightly",), limit=1000), offline=False)
+        assert [(r.harness, r.run_id, r.opened, r.closed) for r in found
+                if r.run_id == 2] == [("nightly", 2, True, False)]
+    finally:
+        led.close()

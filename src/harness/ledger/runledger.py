@@ -513,10 +513,12 @@ class RunLedger:
         line for each ended run whose closing line is in it while its opened line lies
         in a later file (a clock stepped back across midnight), which would otherwise
         read open once the file is gone."""
-        ending = self._ending_keys(day_path(self.directory, day))
+        opening, ending = self._keys_in(day_path(self.directory, day))
         with self._lock:
+            # By the file's own lines too: a line's `at` names its file unless the files
+            # were edited, and an open run whose only opened line is gone reads as none.
             doomed = [((r.harness, r.run_id), "opened") for r in self._index.open_records()
-                      if r.opened_at[:10] == day]
+                      if r.opened_at[:10] == day or (r.harness, r.run_id) in opening]
             for key in ending:
                 r = self._index.records.get(key)
                 if r is not None and r.closed and r.opened_at[:10] > day:
@@ -533,10 +535,16 @@ class RunLedger:
             self._writer.wait(e)
         return len(entries)
 
-    def _ending_keys(self, path: str) -> set[tuple[str, int]]:
-        """The records with a closed or decided line in one day file."""
-        return {(e.harness, e.run_id) for e, _raw in self._envelopes(path)
-                if e.type in ("closed", "decided")}
+    def _keys_in(self, path: str) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+        """The records with an opened line, and those with a closed or decided line, in
+        one day file."""
+        opening, ending = set(), set()
+        for e, _raw in self._envelopes(path):
+            if e.type == "opened":
+                opening.add((e.harness, e.run_id))
+            elif e.type in ("closed", "decided"):
+                ending.add((e.harness, e.run_id))
+        return opening, ending
 
     def _carried_line(self, key: tuple[str, int], typ: str, queued: Iterable[Entry]
                       ) -> tuple[dict[str, Any], str, int] | None:
