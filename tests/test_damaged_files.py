@@ -30,6 +30,10 @@ from harness.ledger.reader import scan, valid_line
 from harness.ledger.runledger import RunLedger
 from harness.ledger.verify import verify_run_ledger
 from harness.timefmt import format_ns
+from harness.worklog import VerificationFailed
+from harness.worklog.rows import ledger_dir
+from harness.worklog.store import WorkLedger
+from harness.worklog.verify import verify_dir
 from ledgertools import DAY, HOUR, T0, Clock
 
 
@@ -461,3 +465,64 @@ def test_a_run_whose_opened_line_sits_in_another_days_file_is_carried(
                 if r.run_id == 2] == [("nightly", 2, True, False)]
     finally:
         led.close()
+
+
+# -- the work ledger: strict, never a traceback ------------------------------------------
+#
+# The work ledger refuses to extend a broken chain (the durable-work-ledger spec): any
+# damage but a torn tail makes verify fail and the ledger refuse to open, untouched.
+
+@pytest.fixture(scope="module")
+def work_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("work")
+    with WorkLedger(work, "goal") as wl:
+        wl.record("run.open", None, {"goal": "ship"})
+        for t in ("t1", "t2", "t3"):
+            wl.record("task.scheduled", t, {"deps": [] if t == "t1" else ["t1"]})
+        wl.record("task.started", "t1", {"attempt": 1, "note": "naïve café"})
+        wl.record("task.completed", "t1", {"note": "done"})
+        wl.record("task.started", "t2", {"attempt": 1})
+    return work
+
+
+_WORK_OPS = st.one_of(
+    st.tuples(st.just("flip"), st.just(0), _AT, st.integers(0, 255)),
+    st.tuples(st.just("cut"), st.just(0), _AT),
+    st.tuples(st.just("drop"), st.just(0), _AT),
+    st.tuples(st.just("double"), st.just(0), _AT, st.just(0), _AT),
+    st.tuples(st.just("junk"), st.just(0), _AT, st.binary(max_size=40)),
+)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(_WORK_OPS, min_size=1, max_size=3))
+def test_damaged_work_ledger(work_template: Path, ops: list[tuple[Any, ...]]) -> None:
+    orig = _whole_lines_of(ledger_dir(work_template, "goal") / "000000.jsonl")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "work"
+        shutil.copytree(work_template, work)
+        seg_dir = ledger_dir(work, "goal")
+        seg = seg_dir / "000000.jsonl"
+        _damage(seg_dir, ops)
+        data = seg.read_bytes()
+        parts = data.split(b"\n")
+        rows = parts[:-1] + ([parts[-1]] if parts[-1] and _is_json(parts[-1]) else [])
+        tail = parts[-1] if parts[-1] and not _is_json(parts[-1]) else None
+        intact = rows == orig[: len(rows)]
+
+        res = verify_dir(seg_dir)
+        assert res.ok == intact, (ops, res.describe())
+        if not intact:
+            with pytest.raises(VerificationFailed):
+                WorkLedger(work, "goal")
+            assert seg.read_bytes() == data, ops  # refused without touching the file
+            return
+        assert (res.entry_count, res.torn_tail) == (len(rows), tail), ops
+        with WorkLedger(work, "goal") as wl:
+            assert wl.recovered_tail == tail
+            row = wl.record("task.failed", "t2", {"why": "after damage"})
+        assert row["seq"] == len(rows) + 1
+        again = verify_dir(seg_dir)
+        assert (again.ok, again.entry_count, again.head_hash) == (
+            True, len(rows) + 1, row["entry_hash"]), ops
