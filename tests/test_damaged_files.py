@@ -526,3 +526,24 @@ def test_damaged_work_ledger(work_template: Path, ops: list[tuple[Any, ...]]) ->
         again = verify_dir(seg_dir)
         assert (again.ok, again.entry_count, again.head_hash) == (
             True, len(rows) + 1, row["entry_hash"]), ops
+
+
+def test_todays_file_deleted_under_a_running_ledger(tmp_path: Path) -> None:
+    """`rm` of today's file to free space while the daemon runs: the next run is still
+    on disk where `harness runs` reads, and verify names the gap the deletion made."""
+    d = tmp_path / "ledger"
+    led = RunLedger(str(d), clock=Clock(T0))
+    try:
+        led.append({"type": "decided", "harness": "a", "run_id": 1, "trigger": "schedule",
+                    "outcome": "missed"})
+        (d / "2026-06-15.jsonl").unlink()
+        seq = led.append({"type": "decided", "harness": "a", "run_id": 2,
+                          "trigger": "schedule", "outcome": "missed"})
+    finally:
+        led.close()
+    assert seq == 2
+    found, _, _ = scan(str(d), Query(limit=10))
+    assert [(r.harness, r.run_id, r.seq) for r in found] == [("a", 2, 2)]
+    res = verify_run_ledger(str(d), parallel=False)
+    assert (res.ok, res.error and (res.error.seq, res.error.file, res.error.line)) == (
+        False, (2, "2026-06-15.jsonl", 1))

@@ -14,6 +14,7 @@ import errno
 import json
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -1140,6 +1141,49 @@ def test_seq_and_chain_continue_from_where_the_ledger_left_off(
     assert d.seqs == [813]
     assert_chain(d, first_prev=head)
     assert rig.writer.head == (813, d.objs[0]["hash"])
+
+
+# -- a day file deleted, renamed or replaced by hand while open ------------------------------
+
+
+@pytest.mark.parametrize("how", ["deleted", "renamed", "replaced"])
+def test_lines_synced_into_a_file_gone_from_its_path_are_written_again(
+    make_rig: Callable[..., Rig], how: str
+) -> None:
+    """Someone frees space with `rm`, moves the file aside, or restores another copy over
+    it while the daemon runs. The writer's handle still points at the old file, so a
+    line synced through it is on no path a reader looks at: it is written again to what
+    the path names now, and synced with that directory, before it is acknowledged.
+    Lines acknowledged before the change went with the old file."""
+    rig = make_rig()
+    warm(rig)
+    rig.writer.append(line(run_id=5), harness="h", run_id=5, sync=False)  # buffered
+    wait_until(lambda: rig.disk().seqs == [1, 2])
+    aside = rig.directory / "aside.jsonl"
+    if how == "deleted":
+        rig.day.unlink()
+    elif how == "renamed":
+        rig.day.rename(aside)
+    else:
+        other = rig.directory / "restored.tmp"
+        other.write_bytes(b'{"restored":true,"seq":0}\n')
+        other.rename(rig.day)
+    rig.files.dir_syncs.clear()
+    assert rig.writer.append(line(run_id=6), harness="h", run_id=6) == 3
+    disk = rig.disk()
+    # seq 2 was buffered, never acknowledged: it follows seq 3's way, not the old file's.
+    assert disk.seqs == ([0] if how == "replaced" else []) + [2, 3]
+    assert rig.commits.seqs == [1, 2, 3]
+    assert rig.files.dir_syncs == [str(rig.directory)]
+    if how == "replaced":
+        assert disk.raw.startswith(b'{"restored":true,"seq":0}\n')
+    if how == "renamed":
+        assert read_disk(aside).seqs == [1, 2, 3]  # what went to the old file stays there
+    if how != "replaced":  # a new file, created 0600 like every other
+        assert stat.S_IMODE(rig.day.stat().st_mode) == 0o600
+    # The handle now is the new file's: the next line goes after seq 3, once.
+    assert rig.writer.append(line(run_id=7), harness="h", run_id=7) == 4
+    assert rig.disk().seqs == ([0] if how == "replaced" else []) + [2, 3, 4]
 
 
 # -- 9. close ------------------------------------------------------------------------------

@@ -117,6 +117,21 @@ class FileLayer:
     def size(self, fd: int) -> int:
         return os.fstat(fd).st_size
 
+    def identity(self, fd: int) -> tuple[int, int]:
+        st = os.fstat(fd)
+        return st.st_dev, st.st_ino
+
+    def names(self, path: str, identity: tuple[int, int]) -> bool:
+        """Whether `path` still names the file of `identity`: not deleted, renamed away
+        or replaced since it was opened. True when that cannot be told."""
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) == identity
+
     def last_byte(self, fd: int, size: int) -> bytes:
         return os.pread(fd, 1, size - 1) if size > 0 else b""
 

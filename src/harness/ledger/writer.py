@@ -100,6 +100,7 @@ class _File:
     size: int  # bytes in the file that we account for (complete lines)
     synced: int  # bytes known durable
     created: bool
+    identity: tuple[int, int]  # (st_dev, st_ino): is the path still this file?
     newline: bool = False  # the file ends in a fragment: start the next write with "\n"
 
 
@@ -480,7 +481,7 @@ class Writer:
             # entry still needs the sync the reopened handle would otherwise skip.
             created = created or path in self._dir_unsynced
             self._dir_unsynced.discard(path)
-            f = _File(fd, size, size, created)
+            f = _File(fd, size, size, created, self._files.identity(fd))
             if size > 0 and self._files.last_byte(fd, size) != b"\n":
                 # A torn fragment from a crash: leave it (readers skip it), start clean.
                 f.newline = True
@@ -644,13 +645,36 @@ class Writer:
         return None
 
     def _sync_file(self, path: str, f: _File) -> None:
-        """fdatasync one file, and its directory entry when this writer created it."""
+        """fdatasync one file, and its directory entry when this writer created it; then
+        make sure the synced lines are where readers look."""
         self._files.sync(f.fd)
         if f.created:
             self._files.sync_dir(path.rsplit("/", 1)[0] or "/")
             f.created = False
         f.synced = f.size
         self._syncs += 1
+        if not self._files.names(path, f.identity):
+            self._rewrite_moved(path)
+
+    def _rewrite_moved(self, path: str) -> None:
+        """The file open for `path` was deleted, renamed or replaced (by hand: retention
+        never touches an open file), so the lines synced into it are on no path a reader
+        looks at. Write its uncommitted lines again to what `path` names now, usually a
+        new file, before they are acknowledged. Lines acknowledged before went with the
+        file; the chain then shows the gap."""
+        log.warning("ledger: %s was deleted or replaced while open; writing its "
+                    "unacknowledged lines to %s again", path, path)
+        with self._cv:
+            lines = [e for e in self._queue if e.path == path and e.written]
+        self._drop(path)
+        # Whatever the path names now, its directory entry is new to us: sync it too.
+        self._dir_unsynced.add(path)
+        for e in lines:
+            e.written = False
+        self._lines_written -= len(lines)
+        if lines:
+            self._write_group(path, lines)
+            self._sync_file(path, self._file(path))
 
     def _late_sync(self, first: Entry, took: float, *, synced: bool = True) -> None:
         """REQ-6: a write or sync past its bound is an append error even when it then
