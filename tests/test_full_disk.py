@@ -1,0 +1,141 @@
+"""A really full disk under the run ledger: a small tmpfs, filled up, then freed.
+
+FaultyFiles injects ENOSPC exactly where a test asks; here the kernel decides. A write
+into the last free page comes back short or fails outright, whichever the kernel picks,
+and the writer must cut back, keep the lines queued, fail its callers within the bound,
+and write everything once, in seq order, when space comes back. Needs a tmpfs mount
+(root with CAP_SYS_ADMIN, as CI runs); elsewhere the tests skip and say why.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.ledger.errors import LedgerUnavailable
+from harness.ledger.query import Query
+from harness.ledger.reader import scan
+from harness.ledger.runledger import RunLedger
+from harness.ledger.verify import verify_run_ledger
+from ledgertools import T0, Clock
+
+WAIT = 30.0  # generous: a loaded machine must not make these flaky
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs of our own, unmounted afterwards."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs",
+                          str(mnt)], capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip() or res.returncode}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _fill(mnt: Path) -> Path:
+    """Take every free byte of the file system; return the file that holds them."""
+    filler = mnt / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            try:
+                os.write(fd, b"x" * 512)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                return filler
+    finally:
+        os.close(fd)
+
+
+def _decided(run_id: int) -> dict[str, object]:
+    return {"type": "decided", "harness": "full", "run_id": run_id, "trigger": "schedule",
+            "outcome": "missed", "reason": "r" * 200}
+
+
+def test_a_full_disk_fails_callers_and_loses_nothing(small_fs: Path) -> None:
+    d = small_fs / "ledger"
+    led = RunLedger(str(d), clock=Clock(T0), sync_timeout=0.5, retry_min=0.05,
+                    retry_max=0.2)
+    try:
+        acked = [led.append(_decided(i)) for i in range(1, 4)]
+        assert acked == [1, 2, 3]
+        filler = _fill(small_fs)
+
+        # The day file's last page still has room for a few lines; then the kernel
+        # says ENOSPC (or writes short), and each synced append fails within the bound.
+        run_id = 3
+        failed: list[str] = []
+        while len(failed) < 3:
+            run_id += 1
+            assert run_id < 100, "the disk never filled"
+            try:
+                acked.append(led.append(_decided(run_id)))
+            except LedgerUnavailable as exc:
+                failed.append(str(exc))
+        assert any("No space left on device" in m for m in failed), failed
+        assert led.stats().append_errors >= 1
+        assert led.stats().queued == 3
+
+        filler.unlink()  # space again: the writer's retry writes the queue in order
+        deadline = time.monotonic() + WAIT
+        while led.stats().queued and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert led.stats().queued == 0
+        last = run_id + 1
+        assert led.append(_decided(last)) == last
+    finally:
+        led.close()
+
+    assert acked == list(range(1, len(acked) + 1))
+    raw = (d / "2026-06-15.jsonl").read_bytes()
+    lines = [json.loads(x) for x in raw.split(b"\n") if x.startswith(b"{")]
+    # Every line, the acknowledged and the failed-then-retried, once and in order.
+    assert [o["seq"] for o in lines] == list(range(1, last + 1))
+    assert [o["run_id"] for o in lines] == list(range(1, last + 1))
+    res = verify_run_ledger(str(d), parallel=False)
+    assert (res.ok, res.head_seq, res.lines, res.torn) == (True, last, last, 0), res.error
+    found, _, _ = scan(str(d), Query(limit=1000))
+    assert sorted(r.run_id for r in found) == list(range(1, last + 1))
+
+
+def test_a_full_disk_at_boot_still_opens_and_recovers(small_fs: Path) -> None:
+    """The daemon restarts onto a full disk: the ledger opens (reading needs no space),
+    appends fail within the bound, and the first free byte lets them through."""
+    d = small_fs / "ledger"
+    led = RunLedger(str(d), clock=Clock(T0))
+    led.append(_decided(1))
+    led.close()
+    filler = _fill(small_fs)
+    led = RunLedger(str(d), clock=Clock(T0), sync_timeout=0.5, retry_min=0.05,
+                    retry_max=0.2)
+    try:
+        assert led.query(Query(limit=5))[0][0]["run_id"] == 1
+        run_id = 1
+        while True:  # the page the file ends in takes a few lines more
+            run_id += 1
+            assert run_id < 100, "the disk never filled"
+            try:
+                led.append(_decided(run_id))
+            except LedgerUnavailable:
+                break
+        filler.unlink()
+        deadline = time.monotonic() + WAIT
+        while led.stats().queued and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert led.append(_decided(run_id + 1)) == run_id + 1
+    finally:
+        led.close()
+    res = verify_run_ledger(str(d), parallel=False)
+    assert (res.ok, res.head_seq, res.lines) == (True, run_id + 1, run_id + 1), res.error
