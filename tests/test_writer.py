@@ -1186,6 +1186,26 @@ def test_lines_synced_into_a_file_gone_from_its_path_are_written_again(
     assert rig.disk().seqs == ([0] if how == "replaced" else []) + [2, 3, 4]
 
 
+class _DriftingInodes(RecordingFiles):
+    """A file system whose inode numbers do not hold still (some FUSE mounts): a path
+    never seems to name the file just opened from it."""
+
+    def names(self, path: str, identity: tuple[int, int]) -> bool:
+        return False
+
+
+def test_a_file_system_with_drifting_inodes_writes_each_line_once(
+    make_rig: Callable[..., Rig], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without the guard every pass would take the file for deleted and write its lines
+    again into the same file: each seq twice."""
+    rig = make_rig(files=_DriftingInodes())
+    for i in range(1, 4):
+        assert rig.writer.append(line(run_id=i), harness="h", run_id=i) == i
+    assert rig.disk().seqs == [1, 2, 3]
+    assert "does not name the file just opened from it" in caplog.text
+
+
 # -- 9. close ------------------------------------------------------------------------------
 
 

@@ -161,6 +161,10 @@ class Writer:
         # (offset it began at, whether it began with "\n"). What reached the file is
         # unknown, so nothing more is written there until a read-back tells.
         self._unread: dict[str, tuple[int, bool]] = {}
+        # Whether a path's identity tells whether it is still the file we hold open; a
+        # file system whose inode numbers do not hold still would make every pass look
+        # like a deleted file, and the rewrite would put each line in the file twice.
+        self._identities_hold = True
         self._errors = 0
         self._last_error: str | None = None
         self._last_error_at: float | None = None
@@ -482,6 +486,10 @@ class Writer:
             created = created or path in self._dir_unsynced
             self._dir_unsynced.discard(path)
             f = _File(fd, size, size, created, self._files.identity(fd))
+            if self._identities_hold and not self._files.names(path, f.identity):
+                self._identities_hold = False
+                log.warning("ledger: %s does not name the file just opened from it; a day "
+                            "file deleted while open will not be noticed", path)
             if size > 0 and self._files.last_byte(fd, size) != b"\n":
                 # A torn fragment from a crash: leave it (readers skip it), start clean.
                 f.newline = True
@@ -653,7 +661,7 @@ class Writer:
             f.created = False
         f.synced = f.size
         self._syncs += 1
-        if not self._files.names(path, f.identity):
+        if self._identities_hold and not self._files.names(path, f.identity):
             self._rewrite_moved(path)
 
     def _rewrite_moved(self, path: str) -> None:
