@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -547,3 +548,26 @@ def test_todays_file_deleted_under_a_running_ledger(tmp_path: Path) -> None:
     res = verify_run_ledger(str(d), parallel=False)
     assert (res.ok, res.error and (res.error.seq, res.error.file, res.error.line)) == (
         False, (2, "2026-06-15.jsonl", 1))
+
+
+def test_the_ledger_directory_removed_under_a_running_ledger(tmp_path: Path) -> None:
+    """`rm -rf` of the ledger directory while the daemon runs: it is made again, 0700,
+    and the next runs land in a new day file, 0600, instead of failing for ever."""
+    d = tmp_path / "state" / "ledger"
+    led = RunLedger(str(d), clock=Clock(T0))
+    try:
+        led.append({"type": "decided", "harness": "a", "run_id": 1, "trigger": "schedule",
+                    "outcome": "missed"})
+        shutil.rmtree(d)
+        assert led.append({"type": "decided", "harness": "a", "run_id": 2,
+                           "trigger": "schedule", "outcome": "missed"}) == 2
+        assert led.append({"type": "decided", "harness": "a", "run_id": 3,
+                           "trigger": "schedule", "outcome": "missed"}) == 3
+    finally:
+        led.close()
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    assert stat.S_IMODE((d / "2026-06-15.jsonl").stat().st_mode) == 0o600
+    found, _, _ = scan(str(d), Query(limit=10))
+    assert [(r.run_id, r.seq) for r in found] == [(3, 3), (2, 2)]
+    res = verify_run_ledger(str(d), parallel=False)
+    assert (res.ok, res.error and (res.error.seq, res.error.line)) == (False, (2, 1))

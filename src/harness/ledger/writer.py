@@ -22,6 +22,7 @@ Both ledgers write through this. Invariants:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from .errors import LedgerClosed, LedgerError, LedgerUnavailable, LineRejected
-from .files import FileLayer
+from .files import FileLayer, make_private_dir
 
 log = logging.getLogger("harness.ledger")
 
@@ -479,7 +480,10 @@ class Writer:
     def _file(self, path: str) -> _File:
         f = self._open.get(path)
         if f is None:
-            fd, created = self._files.open_append(path)
+            try:
+                fd, created = self._files.open_append(path)
+            except FileNotFoundError:
+                fd, created = self._open_in_new_dir(path)
             size = self._files.size(fd)
             # A handle dropped after a failure may have created the file: its directory
             # entry still needs the sync the reopened handle would otherwise skip.
@@ -495,6 +499,18 @@ class Writer:
                 f.newline = True
             self._open[path] = f
         return f
+
+    def _open_in_new_dir(self, path: str) -> tuple[int, bool]:
+        """The ledger's directory was removed while the writer ran (`rm -rf` of the state
+        dir): make it again, 0700, so lines from now on still reach a file rather than
+        failing for ever; the chain shows the gap."""
+        directory = os.path.dirname(path)
+        if os.path.isdir(directory):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        make_private_dir(directory)
+        log.warning("ledger: directory %s was removed while open; created it again", directory)
+        self._files.sync_dir(os.path.dirname(directory) or "/")
+        return self._files.open_append(path)
 
     def _drop(self, path: str) -> None:
         f = self._open.pop(path, None)
