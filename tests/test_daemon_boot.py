@@ -173,3 +173,30 @@ argv = ["sh", "-c", "echo $$ > {pidfile}; {STUBBORN}"]
     assert shown.stdout.endswith(
         f"harness: stopped the orphaned process group {orphan} left by the crashed daemon "
         f"(SIGKILL after {DEFAULT_GRACE:g}s)\n"), shown.stdout
+
+
+# -- one writer per ledger ------------------------------------------------------------------
+
+
+def test_a_second_daemon_on_the_same_state_dir_refuses_the_ledger(
+        world: World, daemons: Daemons) -> None:
+    """Two daemons with different sockets (one from a systemd unit, one from a shell with
+    no XDG_RUNTIME_DIR) but one state directory: the second must not write the ledger,
+    where it would issue the first one's seqs again and close its live runs as crashed."""
+    daemons.write_config(f"""
+[harness.sleeper]
+kind = "resident"
+argv = ["sh", "-c", "{STUBBORN}"]
+""")
+    daemons.start()
+    until("the resident's run", lambda: record_of(world, "sleeper", 1))
+    proc = _spawn(daemons, "--socket", str(world.root / "other.sock"))
+    assert proc.wait(timeout=DEADLINE) == 1
+    err = daemons.stderr()
+    assert "cannot open the ledger" in err and "held by another process" in err, err
+    assert "Traceback" not in err
+    # The first daemon's run is still open and still its own; one seq each, in order.
+    rec = record_of(world, "sleeper", 1)
+    assert rec is not None and rec["outcome"] == "running", rec
+    res = world.harness("ledger", "verify", "--json")
+    assert res.returncode == 0, res.stdout + res.stderr

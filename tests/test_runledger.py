@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import harness.ledger.runledger as runledger_mod
-from harness.ledger.errors import LedgerCorrupt, LineRejected
+from harness.ledger.errors import LedgerCorrupt, LedgerInUse, LedgerUnavailable, LineRejected
 from harness.ledger.query import Query
 from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
@@ -770,3 +770,37 @@ def test_log_probe_reads_each_directory_once_and_knows_zst(tmp_path: Path) -> No
     assert LogProbe().gone(str(jobs / "3.log")) is False
     # A directory that does not exist holds no log.
     assert LogProbe().gone(str(tmp_path / "nope" / "1.log")) is True
+
+
+def test_one_writer_per_ledger_directory(tmp_path: Path) -> None:
+    """SPEC-0022's single writer: a second RunLedger on the directory is refused (a
+    LedgerUnavailable, REQ-20's sentinel) until the first closes; readers need no lock."""
+    d = tmp_path / "ledger"
+    first = RunLedger(str(d), clock=Clock(T0))
+    try:
+        first.append({"type": "decided", "harness": "a", "run_id": 1, "trigger": "schedule",
+                      "outcome": "missed"})
+        with pytest.raises(LedgerInUse, match="held by another process") as exc:
+            RunLedger(str(d), clock=Clock(T0))
+        assert isinstance(exc.value, LedgerUnavailable)
+        found, _, _ = scan(str(d), Query(limit=5))  # the offline reader still reads
+        assert [r.run_id for r in found] == [1]
+    finally:
+        first.close()
+    second = RunLedger(str(d), clock=Clock(T0))
+    try:
+        assert second.append({"type": "decided", "harness": "a", "run_id": 2,
+                              "trigger": "schedule", "outcome": "missed"}) == 2
+    finally:
+        second.close()
+    second.close()  # a second close is harmless, and releases nothing twice
+
+
+def test_a_ledger_that_fails_to_open_lets_go_of_its_directory(tmp_path: Path) -> None:
+    d = tmp_path / "ledger"
+    d.mkdir(mode=0o700)
+    (d / "CHAIN").write_text("garbage")
+    with pytest.raises(LedgerCorrupt):
+        RunLedger(str(d))
+    (d / "CHAIN").unlink()
+    RunLedger(str(d)).close()  # not refused as "held": the failed open released it

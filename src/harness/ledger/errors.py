@@ -44,6 +44,11 @@ class LedgerUnavailable(LedgerError):
     """The line could not be made durable in time; it stays queued and is retried in order."""
 
 
+class LedgerInUse(LedgerUnavailable):
+    """Another process holds the ledger for writing (a second daemon on the same state
+    directory): SPEC-0022 allows one writer, and two would issue the same seqs."""
+
+
 class LedgerCorrupt(LedgerError):
     """Data that breaks the ledger's format or chain, on disk or offered for append."""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno as errno_mod
+import fcntl
 import os
 import threading
 import time
@@ -38,6 +39,22 @@ def make_private_dir(path: str) -> bool:
             raise NotADirectoryError(errno_mod.ENOTDIR, "not a directory", path) from None
         return False
     return True
+
+
+def hold_dir(path: str) -> int | None:
+    """Take an exclusive lock on directory `path` for this open file description; return
+    the fd that holds it (closing it releases the lock), or None when another holds it.
+    The lock is on the directory itself: no lock file among the ledger's own."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

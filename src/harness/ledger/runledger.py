@@ -25,9 +25,9 @@ from typing import Any
 from ..timefmt import day_start_ns, format_ns, now_ns, utc_day
 from .chain import ZERO_HASH, hash_of_line_bytes, seal_line
 from .dayfiles import day_path, iter_chunks, list_day_files, read_tail
-from .errors import LedgerCorrupt
+from .errors import LedgerCorrupt, LedgerInUse
 from .feed import Committed, Feed, Subscription
-from .files import FileLayer, make_private_dir
+from .files import FileLayer, hold_dir, make_private_dir
 from .fold import LogProbe, Record
 from .index import Index
 from .query import Query
@@ -111,20 +111,31 @@ class RunLedger:
         self._carried = 0
         self._trimmed_day = 0
         self.created = make_private_dir(directory)
-        next_seq, head = self._recover()
-        next_seq, head = self._load(window_ns, next_seq, head)
-        self._committed = next_seq - 1  # everything on disk at open counts as durable
-        self._writer = Writer(
-            _DaySealer(directory),
-            next_seq=next_seq,
-            head_hash=head,
-            files=files,
-            on_commit=self._commit,
-            sync_timeout=sync_timeout,
-            flush_every=flush_every,
-            retry_min=retry_min,
-            retry_max=retry_max,
-        )
+        # One writer per ledger (SPEC-0022): a second daemon on the same state directory
+        # would issue the same seqs. Held until close; readers take no lock.
+        held = hold_dir(directory)
+        if held is None:
+            raise LedgerInUse(f"the ledger {directory} is held by another process (another "
+                              "harness daemon on the same state directory?)")
+        self._held = held
+        try:
+            next_seq, head = self._recover()
+            next_seq, head = self._load(window_ns, next_seq, head)
+            self._committed = next_seq - 1  # everything on disk at open counts as durable
+            self._writer = Writer(
+                _DaySealer(directory),
+                next_seq=next_seq,
+                head_hash=head,
+                files=files,
+                on_commit=self._commit,
+                sync_timeout=sync_timeout,
+                flush_every=flush_every,
+                retry_min=retry_min,
+                retry_max=retry_max,
+            )
+        except BaseException:
+            os.close(held)
+            raise
 
     # -- boot --------------------------------------------------------------------------
 
@@ -601,7 +612,12 @@ class RunLedger:
 
     def close(self, timeout: float = 5.0) -> None:
         """Drain every queued line to disk (or report what could not be) and stop."""
-        self._writer.close(timeout)
+        try:
+            self._writer.close(timeout)
+        finally:
+            if self._held >= 0:
+                os.close(self._held)
+                self._held = -1
 
 
 __all__ = ["LedgerCorrupt", "LedgerStats", "Record", "RunLedger"]
