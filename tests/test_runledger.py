@@ -804,3 +804,26 @@ def test_a_ledger_that_fails_to_open_lets_go_of_its_directory(tmp_path: Path) ->
         RunLedger(str(d))
     (d / "CHAIN").unlink()
     RunLedger(str(d)).close()  # not refused as "held": the failed open released it
+
+
+def test_a_file_system_that_cannot_lock_a_directory_still_opens(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A state directory on NFS, where flock of a directory opened read-only fails with
+    EBADF (no NFS here: that one call is made to fail). The lock is not enforced, and the
+    ledger says so rather than refusing to run."""
+    import harness.ledger.files as files_mod
+
+    def ebadf(fd: int, op: int) -> None:
+        raise OSError(9, "Bad file descriptor")
+
+    monkeypatch.setattr(files_mod.fcntl, "flock", ebadf)
+    d = tmp_path / "ledger"
+    led = RunLedger(str(d), clock=Clock(T0))
+    monkeypatch.undo()
+    try:
+        assert led.append({"type": "decided", "harness": "a", "run_id": 1,
+                           "trigger": "schedule", "outcome": "missed"}) == 1
+    finally:
+        led.close()
+    assert "cannot be locked on this file system" in caplog.text

@@ -43,14 +43,19 @@ def make_private_dir(path: str) -> bool:
 
 def hold_dir(path: str) -> int | None:
     """Take an exclusive lock on directory `path` for this open file description; return
-    the fd that holds it (closing it releases the lock), or None when another holds it.
-    The lock is on the directory itself: no lock file among the ledger's own."""
+    the fd that holds it (closing it releases the lock), None when another holds it, or
+    -1 when this file system cannot lock a directory (NFS emulates flock with locks that
+    need a file open for writing): then nothing is held. The lock is on the directory
+    itself: no lock file among the ledger's own."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         return None
+    except OSError:
+        os.close(fd)
+        return -1
     except BaseException:
         os.close(fd)
         raise

@@ -117,6 +117,9 @@ class RunLedger:
         if held is None:
             raise LedgerInUse(f"the ledger {directory} is held by another process (another "
                               "harness daemon on the same state directory?)")
+        if held < 0:
+            log.warning("ledger: %s cannot be locked on this file system; a second daemon "
+                        "on the same state directory would not be stopped", directory)
         self._held = held
         try:
             next_seq, head = self._recover()
@@ -134,7 +137,8 @@ class RunLedger:
                 retry_max=retry_max,
             )
         except BaseException:
-            os.close(held)
+            if held >= 0:
+                os.close(held)
             raise
 
     # -- boot --------------------------------------------------------------------------
