@@ -1186,6 +1186,33 @@ def test_lines_synced_into_a_file_gone_from_its_path_are_written_again(
     assert rig.disk().seqs == ([0] if how == "replaced" else []) + [2, 3, 4]
 
 
+class _FullAfterDelete(RecordingFiles):
+    """The disk fills the moment the writer finds its file deleted: the rewrite fails."""
+
+    def names(self, path: str, identity: tuple[int, int]) -> bool:
+        there = super().names(path, identity)
+        if not there:
+            self.inject("write", errno=errno.ENOSPC, times=1)
+        return there
+
+
+def test_a_rewrite_after_a_deleted_file_that_fails_is_retried_once(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """The new file cannot take the rewrite (ENOSPC): the caller hears of it, the line
+    stays queued, and the retry puts it in the new file once; the count of lines written
+    stays the count of lines in files."""
+    rig = make_rig(files=_FullAfterDelete())
+    warm(rig)
+    rig.day.unlink()
+    with pytest.raises(LedgerUnavailable, match="No space left on device"):
+        rig.writer.append(line(run_id=2), harness="h", run_id=2)
+    rig.commits.wait_for(2)
+    assert rig.disk().seqs == [2]
+    s = rig.writer.stats()
+    assert (s.queued, s.lines_written, s.degraded) == (0, 2, False)
+
+
 class _DriftingInodes(RecordingFiles):
     """A file system whose inode numbers do not hold still (some FUSE mounts): a path
     never seems to name the file just opened from it."""

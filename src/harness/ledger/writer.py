@@ -755,7 +755,7 @@ class Writer:
             # Only lines the cut removed are rewritten. A reopened handle counts lines
             # an earlier handle left in place (a failed cut) below `synced`; rewriting
             # them too would put their seqs in the file twice.
-            if e.path == path and e.end > f.synced:
+            if e.path == path and e.written and e.end > f.synced:
                 e.written = False
                 self._lines_written -= 1
         self._drop(path)
