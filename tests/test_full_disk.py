@@ -19,22 +19,21 @@ from pathlib import Path
 
 import pytest
 
+from conftest import World
+from daemons import Daemons, runs_of, until
 from harness.ledger.errors import LedgerUnavailable
 from harness.ledger.query import Query
 from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
 from harness.ledger.verify import verify_run_ledger
-from ledgertools import T0, Clock
+from ledgertools import T0, Clock, verify_ok
 
 WAIT = 30.0  # generous: a loaded machine must not make these flaky
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 256 KiB tmpfs of our own, unmounted afterwards."""
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs",
+def _mounted(mnt: Path, size: str) -> Iterator[Path]:
+    mnt.mkdir(parents=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
                           str(mnt)], capture_output=True, text=True)
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip() or res.returncode}")
@@ -42,6 +41,18 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs of our own, unmounted afterwards."""
+    yield from _mounted(tmp_path / "mnt", "256k")
+
+
+@pytest.fixture
+def full_state(world: World) -> Iterator[Path]:
+    """The world's XDG state dir on a 1 MiB tmpfs of its own."""
+    yield from _mounted(world.root / "state", "1m")
 
 
 def _fill(mnt: Path) -> Path:
@@ -139,3 +150,29 @@ def test_a_full_disk_at_boot_still_opens_and_recovers(small_fs: Path) -> None:
         led.close()
     res = verify_run_ledger(str(d), parallel=False)
     assert (res.ok, res.head_seq, res.lines) == (True, run_id + 1, run_id + 1), res.error
+
+
+def test_the_daemon_on_a_full_disk_refuses_runs_cleanly_and_goes_on(
+        world: World, full_state: Path, daemons: Daemons) -> None:
+    """The whole state dir full (state.json, logs and ledger): a trigger is refused
+    with the disk's reason, not an internal error, and the daemon logs one line, no
+    traceback; once space is back the next trigger runs, with the next run id."""
+    daemons.write_config('[harness.ok]\nkind = "oneshot"\nargv = ["true"]\n\n'
+                         '[harness.tick]\nkind = "oneshot"\nargv = ["true"]\n'
+                         'schedule = "@every 1s"\n')
+    daemons.start()
+    assert world.harness("trigger", "ok", "--wait").returncode == 0
+    filler = _fill(full_state)
+    res = world.harness("trigger", "ok")
+    assert res.returncode == 1
+    assert res.stderr.endswith("cannot write: No space left on device (unavailable)\n"), \
+        res.stderr
+    until("a scheduled window to fail", lambda: "harness tick: the scheduled run could not "
+          "be started: " in daemons.stderr())
+    filler.unlink()
+    res = world.harness("trigger", "ok", "--wait")
+    assert (res.returncode, res.stderr) == (0, "ok run 2: success\n")  # the run had no output
+    assert [(r["run_id"], r["outcome"]) for r in runs_of(world, "ok")] == [
+        (2, "success"), (1, "success")]
+    verify_ok(world)
+    assert "Traceback" not in daemons.stderr()

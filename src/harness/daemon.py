@@ -97,8 +97,8 @@ def _handlers(manager: Manager, ledger: RunLedger, info: dict[str, Any],
                 raise OpError("bad_request",
                               f"{op} applies to resident harnesses; {name!r} is a one-shot"
                               [:300]) from None
-            except (RuntimeError, LedgerError) as exc:
-                # A shutdown in progress, or a line the disk did not take in time.
+            except (RuntimeError, LedgerError, StateError) as exc:
+                # A shutdown in progress, or a line or run id the disk did not take.
                 raise OpError("unavailable", str(exc)) from None
         return handler
 

@@ -35,12 +35,13 @@ from typing import Any
 from ..config.load import diff_configs
 from ..config.model import Config, HarnessConfig
 from ..config.schedule import OperatingHours, Schedule, Windows
+from ..ledger.errors import LedgerError
 from ..ledger.query import Query
 from ..ledger.runledger import RunLedger
 from ..ledger.schema import FAILURE_OUTCOMES
 from ..timefmt import format_ns, parse_ns
 from .runner import DEFAULT_GRACE, Run, RunSpec
-from .state import RunIds
+from .state import RunIds, StateError
 
 log = logging.getLogger("harness.manager")
 
@@ -62,6 +63,15 @@ MAX_BACKOFF = 60.0
 MIN_BACKOFF = 0.1
 # hours_shutdown = "graceful": SIGTERM, then this long to finish before SIGKILL.
 HOURS_GRACE = 15 * 60.0
+
+
+def _log_failure(what: str, exc: Exception) -> None:
+    """A start that failed: a disk that did not take the run id or the opened line (full,
+    read-only) is said in one line; anything else is a bug and gets its traceback."""
+    if isinstance(exc, (StateError, LedgerError)):
+        log.error("%s: %s", what, exc)
+    else:
+        log.error("%s", what, exc_info=exc)
 
 
 class UnknownHarness(KeyError):
@@ -299,9 +309,9 @@ class Manager:
                     await self._decide(name, decision)
                 except asyncio.CancelledError:
                     raise
-                except Exception:
+                except Exception as exc:
                     # One failed window must not end the schedule; the next one still fires.
-                    log.exception("harness %s: the scheduled run could not be started", name)
+                    _log_failure(f"harness {name}: the scheduled run could not be started", exc)
                 last = decision.due or decision.missed.last or last
             nxt = sched.next_fire(max(last, now))
             self._next[name] = nxt
@@ -422,9 +432,9 @@ class Manager:
                 return
             try:
                 await self._start_oneshot(name, cfg, held.trigger, held.window, held.run_id)
-            except Exception:
-                log.exception("harness %s: the queued run %d could not be started", name,
-                              held.run_id)
+            except Exception as exc:
+                _log_failure(f"harness {name}: the queued run {held.run_id} could not be "
+                             "started", exc)
 
     async def _decided(self, name: str, run_id: int, trigger: str, outcome: str,
                        reason: str | None, **fields: Any) -> None:
@@ -543,10 +553,10 @@ class Manager:
                         or (name in self._closed and name not in self._override)):
                     return
                 await self._spawn_resident(name, "restart", nowait=True)
-        except Exception:
+        except Exception as exc:
             # Not retried: a run id or an opened line that cannot be written is not a
             # crash of the resident, and looping on it would flood the log.
-            log.exception("harness %s: the restart could not be started", name)
+            _log_failure(f"harness {name}: the restart could not be started", exc)
 
     def _cancel_backoff(self, name: str) -> None:
         task = self._backoff.pop(name, None)
