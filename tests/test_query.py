@@ -10,6 +10,8 @@ counting calls to the file scan.
 from __future__ import annotations
 
 import dataclasses
+import gc
+import json
 import os
 import random
 import time
@@ -317,6 +319,26 @@ def test_filters(
     assert keys([r.to_json() for r in offline]) == want and low == oldest
 
 
+@pytest.mark.parametrize(("kw", "want"), [(f[1], f[2]) for f in FILTERS if f[0] != "limit"],
+                         ids=[f[0] for f in FILTERS if f[0] != "limit"])
+def test_filters_page_one_record_at_a_time_from_the_files(
+    filters_dir: Path, kw: dict[str, Any], want: list[str]
+) -> None:
+    """The file scan picks the records a query returns before it folds them: with a limit
+    of one, each filter must pick the newest match, not the newest record, and paging by
+    before_seq must walk the same list."""
+    got: list[str] = []
+    before = kw.get("before_seq")
+    for _ in range(len(want) + 1):
+        recs, low, _ = scan(str(filters_dir), Query(**{**kw, "limit": 1, "before_seq": before}))
+        assert low == (recs[0].seq if recs else None)
+        if not recs:
+            break
+        got.extend(keys([r.to_json() for r in recs]))
+        before = low
+    assert got == want
+
+
 def test_filtered_records_are_whole(filters_dir: Path, opened_ledgers: list[RunLedger]) -> None:
     mem = reopen(filters_dir, "memory", T0, opened_ledgers)
     recs, _ = mem.query(Query(limit=50))
@@ -543,6 +565,119 @@ def test_a_run_open_across_since_is_found_with_its_real_start(tmp_path: Path) ->
     assert stats.files == 1  # the range itself needed one file; the look-back read the other
 
 
+@pytest.mark.parametrize("since_at", ["midnight", "last_ns"])
+def test_since_reads_exactly_one_day_of_slack_before_its_own_day(
+        tmp_path: Path, since_at: str) -> None:
+    """A record whose only line is stamped before the midnight that starts --since's day,
+    with a start inside the range, lies in the day file before since's: the read takes in
+    exactly that one extra day (24 h back from since, to the nanosecond), not older ones."""
+    d = tmp_path / "ledger"
+    m = day_start_ns(utc_day(T0))
+    since = m if since_at == "midnight" else m + DAY - 1  # first or last ns of T0's day
+    clock = Clock(m - 2 * DAY + HOUR)
+    led = RunLedger(str(d), clock=clock)
+    led.append({"type": "decided", "harness": "s", "run_id": 1, "outcome": "missed"})
+    clock.ns = m - 10 * MINUTE  # 23:50 of the day before
+    led.append({"type": "decided", "harness": "s", "run_id": 2, "outcome": "skipped",
+                "trigger": "schedule", "started_at": format_ns(since + 10 * MINUTE)})
+    led.close()
+    recs, oldest, stats = scan(str(d), Query(since_ns=since, limit=10))
+    assert [(r.run_id, r.seq, r.fields["outcome"], r.fields["started_at"]) for r in recs] == [
+        (2, 2, "skipped", format_ns(since + 10 * MINUTE))]
+    assert oldest == 2
+    assert (stats.files, stats.lines) == (1, 1)  # the day before since's; not the one before
+
+
+def test_a_start_moved_by_a_later_line_still_looks_back_for_the_opened_line(
+        tmp_path: Path) -> None:
+    """A run opened three days back whose later line (in range) moves its start into the
+    range: the record is still partial in the files read, so the look-back joins its
+    opened line (its seq, its trigger), while the filter and the record keep the newer
+    start."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 3 * DAY)
+    led = RunLedger(str(d), clock=clock)
+    led.append({"type": "opened", "harness": "r", "run_id": 1, "trigger": "manual",
+                "started_at": format_ns(T0 - 3 * DAY)})
+    clock.ns = T0 - 2 * DAY  # a file between: the look-back goes on past it
+    led.append({"type": "updated", "harness": "r", "run_id": 1, "model_calls": 1})
+    clock.ns = T0
+    led.append({"type": "updated", "harness": "r", "run_id": 1,
+                "started_at": format_ns(T0 - HOUR)})
+    led.close()
+    recs, oldest, stats = scan(str(d), Query(since_ns=T0 - 2 * HOUR, limit=5))
+    assert [(r.seq, r.last_seq, r.opened, r.fields["trigger"], r.fields["started_at"],
+             r.fields["model_calls"]) for r in recs] == [
+        (1, 3, True, "manual", format_ns(T0 - HOUR), 1)]
+    assert (oldest, stats.files) == (1, 1)
+
+
+def test_a_run_whose_opened_line_is_gone_is_read_back_to_the_oldest_file(
+        tmp_path: Path) -> None:
+    """A run with lines inside the range but no opened line anywhere (pruned, or never
+    written): the look-back reads every older file, finds nothing and stops at the oldest;
+    the record is returned partial, from its first line in range."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 4 * DAY)
+    led = RunLedger(str(d), clock=clock)
+    led.append({"type": "decided", "harness": "o", "run_id": 1, "outcome": "missed"})
+    clock.ns = T0 - 3 * DAY
+    led.append({"type": "decided", "harness": "o", "run_id": 2, "outcome": "missed"})
+    clock.ns = T0 - DAY
+    led.append({"type": "updated", "harness": "p", "run_id": 9, "model_calls": 4})
+    clock.ns = T0
+    led.append({"type": "closed", "harness": "p", "run_id": 9, "outcome": "failed",
+                "exit_code": 3})
+    led.close()
+    recs, oldest, stats = scan(str(d), Query(since_ns=T0 - DAY - HOUR, limit=5))
+    assert [(r.harness, r.run_id, r.seq, r.last_seq, r.opened, r.closed,
+             r.fields["model_calls"], r.fields["exit_code"]) for r in recs] == [
+        ("p", 9, 3, 4, False, True, 4, 3)]
+    assert (oldest, stats.files, stats.lines) == (3, 2, 2)
+
+
+def test_runs_open_across_since_filter_on_what_their_older_lines_say(tmp_path: Path) -> None:
+    """Runs with their first lines three days back and a later line each in range: the
+    look-back gives the first pass their older lines' start, outcome, trigger and state,
+    so filters and the limit see them as they fold. z/1 started before the range."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 3 * DAY)
+    led = RunLedger(str(d), clock=clock)
+    led.append({"type": "opened", "harness": "y", "run_id": 1, "trigger": "manual",
+                "started_at": format_ns(T0 - 90 * MINUTE)})
+    led.append({"type": "decided", "harness": "x", "run_id": 1, "trigger": "schedule",
+                "outcome": "missed", "started_at": format_ns(T0 - HOUR)})
+    led.append({"type": "opened", "harness": "z", "run_id": 1, "trigger": "manual",
+                "started_at": format_ns(T0 - 3 * DAY)})
+    clock.ns = T0 - 30 * MINUTE
+    led.append({"type": "updated", "harness": "y", "run_id": 1, "model_calls": 1})
+    clock.ns = T0
+    led.append({"type": "updated", "harness": "x", "run_id": 1, "model_calls": 2})
+    led.append({"type": "closed", "harness": "z", "run_id": 1, "outcome": "success"})
+    led.close()
+
+    def ask(**kw: Any) -> list[tuple[str, int, str, str]]:
+        recs, _, stats = scan(str(d), Query(since_ns=T0 - 2 * HOUR, **kw))
+        assert stats.files == 1
+        return [(r.harness, r.seq, r.fields["trigger"], r.to_json()["outcome"]) for r in recs]
+
+    assert ask(limit=5) == [("x", 2, "schedule", "missed"), ("y", 1, "manual", "running")]
+    assert ask(limit=1) == [("x", 2, "schedule", "missed")]
+    assert ask(outcomes=frozenset({"missed"}), limit=5) == [("x", 2, "schedule", "missed")]
+    assert ask(triggers=frozenset({"schedule"}), limit=5) == [("x", 2, "schedule", "missed")]
+    assert ask(outcomes=frozenset({"running"}), limit=1) == [("y", 1, "manual", "running")]
+    assert ask(triggers=frozenset({"manual"}), limit=1) == [("y", 1, "manual", "running")]
+
+
+def test_a_since_past_every_file_reads_none(tmp_path: Path) -> None:
+    d = tmp_path / "ledger"
+    led = RunLedger(str(d), clock=Clock(T0))
+    led.append({"type": "decided", "harness": "n", "run_id": 1, "outcome": "missed"})
+    led.close()
+    recs, oldest, stats = scan(str(d), Query(since_ns=T0 + 3 * DAY, limit=5))
+    assert (recs, oldest, stats.files, stats.lines) == ([], None, 0, 0)
+
+
 def test_a_clock_jump_folds_in_seq_order(tmp_path: Path) -> None:
     """A clock stepped back puts a later line into an earlier day's file. The scan still
     folds every record in seq order: the outcome is the newest line's, not the one in the
@@ -568,6 +703,79 @@ def test_a_clock_jump_folds_in_seq_order(tmp_path: Path) -> None:
     assert recs == []
 
 
+def test_a_clock_jump_that_reorders_records_still_pages_newest_first(tmp_path: Path) -> None:
+    """The clock steps back a day before j/2 (seq 3): it lies in an older file than j/1
+    (seq 1), so j's records meet in file order, not seq order. Page by page the newest seq
+    still comes first, with no record lost or repeated."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0)
+    led = RunLedger(str(d), clock=clock)
+    led.append({"type": "decided", "harness": "j", "run_id": 1, "outcome": "missed"})
+    led.append({"type": "decided", "harness": "k", "run_id": 1, "outcome": "missed"})
+    clock.ns = T0 - DAY
+    led.append({"type": "decided", "harness": "j", "run_id": 2, "outcome": "skipped"})
+    led.close()
+    got = []
+    before = None
+    for _ in range(4):
+        recs, oldest, _ = scan(str(d), Query(limit=1, before_seq=before))
+        got.append(([(r.harness, r.run_id, r.seq) for r in recs], oldest))
+        before = oldest
+    assert got == [([("j", 2, 3)], 3), ([("k", 1, 2)], 2), ([("j", 1, 1)], 1), ([], None)]
+    recs, oldest, _ = scan(str(d), Query())  # no limit (internal callers)
+    assert ([(r.harness, r.run_id, r.seq) for r in recs], oldest) == (
+        [("j", 2, 3), ("k", 1, 2), ("j", 1, 1)], 1)
+
+
+def test_the_scan_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
+    """The scan pauses the collector while it reads; the daemon calls it too, so it must
+    hand the collector back on, and must not turn on one its caller turned off."""
+    d = tmp_path / "ledger"
+    led = RunLedger(str(d), clock=Clock(T0))
+    led.append({"type": "decided", "harness": "g", "run_id": 1, "outcome": "missed"})
+    led.close()
+    was = gc.isenabled()
+    try:
+        after = []
+        for on in (True, False):
+            gc.enable() if on else gc.disable()
+            recs, oldest, _ = scan(str(d), Query(limit=5))
+            assert ([(r.harness, r.run_id, r.seq) for r in recs], oldest) == ([("g", 1, 1)], 1)
+            after.append(gc.isenabled())
+        assert after == [True, False]
+    finally:
+        gc.enable() if was else gc.disable()
+
+
+def test_a_record_read_newest_line_first_keeps_its_first_seq(tmp_path: Path) -> None:
+    """The clock steps back a day between two runs' opened lines and their closed lines,
+    so the files give each closed line first: each record is still keyed by its first seq,
+    for before_seq as for the order, and a line past upto_seq changes neither."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0)
+    led = RunLedger(str(d), clock=clock)
+    for name in ("j", "k"):
+        led.append({"type": "opened", "harness": name, "run_id": 1, "trigger": "manual"})
+    clock.ns = T0 - DAY
+    for name in ("j", "k"):
+        led.append({"type": "closed", "harness": name, "run_id": 1, "outcome": "success"})
+    led.append({"type": "updated", "harness": "j", "run_id": 1, "outcome": "failed"})
+    led.close()
+
+    def ask(q: Query, upto: int | None = None) -> tuple[list[tuple[str, int, int, str]],
+                                                      int | None]:
+        recs, oldest, _ = scan(str(d), q, upto_seq=upto)
+        return [(r.harness, r.seq, r.last_seq, r.to_json()["outcome"]) for r in recs], oldest
+
+    want = [("k", 2, 4, "success"), ("j", 1, 5, "failed")]
+    assert ask(Query(limit=5)) == (want, 1)
+    assert ask(Query(before_seq=3, limit=5)) == (want, 1)
+    assert ask(Query(before_seq=2, limit=5)) == (want[1:], 1)
+    # Up to seq 4 (seq 5 not yet durable) j/1 succeeded, for the filter too.
+    assert ask(Query(outcomes=frozenset({"success"}), limit=5), upto=4) == (
+        [("k", 2, 4, "success"), ("j", 1, 3, "success")], 1)
+
+
 def test_the_daemon_fallback_reads_only_durable_lines(tmp_path: Path) -> None:
     """`upto_seq` cuts the scan at the last committed seq: a buffered line that is in the
     file but not yet synced (so not yet visible in memory) is not visible from files."""
@@ -589,6 +797,57 @@ def test_the_daemon_fallback_reads_only_durable_lines(tmp_path: Path) -> None:
         assert [r["run_id"] for r in led.query(Query(limit=10))[0]] == [1]
     finally:
         led.close(timeout=10.0)
+
+
+def test_lines_after_upto_seq_are_not_read_even_to_choose(tmp_path: Path) -> None:
+    """Lines past `upto_seq` neither make records nor change them, so a filter or a limit
+    never picks by a line the answer does not show."""
+    d = tmp_path / "ledger"
+    led = RunLedger(str(d), clock=Clock(T0))
+    led.append({"type": "opened", "harness": "o", "run_id": 1, "trigger": "manual"})
+    led.append({"type": "decided", "harness": "d", "run_id": 1, "outcome": "missed"})
+    led.append({"type": "closed", "harness": "o", "run_id": 1, "outcome": "success"})
+    led.append({"type": "decided", "harness": "n", "run_id": 1, "outcome": "missed"})
+    led.close()
+
+    def ask(q: Query) -> tuple[list[tuple[str, int, str]], int | None]:
+        recs, oldest, _ = scan(str(d), q, upto_seq=2)
+        return [(r.harness, r.seq, r.to_json()["outcome"]) for r in recs], oldest
+
+    assert ask(Query(limit=5)) == ([("d", 2, "missed"), ("o", 1, "running")], 1)
+    assert ask(Query(limit=1)) == ([("d", 2, "missed")], 2)
+    assert ask(Query(outcomes=frozenset({"running"}), limit=1)) == ([("o", 1, "running")], 1)
+    assert ask(Query(outcomes=frozenset({"success"}), limit=1)) == ([], None)
+
+
+def test_an_unreadable_start_filters_on_the_first_line_as_in_memory(tmp_path: Path) -> None:
+    """A started_at that is not a time (a hand-edited or foreign line) neither fails the
+    read nor hides the record: the files filter on the record's first `at` instead, as
+    the in-memory index does (Record.started_key), limit or none."""
+    d = tmp_path / "ledger"
+    d.mkdir()
+    at = format_ns(T0)
+    (d / f"{at[:10]}.jsonl").write_bytes(b"".join(
+        json.dumps(x, separators=(",", ":")).encode() + b"\n" for x in (
+            {"seq": 1, "type": "decided", "at": at, "harness": "a", "run_id": 1,
+             "outcome": "missed", "started_at": "yesterday"},
+            {"seq": 2, "type": "decided", "at": at, "harness": "b", "run_id": 1,
+             "outcome": "missed", "started_at": format_ns(T0 - HOUR)},
+            # No time at all: the earliest possible start.
+            {"seq": 3, "type": "decided", "at": "whenever", "harness": "c", "run_id": 1,
+             "outcome": "missed"})))
+    for kw, want in (({"since_ns": T0 - 2 * HOUR}, [("b", 2), ("a", 1)]),
+                     ({"since_ns": T0 - 2 * HOUR, "limit": 1}, [("b", 2)]),
+                     ({"since_ns": T0, "limit": 1}, [("a", 1)]),
+                     ({"until_ns": T0 - 2 * HOUR, "limit": 1}, [("c", 3)])):
+        q = Query(**{"limit": 5, **kw})
+        recs, oldest, stats = scan(str(d), q)
+        assert ([(r.harness, r.seq) for r in recs], stats.skipped) == (want, 0), kw
+        led = RunLedger(str(d), clock=Clock(T0))
+        try:
+            assert led.query(q) == ([r.to_json() for r in recs], oldest), kw
+        finally:
+            led.close()
 
 
 # -- the boot load and the prune, where seq order and day files disagree ----------------------
@@ -708,10 +967,13 @@ def test_a_clock_stepped_back_more_than_a_day_is_read_whole_with_since(
     clock.ns = T0 + HOUR
     led.append({"type": "decided", "harness": "j", "run_id": 2, "outcome": "missed"})
     led.close()
-    everything, _, _ = scan(str(d), Query(limit=5))
+    (d / "notes.txt").write_text("not a day file\n")
+    everything, _, every_stats = scan(str(d), Query(limit=5))
     since, _, stats = scan(str(d), Query(since_ns=T0 - HOUR, limit=5))
+    assert every_stats.strays == stats.strays == ["notes.txt"]  # named after the re-read too
     assert [r.to_json(offline=True) for r in since] == [
         r.to_json(offline=True) for r in everything]
     assert [(r.run_id, r.fields["outcome"], r.fields.get("model")) for r in since] == [
         (2, "missed", None), (1, "success", "m")]
     assert stats.files == 2  # all of them, the older one included
+    assert (stats.lines, stats.skipped, stats.torn) == (3, 0, 0)  # each line counted once

@@ -325,6 +325,103 @@ def test_unparseable_lines_are_skipped_and_counted(
     assert (res.ok, res.lines, res.torn) == (True, 2, 1)
 
 
+def test_a_non_utf8_line_of_a_returned_record_is_counted_once(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """A line whose envelope reads but which holds invalid UTF-8 is skipped and counted by
+    the first pass; the second pass, folding the record that line belongs to, must not
+    count it again ("skipped 2 unparseable line(s)" for one bad line)."""
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    led.append({"type": "opened", "harness": "u", "run_id": 1, "trigger": "manual"})
+    led.close()
+    path = ledger_dir / "2026-06-15.jsonl"
+    with path.open("ab") as f:
+        f.write(b'{"seq":2,"type":"closed","at":"2026-06-15T12:00:01Z","harness":"u",'
+                b'"run_id":1,"outcome":"failed","reason":"\xff\xfe"}\n')
+    recs, _, st = scan(str(ledger_dir), Query(limit=5))
+    assert [r.to_json() for r in recs] == [
+        {"harness": "u", "run_id": 1, "seq": 1, "trigger": "manual", "outcome": "running"}]
+    assert (st.lines, st.skipped, st.torn) == (2, 1, 0)
+
+
+def test_a_line_only_the_second_pass_cannot_read_is_skipped_there_not_folded(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """A number out of range in a field the first pass skips unread: the second pass,
+    folding whole lines, skips that line and counts it once, and folds nothing in its
+    place (not the line before it, of another record)."""
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    led.append({"type": "opened", "harness": "b", "run_id": 1, "trigger": "manual"})
+    led.append({"type": "decided", "harness": "a", "run_id": 1, "outcome": "missed",
+                "model": "m"})
+    led.close()
+    path = ledger_dir / "2026-06-15.jsonl"
+    with path.open("ab") as f:
+        f.write(b'{"seq":3,"type":"closed","at":"2026-06-15T12:00:02Z","harness":"b",'
+                b'"run_id":1,"outcome":"success","cost_usd":1e999}\n')
+    recs, _, st = scan(str(ledger_dir), Query(limit=5))
+    assert [r.to_json() for r in recs] == [
+        {"harness": "a", "run_id": 1, "seq": 2, "outcome": "missed", "model": "m"},
+        {"harness": "b", "run_id": 1, "seq": 1, "trigger": "manual", "outcome": "running"}]
+    assert (st.lines, st.skipped, st.torn) == (3, 1, 0)
+
+
+def test_a_non_utf8_closing_line_does_not_end_its_run_for_the_outcome_filter(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """Invalid UTF-8 in a field the first pass does not read still makes the whole line
+    unreadable there: the run it would close is "running" to the filter as in its record."""
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    led.append({"type": "opened", "harness": "u", "run_id": 1, "trigger": "manual"})
+    led.close()
+    path = ledger_dir / "2026-06-15.jsonl"
+    with path.open("ab") as f:
+        f.write(b'{"seq":2,"type":"closed","at":"2026-06-15T12:00:01Z","harness":"u",'
+                b'"run_id":1,"outcome":"failed","reason":"\xff\xfe"}\n')
+    want = [{"harness": "u", "run_id": 1, "seq": 1, "trigger": "manual", "outcome": "running"}]
+    recs, oldest, st = scan(str(ledger_dir), Query(outcomes=frozenset({"running"}), limit=1))
+    assert ([r.to_json() for r in recs], oldest, st.lines) == (want, 1, 2)
+    recs, oldest, st = scan(str(ledger_dir), Query(outcomes=frozenset({"failed"}), limit=1))
+    assert (recs, oldest, st.skipped) == ([], None, 1)
+
+
+@pytest.mark.parametrize("layout", ["C|AB", "C||AB", "|C|AB", "C|   |AB"])
+def test_a_line_holding_two_objects_is_skipped_even_next_to_a_blank_one(
+    ledger_dir: Path, layout: str
+) -> None:
+    """A line holding two whole objects is unparseable, and so is a blank one; a blank
+    line in the same block must not let the two objects pass as two lines. Each bad line
+    is skipped and counted, and the one good record is the first page of one."""
+    ledger_dir.mkdir(parents=True)
+
+    def line(seq: int, name: str) -> bytes:
+        return ref_canonical({"seq": seq, "type": "decided", "at": format_ns(T0),
+                              "harness": name, "run_id": 1, "outcome": "missed"})
+
+    parts = {"C": line(1, "c"), "AB": line(2, "a") + line(3, "b")}
+    rows = layout.split("|")
+    (ledger_dir / "2026-06-15.jsonl").write_bytes(
+        b"".join(parts.get(x, x.encode()) + b"\n" for x in rows))
+    recs, oldest, st = scan(str(ledger_dir), Query(limit=1))
+    assert ([(r.harness, r.seq) for r in recs], oldest) == ([("c", 1)], 1)
+    assert (st.lines, st.skipped, st.torn) == (len(rows), len(rows) - 1, 0)
+
+
+def test_lines_with_a_seq_or_run_id_below_1_or_no_harness_are_skipped_and_counted(
+    ledger_dir: Path
+) -> None:
+    ledger_dir.mkdir(parents=True)
+    base = {"type": "decided", "at": format_ns(T0), "harness": "z", "outcome": "missed"}
+    rows = [{**base, "seq": 1, "run_id": 1}, {**base, "seq": 2, "run_id": 0},
+            {**base, "seq": 0, "run_id": 3}, {**base, "seq": 4, "run_id": -4},
+            {**base, "seq": 5, "run_id": 5, "harness": ""}]
+    (ledger_dir / "2026-06-15.jsonl").write_bytes(b"".join(ref_canonical(x) + b"\n"
+                                                           for x in rows))
+    recs, oldest, st = scan(str(ledger_dir), Query(limit=1))
+    assert ([(r.harness, r.run_id, r.seq) for r in recs], oldest) == ([("z", 1, 1)], 1)
+    assert (st.lines, st.skipped) == (5, 4)
+
+
 def test_a_line_nested_past_the_decoders_depth_is_skipped_not_a_crash(
     ledger_dir: Path, open_ledger: OpenLedger
 ) -> None:
@@ -442,6 +539,40 @@ def test_a_line_over_16_kib_is_rejected_and_nothing_is_written(
     assert led.stats().next_seq == 2
     assert led.append({"type": "closed", "harness": "h", "run_id": 1,
                        "outcome": "success"}) == 2
+
+
+def test_the_scan_skips_a_line_over_16_kib_with_its_newline_and_keeps_one_at_it(
+    ledger_dir: Path
+) -> None:
+    """REQ-1's limit read back: a line of 16,385 bytes with its newline is skipped and
+    counted, even when the rest of its record reads (the run stays open); one of exactly
+    16,384 bytes is folded whole. Both passes agree on the byte."""
+    ledger_dir.mkdir(parents=True)
+
+    def padded(obj: dict[str, Any], size: int) -> bytes:
+        obj = {**obj, "reason": ""}
+        raw = ref_canonical(obj)
+        obj["reason"] = "y" * (size - 1 - len(raw))
+        raw = ref_canonical(obj) + b"\n"
+        assert len(raw) == size
+        return raw
+
+    at = format_ns(T0)
+    opened = {"seq": 1, "type": "opened", "at": at, "harness": "h", "run_id": 1}
+    over = padded({"seq": 2, "type": "closed", "at": at, "harness": "h", "run_id": 1,
+                   "outcome": "failed"}, 16 * 1024 + 1)
+    at_limit = padded({"seq": 3, "type": "decided", "at": at, "harness": "h", "run_id": 2,
+                       "outcome": "skipped"}, 16 * 1024)
+    (ledger_dir / "2026-06-15.jsonl").write_bytes(ref_canonical(opened) + b"\n" + over
+                                                  + at_limit)
+    recs, oldest, st = scan(str(ledger_dir), Query(limit=5))
+    assert [(r.run_id, r.seq, r.last_seq, r.opened, r.closed, r.fields.get("outcome"),
+             r.fields.get("reason")) for r in recs] == [
+        (2, 3, 3, True, True, "skipped", json.loads(at_limit)["reason"]),
+        (1, 1, 1, True, False, None, None)]
+    assert (oldest, st.lines, st.skipped, st.torn) == (1, 3, 1, 0)
+    recs, _, _ = scan(str(ledger_dir), Query(outcomes=frozenset({"running"}), limit=1))
+    assert [(r.run_id, r.seq) for r in recs] == [(1, 1)]  # the over-long line closes nothing
 
 
 def _line(**kw: Any) -> dict[str, Any]:

@@ -158,7 +158,10 @@ def heads(path: str, stats: ReadStats) -> Iterator[list[Head]]:
         if (data.isascii() or _utf8(data)) and not _maybe_long(data):
             try:
                 hs = _head.decode_lines(data)
-                if len(hs) == n:
+                # The batch decoder passes over blank lines, which could hide a line with
+                # two objects from the count: it proves one object a line only when every
+                # line starts one.
+                if len(hs) == n and data[:1] == b"{" and data.count(b"\n{") == n - 1:
                     yield hs
                     continue
             except UNREADABLE:
@@ -181,8 +184,8 @@ def _utf8(data: bytes) -> bool:
     return True
 
 
-# A record in the first pass: [seq, last_seq, when, outcome, trigger, flags, fileno]
-_SEQ, _LAST, _WHEN, _OUT, _TRIG, _FLAGS, _FILE = range(7)
+# A record in the first pass: [seq, last_seq, when, outcome, trigger, flags, fileno, first_at]
+_SEQ, _LAST, _WHEN, _OUT, _TRIG, _FLAGS, _FILE, _AT = range(8)
 _OPENED, _CLOSED, _STARTED = 1, 2, 4
 
 
@@ -203,7 +206,7 @@ def _fold_head(r: list[Any], h: Head, words: dict[str, str]) -> None:
 
 
 def _fresh(h: Head, fileno: int) -> list[Any]:
-    return [h.seq, 0, h.at, None, None, 0, fileno]
+    return [h.seq, 0, h.at, None, None, 0, fileno, h.at]
 
 
 def scan(directory: str, q: Query, *, offline: bool = True, upto_seq: int | None = None
@@ -336,7 +339,7 @@ def _look_back(files: list[tuple[str, str]], start: int,
         old = _rebuild(got, words)
         new = by_name[name][run_id]
         # The lines read before are all newer: their values win where they have one.
-        new[_SEQ], new[_FILE] = old[_SEQ], old[_FILE]
+        new[_SEQ], new[_FILE], new[_AT] = old[_SEQ], old[_FILE], old[_AT]
         if not new[_FLAGS] & _STARTED:
             new[_WHEN] = old[_WHEN]
         new[_OUT] = new[_OUT] if new[_OUT] is not None else old[_OUT]
@@ -373,7 +376,7 @@ def _choose(q: Query, by_name: dict[str, dict[int, list[Any]]]) -> dict[tuple[st
         if before is not None and seq >= before:
             continue
         if since is not None or until is not None:
-            when = canon(r[_WHEN]) or ""
+            when = canon(r[_WHEN]) or canon(r[_AT]) or ""  # as Record.started_key
             if (since is not None and when < since) or (until is not None and when > until):
                 continue
         if outcomes and (r[_OUT] if r[_FLAGS] & _CLOSED else "running") not in outcomes:
@@ -409,9 +412,11 @@ def _fold_chosen(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int
                     try:
                         obj = _full.decode(raw)
                     except UNREADABLE:
-                        # The envelope decoded but the rest does not (e.g. invalid UTF-8
-                        # in a field the first pass skipped): the line is unreadable.
-                        stats.skipped += 1
+                        # The envelope decoded but the rest does not (e.g. a number out of
+                        # range in a field the first pass skipped): the line is unreadable.
+                        # Invalid UTF-8 was already counted when the first pass skipped it.
+                        if raw.isascii() or _utf8(raw):
+                            stats.skipped += 1
                         continue
                     if valid_line(obj):
                         r.apply(obj)
