@@ -325,12 +325,9 @@ def test_unparseable_lines_are_skipped_and_counted(
     assert (res.ok, res.lines, res.torn) == (True, 2, 1)
 
 
-def test_a_non_utf8_line_of_a_returned_record_is_counted_once(
-    ledger_dir: Path, open_ledger: OpenLedger
-) -> None:
-    """A line whose envelope reads but which holds invalid UTF-8 is skipped and counted by
-    the first pass; the second pass, folding the record that line belongs to, must not
-    count it again ("skipped 2 unparseable line(s)" for one bad line)."""
+def _u1_closed_by_a_non_utf8_line(ledger_dir: Path, open_ledger: OpenLedger) -> None:
+    """Run u/1 opened through the writer, then a closed line for it whose envelope reads
+    but whose `reason` is not UTF-8."""
     led = open_ledger(ledger_dir, clock=Clock(T0))
     led.append({"type": "opened", "harness": "u", "run_id": 1, "trigger": "manual"})
     led.close()
@@ -338,6 +335,15 @@ def test_a_non_utf8_line_of_a_returned_record_is_counted_once(
     with path.open("ab") as f:
         f.write(b'{"seq":2,"type":"closed","at":"2026-06-15T12:00:01Z","harness":"u",'
                 b'"run_id":1,"outcome":"failed","reason":"\xff\xfe"}\n')
+
+
+def test_a_non_utf8_line_of_a_returned_record_is_counted_once(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """A line whose envelope reads but which holds invalid UTF-8 is skipped and counted by
+    the first pass; the second pass, folding the record that line belongs to, must not
+    count it again ("skipped 2 unparseable line(s)" for one bad line)."""
+    _u1_closed_by_a_non_utf8_line(ledger_dir, open_ledger)
     recs, _, st = scan(str(ledger_dir), Query(limit=5))
     assert [r.to_json() for r in recs] == [
         {"harness": "u", "run_id": 1, "seq": 1, "trigger": "manual", "outcome": "running"}]
@@ -371,13 +377,7 @@ def test_a_non_utf8_closing_line_does_not_end_its_run_for_the_outcome_filter(
 ) -> None:
     """Invalid UTF-8 in a field the first pass does not read still makes the whole line
     unreadable there: the run it would close is "running" to the filter as in its record."""
-    led = open_ledger(ledger_dir, clock=Clock(T0))
-    led.append({"type": "opened", "harness": "u", "run_id": 1, "trigger": "manual"})
-    led.close()
-    path = ledger_dir / "2026-06-15.jsonl"
-    with path.open("ab") as f:
-        f.write(b'{"seq":2,"type":"closed","at":"2026-06-15T12:00:01Z","harness":"u",'
-                b'"run_id":1,"outcome":"failed","reason":"\xff\xfe"}\n')
+    _u1_closed_by_a_non_utf8_line(ledger_dir, open_ledger)
     want = [{"harness": "u", "run_id": 1, "seq": 1, "trigger": "manual", "outcome": "running"}]
     recs, oldest, st = scan(str(ledger_dir), Query(outcomes=frozenset({"running"}), limit=1))
     assert ([r.to_json() for r in recs], oldest, st.lines) == (want, 1, 2)
