@@ -239,6 +239,58 @@ def test_a_live_late_line_of_a_record_the_index_let_go_raises_its_floors() -> No
     assert idx.query(Query(names=("a",), limit=2)) == ([], None, False)
 
 
+def test_trim_keeps_an_open_record_whatever_its_age() -> None:
+    """a/1 opened ten days ago and still runs; a/2, newer, is the tail of one. Trimming
+    drops nothing: an open record stays, beyond the tail and older than the window."""
+    idx = Index(window_ns=DAY, tail=1)
+    idx.apply({**_index_line(1, "a", 1, T0 - 10 * DAY), "type": "opened"})
+    idx.apply(_index_line(2, "a", 2, T0 - 10 * DAY + 1))
+    assert idx.trim(T0) == 0
+    assert sorted(idx.records) == [("a", 1), ("a", 2)]
+    assert [(r.run_id, r.seq) for r in idx.open_records()] == [(1, 1)]
+    assert (idx.floor, idx.harness_floor, idx.floor_at) == (1, {}, "")
+
+
+def test_a_floor_raised_past_the_first_seq_only_is_still_a_floor() -> None:
+    """A tail of one drops a/1 (seq 1) alone: the floor is 2, and memory, missing seq 1,
+    answers only what lies above it."""
+    idx = Index(window_ns=DAY, tail=1)
+    idx.apply(_index_line(1, "a", 1, T0 - 10 * DAY))
+    idx.apply(_index_line(2, "a", 2, T0 - 10 * DAY + 1))
+    assert idx.trim(T0) == 1
+    assert (idx.floor, idx.harness_floor) == (2, {"a": 2})
+    assert idx.query(Query(limit=5)) == ([], None, False)
+    assert idx.query(Query(names=("a",), limit=5)) == ([], None, False)
+    recs, oldest, complete = idx.query(Query(names=("a",), limit=1))
+    assert ([r.run_id for r in recs], oldest, complete) == ([2], 2, True)
+
+
+def test_a_live_late_closing_line_is_folded_but_not_kept() -> None:
+    """Like a late update, a live closing line of a record the index let go (a run id it
+    has seen) is folded for the caller only; a new run id, even closed at once, is kept."""
+    idx = Index(window_ns=DAY, tail=1)
+    idx.apply(_index_line(1, "a", 2, T0 - 10 * DAY))
+    idx.apply(_index_line(2, "a", 1, T0 - 10 * DAY + 1))
+    assert idx.trim(T0) == 1
+    late = {"v": 1, "seq": 3, "type": "closed", "at": format_ns(T0), "harness": "a",
+            "run_id": 2, "outcome": "failed"}
+    r = idx.apply(late, live=True)
+    assert (r.seq, r.closed, r.fields["outcome"], idx.get("a", 2)) == (3, True, "failed", None)
+    assert (idx.floor, idx.harness_floor, idx.floor_at) == (4, {"a": 4}, format_ns(T0 + 1))
+    # A harness never seen: its run 1, closed at once, is a new (partial) record.
+    first = {"v": 1, "seq": 4, "type": "closed", "at": format_ns(T0 + 2), "harness": "b",
+             "run_id": 1, "outcome": "success"}
+    r = idx.apply(first, live=True)
+    assert [(r.seq, r.closed) for r in [idx.get("b", 1)] if r is not None] == [(4, True)]
+    assert (idx.floor, idx.harness_floor, idx.max_ids) == (4, {"a": 4}, {"a": 2, "b": 1})
+    # A record's first line (decided or opened) is never late, whatever its run id.
+    for seq, rid, kind in ((5, 3, "opened"), (6, 2, "decided")):
+        idx.apply({**_index_line(seq, "b", rid, T0 + seq), "type": kind}, live=True)
+    assert [(r.seq, r.run_id) for r in (idx.get("b", 3), idx.get("b", 2)) if r is not None] == [
+        (5, 3), (6, 2)]
+    assert (idx.floor, idx.harness_floor, idx.max_ids) == (4, {"a": 4}, {"a": 2, "b": 3})
+
+
 def test_the_index_folds_a_mistyped_word_field_as_it_lies() -> None:
     idx = Index(window_ns=DAY)
     r = idx.apply(_index_line(1, "a", 1, T0, model=7, reason=["x"], source=None))

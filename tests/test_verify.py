@@ -10,6 +10,7 @@ is exit 1. Verify is read-only.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -162,6 +163,28 @@ def test_ok_ledger_names_the_line_count(world: World) -> None:
     assert snapshot(world.root) == before  # read-only
 
 
+def test_json_names_every_field(world: World) -> None:
+    """--json is the whole result: counts, torn fragments, head, anchor and the files
+    that are not day files; a break adds where and why."""
+    lines = one_day(world, 3)
+    write_lines(world.ledger / FILE1, lines, tail=lines[-1][:40])
+    (world.ledger / "notes.txt").write_text("not a day file")
+    code, out = verify_json(world)
+    assert code == 0
+    assert out == {"ledger": str(world.ledger), "ok": True, "lines": 3, "entry_count": 3,
+                   "files": 1, "torn": 1, "torn_tail": True, "torn_at": [f"{FILE1}:4"],
+                   "head_seq": 3, "head_hash": hash_of(lines[2]), "anchor": "genesis",
+                   "strays": ["notes.txt"]}
+    write_lines(world.ledger / FILE1, [lines[0], lines[2]])
+    code, out = verify_json(world)
+    assert code == 2
+    assert out == {"ledger": str(world.ledger), "ok": False, "lines": 1, "entry_count": 1,
+                   "files": 1, "torn": 0, "torn_tail": False, "torn_at": [],
+                   "head_seq": 1, "head_hash": hash_of(lines[0]), "anchor": "genesis",
+                   "strays": ["notes.txt"], "seq": 3, "file": FILE1, "line": 2,
+                   "reason": REMOVED.format(1)}
+
+
 def test_engine_lines_follow_the_documented_chain(world: World) -> None:
     """What RunLedger wrote is exactly §4's chain, so a hand-written ledger can match it."""
     lines = one_day(world, 3)
@@ -286,11 +309,47 @@ def test_a_line_with_a_number_out_of_range_is_an_edit(world: World) -> None:
     assert_broken(world, 3, f"{FILE1}:3", EDITED)
 
 
+def test_a_line_numbered_zero_or_below_is_a_break(world: World) -> None:
+    """With no CHAIN no line is one a prune left behind: a forged line numbered 0 (or
+    below) breaks the chain where it lies, inside a file or as its first line."""
+    lines = one_day(world, 4)
+    forged, _ = seal({"v": 1, **decided(9, f"{DAY1}T09:00:09.000000000Z")}, 0, ZERO)
+    write_lines(world.ledger / FILE1, [*lines[:2], forged, *lines[2:]])
+    assert_broken(world, 0, f"{FILE1}:3", REORDERED.format(0, 2))
+    forged, _ = seal({"v": 1, **decided(9, f"{DAY1}T09:00:09.000000000Z")}, -3, ZERO)
+    write_lines(world.ledger / FILE1, [forged, *lines])
+    assert_broken(world, -3, f"{FILE1}:1", REORDERED.format(-3, 0))
+
+
 def test_a_missing_ledger_does_not_verify(tmp_path: Path) -> None:
     res = verify_module.verify_run_ledger(str(tmp_path / "ledger"))
     assert (res.ok, res.exists, res.lines, res.files, res.head_seq, res.error) == (
         False, False, 0, 0, None, None)
     assert not (tmp_path / "ledger").exists()
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["gc on", "gc off"])
+def test_verify_leaves_the_garbage_collector_as_it_found_it(world: World, enabled: bool) -> None:
+    """Verify pauses the collector while it reads (in the daemon too): afterwards it is on
+    or off as before, after a file checked on its own and after a merge (a clock jump)."""
+    one_day(world, 2)
+    merged = world.root / "merged"
+    world.ledger.rename(merged)
+    clock_jump(world)
+    was = gc.isenabled()
+    try:
+        for directory in (merged, world.ledger):
+            if enabled:
+                gc.enable()
+            else:
+                gc.disable()
+            assert verify_module.verify_run_ledger(str(directory), parallel=False).ok
+            assert gc.isenabled() is enabled
+    finally:
+        if was:
+            gc.enable()
+        else:
+            gc.disable()
 
 
 # -- torn fragments ------------------------------------------------------------------------------
@@ -460,6 +519,17 @@ def test_a_break_reports_what_verified_before_it(world: World) -> None:
         2, 2, hash_of(files[DAYS[0]][-1]))
 
 
+def test_a_break_in_a_single_file_reports_what_verified_before_it(world: World) -> None:
+    """One file is checked on its own, not merged: its count and head also stop at the
+    line before the break."""
+    lines = one_day(world)
+    _edit(lines, rehash=False)
+    write_lines(world.ledger / FILE1, lines)
+    code, out = verify_json(world)
+    assert (code, out["seq"], out["file"], out["line"], out["reason"]) == (2, 3, FILE1, 3, EDITED)
+    assert (out["entry_count"], out["head_seq"], out["head_hash"]) == (2, 2, hash_of(lines[1]))
+
+
 def test_clock_jump_across_day_files_verifies_in_seq_order(world: World) -> None:
     files = clock_jump(world)
     assert [[json.loads(x)["seq"] for x in v] for v in files.values()] == [[2, 3], [1, 4]]
@@ -506,6 +576,13 @@ def test_torn_tail_in_an_older_day_file(world: World) -> None:
     assert res.returncode == 0, res.stderr
     assert res.stdout == ok_text(6, 3, 6, hash_of(files[DAYS[2]][-1]),
                                  torn=f"1 torn fragment(s) skipped ({DAYS[0]}.jsonl:3)")
+    # Only the newest file's end is the ledger's torn tail.
+    code, out = verify_json(world)
+    assert (code, out["torn"], out["torn_tail"]) == (0, 1, False)
+    write_lines(world.ledger / f"{DAYS[0]}.jsonl", files[DAYS[0]])
+    write_lines(world.ledger / f"{DAYS[2]}.jsonl", files[DAYS[2]], tail=b'{"v":1,"seq":7,')
+    code, out = verify_json(world)
+    assert (code, out["torn_at"], out["torn_tail"]) == (0, [f"{DAYS[2]}.jsonl:3"], True)
 
 
 # -- retention and CHAIN ---------------------------------------------------------------------------
@@ -578,6 +655,42 @@ def test_lines_at_or_before_chain_are_not_checked_after_a_clock_jump(world: Worl
     res = verify(world)
     assert (res.returncode, res.stderr) == (0, "")
     assert res.stdout == ok_text(3, 3, 7, hashes[7], anchor="CHAIN seq 4")
+
+
+def test_a_line_from_before_chain_inside_a_kept_file_is_a_break(world: World,
+                                                                tmp_path: Path) -> None:
+    """Only a file's first lines can be ones a crash left behind CHAIN (a file's seqs
+    rise): an old line after a checked one was put there, and breaks the chain, whether
+    the files are merged (one has a fault) or the file is checked on its own."""
+    kept, copy = pruned(world, tmp_path)
+    five = lines_of(copy / "2025-11-03.jsonl")[0]
+    assert json.loads(five)["seq"] == 5
+    write_lines(world.ledger / "2025-11-09.jsonl", [kept[0], five, kept[1]])
+    assert_broken(world, 5, "2025-11-09.jsonl:2", REORDERED.format(5, 7))
+    (world.ledger / "2025-11-10.jsonl").unlink()
+    assert_broken(world, 5, "2025-11-09.jsonl:2", REORDERED.format(5, 7))
+    # A line numbered 0 was never pruned, wherever it lies.
+    write_lines(world.ledger / "2025-11-09.jsonl", kept[:2])
+    forged, _ = seal({"v": 1, **decided(11, "2025-11-10T08:00:00.000000000Z")}, 0, ZERO)
+    write_lines(world.ledger / "2025-11-10.jsonl", [forged, *kept[2:]])
+    assert_broken(world, 0, "2025-11-10.jsonl:1", REORDERED.format(0, 6))
+
+
+def test_the_first_seq_checked(world: World, tmp_path: Path) -> None:
+    """`start_seq` is the first line verify checked: the one after CHAIN (not a line a crash
+    left behind it), also when a clock jump makes verify merge the files; seq 1 from genesis."""
+    kept, copy = pruned(world, tmp_path)
+    assert verify_module.verify_run_ledger(str(world.ledger)).start_seq == 7
+    shutil.copy(copy / "2025-11-03.jsonl", world.ledger / "2025-11-03.jsonl")
+    assert verify_module.verify_run_ledger(str(world.ledger)).start_seq == 7
+    # Seq 7 and 9 in one file, 8 and 10 in the other: the files overlap and are merged.
+    write_lines(world.ledger / "2025-11-09.jsonl", [kept[0], kept[2]])
+    write_lines(world.ledger / "2025-11-10.jsonl", [kept[1], kept[3]])
+    res = verify_module.verify_run_ledger(str(world.ledger))
+    assert (res.ok, res.start_seq, res.lines, res.head_seq) == (True, 7, 4, 10)
+    shutil.rmtree(world.ledger)
+    one_day(world, 2)
+    assert verify_module.verify_run_ledger(str(world.ledger)).start_seq == 1
 
 
 def test_chain_file_not_matching_the_next_line(world: World, tmp_path: Path) -> None:

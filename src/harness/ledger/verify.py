@@ -125,8 +125,8 @@ def check_file(path: str, name: str, skip_upto: int = 0) -> FileCheck:
                 fc.error = Break(link.seq, name, n, link.reason)
                 break
             seq = link.seq
-            if seq <= skip_upto:
-                continue  # pruned-to-be lines a crash left behind CHAIN
+            if prev_seq is None and 0 < seq <= skip_upto:
+                continue  # pruned-to-be lines a crash left behind CHAIN (only a file's first)
             # The first line's link is the stitching's to check, against the file before.
             fault = _fault(link, raw, prev_seq, prev_hash)
             if fault:
@@ -140,8 +140,7 @@ def check_file(path: str, name: str, skip_upto: int = 0) -> FileCheck:
         if gc_was:
             gc.enable()
     fc.ends_torn = frags.tail
-    if fc.error is None:
-        fc.last_seq, fc.last_hash = prev_seq, prev_hash
+    fc.last_seq, fc.last_hash = prev_seq, prev_hash  # the last line that verified
     return fc
 
 
@@ -310,10 +309,10 @@ def verify_run_ledger(directory: str, parallel: bool | None = None) -> VerifyRes
         if res.start_seq is None:
             res.start_seq = c.first_seq
         res.lines += c.lines
+        prev_seq, prev_hash = c.last_seq or prev_seq, c.last_hash or prev_hash
         if c.error is not None:
             res.error = c.error
             break
-        prev_seq, prev_hash = c.last_seq or prev_seq, c.last_hash or prev_hash
     res.torn = len(res.torn_at)
     res.ok = res.error is None
     res.head_seq = prev_seq if prev_seq else None
@@ -353,7 +352,7 @@ def _verify_merged(listing: Listing, anchor: tuple[int, str] | None,
             if isinstance(link, _Foreign):
                 res.error = Break(link.seq, names[fi], n, link.reason)
                 break
-            if anchor and seq <= anchor[0]:
+            if anchor and res.start_seq is None and 0 < seq <= anchor[0]:
                 continue  # pruned-to-be lines a crash left behind CHAIN: not checked
             fault = _fault(link, raw, prev_seq, prev_hash)
             if fault:
