@@ -1156,6 +1156,9 @@ def test_lines_synced_into_a_file_gone_from_its_path_are_written_again(
     the path names now, and synced with that directory, before it is acknowledged.
     Lines acknowledged before the change went with the old file."""
     rig = make_rig()
+    # A deleted or replaced file is seen at every sync; a file renamed away by the path
+    # lookup, at most once a second (its lines meanwhile stay in it): here, every time.
+    rig.writer.name_check_every = 0.0
     warm(rig)
     rig.writer.append(line(run_id=5), harness="h", run_id=5, sync=False)  # buffered
     wait_until(lambda: rig.disk().seqs == [1, 2])
@@ -1189,8 +1192,8 @@ def test_lines_synced_into_a_file_gone_from_its_path_are_written_again(
 class _FullAfterDelete(RecordingFiles):
     """The disk fills the moment the writer finds its file deleted: the rewrite fails."""
 
-    def names(self, path: str, identity: tuple[int, int]) -> bool:
-        there = super().names(path, identity)
+    def linked(self, fd: int) -> bool:
+        there = super().linked(fd)
         if not there:
             self.inject("write", errno=errno.ENOSPC, times=1)
         return there
@@ -1211,6 +1214,25 @@ def test_a_rewrite_after_a_deleted_file_that_fails_is_retried_once(
     assert rig.disk().seqs == [2]
     s = rig.writer.stats()
     assert (s.queued, s.lines_written, s.degraded) == (0, 2, False)
+
+
+def test_a_file_renamed_away_is_noticed_within_the_name_check_interval(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """Renamed away, the file keeps its name elsewhere, so the lines written meanwhile
+    are not lost (they are in it); the path lookup that notices runs at most every
+    `name_check_every` seconds, and the next sync after that writes to the path again."""
+    rig = make_rig()
+    rig.writer.name_check_every = 3600.0
+    warm(rig)
+    aside = rig.directory / "aside.jsonl"
+    rig.day.rename(aside)
+    assert rig.writer.append(line(run_id=2), harness="h", run_id=2) == 2
+    assert read_disk(aside).seqs == [1, 2] and not rig.day.exists()
+    rig.writer.name_check_every = 0.0
+    assert rig.writer.append(line(run_id=3), harness="h", run_id=3) == 3
+    assert read_disk(aside).seqs == [1, 2, 3]
+    assert rig.disk().seqs == [3]
 
 
 class _DriftingInodes(RecordingFiles):

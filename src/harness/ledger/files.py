@@ -143,6 +143,11 @@ class FileLayer:
         st = os.fstat(fd)
         return st.st_dev, st.st_ino
 
+    def linked(self, fd: int) -> bool:
+        """Whether the open file still has a name (not deleted, nor replaced by a rename
+        over it). Cheaper than `names`: no path lookup."""
+        return os.fstat(fd).st_nlink > 0
+
     def names(self, path: str, identity: tuple[int, int]) -> bool:
         """Whether `path` still names the file of `identity`: not deleted, renamed away
         or replaced since it was opened. True when that cannot be told."""

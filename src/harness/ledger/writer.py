@@ -102,6 +102,7 @@ class _File:
     synced: int  # bytes known durable
     created: bool
     identity: tuple[int, int]  # (st_dev, st_ino): is the path still this file?
+    named_at: float = 0.0  # when the path was last seen to name this file
     newline: bool = False  # the file ends in a fragment: start the next write with "\n"
 
 
@@ -166,6 +167,7 @@ class Writer:
         # file system whose inode numbers do not hold still would make every pass look
         # like a deleted file, and the rewrite would put each line in the file twice.
         self._identities_hold = True
+        self.name_check_every = 1.0
         self._errors = 0
         self._last_error: str | None = None
         self._last_error_at: float | None = None
@@ -490,7 +492,8 @@ class Writer:
             created = created or path in self._dir_unsynced
             self._dir_unsynced.discard(path)
             f = _File(fd, size, size, created, self._files.identity(fd))
-            if self._identities_hold and not self._files.names(path, f.identity):
+            if self._identities_hold and not (self._files.linked(fd)
+                                              and self._files.names(path, f.identity)):
                 self._identities_hold = False
                 log.warning("ledger: %s does not name the file just opened from it; a day "
                             "file deleted while open will not be noticed", path)
@@ -677,8 +680,22 @@ class Writer:
             f.created = False
         f.synced = f.size
         self._syncs += 1
-        if self._identities_hold and not self._files.names(path, f.identity):
+        if self._identities_hold and self._moved(path, f):
             self._rewrite_moved(path)
+
+    def _moved(self, path: str, f: _File) -> bool:
+        """Whether the path no longer names the file just synced. Every pass asks the
+        handle whether it still has a name at all (an `rm`, or another file renamed over
+        it: one fstat); the path lookup that also catches the file renamed away costs
+        several µs cold, so it runs at most every `name_check_every` seconds. A file
+        renamed away keeps the lines written meanwhile, under its new name."""
+        if not self._files.linked(f.fd):
+            return True
+        now = time.monotonic()
+        if now - f.named_at < self.name_check_every:
+            return False
+        f.named_at = now
+        return not self._files.names(path, f.identity)
 
     def _rewrite_moved(self, path: str) -> None:
         """The file open for `path` was deleted, renamed or replaced (by hand: retention
