@@ -15,6 +15,7 @@ doubled or moved, junk between lines, a stray file). Over the damaged files:
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import stat
 import tempfile
@@ -23,7 +24,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from harness.ledger.query import Query
@@ -36,6 +37,10 @@ from harness.worklog.rows import ledger_dir
 from harness.worklog.store import WorkLedger
 from harness.worklog.verify import verify_dir
 from ledgertools import DAY, HOUR, T0, Clock
+
+# The same examples every run, so CI is never the first to meet one; HARNESS_DAMAGE_EXPLORE=1
+# draws fresh ones (with --hypothesis-seed=N), as these properties were explored.
+_FIXED = not os.environ.get("HARNESS_DAMAGE_EXPLORE")
 
 
 def _history(d: Path) -> None:
@@ -193,7 +198,7 @@ def _records(d: Path) -> dict[tuple[str, int], dict[str, Any]]:
 
 # -- the property -----------------------------------------------------------------------
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=150, deadline=None, derandomize=_FIXED,
           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                  HealthCheck.too_slow])
 @given(ops=st.lists(_OPS, min_size=1, max_size=4), window=st.sampled_from([1, DAY, 7 * DAY]))
@@ -495,9 +500,31 @@ _WORK_OPS = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None,
+_UNHASHED = ("ts", "redactions")
+
+
+def _only_metadata_differs(rows: list[bytes], orig: list[bytes]) -> bool:
+    """Whether `rows` are `orig`'s first rows but for fields entry_hash does not cover."""
+    if len(rows) > len(orig):
+        return False
+    for raw, want in zip(rows, orig, strict=False):
+        if raw == want:
+            continue
+        try:
+            got = json.loads(raw)
+        except ValueError:
+            return False
+        was = json.loads(want)
+        if not isinstance(got, dict) or {k: v for k, v in got.items() if k not in _UNHASHED
+                                         } != {k: v for k, v in was.items() if k not in _UNHASHED}:
+            return False
+    return True
+
+
+@settings(max_examples=150, deadline=None, derandomize=_FIXED,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(_WORK_OPS, min_size=1, max_size=3))
+@example(ops=[("flip", 0, 0.265625, 48)])  # a digit of a `ts`: CI's seed found it
 def test_damaged_work_ledger(work_template: Path, ops: list[tuple[Any, ...]]) -> None:
     orig = _whole_lines_of(ledger_dir(work_template, "goal") / "000000.jsonl")
     with tempfile.TemporaryDirectory() as tmp:
@@ -513,8 +540,10 @@ def test_damaged_work_ledger(work_template: Path, ops: list[tuple[Any, ...]]) ->
         intact = rows == orig[: len(rows)]
 
         res = verify_dir(seg_dir)
-        assert res.ok == intact, (ops, res.describe())
-        if not intact:
+        # `ts` and `redactions` are outside entry_hash by the spec: a digit changed there
+        # into another real time or positive count is no break. Any other change is.
+        assert res.ok == intact or _only_metadata_differs(rows, orig), (ops, res.describe())
+        if not res.ok:
             with pytest.raises(VerificationFailed):
                 WorkLedger(work, "goal")
             assert seg.read_bytes() == data, ops  # refused without touching the file

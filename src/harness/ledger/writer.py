@@ -7,6 +7,10 @@ Both ledgers write through this. Invariants:
 * A line is *committed* — handed to ``on_commit`` (index, feed) and acknowledged to
   a synced caller — only after it is written and fdatasync'd. Nothing is visible
   before it is durable.
+* ... and only while the synced file still has a name: one deleted or replaced under
+  the writer gets the unacknowledged lines again in a new file at its path (the
+  directory too is made again if it went); one renamed away keeps them under its new
+  name until the writer notices, within ``name_check_every``.
 * A line is written to a file at most once per seq: a failed write is cut back
   (ftruncate) or, where that fails too, what reached the file is read back and
   matched, so a retry never duplicates a line; while that read-back fails, nothing
