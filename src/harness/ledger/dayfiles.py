@@ -111,6 +111,18 @@ def iter_chunks(path: str) -> Iterator[tuple[int, list[bytes], bool]]:
             yield (lineno + 1, [rest], False) if is_whole(rest) else (lineno + 1, [], True)
 
 
+def is_utf8(data: bytes) -> bool:
+    """Whether `data` is valid UTF-8. msgspec skips the fields a struct lacks unread,
+    invalid UTF-8 included, so a reader that decodes only some fields asks this too."""
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def is_whole(fragment: bytes | memoryview) -> bool:
     """Whether an unterminated tail is a whole JSON value: a line missing only its
     newline (the writer adopts such a line at boot), not a torn write."""

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from ..timefmt import canon, format_ns
-from .dayfiles import UNREADABLE, iter_blocks, list_day_files
+from .dayfiles import UNREADABLE, is_utf8, iter_blocks, list_day_files
 from .fold import Record
 from .query import Query, select
 from .schema import LINE_TYPES
@@ -103,16 +103,12 @@ def decode_line(raw: bytes) -> dict[str, Any] | None:
 def head_of(raw: bytes) -> Head | None:
     """The envelope of a complete line, or None for a line `decode_line` skips; cheaper,
     for scans that pick lines before decoding them whole."""
-    if len(raw) + 1 > MAX_LINE:
+    if len(raw) + 1 > MAX_LINE or not is_utf8(raw):
         return None
     try:
-        h = _head.decode(raw)
-        if not raw.isascii():
-            # The decoder skips the fields `Head` lacks unread, invalid UTF-8 included.
-            raw.decode("utf-8")
-    except (*UNREADABLE, UnicodeDecodeError):
+        return _head.decode(raw)
+    except UNREADABLE:
         return None
-    return h
 
 
 def _files_for(directory: str, q: Query, stats: ReadStats) -> tuple[list[tuple[str, str]], int]:
@@ -156,7 +152,7 @@ def heads(path: str, stats: ReadStats) -> Iterator[list[Head]]:
         # The batch decoder skips unknown fields unread, invalid UTF-8 included, so a
         # block that is not valid UTF-8 as a whole is checked line by line.
         # A line over 16 KiB is skipped like an unparseable one: the slow path counts it.
-        if not stats.strict and (data.isascii() or _utf8(data)) and not _maybe_long(data):
+        if not stats.strict and is_utf8(data) and not _maybe_long(data):
             try:
                 hs = _head.decode_lines(data)
                 # The batch decoder passes over blank lines, so a blank line can hide a
@@ -175,14 +171,6 @@ def heads(path: str, stats: ReadStats) -> Iterator[list[Head]]:
             else:
                 good.append(h)
         yield good
-
-
-def _utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 # A record in the first pass: [seq, last_seq, when, outcome, trigger, flags, fileno]
@@ -457,7 +445,7 @@ def _fold_chosen(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int
                         # The envelope decoded but the rest does not (e.g. a number out of
                         # range in a field the first pass skipped): the line is unreadable.
                         # Invalid UTF-8 was already counted when the first pass skipped it.
-                        if raw.isascii() or _utf8(raw):
+                        if is_utf8(raw):
                             stats.skipped += 1
                         continue
                     if valid_line(obj):

@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 import msgspec
 
 from .chain import ZERO_HASH, hash_of_line_bytes, hash_of_object
-from .dayfiles import CHAIN_FILE, UNREADABLE, Listing, is_whole, iter_chunks, list_day_files
+from .dayfiles import (
+    CHAIN_FILE,
+    UNREADABLE,
+    Listing,
+    is_utf8,
+    is_whole,
+    iter_chunks,
+    list_day_files,
+)
 
 
 class _Link(msgspec.Struct):
@@ -220,7 +228,7 @@ def _fault(link: _Link, raw: bytes, prev_seq: int | None, prev_hash: str | None)
         if err:
             return err
     if not hash_of_line_bytes(raw, digest) and not _reencoded_ok(raw, digest):
-        if raw.decode("utf-8", "replace").encode() != raw:
+        if not is_utf8(raw):
             return DAMAGED  # a byte no editor writes: the disk, not a person
         return "hash does not match the line's content (the line was edited)"
     return None
