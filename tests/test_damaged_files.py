@@ -196,6 +196,28 @@ def _records(d: Path) -> dict[tuple[str, int], dict[str, Any]]:
     return {(r.harness, r.run_id): r.to_json() for r in found}
 
 
+class Boot:
+    """A daemon's boot over a ledger: its answer, the files' answer, its open runs (and
+    those the files hold), and the seq it issues next."""
+
+    def __init__(self, d: Path, window: int = DAY) -> None:
+        led = RunLedger(str(d), clock=Clock(T0 + HOUR), window_ns=window)
+        try:
+            self.mem, _ = led.query(Query(limit=1000))
+            found, _, self.stats = scan(str(d), Query(limit=1000), offline=False)
+            self.files = [r.to_json() for r in found]
+            self.files_open = {(r.harness, r.run_id) for r in found if r.opened and not r.closed}
+            self.open = {(o["harness"], o["run_id"]) for o in led.open_records()}
+            self.seq = led.append({"type": "opened", "harness": "after",
+                                   "run_id": led.max_run_id("after") + 1, "kind": "oneshot",
+                                   "trigger": "manual", "started_at": format_ns(T0 + HOUR)})
+        finally:
+            led.close()
+
+    def record(self, harness: str, run_id: int) -> dict[str, Any]:
+        return next(r for r in self.mem if r["harness"] == harness and r["run_id"] == run_id)
+
+
 # -- the property -----------------------------------------------------------------------
 
 @settings(max_examples=150, deadline=None, derandomize=_FIXED,
@@ -219,10 +241,10 @@ def test_damaged_day_files(template: Path, ops: list[tuple[Any, ...]], window: i
 
         # An untouched record reads as before: all of its lines are still there, once
         # each and whole, and no other whole line claims its key.
-        now = [_parse(raw) for raw in _whole_lines(d)]
-        count = {raw: _whole_lines(d).count(raw) for raw in base_lines}
-        touched = {(o["harness"], o["run_id"]) for raw, o in zip(_whole_lines(d), now,
-                                                                  strict=True)
+        lines_now = _whole_lines(d)
+        now = [_parse(raw) for raw in lines_now]
+        count = {raw: lines_now.count(raw) for raw in base_lines}
+        touched = {(o["harness"], o["run_id"]) for raw, o in zip(lines_now, now, strict=True)
                    if o is not None and raw not in count}
         for raw in base_lines:
             o = json.loads(raw)
@@ -235,19 +257,11 @@ def test_damaged_day_files(template: Path, ops: list[tuple[Any, ...]], window: i
         # The boot: total, agrees with the files, and issues no seq that a line readers
         # keep holds, nor any beyond the highest seq of a line that is JSON at all.
         top = max((o["seq"] for o in now if o is not None), default=0)
-        seqs = [x for x in map(_seq_of, _whole_lines(d)) if x is not None]
-        led = RunLedger(str(d), clock=Clock(T0 + HOUR), window_ns=window)
-        try:
-            mem, _ = led.query(Query(limit=1000))
-            files, _, _ = scan(str(d), Query(limit=1000), offline=False)
-            assert mem == [r.to_json() for r in files], ops
-            assert {(o["harness"], o["run_id"]) for o in led.open_records()} == {
-                (r.harness, r.run_id) for r in files if r.opened and not r.closed}, ops
-            seq = led.append({"type": "opened", "harness": "after", "run_id": 1,
-                              "kind": "oneshot", "trigger": "manual",
-                              "started_at": format_ns(T0 + HOUR)})
-        finally:
-            led.close()
+        seqs = [x for x in map(_seq_of, lines_now) if x is not None]
+        boot = Boot(d, window)
+        assert boot.mem == boot.files, ops
+        assert boot.open == boot.files_open, ops
+        seq = boot.seq
         assert top < seq <= max(seqs, default=0) + 1, (ops, top, seqs)
         after_boot = verify_run_ledger(str(d), parallel=False)
         if before_boot.ok:
@@ -298,28 +312,6 @@ def test_a_torn_tail_of_the_newest_file_verifies(template: Path, tmp_path: Path,
 
 
 # -- the cases the property found, each pinned -------------------------------------------
-
-class Boot:
-    """A daemon's boot over a ledger: its answer, the files' answer, its open runs (and
-    those the files hold), and the seq it issues next."""
-
-    def __init__(self, d: Path, window: int = DAY) -> None:
-        led = RunLedger(str(d), clock=Clock(T0 + HOUR), window_ns=window)
-        try:
-            self.mem, _ = led.query(Query(limit=1000))
-            found, _, self.stats = scan(str(d), Query(limit=1000), offline=False)
-            self.files = [r.to_json() for r in found]
-            self.files_open = {(r.harness, r.run_id) for r in found if r.opened and not r.closed}
-            self.open = {(o["harness"], o["run_id"]) for o in led.open_records()}
-            self.seq = led.append({"type": "opened", "harness": "after",
-                                   "run_id": led.max_run_id("after") + 1, "kind": "oneshot",
-                                   "trigger": "manual", "started_at": format_ns(T0 + HOUR)})
-        finally:
-            led.close()
-
-    def record(self, harness: str, run_id: int) -> dict[str, Any]:
-        return next(r for r in self.mem if r["harness"] == harness and r["run_id"] == run_id)
-
 
 def _rewrite(path: Path, edit: Any) -> None:
     lines = path.read_bytes().split(b"\n")[:-1]
