@@ -702,11 +702,25 @@ def test_non_utf8_bytes_in_a_line(world: World) -> None:
     _check_skips(world, skipped=1)
 
 
-def test_out_of_range_number_in_a_line(world: World) -> None:
+def test_a_number_out_of_float_range_reads_as_absent(world: World) -> None:
+    """1e999 is JSON no float holds (a flipped digit makes it of 15e99): that value is
+    dropped and the rest of its line reads, in the envelope scan and the fold alike."""
     path, lines = _three_runs(world)
     obj = json.loads(lines[0])
     obj.update(run_id=52, seq=100)
-    _inject(path, lines, 2, _line(obj)[:-1] + b',"cost_usd":1e999}')
+    _inject(path, lines, 2, _line(obj)[:-1] + b',"cost_usd":1e999,"models":["m",-1e999]}')
+    res = runs(world, "nightly", "--json")
+    assert (res.returncode, res.stderr) == (0, offline_warning(world))
+    got = json.loads(res.stdout)
+    assert [r["run_id"] for r in got] == [52, 3, 2, 1]
+    assert (got[0]["outcome"], got[0]["models"], "cost_usd" in got[0]) == ("running?", ["m"], False)
+
+
+def test_an_integer_too_long_to_decode_makes_its_line_unreadable(world: World) -> None:
+    path, lines = _three_runs(world)
+    obj = json.loads(lines[0])
+    obj.update(run_id=52, seq=100)
+    _inject(path, lines, 2, _line(obj)[:-1] + b',"x":' + b"9" * 4301 + b"}")
     _check_skips(world, skipped=1)
 
 

@@ -90,6 +90,9 @@ _OPS = st.one_of(
     st.tuples(st.just("drop"), _FILE, _AT),
     st.tuples(st.just("double"), _FILE, _AT, _FILE, _AT),
     st.tuples(st.just("junk"), _FILE, _AT, st.binary(max_size=40)),
+    # A number made one no float holds, or an integer too long to decode (the next digit
+    # on from there gets it: in a string, it is just another byte changed).
+    st.tuples(st.just("number"), _FILE, _AT, st.sampled_from([b"e999", b"9" * 4301])),
     st.tuples(st.just("stray"), st.sampled_from(["notes.txt", "2026-13-45.jsonl",
                                                  "2026-06-15.jsonl.bak", ".swp"])),
 )
@@ -109,6 +112,11 @@ def _damage(d: Path, ops: list[tuple[Any, ...]]) -> None:
         data = bytearray(path.read_bytes())
         if op[0] == "flip" and data:
             data[_pick(len(data), op[2])] = op[3]
+        elif op[0] == "number":
+            at = _pick(len(data) + 1, op[2])
+            digit = next((i for i in range(at, len(data)) if data[i] in b"0123456789"), None)
+            if digit is not None:
+                data[digit + 1:digit + 1] = op[3]
         elif op[0] == "cut":
             del data[_pick(len(data) + 1, op[2]):]
         elif op[0] in ("drop", "double", "junk"):
@@ -129,6 +137,8 @@ def _damage(d: Path, ops: list[tuple[Any, ...]]) -> None:
 def _is_json(raw: bytes) -> bool:
     try:
         msgspec.json.decode(raw)
+    except msgspec.ValidationError:
+        return True  # JSON, with a number msgspec holds no value for: 1e999, 5,000 digits
     except msgspec.DecodeError:
         return False
     return True
@@ -407,6 +417,26 @@ def test_a_last_line_with_a_damaged_hash_keeps_its_seq(template: Path, tmp_path:
     assert (res.ok, res.error and (res.error.seq, res.error.line)) == (False, (17, 5))
 
 
+@pytest.mark.parametrize("digits", [4301, 16_000])
+def test_a_last_line_whose_hash_grew_is_not_linked_to(template: Path, tmp_path: Path,
+                                                      digits: int) -> None:
+    """Digits inserted into the newest line's hash (one of 16,000 makes the line too long
+    for any reader). The boot continues after it with the zero hash for `prev`: carried
+    on, that "hash" made the boot's next line, and every line after, too long to write."""
+    d = tmp_path / "ledger"
+    shutil.copytree(template, d)
+
+    def spoil(lines: list[bytes]) -> None:
+        lines[-1] = lines[-1].replace(b'"hash":"', b'"hash":"' + b"9" * digits)
+
+    _rewrite(sorted(d.glob("*.jsonl"))[-1], spoil)
+    boot = Boot(d)
+    assert boot.seq == 18
+    assert boot.mem == boot.files
+    new = json.loads(sorted(d.glob("*.jsonl"))[-1].read_bytes().split(b"\n")[-2])
+    assert (new["seq"], new["prev"]) == (18, "0" * 64)
+
+
 @pytest.mark.parametrize("edit", ["no-newline", "copy-at-end"])
 def test_a_pruned_file_anchors_the_chain_at_its_highest_line(template: Path, tmp_path: Path,
                                                              edit: str) -> None:
@@ -438,6 +468,33 @@ def test_a_pruned_file_anchors_the_chain_at_its_highest_line(template: Path, tmp
     assert (res.ok, res.anchor, res.head_seq) == (True, "CHAIN seq 6", 17)
 
 
+def test_a_pruned_file_whose_highest_line_has_a_damaged_hash(template: Path,
+                                                             tmp_path: Path) -> None:
+    """The oldest file's last line has four bytes more in its hash. CHAIN written from it
+    would be no anchor, and every later boot would stop on it (LedgerCorrupt). It anchors
+    seq 6 with no hash instead: the boot works, and verify names the line whose link
+    fails, as it named the damaged line before the prune."""
+    d = tmp_path / "ledger"
+    shutil.copytree(template, d)
+
+    def spoil(lines: list[bytes]) -> None:
+        lines[-1] = lines[-1].replace(b'"hash":"', b'"hash":"e999')
+
+    _rewrite(sorted(d.glob("*.jsonl"))[0], spoil)
+    before = verify_run_ledger(str(d), parallel=False)
+    assert (before.ok, before.error and before.error.seq) == (False, 6)
+    led = RunLedger(str(d), clock=Clock(T0 + HOUR), retention_ns=DAY)
+    try:
+        assert led.prune().deleted == ["2026-06-13"]
+    finally:
+        led.close()
+    assert json.loads((d / "CHAIN").read_bytes()) == {"seq": 6, "hash": "0" * 64}
+    after = verify_run_ledger(str(d), parallel=False)
+    assert (after.ok, after.error and (after.error.seq, after.error.file)) == (
+        False, (7, "2026-06-14.jsonl"))
+    assert Boot(d).seq == 18
+
+
 def test_a_run_whose_opened_line_sits_in_another_days_file_is_carried(
         template: Path, tmp_path: Path) -> None:
     """The only line of an open run lies in the oldest file though its `at` names the next
@@ -465,6 +522,38 @@ def test_a_run_whose_opened_line_sits_in_another_days_file_is_carried(
         led.close()
 
 
+def test_an_open_run_with_damaged_fields_is_still_carried(template: Path,
+                                                          tmp_path: Path) -> None:
+    """worker/1's closed line is unreadable (so the run is open), and its opened line's
+    started_at is no time and its kind no kind. The writer refuses such values, so a
+    carried line copying them failed, and the oldest file was never pruned again (disk
+    use past max_mb for good). The carried line keeps what the writer accepts, and takes
+    the start readers used: the first line's `at`."""
+    d = tmp_path / "ledger"
+    shutil.copytree(template, d)
+
+    def spoil(lines: list[bytes]) -> None:
+        lines[3] = lines[3].replace(b'"started_at":"2026-06-13T14:0',
+                                    b'"started_at":"2026-06-13T14:0e999')
+        lines[3] = lines[3].replace(b'"kind":"oneshot"', b'"kind":"oneshoX"')
+        lines[4] = lines[4].replace(b'"ended_at":"2026', b'"ended_at":"\xff026')
+
+    _rewrite(sorted(d.glob("*.jsonl"))[0], spoil)
+    led = RunLedger(str(d), clock=Clock(T0 + HOUR), retention_ns=DAY)
+    try:
+        res = led.prune()
+        assert (res.error, res.deleted, res.carried_forward) == (None, ["2026-06-13"], 1)
+        mem, _ = led.query(Query(names=("worker",), limit=1000))
+        found, _, _ = scan(str(d), Query(names=("worker",), limit=1000), offline=False)
+        assert mem == [r.to_json() for r in found]
+        assert [r for r in mem if r["run_id"] == 1] == [{
+            "harness": "worker", "run_id": 1, "seq": 18, "trigger": "schedule",
+            "started_at": "2026-06-13T14:00:00.000000000Z", "outcome": "running"}]
+    finally:
+        led.close()
+    assert verify_run_ledger(str(d), parallel=False).ok
+
+
 # -- the work ledger: strict, never a traceback ------------------------------------------
 #
 # The work ledger refuses to extend a broken chain (the durable-work-ledger spec): any
@@ -489,6 +578,7 @@ _WORK_OPS = st.one_of(
     st.tuples(st.just("drop"), st.just(0), _AT),
     st.tuples(st.just("double"), st.just(0), _AT, st.just(0), _AT),
     st.tuples(st.just("junk"), st.just(0), _AT, st.binary(max_size=40)),
+    st.tuples(st.just("number"), st.just(0), _AT, st.sampled_from([b"e999", b"9" * 4301])),
 )
 
 

@@ -350,12 +350,12 @@ def test_a_non_utf8_line_of_a_returned_record_is_counted_once(
     assert (st.lines, st.skipped, st.torn) == (2, 1, 0)
 
 
-def test_a_line_only_the_second_pass_cannot_read_is_skipped_there_not_folded(
+def test_a_line_only_a_whole_decode_refuses_is_skipped_in_both_passes(
     ledger_dir: Path, open_ledger: OpenLedger
 ) -> None:
-    """A number out of range in a field the first pass skips unread: the second pass,
-    folding whole lines, skips that line and counts it once, and folds nothing in its
-    place (not the line before it, of another record)."""
+    """An integer too long to decode in a field the envelope skips unread: both passes
+    skip that line, it is counted once, and nothing is folded in its place (not the line
+    before it, of another record)."""
     led = open_ledger(ledger_dir, clock=Clock(T0))
     led.append({"type": "opened", "harness": "b", "run_id": 1, "trigger": "manual"})
     led.append({"type": "decided", "harness": "a", "run_id": 1, "outcome": "missed",
@@ -364,12 +364,62 @@ def test_a_line_only_the_second_pass_cannot_read_is_skipped_there_not_folded(
     path = ledger_dir / "2026-06-15.jsonl"
     with path.open("ab") as f:
         f.write(b'{"seq":3,"type":"closed","at":"2026-06-15T12:00:02Z","harness":"b",'
-                b'"run_id":1,"outcome":"success","cost_usd":1e999}\n')
+                b'"run_id":1,"outcome":"success","cost_usd":' + b"9" * 4301 + b"}\n")
     recs, _, st = scan(str(ledger_dir), Query(limit=5))
     assert [r.to_json() for r in recs] == [
         {"harness": "a", "run_id": 1, "seq": 2, "outcome": "missed", "model": "m"},
         {"harness": "b", "run_id": 1, "seq": 1, "trigger": "manual", "outcome": "running"}]
     assert (st.lines, st.skipped, st.torn) == (3, 1, 0)
+
+
+def _b2_closed_by(ledger_dir: Path, open_ledger: OpenLedger, bad: bytes) -> None:
+    """a/1 closed "success" through the writer; a/2 opened, then a closed line for it
+    whose envelope says "success" and which also holds `bad`."""
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    led.append({"type": "opened", "harness": "a", "run_id": 1, "trigger": "manual"})
+    led.append({"type": "closed", "harness": "a", "run_id": 1, "outcome": "success"})
+    led.append({"type": "opened", "harness": "a", "run_id": 2, "trigger": "manual"})
+    led.close()
+    with (ledger_dir / "2026-06-15.jsonl").open("ab") as f:
+        f.write(b'{"seq":4,"type":"closed","at":"2026-06-15T12:00:03Z","harness":"a",'
+                b'"run_id":2,"outcome":"success",' + bad + b"}\n")
+
+
+_A1 = {"harness": "a", "run_id": 1, "seq": 1, "trigger": "manual", "outcome": "success"}
+
+
+def _pages(ledger_dir: Path) -> list[tuple[list[dict[str, Any]], int | None, int]]:
+    """The first page of one for each outcome, and of five unfiltered, with skip counts."""
+    out = []
+    for q in (Query(outcomes=frozenset({"success"}), limit=1),
+              Query(outcomes=frozenset({"running"}), limit=1), Query(limit=5)):
+        recs, oldest, st = scan(str(ledger_dir), q)
+        assert (st.lines, st.torn) == (4, 0)
+        out.append(([r.to_json() for r in recs], oldest, st.skipped))
+    return out
+
+
+def test_a_closing_line_with_an_integer_too_long_to_decode_closes_nothing(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """The newest run's only closing line says "success" in its envelope, but an integer
+    of 4,301 digits elsewhere makes the whole line unreadable, so every reader folds that
+    run as running. The envelope pass must skip the line too: else an `--outcome success`
+    page of one chose the damaged run and came out empty, and a `running` page missed it."""
+    _b2_closed_by(ledger_dir, open_ledger, b'"cost_usd":' + b"9" * 4301)
+    a2 = {"harness": "a", "run_id": 2, "seq": 3, "trigger": "manual", "outcome": "running"}
+    assert _pages(ledger_dir) == [([_A1], 1, 1), ([a2], 3, 1), ([a2, _A1], 1, 1)]
+
+
+def test_a_closing_line_with_a_number_out_of_range_still_closes_its_run(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """The same line with 1e999 for its cost: the number is no value, the line reads, and
+    both passes see the run closed "success" with no cost."""
+    _b2_closed_by(ledger_dir, open_ledger, b'"cost_usd":1e999,"tokens":{"input":-2e400}')
+    a2 = {"harness": "a", "run_id": 2, "seq": 3, "trigger": "manual", "outcome": "success",
+          "tokens": {}}
+    assert _pages(ledger_dir) == [([a2], 3, 0), ([], None, 0), ([a2, _A1], 1, 0)]
 
 
 def test_a_non_utf8_closing_line_does_not_end_its_run_for_the_outcome_filter(

@@ -14,6 +14,7 @@ import errno
 import json
 import logging
 import os
+import shutil
 import stat
 import threading
 import time
@@ -1567,3 +1568,29 @@ def test_atomic_write_replaces_a_tmp_left_by_a_killed_process(tmp_path: Path) ->
     assert target.read_bytes() == b'{"harnesses": {}}\n'
     assert not stale.exists()
     assert os.stat(target).st_mode & 0o777 == 0o600
+
+
+def test_a_removed_state_directory_is_made_again_and_every_new_entry_synced(
+    tmp_path: Path,
+) -> None:
+    """`rm -rf` of the state directory two levels above the ledger's: the writer makes
+    state/, state/harness/ and state/harness/ledger/ again, 0700, and syncs the directory
+    holding each new entry before the line counts as durable; syncing only the ledger
+    dir's own parent left the outer two to a crash."""
+    directory = tmp_path / "state" / "harness" / "ledger"
+    make_private_dir(str(directory))
+    files = RecordingFiles()
+    w = Writer(_DaySealer(str(directory)), files=files, on_commit=Commits(), next_seq=1,
+               head_hash=ZERO_HASH, sync_timeout=2.0, retry_min=0.01, retry_max=0.05)
+    try:
+        assert w.append(line(run_id=1), harness="h", run_id=1) == 1
+        files.dir_syncs.clear()
+        shutil.rmtree(tmp_path / "state")
+        assert w.append(line(run_id=2), harness="h", run_id=2) == 2
+        assert files.dir_syncs == [str(tmp_path), str(tmp_path / "state"),
+                                   str(tmp_path / "state" / "harness"), str(directory)]
+        for d in (tmp_path / "state", tmp_path / "state" / "harness", directory):
+            assert stat.S_IMODE(d.stat().st_mode) == 0o700
+        assert read_disk(directory / f"{DAY}.jsonl").seqs == [2]
+    finally:
+        w.close(timeout=5.0)

@@ -10,11 +10,21 @@ verifier can hash the line as it lies on disk and re-encode only when that fails
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 from .canonical import canonical, encode_prepared, prepare
 
 ZERO_HASH = "0" * 64
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def link_to(digest: object) -> str:
+    """The `prev` for a line after one whose `hash` field holds `digest`: the digest when
+    it is one (64 lowercase hex digits), else the zero hash. A damaged hash links nothing
+    either way, and carried on it would only spread (a 17 KB `prev` makes every later
+    line too long to write; in CHAIN it stops every boot)."""
+    return digest if type(digest) is str and _DIGEST.fullmatch(digest) else ZERO_HASH
 
 
 def seal_line(obj: dict[str, Any], seq: int, prev: str) -> tuple[bytes, str]:

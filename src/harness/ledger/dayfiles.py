@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date
+from typing import Any
 
 import msgspec
 
@@ -128,6 +129,8 @@ def is_whole(fragment: bytes | memoryview) -> bool:
     newline (the writer adopts such a line at boot), not a torn write."""
     try:
         _any.decode(fragment)
+    except msgspec.ValidationError:
+        return True  # whole JSON, with a number no decoder holds (1e999, 5,000 digits)
     except UNREADABLE:
         return False
     return True
@@ -175,6 +178,19 @@ class _Seq(msgspec.Struct):
 _tail_decoder = msgspec.json.Decoder(_Tail)
 _seq_decoder = msgspec.json.Decoder(_Seq)
 _any = msgspec.json.Decoder()
+# A number past float's range (1e999) is valid JSON (RFC 8259 leaves range to the reader)
+# that msgspec refuses; this decoder reads it as an infinity instead. Only damage or an
+# edit puts one in a ledger: the writer refuses non-finite numbers.
+_wide = msgspec.json.Decoder(float_hook=float)
+
+
+def decode_json(data: bytes | memoryview) -> Any:
+    """A whole JSON value, a number past float's range read as an infinity; raises
+    UNREADABLE for bytes that are no JSON value."""
+    try:
+        return _any.decode(data)
+    except msgspec.ValidationError:
+        return _wide.decode(data)
 
 
 @dataclass

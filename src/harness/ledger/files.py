@@ -27,18 +27,23 @@ _SYNC = getattr(os, "fdatasync", os.fsync)
 
 def make_private_dir(path: str) -> bool:
     """Create `path` (and missing parents) with mode 0700; return whether `path` was created."""
+    return bool(make_private_dirs(path))
+
+
+def make_private_dirs(path: str) -> list[str]:
+    """Create `path` and its missing parents with mode 0700; return those created, the
+    outermost first (each one's entry lives in the directory before it)."""
     if os.path.isdir(path):
-        return False
+        return []
     parent = os.path.dirname(path.rstrip("/"))
-    if parent and not os.path.exists(parent):
-        make_private_dir(parent)
+    made = make_private_dirs(parent) if parent and not os.path.exists(parent) else []
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
         if not os.path.isdir(path):
             raise NotADirectoryError(errno_mod.ENOTDIR, "not a directory", path) from None
-        return False
-    return True
+        return made
+    return [*made, path]
 
 
 def hold_dir(path: str) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import heapq
 import itertools
+import math
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from ..timefmt import canon, format_ns
-from .dayfiles import UNREADABLE, is_utf8, iter_blocks, list_day_files
+from .dayfiles import UNREADABLE, decode_json, is_utf8, iter_blocks, list_day_files
 from .fold import Record
 from .query import Query, select
 from .schema import LINE_TYPES
@@ -48,6 +49,8 @@ class Head(msgspec.Struct):
 
 
 _head = msgspec.json.Decoder(Head)
+# Lines this long or longer are decoded whole by `head_of` as well (see there).
+CHECK_WHOLE = 4096
 _full = msgspec.json.Decoder()
 _TYPES = frozenset(LINE_TYPES)
 
@@ -90,14 +93,39 @@ def valid_line(obj: Any) -> bool:
 
 def decode_line(raw: bytes) -> dict[str, Any] | None:
     """A complete line as a reader folds it, or None for one every reader skips: over
-    16 KiB, not JSON, not UTF-8, or not a run-ledger line."""
+    16 KiB, not JSON, not UTF-8, or not a run-ledger line.
+
+    A number out of float's range (1e999, which a flipped digit can make of 15e99) is no
+    value: dropped where it stands, as if absent, and the rest of the line reads. `Head`
+    skips such a number unread, so skipping the whole line here would let the envelope
+    scans and the folds disagree about the same line (a run closed for one, open for the
+    other). In the envelope it makes the line unreadable, as it does for `Head`."""
     if len(raw) + 1 > MAX_LINE:
         return None
     try:
         obj = _full.decode(raw)
+    except msgspec.ValidationError:
+        try:
+            obj = decode_json(raw)
+        except UNREADABLE:
+            return None
+        return _finite(obj) if valid_line(obj) else None
     except UNREADABLE:
         return None
     return obj if valid_line(obj) else None
+
+
+def _finite(v: Any) -> Any:
+    """`v` without the infinities `decode_json` read out-of-range numbers as."""
+    if type(v) is dict:
+        return {k: _finite(x) for k, x in v.items() if not _infinite(x)}
+    if type(v) is list:
+        return [_finite(x) for x in v if not _infinite(x)]
+    return v
+
+
+def _infinite(v: Any) -> bool:
+    return type(v) is float and math.isinf(v)
 
 
 def head_of(raw: bytes) -> Head | None:
@@ -106,9 +134,14 @@ def head_of(raw: bytes) -> Head | None:
     if len(raw) + 1 > MAX_LINE or not is_utf8(raw):
         return None
     try:
-        return _head.decode(raw)
+        h = _head.decode(raw)
     except UNREADABLE:
         return None
+    # `Head` skips the other fields unread, and the one value skipping accepts that a
+    # whole decode refuses is an integer of over 4,300 digits: only a long line has one.
+    if len(raw) >= CHECK_WHOLE and decode_line(raw) is None:
+        return None
+    return h
 
 
 def _files_for(directory: str, q: Query, stats: ReadStats) -> tuple[list[tuple[str, str]], int]:
@@ -127,12 +160,13 @@ def _files_for(directory: str, q: Query, stats: ReadStats) -> tuple[list[tuple[s
 
 
 def _maybe_long(buf: bytes) -> bool:
-    """Whether `buf` may hold a line over MAX_LINE (REQ-1: 16 KiB with its "\\n").
+    """Whether `buf` may hold a line of CHECK_WHOLE bytes or more, which `head_of` decodes
+    whole, or one over MAX_LINE (REQ-1: 16 KiB with its "\\n"), which it skips.
 
-    Such a line covers a whole aligned window of MAX_LINE // 2 bytes with no newline, so a
-    few hundred `find`s per block rule it out; a false alarm only costs the slow path.
+    Such a line covers a whole aligned window of CHECK_WHOLE // 2 bytes with no newline, so
+    a few thousand `find`s per block rule it out; a false alarm only costs the slow path.
     """
-    w = MAX_LINE // 2
+    w = CHECK_WHOLE // 2
     return any(buf.find(b"\n", k, k + w) < 0 for k in range(0, len(buf) - w + 1, w))
 
 
@@ -230,7 +264,7 @@ def _scan(directory: str, q: Query, upto_seq: int | None, *, strict: bool
         by_name, words, upto = found
         _look_back(files, start, by_name, words, stats)
         chosen = _choose(q, by_name, files, strict)
-        records = _fold_chosen(files, chosen, stats, upto)
+        records = _fold_chosen(files, chosen, upto)
         if len(records) < len(chosen) and not strict:
             return None
     finally:
@@ -420,7 +454,7 @@ def _choose(q: Query, by_name: dict[str, dict[int, list[Any]]],
 
 
 def _fold_chosen(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int],
-                 stats: ReadStats, upto: int) -> list[Record]:
+                 upto: int) -> list[Record]:
     """Second pass: fold whole lines, but only for the records the query returns."""
     if not chosen:
         return []
@@ -439,16 +473,10 @@ def _fold_chosen(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int
                     continue
                 r = records.get((h.harness, h.run_id))
                 if r is not None and h.seq <= upto:
-                    try:
-                        obj = _full.decode(raw)
-                    except UNREADABLE:
-                        # The envelope decoded but the rest does not (e.g. a number out of
-                        # range in a field the first pass skipped): the line is unreadable.
-                        # Invalid UTF-8 was already counted when the first pass skipped it.
-                        if is_utf8(raw):
-                            stats.skipped += 1
-                        continue
-                    if valid_line(obj):
+                    # A line `head_of` refuses was skipped and counted by the first pass.
+                    obj = decode_line(raw)
+                    if obj is not None:
                         r.apply(obj)
-    # A record none of whose lines decoded whole (seq still 0) is no record: drop it.
+    # A record none of whose lines decoded whole (seq still 0) is no record: the first
+    # pass read a line as two (see `heads`).
     return [r for r in records.values() if r.seq]

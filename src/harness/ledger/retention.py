@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..timefmt import day_start_ns, utc_day
+from .chain import link_to
 from .dayfiles import CHAIN_FILE, highest_line, list_day_files
 from .files import atomic_write, fsync_dir
 from .verify import read_chain_file
@@ -96,6 +97,9 @@ def prune(
                 # The next kept line links to the doomed file's highest seq.
                 last = highest_line(path)
                 if last is not None and (anchor is None or last[0] > anchor[0]):
+                    # A damaged hash anchors nothing: the next line's link fails
+                    # verify, which names it, as it named the damage before.
+                    last = (last[0], link_to(last[1]))
                     write_chain_file(directory, *last)
                     anchor = last
                 os.unlink(path)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..timefmt import day_start_ns, format_ns, now_ns, utc_day
-from .chain import ZERO_HASH, hash_of_line_bytes, seal_line
+from .chain import ZERO_HASH, hash_of_line_bytes, link_to, seal_line
 from .dayfiles import day_path, iter_chunks, list_day_files, read_tail
 from .errors import LedgerCorrupt, LedgerInUse
 from .feed import Committed, Feed, Subscription
@@ -33,7 +33,7 @@ from .index import Index
 from .query import Query
 from .reader import Head, ReadStats, decode_line, head_of, heads, scan
 from .retention import PruneResult, prune
-from .schema import RECORD_FIELDS, prepare_line
+from .schema import RECORD_FIELDS, prepare_line, writable
 from .verify import read_chain_file
 from .writer import Entry, Writer
 
@@ -157,7 +157,7 @@ class RunLedger:
             t = read_tail(path)
             tails.append((path, t))
             if t.last_seq is not None and t.last_seq > best[0]:
-                best = (t.last_seq, t.last_hash or ZERO_HASH)
+                best = (t.last_seq, link_to(t.last_hash))
             if t.damaged_seq is not None and t.damaged_seq > best[0]:
                 # Its hash is unreadable: what follows cannot link to it, and verify
                 # names the break there whatever prev the next line carries.
@@ -268,8 +268,8 @@ class RunLedger:
         for e, raw in self._envelopes(path):
             if e.seq == seq:
                 obj = decode_line(raw)
-                if obj is not None and isinstance(obj.get("hash"), str):
-                    return str(obj["hash"])
+                if obj is not None:
+                    return link_to(obj.get("hash"))
         return ZERO_HASH  # a line with no hash: the chain breaks here whatever follows
 
     def _first_seq(self, files: list[tuple[str, str]]) -> int | None:
@@ -570,11 +570,22 @@ class RunLedger:
             if r is None:
                 return None
             fields = dict(r.fields)
+            start = r.started_key  # what readers sort it by: a start that is no time
+            # counts from its first line, which is about to go
         for e in queued:
             o = e.obj
             if o["run_id"] == key[1] and o["harness"] == key[0]:
                 fields.update((k, v) for k, v in o.items() if v is not None and k in RECORD_FIELDS)
         fields.pop("log_pruned", None)
+        if "started_at" in fields and start:
+            fields["started_at"] = start
+        # Values from damaged or edited files the writer would refuse: the line carries
+        # the rest, or the file holding the run could never be pruned.
+        fields, dropped = writable(fields)
+        if dropped:
+            log.warning("ledger: carrying %s/%d forward without field(s) %s, which hold "
+                        "values no line may: the files were edited or damaged",
+                        key[0], key[1], ", ".join(sorted(dropped)))
         fields.update(type=typ, harness=key[0], run_id=key[1], at=None)
         out, _cuts = prepare_line(fields, self.clock())
         return out, key[0], key[1]

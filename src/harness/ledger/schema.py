@@ -182,6 +182,22 @@ def _validate(obj: dict[str, Any]) -> None:
             )
 
 
+def writable(fields: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The record fields of `fields` that `prepare_line` accepts, and the names of those
+    it would refuse. Values read back from damaged or edited files may be any JSON; a line
+    re-written from them keeps what can be written rather than failing whole."""
+    kept: dict[str, Any] = {}
+    dropped = []
+    for k, v in fields.items():
+        try:
+            _validate({k: v})
+        except LineRejected:
+            dropped.append(k)
+        else:
+            kept[k] = v
+    return kept, dropped
+
+
 def _cap(v: Any, cuts: Cuts) -> Any:
     if type(v) is str:
         if len(v) <= MAX_STR // 4:  # cannot exceed the cap even at 4 bytes a character

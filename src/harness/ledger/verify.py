@@ -27,6 +27,7 @@ from .dayfiles import (
     CHAIN_FILE,
     UNREADABLE,
     Listing,
+    decode_json,
     is_utf8,
     is_whole,
     iter_chunks,
@@ -209,8 +210,11 @@ def _lines(path: str, name: str, frags: _Fragments) -> Iterator[_Item]:
                 yield n, raw, decode(raw)
             except UNREADABLE as exc:
                 if is_whole(raw):
-                    yield n, raw, _Foreign(_any.decode(raw),
-                                           f"complete line is not a ledger line ({exc})")
+                    try:
+                        obj = decode_json(raw)
+                    except UNREADABLE:  # an integer of over 4,300 digits
+                        obj = None
+                    yield n, raw, _Foreign(obj, f"complete line is not a ledger line ({exc})")
                 elif (obj := _damaged(raw)) is not None:
                     yield n, raw, _Foreign(obj, DAMAGED)
                 elif raw:  # a fragment a crash left before later appends

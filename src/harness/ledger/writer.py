@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from .errors import LedgerClosed, LedgerError, LedgerUnavailable, LineRejected
-from .files import FileLayer, make_private_dir
+from .files import FileLayer, make_private_dirs
 
 log = logging.getLogger("harness.ledger")
 
@@ -514,9 +514,12 @@ class Writer:
         directory = os.path.dirname(path)
         if os.path.isdir(directory):
             raise FileNotFoundError(2, "No such file or directory", path)
-        make_private_dir(directory)
+        made = make_private_dirs(directory)
         log.warning("ledger: directory %s was removed while open; created it again", directory)
-        self._files.sync_dir(os.path.dirname(directory) or "/")
+        # Each new directory's entry is in its parent: sync them all, or a crash could
+        # lose the whole path, and the acknowledged lines in it, with the outermost one.
+        for d in made:
+            self._files.sync_dir(os.path.dirname(d) or "/")
         return self._files.open_append(path)
 
     def _drop(self, path: str) -> None:
