@@ -93,6 +93,8 @@ _OPS = st.one_of(
     # A number made one no float holds, or an integer too long to decode (the next digit
     # on from there gets it: in a string, it is just another byte changed).
     st.tuples(st.just("number"), _FILE, _AT, st.sampled_from([b"e999", b"9" * 4301])),
+    # Blocks a crash left as zeros (delayed allocation: the size grew, the data never came).
+    st.tuples(st.just("zeros"), _FILE, _AT, st.integers(1, 600)),
     st.tuples(st.just("stray"), st.sampled_from(["notes.txt", "2026-13-45.jsonl",
                                                  "2026-06-15.jsonl.bak", ".swp"])),
 )
@@ -117,6 +119,9 @@ def _damage(d: Path, ops: list[tuple[Any, ...]]) -> None:
             digit = next((i for i in range(at, len(data)) if data[i] in b"0123456789"), None)
             if digit is not None:
                 data[digit + 1:digit + 1] = op[3]
+        elif op[0] == "zeros":
+            at = _pick(len(data) + 1, op[2])
+            data[at:at + op[3]] = bytes(op[3])
         elif op[0] == "cut":
             del data[_pick(len(data) + 1, op[2]):]
         elif op[0] in ("drop", "double", "junk"):
@@ -151,7 +156,10 @@ def _no_fragment(raw: bytes) -> bool:
 
 
 def _whole_lines_of(p: Path) -> list[bytes]:
-    parts = p.read_bytes().split(b"\n")
+    """The file's complete lines, without the JSON whitespace around them: a line's
+    content is what its hash covers, and canonical JSON holds no whitespace, so only a
+    byte at either end of a line can become whitespace and leave the line's content."""
+    parts = [x.strip(b" \t\r") for x in p.read_bytes().split(b"\n")]
     out = [x for x in parts[:-1] if x]
     if parts[-1] and _is_json(parts[-1]):
         out.append(parts[-1])  # a whole last line may lack only its newline
@@ -468,6 +476,32 @@ def test_a_pruned_file_anchors_the_chain_at_its_highest_line(template: Path, tmp
     assert (res.ok, res.anchor, res.head_seq) == (True, "CHAIN seq 6", 17)
 
 
+def test_a_pruned_files_highest_line_without_its_hash_still_goes_from_memory(
+        template: Path, tmp_path: Path) -> None:
+    """The oldest file's last line (seq 6, nightly/100) lost its `hash` key to a flipped
+    byte: readers still read it. The prune took CHAIN, and with it what memory forgets,
+    from the highest line with a hash (seq 5), so memory kept nightly/100 after its only
+    line was deleted. CHAIN now names seq 6, with no hash to link to."""
+    d = tmp_path / "ledger"
+    shutil.copytree(template, d)
+
+    def spoil(lines: list[bytes]) -> None:
+        lines[-1] = lines[-1].replace(b'"hash":', b'"ha h":')
+
+    _rewrite(sorted(d.glob("*.jsonl"))[0], spoil)
+    led = RunLedger(str(d), clock=Clock(T0 + HOUR), retention_ns=DAY)
+    try:
+        assert led.get("nightly", 100) is not None
+        assert led.prune().deleted == ["2026-06-13"]
+        mem, _ = led.query(Query(limit=1000))
+        found, _, _ = scan(str(d), Query(limit=1000), offline=False)
+        assert mem == [r.to_json() for r in found]
+        assert led.get("nightly", 100) is None
+    finally:
+        led.close()
+    assert json.loads((d / "CHAIN").read_bytes()) == {"seq": 6, "hash": "0" * 64}
+
+
 def test_a_pruned_file_whose_highest_line_has_a_damaged_hash(template: Path,
                                                              tmp_path: Path) -> None:
     """The oldest file's last line has four bytes more in its hash. CHAIN written from it
@@ -579,6 +613,7 @@ _WORK_OPS = st.one_of(
     st.tuples(st.just("double"), st.just(0), _AT, st.just(0), _AT),
     st.tuples(st.just("junk"), st.just(0), _AT, st.binary(max_size=40)),
     st.tuples(st.just("number"), st.just(0), _AT, st.sampled_from([b"e999", b"9" * 4301])),
+    st.tuples(st.just("zeros"), st.just(0), _AT, st.integers(1, 600)),
 )
 
 

@@ -206,20 +206,27 @@ class FileTail:
     damaged_seq: int | None = None
 
 
-def highest_line(path: str) -> tuple[int, str] | None:
+def highest_line(path: str) -> tuple[int, str | None] | None:
     """(seq, hash) of the line of `path` with the highest seq: its last line, unless the
     file was edited (a line copied below later ones). A whole line that lacks only its
-    newline counts, as for every reader. None when no line has a seq and a hash."""
-    best: tuple[int, str] | None = None
+    newline counts, as for every reader, and so does a line whose `hash` is damaged or
+    gone (hash None): its seq was taken. None when no line has a seq."""
+    best: tuple[int, bytes] | None = None
     for _first, lines, _torn in iter_chunks(path):
         for raw in lines:
             try:
-                t = _tail_decoder.decode(raw)
+                seq = _seq_decoder.decode(raw).seq
             except UNREADABLE:
                 continue
-            if t.hash is not None and (best is None or t.seq > best[0]):
-                best = (t.seq, t.hash)
-    return best
+            if best is None or seq > best[0]:
+                best = (seq, raw)
+    if best is None:
+        return None
+    try:
+        digest = _tail_decoder.decode(best[1]).hash
+    except UNREADABLE:
+        digest = None
+    return best[0], digest
 
 
 def read_tail(path: str, block: int = 1 << 16) -> FileTail:

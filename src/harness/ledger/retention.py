@@ -99,9 +99,8 @@ def prune(
                 if last is not None and (anchor is None or last[0] > anchor[0]):
                     # A damaged hash anchors nothing: the next line's link fails
                     # verify, which names it, as it named the damage before.
-                    last = (last[0], link_to(last[1]))
-                    write_chain_file(directory, *last)
-                    anchor = last
+                    anchor = (last[0], link_to(last[1]))
+                    write_chain_file(directory, *anchor)
                 os.unlink(path)
             except Exception as exc:  # keep this file and every later one; retry next prune
                 res.error = f"pruning {path} failed: {exc}; retrying at the next prune"
