@@ -1029,3 +1029,28 @@ def test_a_clock_stepped_back_more_than_a_day_is_read_whole_with_since(
         (2, "missed", None), (1, "success", "m")]
     assert stats.files == 2  # all of them, the older one included
     assert (stats.lines, stats.skipped, stats.torn) == (3, 0, 0)  # each line counted once
+
+
+def test_a_closing_line_stepped_back_past_the_range_read_is_still_found(
+        tmp_path: Path) -> None:
+    """j/1 opens on T0's day; the clock steps back three days and it closes there, in a
+    file older than `--since` and its day of slack. Its closed line is the highest seq,
+    so the files read hold no gap to betray it: the scan must still see that seqs lie
+    beyond them, read the older files, and show the run closed."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 5 * DAY)
+    led = RunLedger(str(d), clock=clock)
+    led.append({"type": "decided", "harness": "j", "run_id": 9, "outcome": "missed"})
+    clock.ns = T0
+    led.append({"type": "opened", "harness": "j", "run_id": 1, "trigger": "manual",
+                "started_at": format_ns(T0)})
+    clock.ns = T0 - 3 * DAY
+    led.append({"type": "closed", "harness": "j", "run_id": 1, "outcome": "success"})
+    led.close()
+    for q in (Query(since_ns=T0 - HOUR, limit=5),
+              Query(since_ns=T0 - HOUR, outcomes=frozenset({"success"}), limit=5)):
+        recs, oldest, _ = scan(str(d), q)
+        assert ([(r.harness, r.run_id, r.to_json()["outcome"]) for r in recs], oldest) == (
+            [("j", 1, "success")], 2)
+    recs, _, _ = scan(str(d), Query(since_ns=T0 - HOUR, outcomes=frozenset({"running"})))
+    assert recs == []

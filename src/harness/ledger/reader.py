@@ -21,7 +21,14 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from ..timefmt import canon, format_ns
-from .dayfiles import UNREADABLE, decode_json, is_utf8, iter_blocks, list_day_files
+from .dayfiles import (
+    UNREADABLE,
+    decode_json,
+    is_utf8,
+    iter_blocks,
+    list_day_files,
+    read_tail,
+)
 from .fold import Record
 from .query import Query, select
 from .schema import LINE_TYPES
@@ -315,12 +322,24 @@ def _first_pass(files: list[tuple[str, str]], start: int, q: Query, upto_seq: in
                     continue
                 _fold_head(r, h, words)
     # Every complete line holds one seq (unparseable ones were counted too), so fewer
-    # lines than the range spans means some of it lies elsewhere.
-    if start > 0 and hi >= lo and stats.lines < hi - lo + 1:
+    # lines than the range spans means some of it lies elsewhere; and an older file
+    # ending above the range holds lines written after it (the newest ones, with no gap
+    # to betray them, when the clock stepped back at the very end).
+    if start > 0 and hi >= lo and (stats.lines < hi - lo + 1 or any(
+            _last_seq(path) > hi for _day, path in files[:start])):
         return None
     if dirty:
         _refold(files, start, len(files), dirty, by_name, words, upto, stats)
     return by_name, words, upto
+
+
+def _last_seq(path: str) -> int:
+    """The seq of a day file's last whole line, damaged or not; 0 for none."""
+    try:
+        t = read_tail(path)
+    except OSError:
+        return 0
+    return max(t.last_seq or 0, t.damaged_seq or 0)
 
 
 def _refold(files: list[tuple[str, str]], lo: int, hi: int, keys: set[tuple[str, int]],
