@@ -176,3 +176,44 @@ def test_the_daemon_on_a_full_disk_refuses_runs_cleanly_and_goes_on(
         (2, "success"), (1, "success")]
     verify_ok(world)
     assert "Traceback" not in daemons.stderr()
+
+
+def test_a_prune_on_a_full_disk_keeps_every_file_and_finishes_once_space_is_back(
+        small_fs: Path) -> None:
+    """Retention due on a full disk: the open run in the oldest file must be carried into
+    today's file before that file goes, and that write cannot land. The prune keeps the
+    file (and every later one), changes no run, fails within the writer's bound, and the
+    next prune, once space is back, carries the run and deletes the file."""
+    d = small_fs / "ledger"
+    clock = Clock(T0 - 3 * 86_400 * 10**9)
+    led = RunLedger(str(d), clock=clock)
+    led.append({"type": "opened", "harness": "w", "run_id": 1, "kind": "resident",
+                "trigger": "autostart"})
+    led.append(_decided(1))
+    led.close()
+    old = sorted(p.name for p in d.glob("*.jsonl"))
+    filler = _fill(small_fs)
+    led = RunLedger(str(d), clock=Clock(T0), retention_ns=86_400 * 10**9,
+                    sync_timeout=0.5, retry_min=0.05, retry_max=0.2)
+    try:
+        res = led.prune()
+        assert res.deleted == [] and res.carried_forward == 0
+        assert res.error is not None and "No space left on device" in res.error, res.error
+        assert (d / old[0]).exists() and not (d / "CHAIN").exists()
+        assert led.stats().queued == 1  # the carried line, written once space is back
+        assert [(o["harness"], o["run_id"]) for o in led.open_records()] == [("w", 1)]
+
+        filler.unlink()
+        deadline = time.monotonic() + WAIT
+        while led.stats().queued and time.monotonic() < deadline:
+            time.sleep(0.05)
+        res = led.prune()
+        assert (res.error, res.deleted) == (None, [old[0][:10]])
+        assert [(o["harness"], o["run_id"]) for o in led.open_records()] == [("w", 1)]
+    finally:
+        led.close()
+    res = verify_run_ledger(str(d), parallel=False)
+    assert (res.ok, res.anchor) == (True, "CHAIN seq 2"), res.error
+    found, _, _ = scan(str(d), Query(limit=10))
+    assert [(r.harness, r.run_id, r.opened, r.closed) for r in found] == [
+        ("w", 1, True, False)]
