@@ -22,7 +22,7 @@ from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..timefmt import day_start_ns, format_ns, now_ns, utc_day
+from ..timefmt import canon, day_start_ns, format_ns, now_ns, utc_day
 from .chain import ZERO_HASH, hash_of_line_bytes, link_to, seal_line
 from .dayfiles import day_path, iter_chunks, list_day_files, read_tail
 from .errors import LedgerCorrupt, LedgerInUse
@@ -570,15 +570,16 @@ class RunLedger:
             if r is None:
                 return None
             fields = dict(r.fields)
-            start = r.started_key  # what readers sort it by: a start that is no time
-            # counts from its first line, which is about to go
+            first_at = r.first_at
         for e in queued:
             o = e.obj
             if o["run_id"] == key[1] and o["harness"] == key[0]:
                 fields.update((k, v) for k, v in o.items() if v is not None and k in RECORD_FIELDS)
         fields.pop("log_pruned", None)
-        if "started_at" in fields and start:
-            fields["started_at"] = start
+        if "started_at" in fields and canon(fields["started_at"]) is None:
+            # A start that is no time: readers count the run from its first line, whose
+            # file is about to go. The carried line keeps that start.
+            fields["started_at"] = canon(first_at)
         # Values from damaged or edited files the writer would refuse: the line carries
         # the rest, or the file holding the run could never be pruned.
         fields, dropped = writable(fields)
