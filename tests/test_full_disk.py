@@ -212,6 +212,11 @@ def test_a_prune_on_a_full_disk_keeps_every_file_and_finishes_once_space_is_back
         assert [(o["harness"], o["run_id"]) for o in led.open_records()] == [("w", 1)]
     finally:
         led.close()
+    # Carried once: the line queued by the failed prune; the second prune sees the run's
+    # newest opened line outside the doomed file and writes no second one.
+    today = [json.loads(x) for x in (d / "2026-06-15.jsonl").read_bytes().splitlines()]
+    assert [(o["seq"], o["type"], o["harness"], o["run_id"]) for o in today] == [
+        (3, "opened", "w", 1)]
     res = verify_run_ledger(str(d), parallel=False)
     assert (res.ok, res.anchor) == (True, "CHAIN seq 2"), res.error
     found, _, _ = scan(str(d), Query(limit=10))

@@ -532,8 +532,11 @@ class RunLedger:
         with self._lock:
             # By the file's own lines too: a line's `at` names its file unless the files
             # were edited, and an open run whose only opened line is gone reads as none.
+            # Not a run whose newest opened line is elsewhere, though: carried already
+            # by a prune that failed after the carry, it needs no second line.
             doomed = [((r.harness, r.run_id), "opened") for r in self._index.open_records()
-                      if r.opened_at[:10] == day or (r.harness, r.run_id) in opening]
+                      if r.opened_at[:10] == day
+                      or opening.get((r.harness, r.run_id), "") >= r.opened_at]
             for key in ending:
                 r = self._index.records.get(key)
                 if r is not None and r.closed and r.opened_at[:10] > day:
@@ -550,13 +553,15 @@ class RunLedger:
             self._writer.wait(e)
         return len(entries)
 
-    def _keys_in(self, path: str) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
-        """The records with an opened line, and those with a closed or decided line, in
-        one day file."""
-        opening, ending = set(), set()
+    def _keys_in(self, path: str) -> tuple[dict[tuple[str, int], str], set[tuple[str, int]]]:
+        """The records with an opened line in one day file (with the newest such line's
+        `at`), and those with a closed or decided line in it."""
+        opening: dict[tuple[str, int], str] = {}
+        ending = set()
         for e, _raw in self._envelopes(path):
             if e.type == "opened":
-                opening.add((e.harness, e.run_id))
+                key = (e.harness, e.run_id)
+                opening[key] = max(opening.get(key, ""), e.at)
             elif e.type in ("closed", "decided"):
                 ending.add((e.harness, e.run_id))
         return opening, ending
