@@ -81,6 +81,16 @@ def day_files(world: World) -> list[Path]:
     return sorted(world.ledger.glob("*.jsonl"))
 
 
+def one_day_start(span: int) -> int:
+    """A start time for lines spanning `span` ns that all fall in one UTC day, in the last 24 h.
+
+    Tests that look at "the" day file must not straddle midnight when the suite runs at 00:30.
+    """
+    now = now_ns()
+    midnight = now - now % DAY
+    return now - span if now - span >= midnight else midnight - span - 60 * SEC
+
+
 def only_file(world: World) -> Path:
     files = day_files(world)
     assert len(files) == 1, files
@@ -531,7 +541,7 @@ def test_empty_results(world: World) -> None:
 
 
 def test_offline_read_warns_shows_running_and_changes_nothing(world: World) -> None:
-    now = now_ns()
+    now = one_day_start(3 * HOUR) + 3 * HOUR
     seed(world, [
         *run_lines("nightly", 3, now - 3 * HOUR, outcome="success"),
         open_line("nightly", 4, now - HOUR, trigger="schedule"),
@@ -651,7 +661,7 @@ def test_unreadable_ledger_dir_fails(world: World) -> None:
 
 
 def _three_runs(world: World) -> tuple[Path, list[bytes]]:
-    t = now_ns() - HOUR
+    t = one_day_start(HOUR)
     seed(world, [*run_lines("nightly", 1, t), *run_lines("nightly", 2, t + SEC),
                  *run_lines("nightly", 3, t + 2 * SEC)])
     path = only_file(world)
