@@ -300,6 +300,41 @@ def test_mutation_breaks_the_chain(world: World, name: str) -> None:
     assert snapshot(world.root) == before
 
 
+def _first(mutate: Callable[[dict[str, Any]], None]) -> Callable[[list[bytes]], None]:
+    def apply(lines: list[bytes]) -> None:
+        obj = json.loads(lines[0])
+        mutate(obj)
+        lines[0] = ref_canonical(obj)
+    return apply
+
+
+FIRST_LINE: dict[str, tuple[Callable[[list[bytes]], None], int | None, str]] = {
+    # name: (mutation of line 1 of 6, broken seq, reason)
+    "edited": (_first(lambda o: o.update(outcome="success")), 1, EDITED),
+    "hash deleted": (_first(lambda o: o.pop("hash")), 1, NO_CHAIN),
+    "seq not an integer": (_first(lambda o: o.update(seq="1")), None,
+                           "complete line is not a ledger line (Expected `int`, got `str` - "
+                           "at `$.seq`)"),
+}
+
+
+@pytest.mark.parametrize("name", list(FIRST_LINE))
+def test_a_break_in_the_first_line_of_a_one_file_ledger(world: World, name: str) -> None:
+    """The first line of the only day file has no line before it in the file: damage
+    there breaks the chain at line 1, and nothing after it verifies (it is not skipped
+    as if the file held no ledger line)."""
+    mutate, seq, reason = FIRST_LINE[name]
+    lines = one_day(world)
+    mutate(lines)
+    write_lines(world.ledger / FILE1, lines)
+    if seq is not None:
+        assert_broken(world, seq, f"{FILE1}:1", reason)
+    code, out = verify_json(world)
+    assert (code, out["ok"], out["seq"], out["file"], out["line"], out["reason"]) == (
+        2, False, seq, FILE1, 1, reason)
+    assert (out["entry_count"], out["head_seq"], out["head_hash"]) == (0, None, None)
+
+
 def test_a_line_with_a_number_out_of_range_is_an_edit(world: World) -> None:
     """1e400 is JSON no encoder of the chain writes: a complete line carrying it was edited."""
     lines = one_day(world)
@@ -325,6 +360,10 @@ def test_a_missing_ledger_does_not_verify(tmp_path: Path) -> None:
     res = verify_module.verify_run_ledger(str(tmp_path / "ledger"))
     assert (res.ok, res.exists, res.lines, res.files, res.head_seq, res.error) == (
         False, False, 0, 0, None, None)
+    # Nothing was read: no fragment, no torn tail, no head, from genesis.
+    assert res.to_json() == {"ok": False, "lines": 0, "entry_count": 0, "files": 0, "torn": 0,
+                             "torn_tail": False, "torn_at": [], "head_seq": None,
+                             "head_hash": None, "anchor": "genesis", "strays": []}
     assert not (tmp_path / "ledger").exists()
 
 
@@ -557,6 +596,25 @@ def test_clock_jump_edit_is_named_by_its_file_and_line(world: World) -> None:
     assert_broken(world, 3, f"{FILE1}:1", REMOVED.format(1))
 
 
+def test_clock_jump_break_at_the_first_seq_reports_nothing_verified(world: World) -> None:
+    """Merged files (a clock jump) whose very first line, seq 1, is damaged: the break is
+    at seq 1 and no line verified, so there is no head, as with one file."""
+    files = clock_jump(world)
+    later = "2025-11-04.jsonl"
+    obj = json.loads(files["2025-11-04"][0])
+    assert obj["seq"] == 1
+    obj["reason"] = "operator"
+    write_lines(world.ledger / later, [ref_canonical(obj), files["2025-11-04"][1]])
+    assert_broken(world, 1, f"{later}:1", EDITED)
+    code, out = verify_json(world)
+    assert (code, out["entry_count"], out["head_seq"], out["head_hash"]) == (2, 0, None, None)
+    # A forged line numbered 0 before seq 1 breaks the chain where it lies, as in one file.
+    forged, _ = seal({"v": 1, **decided(9, f"{DAY1}T07:00:00.000000000Z")}, 0, ZERO)
+    write_lines(world.ledger / FILE1, [forged, *files[DAY1]])
+    write_lines(world.ledger / later, files["2025-11-04"])
+    assert_broken(world, 0, f"{FILE1}:1", REORDERED.format(0, 0))
+
+
 def test_clock_stepped_back_across_a_whole_file_verifies_in_seq_order(world: World) -> None:
     """Seq 1-2 on the 4th, then the clock stepped back a day for seq 3-4: the earlier-named
     file holds the later seqs, and the chain is still followed in seq order."""
@@ -655,6 +713,28 @@ def test_lines_at_or_before_chain_are_not_checked_after_a_clock_jump(world: Worl
     res = verify(world)
     assert (res.returncode, res.stderr) == (0, "")
     assert res.stdout == ok_text(3, 3, 7, hashes[7], anchor="CHAIN seq 4")
+
+
+def test_the_genesis_line_behind_chain_is_not_checked_after_a_clock_jump(world: World) -> None:
+    """CHAIN says seq 2; a crash left the first file, seq 1-2, behind it; the clock stepped
+    back for seq 4, so the files are merged. Seq 1 too lies behind CHAIN: skipped, not a
+    break, and the chain is followed from CHAIN."""
+    world.ledger.mkdir(parents=True, mode=0o700)
+    days = {1: "2025-11-02", 2: "2025-11-02", 3: "2025-11-05", 4: "2025-11-04",
+            5: "2025-11-05"}
+    prev, raws, hashes = ZERO, {}, {}
+    for seq in range(1, 6):
+        raws[seq], prev = seal({"v": 1, **decided(seq, f"{days[seq]}T08:00:0{seq}.000000000Z")},
+                               seq, prev)
+        hashes[seq] = prev
+    write_lines(world.ledger / "2025-11-02.jsonl", [raws[1], raws[2]])
+    write_lines(world.ledger / "2025-11-04.jsonl", [raws[4]])
+    write_lines(world.ledger / "2025-11-05.jsonl", [raws[3], raws[5]])
+    (world.ledger / "CHAIN").write_text(json.dumps({"hash": hashes[2], "seq": 2}) + "\n")
+    res = verify(world)
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == ok_text(3, 3, 5, hashes[5], anchor="CHAIN seq 2")
+    assert verify_module.verify_run_ledger(str(world.ledger)).start_seq == 3
 
 
 def test_a_line_from_before_chain_inside_a_kept_file_is_a_break(world: World,
