@@ -167,6 +167,11 @@ class Writer:
         # (offset it began at, whether it began with "\n"). What reached the file is
         # unknown, so nothing more is written there until a read-back tells.
         self._unread: dict[str, tuple[int, bool]] = {}
+        # Handles dropped (after a failed sync or cut) while lines written through them
+        # are uncommitted: those lines are only where the path still names that file.
+        # Kept open until the path is opened again (`_reopened_elsewhere`), so the
+        # inode cannot be reused by a new file at the path and pass for the old one.
+        self._dropped: dict[str, int] = {}
         # Whether a path's identity tells whether it is still the file we hold open; a
         # file system whose inode numbers do not hold still would make every pass look
         # like a deleted file, and the rewrite would put each line in the file twice.
@@ -486,26 +491,81 @@ class Writer:
     def _file(self, path: str) -> _File:
         f = self._open.get(path)
         if f is None:
-            try:
-                fd, created = self._files.open_append(path)
-            except FileNotFoundError:
-                fd, created = self._open_in_new_dir(path)
+            fd, created, identity = self._open_named(path)
             size = self._files.size(fd)
             # A handle dropped after a failure may have created the file: its directory
             # entry still needs the sync the reopened handle would otherwise skip.
             created = created or path in self._dir_unsynced
             self._dir_unsynced.discard(path)
-            f = _File(fd, size, size, created, self._files.identity(fd))
-            if self._identities_hold and not (self._files.linked(fd)
-                                              and self._files.names(path, f.identity)):
-                self._identities_hold = False
-                log.warning("ledger: %s does not name the file just opened from it; a day "
-                            "file deleted while open will not be noticed", path)
+            f = _File(fd, size, size, created, identity)
             if size > 0 and self._files.last_byte(fd, size) != b"\n":
                 # A torn fragment from a crash: leave it (readers skip it), start clean.
                 f.newline = True
             self._open[path] = f
         return f
+
+    def _reopened_elsewhere(self, path: str) -> bool:
+        """Open `path` if its handle was dropped, and say whether it now names another
+        file than the dropped one while lines written through that one are uncommitted
+        (the file was deleted or replaced meanwhile: an `rm` on a failing disk). Those
+        lines are not in the new file: they are marked unwritten, to be written again in
+        seq order, never committed from a file that does not hold them."""
+        held = self._dropped.get(path)
+        if held is None:
+            return False
+        if path in self._open or not self._identities_hold:
+            self._release(path)
+            return False
+        f = self._file(path)  # raises while it cannot be opened: the handle stays held
+        try:
+            same = self._files.linked(held) and self._files.identity(held) == f.identity
+        except OSError:
+            same = False
+        self._release(path)
+        if same:
+            return False
+        with self._cv:
+            lines = [e for e in self._queue if e.path == path and e.written]
+        self._unread.pop(path, None)  # what a failed write left is in the old file
+        if not lines:
+            return False
+        log.warning("ledger: %s was deleted or replaced while its handle was closed; "
+                    "writing its %d unacknowledged line(s) again", path, len(lines))
+        for e in lines:
+            e.written = False
+        self._lines_written -= len(lines)
+        return True
+
+    def _open_named(self, path: str) -> tuple[int, bool, tuple[int, int]]:
+        """Open `path` for appending: (fd, created, identity), the file the path names.
+
+        A file deleted or replaced in the instant between the open and the look at its
+        name is opened again: nothing was written to it yet. Only a file that never
+        matches its name (a file system whose inodes drift) turns the deleted-file check
+        off; taken for one after a single miss, the check went off for good, and lines
+        synced into the unlinked file were acknowledged with no name holding them.
+        """
+        made = False
+        for attempt in range(3):
+            try:
+                fd, created = self._files.open_append(path)
+            except FileNotFoundError:
+                fd, created = self._open_in_new_dir(path)
+            made = made or created
+            identity = self._files.identity(fd)
+            if not self._identities_hold or (self._files.linked(fd)
+                                             and self._files.names(path, identity)):
+                return fd, made, identity
+            if attempt == 2:
+                break
+            try:
+                self._files.close(fd)
+            except OSError as exc:  # the fd is gone either way
+                log.warning("ledger: closing %s failed: %s", path, exc)
+        self._identities_hold = False
+        log.warning("ledger: %s does not name the file just opened from it; a day "
+                    "file deleted while open will not be noticed", path)
+        return fd, made, identity
 
     def _open_in_new_dir(self, path: str) -> tuple[int, bool]:
         """The ledger's directory was removed while the writer ran (`rm -rf` of the state
@@ -527,10 +587,24 @@ class Writer:
         if f is not None:
             if f.created:
                 self._dir_unsynced.add(path)
-            try:
-                self._files.close(f.fd)
-            except OSError as exc:  # the fd is gone either way; the reopen re-checks the file
-                log.warning("ledger: closing %s failed: %s", path, exc)
+            with self._cv:
+                held = any(e.path == path and e.written for e in self._queue)
+            if held and not self._closing:
+                self._release(path)
+                self._dropped[path] = f.fd
+                return
+            self._close(path, f.fd)
+
+    def _release(self, path: str) -> None:
+        fd = self._dropped.pop(path, None)
+        if fd is not None:
+            self._close(path, fd)
+
+    def _close(self, path: str, fd: int) -> None:
+        try:
+            self._files.close(fd)
+        except OSError as exc:  # the fd is gone either way; the reopen re-checks the file
+            log.warning("ledger: closing %s failed: %s", path, exc)
 
     def _write_group(self, path: str, group: list[Entry]) -> None:
         if path in self._unread:
@@ -614,6 +688,10 @@ class Writer:
             while j < len(todo) and todo[j].path == todo[i].path:
                 j += 1
             try:
+                if self._reopened_elsewhere(todo[i].path):
+                    todo = [e for e in batch if not e.written]  # again, in seq order
+                    i = 0
+                    continue
                 self._write_group(todo[i].path, todo[i:j])
             except OSError as exc:
                 failed_at = next((e for e in todo[i:j] if not e.written), todo[i])
@@ -649,6 +727,8 @@ class Writer:
             synced: set[str] = set()
             try:
                 for p in paths:
+                    if self._reopened_elsewhere(p):
+                        continue  # its lines are not in the file: written again next pass
                     self._sync_file(p, self._file(p))
                     synced.add(p)
             except OSError as exc:
@@ -715,6 +795,7 @@ class Writer:
         with self._cv:
             lines = [e for e in self._queue if e.path == path and e.written]
         self._drop(path)
+        self._release(path)  # known gone: every line it held is written again below
         # Whatever the path names now, its directory entry is new to us: sync it too.
         self._dir_unsynced.add(path)
         for e in lines:
@@ -810,5 +891,9 @@ class Writer:
         return err
 
     def _shutdown_files(self) -> None:
-        for p in list(self._open):
-            self._drop(p)
+        # Called under the state lock, which `_drop` takes: close the handles directly.
+        for p, f in list(self._open.items()):
+            del self._open[p]
+            self._close(p, f.fd)
+        for p in list(self._dropped):
+            self._release(p)
