@@ -627,6 +627,22 @@ def test_clock_stepped_back_across_a_whole_file_verifies_in_seq_order(world: Wor
     assert res.stdout == ok_text(4, 2, 4, hash_of(files[DAY1][1]))
 
 
+def test_torn_fragments_of_merged_files_are_listed_in_file_order(world: World) -> None:
+    """After a clock jump the files are read interleaved by seq; the fragments are still
+    named file by file, line by line, as for files read one after another."""
+    files = clock_jump(world)
+    later = "2025-11-04"
+    write_lines(world.ledger / f"{later}.jsonl",
+                [files[later][0], b'{"v":1,"seq":2,"ty', files[later][1]])
+    write_lines(world.ledger / FILE1, files[DAY1], tail=b'{"v":1,"seq":5,')
+    code, out = verify_json(world)
+    assert (code, out["entry_count"], out["torn"], out["torn_tail"]) == (0, 4, 2, False)
+    assert out["torn_at"] == [f"{FILE1}:3", f"{later}.jsonl:2"]
+    res = verify(world)
+    assert res.stdout == ok_text(4, 2, 4, hash_of(files[later][1]), torn=(
+        f"2 torn fragment(s) skipped ({FILE1}:3, {later}.jsonl:2)"))
+
+
 def test_torn_tail_in_an_older_day_file(world: World) -> None:
     files = three_days(world)
     write_lines(world.ledger / f"{DAYS[0]}.jsonl", files[DAYS[0]], tail=b'{"v":1,"seq":3,')

@@ -343,6 +343,12 @@ def _by_seq(fi: int, lines: Iterator[_Item]
         yield seq, fi, n, raw, link
 
 
+def _file_then_line(where: str) -> tuple[str, int]:
+    """Sort key of a `file:line` place: day-file names sort in day order."""
+    name, _, line = where.rpartition(":")
+    return name, int(line)
+
+
 def _verify_merged(listing: Listing, anchor: tuple[int, str] | None,
                    res: VerifyResult) -> VerifyResult:
     """Follow the chain through every file at once, in seq order (the clock-jump case)."""
@@ -377,6 +383,8 @@ def _verify_merged(listing: Listing, anchor: tuple[int, str] | None,
     finally:
         if gc_was:
             gc.enable()
+    # Found in merge order; named in file order, as files read one after another are.
+    res.torn_at.sort(key=_file_then_line)
     res.torn = len(res.torn_at)
     res.ok = res.error is None
     res.head_seq = prev_seq if prev_seq else None
