@@ -711,21 +711,32 @@ def test_pruned_file_a_crash_left_behind_chain_is_not_checked(world: World,
     assert res.stdout == ok_text(4, 3, 10, hash_of(kept[-1]), anchor="CHAIN seq 6")
 
 
+def behind_chain(world: World, chain_seq: int, files: dict[str, list[int]],
+                 pruned: str | None = None) -> dict[int, str]:
+    """One chain of decided lines, seq 1 up, each stamped with the day of the file that
+    holds it (a clock jump puts a later seq in an earlier file), and a CHAIN naming
+    `chain_seq`; the lines of day `pruned` are not written (retention took them).
+    Returns each seq's hash."""
+    world.ledger.mkdir(parents=True, mode=0o700)
+    day_of = {seq: day for day, seqs in files.items() for seq in seqs}
+    prev, raws, hashes = ZERO, {}, {}
+    for seq in range(1, len(day_of) + 1):
+        at = f"{day_of[seq]}T08:00:0{seq}.000000000Z"
+        raws[seq], prev = seal({"v": 1, **decided(seq, at)}, seq, prev)
+        hashes[seq] = prev
+    for day, seqs in files.items():
+        if day != pruned:
+            write_lines(world.ledger / f"{day}.jsonl", [raws[seq] for seq in seqs])
+    (world.ledger / "CHAIN").write_text(
+        json.dumps({"hash": hashes[chain_seq], "seq": chain_seq}) + "\n")
+    return hashes
+
 def test_lines_at_or_before_chain_are_not_checked_after_a_clock_jump(world: World) -> None:
     """CHAIN says seq 4; a crash left the file holding seq 3-4; the clock stepped back for
     seq 6, so the kept files overlap and are followed as one merge, from CHAIN."""
-    world.ledger.mkdir(parents=True, mode=0o700)
-    days = {3: "2025-11-03", 4: "2025-11-03", 5: "2025-11-05", 6: "2025-11-04",
-            7: "2025-11-05"}
-    prev, raws, hashes = ZERO, {}, {}
-    for seq in range(1, 8):
-        at = f"{days.get(seq, '2025-11-02')}T08:00:0{seq}.000000000Z"
-        raws[seq], prev = seal({"v": 1, **decided(seq, at)}, seq, prev)
-        hashes[seq] = prev
-    write_lines(world.ledger / "2025-11-03.jsonl", [raws[3], raws[4]])
-    write_lines(world.ledger / "2025-11-04.jsonl", [raws[6]])
-    write_lines(world.ledger / "2025-11-05.jsonl", [raws[5], raws[7]])
-    (world.ledger / "CHAIN").write_text(json.dumps({"hash": hashes[4], "seq": 4}) + "\n")
+    hashes = behind_chain(world, 4, {"2025-11-02": [1, 2], "2025-11-03": [3, 4],
+                                     "2025-11-04": [6], "2025-11-05": [5, 7]},
+                          pruned="2025-11-02")
     res = verify(world)
     assert (res.returncode, res.stderr) == (0, "")
     assert res.stdout == ok_text(3, 3, 7, hashes[7], anchor="CHAIN seq 4")
@@ -735,18 +746,8 @@ def test_the_genesis_line_behind_chain_is_not_checked_after_a_clock_jump(world: 
     """CHAIN says seq 2; a crash left the first file, seq 1-2, behind it; the clock stepped
     back for seq 4, so the files are merged. Seq 1 too lies behind CHAIN: skipped, not a
     break, and the chain is followed from CHAIN."""
-    world.ledger.mkdir(parents=True, mode=0o700)
-    days = {1: "2025-11-02", 2: "2025-11-02", 3: "2025-11-05", 4: "2025-11-04",
-            5: "2025-11-05"}
-    prev, raws, hashes = ZERO, {}, {}
-    for seq in range(1, 6):
-        raws[seq], prev = seal({"v": 1, **decided(seq, f"{days[seq]}T08:00:0{seq}.000000000Z")},
-                               seq, prev)
-        hashes[seq] = prev
-    write_lines(world.ledger / "2025-11-02.jsonl", [raws[1], raws[2]])
-    write_lines(world.ledger / "2025-11-04.jsonl", [raws[4]])
-    write_lines(world.ledger / "2025-11-05.jsonl", [raws[3], raws[5]])
-    (world.ledger / "CHAIN").write_text(json.dumps({"hash": hashes[2], "seq": 2}) + "\n")
+    hashes = behind_chain(world, 2, {"2025-11-02": [1, 2], "2025-11-04": [4],
+                                     "2025-11-05": [3, 5]})
     res = verify(world)
     assert (res.returncode, res.stderr) == (0, "")
     assert res.stdout == ok_text(3, 3, 5, hashes[5], anchor="CHAIN seq 2")
