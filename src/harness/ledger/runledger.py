@@ -231,7 +231,10 @@ class RunLedger:
             # Every run id on disk, not only the window's: ids are never reused, and a
             # late line of an old record is told from a new record by its id.
             max_ids = self._index.max_ids
-            stats = ReadStats()  # the lines every reader skips are skipped here too
+            # The lines every reader skips are skipped here too; with no fold after it
+            # to notice a line of two objects, the scan rules out the blank lines that
+            # could hide one from the batch decoder's count.
+            stats = ReadStats(exact=True)
             for _day, path in old:
                 for block in heads(path, stats):
                     for e in block:
