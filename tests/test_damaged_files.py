@@ -360,24 +360,31 @@ def test_an_unreadable_closed_line_in_an_old_file_leaves_the_run_open(
         "outcome": "running"}
 
 
+@pytest.mark.parametrize("copied", [1, 16])
 def test_a_line_copied_below_later_ones_does_not_make_the_boot_reuse_seqs(
-        template: Path, tmp_path: Path) -> None:
-    """The newest file's last line is a copy of seq 1: the tails alone say the head is
-    seq 12, but seqs 13-17 are on disk. The boot continues after 17, and memory answers
-    what the files answer."""
+        template: Path, tmp_path: Path, copied: int) -> None:
+    """The newest file's last line is a copy of seq 1 (or of seq 16): the tails alone say
+    the head is seq 12 (or 16), but seqs up to 17 are on disk. The boot continues after
+    17, linked to it, and memory answers what the files answer."""
     d = tmp_path / "ledger"
     shutil.copytree(template, d)
     days = sorted(d.glob("*.jsonl"))
-    first = days[0].read_bytes().split(b"\n")[0]
+    line = next(x for x in _whole_lines(d) if json.loads(x)["seq"] == copied)
     with days[-1].open("ab") as f:
-        f.write(first + b"\n")
+        f.write(line + b"\n")
     boot = Boot(d)
     assert boot.seq == 18
     assert boot.mem == boot.files
     assert [(r["harness"], r["run_id"], r["seq"]) for r in boot.mem[:3]] == [
         ("nightly", 102, 17), ("worker", 3, 16), ("nightly", 3, 13)]
-    seqs = [json.loads(x)["seq"] for x in _whole_lines(d)]
-    assert sorted(seqs) == [1, *range(1, 19)]  # seq 1 twice: the copy, nothing else
+    lines = [json.loads(x) for x in _whole_lines(d)]
+    # The copy twice, nothing else: no seq was issued again.
+    assert sorted(x["seq"] for x in lines) == sorted([copied, *range(1, 19)])
+    # The boot's line links to seq 17, the line it continues after, not to the copy
+    # the file ends in, nor to nothing.
+    (seventeen,) = (x for x in lines if x["seq"] == 17)
+    (eighteen,) = (x for x in lines if x["seq"] == 18)
+    assert eighteen["prev"] == seventeen["hash"]
 
 
 @pytest.mark.parametrize("edit", ["outcome", "long"])
@@ -405,7 +412,8 @@ def test_a_line_one_reader_would_skip_is_skipped_by_all(template: Path, tmp_path
         assert boot.record("nightly", 3)["outcome"] == "running"
 
 
-def test_a_last_line_with_a_damaged_hash_keeps_its_seq(template: Path, tmp_path: Path) -> None:
+def test_a_last_line_with_a_damaged_hash_keeps_its_seq(template: Path, tmp_path: Path,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
     """A byte that is not UTF-8 inside the newest line's hash: the line reads for no one,
     but seq 17 was issued and is on disk. The boot goes on from 18, and verify names the
     damaged line, not the boot's."""
@@ -419,6 +427,7 @@ def test_a_last_line_with_a_damaged_hash_keeps_its_seq(template: Path, tmp_path:
     _rewrite(sorted(d.glob("*.jsonl"))[-1], spoil)
     boot = Boot(d)
     assert boot.seq == 18
+    assert "the line of seq 17 has a damaged hash; continuing after it" in caplog.text
     assert boot.mem == boot.files
     assert ("nightly", 102) not in {(r["harness"], r["run_id"]) for r in boot.mem}
     res = verify_run_ledger(str(d), parallel=False)

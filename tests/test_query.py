@@ -851,6 +851,31 @@ def test_the_daemon_fallback_reads_only_durable_lines(tmp_path: Path) -> None:
         led.close(timeout=10.0)
 
 
+def test_right_after_a_boot_the_fallback_reads_only_the_lines_on_disk_at_open(
+        tmp_path: Path) -> None:
+    """Before the first commit of a reopened ledger, the fallback's `upto_seq` is the last
+    seq on disk at open: a buffered line written since is not read from the files."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 20 * DAY)
+    led = RunLedger(str(d), clock=clock)
+    led.append({"type": "decided", "harness": "b", "run_id": 1, "outcome": "skipped"})
+    clock.ns = T0
+    led.append({"type": "decided", "harness": "b", "run_id": 2, "outcome": "skipped"})
+    led.close()
+    led = RunLedger(str(d), clock=Clock(T0 + HOUR))  # the first file is past the window
+    try:
+        led.append({"type": "decided", "harness": "b", "run_id": 3, "outcome": "skipped"},
+                   sync=False)
+        deadline = time.monotonic() + 30
+        while not any(b'"run_id":3' in p.read_bytes() for p in d.glob("*.jsonl")):
+            assert time.monotonic() < deadline, "the buffered line was never written"
+            time.sleep(0.01)
+        recs, oldest = led.query(Query(limit=10))
+        assert ([r["run_id"] for r in recs], oldest) == ([2, 1], 1)
+    finally:
+        led.close(timeout=10.0)
+
+
 def test_lines_after_upto_seq_are_not_read_even_to_choose(tmp_path: Path) -> None:
     """Lines past `upto_seq` neither make records nor change them, so a filter or a limit
     never picks by a line the answer does not show."""

@@ -117,6 +117,7 @@ def test_files_older_than_retention_go_and_the_rest_are_intact(
     assert res_v.lines == 2 * 31 + 1
     st = led.stats()
     assert (st.pruned, st.oldest_day) == (14, kept[0])
+    assert st.bytes == sum(p.stat().st_size for p in d.glob("*.jsonl"))  # the kept files
 
     again = led.prune()  # nothing more to do
     assert (again.deleted, again.error) == ([], None)
@@ -201,8 +202,9 @@ def test_a_run_open_across_the_prune_is_carried_forward_before_its_file_goes(
     clock = Clock(old)
     led = open_ledger(d, clock=clock)
     log = str(tmp_path / "logs" / "worker.log")
+    # Its start is not its opened line's `at`: the carried line keeps the start.
     led.append({"type": "opened", "harness": "worker", "run_id": 1, "kind": "resident",
-                "trigger": "autostart", "started_at": format_ns(old), "log": log})
+                "trigger": "autostart", "started_at": format_ns(old - HOUR), "log": log})
     led.append({"type": "opened", "harness": "cron", "run_id": 1, "kind": "oneshot"})
     led.append({"type": "closed", "harness": "cron", "run_id": 1, "outcome": "success"})
     clock.ns = T0 - 50 * DAY
@@ -233,7 +235,7 @@ def test_a_run_open_across_the_prune_is_carried_forward_before_its_file_goes(
     assert not old_file.exists()
     carried = {"v": 1, "seq": 5, "type": "opened", "at": format_ns(T0), "harness": "worker",
                "run_id": 1, "kind": "resident", "trigger": "autostart",
-               "started_at": format_ns(old), "log": log, "model_calls": 7,
+               "started_at": format_ns(old - HOUR), "log": log, "model_calls": 7,
                "tokens": {"input": 70, "output": 7, "cache_read": 0, "cache_write": 0}}
     (on_disk,) = lines_of(today)
     assert {k: v for k, v in on_disk.items() if k not in ("prev", "hash")} == carried
@@ -247,7 +249,7 @@ def test_a_run_open_across_the_prune_is_carried_forward_before_its_file_goes(
     assert (v.ok, v.anchor, v.start_seq, v.lines) == (True, "CHAIN seq 3", 4, 2)
 
     want = {"harness": "worker", "run_id": 1, "seq": 4, "kind": "resident",
-            "trigger": "autostart", "started_at": format_ns(old), "log": log,
+            "trigger": "autostart", "started_at": format_ns(old - HOUR), "log": log,
             "model_calls": 7,
             "tokens": {"input": 70, "output": 7, "cache_read": 0, "cache_write": 0}}
     recs, _, _ = scan(str(d), Query(names=("worker",), limit=5))
@@ -281,6 +283,10 @@ def test_a_line_queued_during_the_carry_forward_is_not_overwritten(
         if late == "closed" else
         {"type": "updated", "harness": "worker", "run_id": 1, "model_calls": 9})
     led.enqueue(later, sync=False)  # queued: committed only with the next sync
+    # Queued lines of other runs, one of each key part shared: none of them is folded in.
+    for name, run_id in (("other", 1), ("worker", 2)):
+        led.enqueue({"type": "decided", "harness": name, "run_id": run_id,
+                     "trigger": "manual", "outcome": "missed", "model_calls": 5}, sync=False)
     res = led.prune()
     assert (res.deleted, res.carried_forward, res.error) == ([day(old)], 1, None)
     want_outcome = "failed" if late == "closed" else "running"
@@ -288,7 +294,8 @@ def test_a_line_queued_during_the_carry_forward_is_not_overwritten(
     assert rec is not None
     assert (rec["outcome"], rec["model_calls"], rec["trigger"]) == (want_outcome, 9, "autostart")
     recs, _, _ = scan(str(d), Query(names=("worker",), limit=5))
-    on_disk = recs[0].to_json(offline=True)
+    assert [r.run_id for r in recs] == [2, 1]
+    on_disk = recs[1].to_json(offline=True)
     assert (on_disk["model_calls"], on_disk["trigger"]) == (9, "autostart")
     assert on_disk["outcome"] == ("failed" if late == "closed" else "running?")
     assert verify_run_ledger(str(d)).ok
@@ -368,6 +375,42 @@ def test_chain_keeps_the_highest_pruned_seq_when_an_older_file_holds_later_lines
     assert json.loads((d / "CHAIN").read_bytes()) == {"seq": 3, "hash": third["hash"]}
     v = verify_run_ledger(str(d))
     assert (v.ok, v.anchor, v.start_seq, v.lines, v.head_seq) == (True, "CHAIN seq 3", 4, 1, 4)
+
+
+@pytest.mark.parametrize("kept_tail", ["whole", "damaged-hash"])
+def test_the_boot_continues_after_chain_when_every_kept_line_is_below_it(
+    tmp_path: Path, open_ledger: OpenLedger, kept_tail: str
+) -> None:
+    """A clock stepped back put seq 3 in an older day's file than seqs 1-2; the prune
+    took it, and CHAIN holds seq 3. The kept file's last line is seq 2 (whole, or with a
+    hash no one can read): the next boot must still continue at seq 4, linked to CHAIN,
+    never issuing seq 3 again."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 5 * DAY)
+    led = open_ledger(d, clock=clock)
+    for run_id, ago in ((1, 5), (2, 5), (3, 11)):
+        clock.ns = T0 - ago * DAY
+        led.append({"type": "decided", "harness": "nightly", "run_id": run_id,
+                    "outcome": "missed"})
+    led.close()
+    led = open_ledger(d, clock=Clock(T0), retention_ns=7 * DAY)
+    assert led.prune().deleted == [day(T0 - 11 * DAY)]
+    led.close()
+    chain = json.loads((d / "CHAIN").read_bytes())
+    assert chain["seq"] == 3
+    kept = d / f"{day(T0 - 5 * DAY)}.jsonl"
+    assert [x["seq"] for x in lines_of(kept)] == [1, 2]
+    if kept_tail == "damaged-hash":
+        data = kept.read_bytes()
+        at = data.rindex(b'"hash":"') + 12
+        kept.write_bytes(data[:at] + b"\xff" + data[at + 1:])
+
+    led = open_ledger(d, clock=Clock(T0 + HOUR))
+    assert led.stats().next_seq == 4
+    assert led.append({"type": "decided", "harness": "nightly", "run_id": 4,
+                       "outcome": "missed"}) == 4
+    (new,) = lines_of(d / f"{day(T0)}.jsonl")
+    assert (new["seq"], new["prev"]) == (4, chain["hash"])
 
 
 def test_pruning_a_file_with_no_complete_line_leaves_chain_alone(

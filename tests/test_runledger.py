@@ -10,11 +10,13 @@ Time is injected (`Clock`) so day files and stamps are exact.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
 import re
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +105,25 @@ def test_at_defaults_to_now_and_routes_the_line_to_its_utc_day(
     assert (first["seq"], first["at"]) == (1, "2026-06-15T12:00:00.000000007Z")
     assert (second["seq"], second["at"]) == (2, "2026-06-16T23:30:00.500000000Z")
     assert second["prev"] == first["hash"]
+
+
+def test_enqueue_syncs_by_default_and_wait_returns_the_seq_once_durable(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    first = led.enqueue({"type": "opened", "harness": "h", "run_id": 1})
+    second = led.enqueue({"type": "closed", "harness": "h", "run_id": 1,
+                          "outcome": "success"}, sync=True)
+    assert (led.wait(first), led.wait(second)) == (1, 2)
+    assert [x["seq"] for x in lines_of(ledger_dir / "2026-06-15.jsonl")] == [1, 2]
+    assert led.get("h", 1) == {"harness": "h", "run_id": 1, "seq": 1, "outcome": "success"}
+    # An unsynced line waits for the next sync (flush_every is 30 s): flush asks for it now.
+    assert led.append(decided("h", 2), sync=False) == 3
+    led.flush()
+    deadline = time.monotonic() + 10
+    while led.get("h", 2) is None:
+        assert time.monotonic() < deadline, "flush did not sync the buffered line"
+        time.sleep(0.01)
 
 
 def test_the_real_clock_stamps_rfc3339_utc_nanoseconds(
@@ -310,6 +331,7 @@ def test_unparseable_lines_are_skipped_and_counted(
     assert [r.to_json() for r in recs] == [led.get("n", 1)]
     assert (st.skipped, st.torn) == (3, 0)
     assert [x["seq"] for x in led.since(0)] == [1, 2]
+    assert led.stats().skipped == 3  # counted once, at the boot: not again by each read
     # To verify, only the unparseable line may be a crash's fragment (DESIGN §4): a whole
     # JSON line without a ledger line's chain fields was put there, and breaks the chain.
     res = verify_run_ledger(str(ledger_dir))
@@ -323,6 +345,26 @@ def test_unparseable_lines_are_skipped_and_counted(
         f.write(b"\n".join(kept))
     res = verify_run_ledger(str(ledger_dir))
     assert (res.ok, res.lines, res.torn) == (True, 2, 1)
+
+
+def test_unparseable_lines_of_files_older_than_the_window_are_counted_too(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """The boot reads only envelopes from files older than the window; the lines it
+    skips there count in `skipped` as the window's do."""
+    old = T0 - 20 * DAY
+    led = open_ledger(ledger_dir, clock=Clock(old))
+    led.append({"type": "opened", "harness": "n", "run_id": 1, "kind": "resident"})
+    led.close()
+    with day_file(ledger_dir, old).open("ab") as f:
+        f.write(b"not json at all\n")
+        f.write(b'{"seq":"two","type":"closed"}\n')
+    with day_file(ledger_dir, T0).open("ab") as f:
+        f.write(b"[1,2,3]\n")
+
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    assert (led.stats().skipped, led.stats().torn) == (3, 0)
+    assert [r["run_id"] for r in led.open_records()] == [1]
 
 
 def _u1_closed_by_a_non_utf8_line(ledger_dir: Path, open_ledger: OpenLedger) -> None:
@@ -457,6 +499,37 @@ def test_a_line_holding_two_objects_is_skipped_even_next_to_a_blank_one(
     assert (st.lines, st.skipped, st.torn) == (len(rows), len(rows) - 1, 0)
 
 
+@pytest.mark.parametrize("blank", [b"", b"   "])
+@pytest.mark.parametrize("age", [0, 20 * DAY], ids=["in-window", "older"])
+def test_the_boot_skips_a_line_holding_two_objects_next_to_a_blank_one(
+    ledger_dir: Path, open_ledger: OpenLedger, blank: bytes, age: int
+) -> None:
+    """A newline turned into a space joins the closed line of an open run to the next
+    line; a blank line sits in the same block. Every reader skips the joined line, so the
+    run is still open and no seq above 1 is on disk. The boot must say the same whether
+    the file is in the window or older (where only envelopes are read): it used to take
+    the two objects as two lines there, lose the open run (REQ-7 never closed it), take
+    run ids from them, and continue at seq 4."""
+    ledger_dir.mkdir(parents=True)
+    at = format_ns(T0 - age)
+
+    def line(seq: int, typ: str, name: str, **kw: Any) -> bytes:
+        return ref_canonical({"seq": seq, "type": typ, "at": at, "harness": name,
+                              "run_id": 1, **kw})
+
+    (ledger_dir / f"{at[:10]}.jsonl").write_bytes(
+        line(1, "opened", "w", kind="resident") + b"\n" + blank + b"\n"
+        + line(2, "closed", "w", outcome="success") + b" "
+        + line(3, "decided", "c", outcome="missed") + b"\n")
+    want = {"harness": "w", "run_id": 1, "seq": 1, "kind": "resident", "outcome": "running"}
+    found, _, _ = scan(str(ledger_dir), Query(limit=10), offline=False)
+    assert [r.to_json() for r in found] == [want]
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    assert led.open_records() == [want]
+    assert (led.max_run_id("w"), led.max_run_id("c")) == (1, 0)
+    assert led.append(decided("c", 1)) == 2
+
+
 def test_lines_with_a_seq_or_run_id_below_1_or_no_harness_are_skipped_and_counted(
     ledger_dir: Path
 ) -> None:
@@ -505,7 +578,7 @@ def test_a_damaged_chain_file_is_ledger_corrupt(ledger_dir: Path,
 
 
 def test_a_whole_last_line_missing_only_its_newline_is_kept_and_folded(
-    ledger_dir: Path, open_ledger: OpenLedger
+    ledger_dir: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A crash after write(2) put the line down but before its "\n": the line is whole and
     # chained, so it is adopted. Its run closed: it must not read open after the restart.
@@ -519,6 +592,8 @@ def test_a_whole_last_line_missing_only_its_newline_is_kept_and_folded(
 
     led = open_ledger(ledger_dir, clock=clock)
     assert led.stats().torn == 0
+    assert f"{path} ends in a complete line without its newline; kept" in caplog.text
+    assert path.read_bytes().endswith(b"}\n")  # terminated before the writer starts
     assert led.open_records() == []
     assert led.get("n", 1) == {"harness": "n", "run_id": 1, "seq": 1, "kind": "oneshot",
                                "outcome": "success"}
@@ -527,6 +602,42 @@ def test_a_whole_last_line_missing_only_its_newline_is_kept_and_folded(
     assert [x["seq"] for x in lines_of(path)] == [1, 2, 3]
     res = verify_run_ledger(str(ledger_dir))
     assert (res.ok, res.lines, res.torn) == (True, 3, 0)
+
+
+@pytest.mark.parametrize("fault", ["seq-ahead", "prev", "hash", "hash-not-a-string"])
+def test_a_last_line_without_its_newline_that_does_not_continue_the_chain_is_not_adopted(
+    ledger_dir: Path, open_ledger: OpenLedger, fault: str
+) -> None:
+    """A whole line missing only its newline is adopted (not torn, terminated at once)
+    only when it is the chain's next line: the seq after the head, linked to it, hashing
+    to its own string hash. Any other is counted torn and left as it lies; every reader
+    still reads it as a line, so its seq is not issued again and the boot links to its
+    hash where it has one."""
+    clock = Clock(T0)
+    led = open_ledger(ledger_dir, clock=clock)
+    led.append({"type": "opened", "harness": "n", "run_id": 1, "kind": "oneshot"})
+    led.append({"type": "closed", "harness": "n", "run_id": 1, "outcome": "success"})
+    led.close()
+    path = ledger_dir / "2026-06-15.jsonl"
+    head = lines_of(path)[-1]["hash"]
+    seq = 4 if fault == "seq-ahead" else 3
+    body = {"v": 1, "seq": seq, "type": "decided", "at": format_ns(T0), "harness": "x",
+            "run_id": 1, "outcome": "missed"}
+    frag = seal(body, ZERO if fault == "prev" else head)[:-1]
+    if fault == "hash":
+        frag = ref_canonical({**body, "prev": head, "hash": "1" * 64})
+    elif fault == "hash-not-a-string":
+        frag = ref_canonical({**body, "prev": head, "hash": 5})
+    with path.open("ab") as f:
+        f.write(frag)
+
+    led = open_ledger(ledger_dir, clock=clock)
+    assert (led.stats().torn, led.stats().next_seq) == (1, seq + 1)
+    assert path.read_bytes().endswith(b"}\n" + frag)  # not terminated at the boot
+    assert led.get("x", 1) is not None
+    assert led.append(decided("n", 2)) == seq + 1
+    new = json.loads(path.read_bytes().split(frag + b"\n")[1])
+    assert new["prev"] == (ZERO if fault == "hash-not-a-string" else json.loads(frag)["hash"])
 
 
 # -- REQ-4: caps and validation ---------------------------------------------------------
@@ -769,6 +880,26 @@ def test_the_feed_publishes_opened_and_decided_records_with_their_seq(
     assert led.stats().feed_missed == {"jobs": 0, "tiny": 1}
 
 
+def test_the_feed_leaves_out_updated_lines_and_does_not_probe_logs(
+    tmp_path: Path, ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """Subscribers get a record per opened, closed or decided line, as committed: not
+    per usage update, and without `log_pruned`, which only an answer's read computes."""
+    gone = str(tmp_path / "jobs" / "b" / "1.log")  # no such file
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    sub = led.subscribe("jobs", 16)
+    led.append({"type": "opened", "harness": "b", "run_id": 1, "log": gone})
+    led.append({"type": "updated", "harness": "b", "run_id": 1, "model": "m"})
+    led.append({"type": "closed", "harness": "b", "run_id": 1, "outcome": "success"})
+    first, second = sub.get(timeout=5.0), sub.get(timeout=5.0)
+    assert first is not None and second is not None
+    assert [(c.seq, c.type) for c in (first, second)] == [(1, "opened"), (3, "closed")]
+    assert second.record == {"harness": "b", "run_id": 1, "seq": 1, "log": gone,
+                             "model": "m", "outcome": "success"}
+    assert sub.drain() == []
+    assert led.get("b", 1) == {**second.record, "log_pruned": True}
+
+
 def test_since_after_a_restart_returns_every_line_in_order(
     ledger_dir: Path, open_ledger: OpenLedger
 ) -> None:
@@ -776,6 +907,9 @@ def test_since_after_a_restart_returns_every_line_in_order(
     write_many(led, 800)
     led.close()
     led = open_ledger(ledger_dir, clock=Clock(T0 + HOUR))
+    # Nothing committed since the restart: the files alone answer, up to their end.
+    assert list(led.since(800)) == []
+    assert [x["seq"] for x in led.since(797)] == [798, 799, 800]
     write_many(led, 100, first_run=801)
     on_disk = {x["seq"]: x for x in all_lines(ledger_dir)}
     got = list(led.since(500))
@@ -807,6 +941,24 @@ def test_since_reads_the_files_where_the_ring_does_not_reach(
     assert [x["seq"] for x in led.since(249)] == [250, *range(251, 301)]
 
 
+def test_since_from_before_the_pruned_lines_returns_what_is_left(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """Seqs 1-2 went with their file; seq 3, in memory and on disk, is what is left after
+    any seq before it."""
+    clock = Clock(T0 - 100 * DAY)
+    led = open_ledger(ledger_dir, clock=clock)
+    write_many(led, 2)
+    led.close()
+    clock.ns = T0
+    led = open_ledger(ledger_dir, clock=clock)
+    assert led.append(decided("nightly", 3)) == 3
+    assert led.prune().deleted == [format_ns(T0 - 100 * DAY)[:10]]
+    for seq in (0, 1, 2):
+        assert [x["seq"] for x in led.since(seq)] == [3]
+    assert list(led.since(3)) == []
+
+
 # -- the boot index: open records, runs across the window's edge, backfill -------------
 
 
@@ -833,6 +985,56 @@ def test_an_open_record_older_than_the_window_is_found_at_boot(
     assert led.get("worker", 3) == want
     assert led.stats().records_in_memory == 1  # old closed records stay on disk
     assert led.max_run_id("worker") == 3
+    assert led.max_run_id("cron") == 30  # ids are never reused, even those only on disk
+
+
+@pytest.mark.parametrize(("now", "loaded"), [(T0 - 12 * HOUR + 1, [2]),
+                                             (T0 - 12 * HOUR - 1, [1, 2])],
+                         ids=["just-after-midnight", "just-before-midnight"])
+def test_the_default_window_is_the_last_seven_utc_days_to_the_nanosecond(
+    ledger_dir: Path, open_ledger: OpenLedger, now: int, loaded: list[int]
+) -> None:
+    """The boot loads the files of the UTC days from `now` minus 7 days (REQ-15's
+    window) on: a nanosecond after midnight on the 15th the 8th's file is the oldest one
+    loaded, a nanosecond before it the 7th's is too."""
+    clock = Clock(T0 - 8 * DAY)  # the 7th, at noon
+    led = open_ledger(ledger_dir, clock=clock)
+    led.append(decided("weekly", 1))
+    clock.ns += DAY  # the 8th
+    led.append(decided("weekly", 2))
+    led.close()
+    assert sorted(p.name for p in ledger_dir.glob("*.jsonl")) == [
+        "2026-06-07.jsonl", "2026-06-08.jsonl"]
+
+    led = open_ledger(ledger_dir, clock=Clock(now))
+    assert [i for i in (1, 2) if led.get("weekly", i) is not None] == loaded
+    assert led.stats().records_in_memory == len(loaded)
+    assert led.max_run_id("weekly") == 2
+
+
+def test_a_line_moved_below_later_ones_in_a_file_older_than_the_window(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """Seq 2 went into an old day's file (a clock stepped back), and a copy of seq 1 was
+    put below it there: no file ends in seq 2, and the file holding it is read for
+    envelopes only. The boot still continues at seq 3, linked to seq 2."""
+    clock = Clock(T0)
+    led = open_ledger(ledger_dir, clock=clock)
+    led.append(decided("a", 1))
+    clock.ns = T0 - 20 * DAY
+    led.append(decided("a", 2))
+    led.close()
+    new, old = day_file(ledger_dir, T0), day_file(ledger_dir, T0 - 20 * DAY)
+    (one,) = lines_of(new)
+    (two,) = lines_of(old)
+    with old.open("ab") as f:
+        f.write(ref_canonical(one) + b"\n")
+
+    led = open_ledger(ledger_dir, clock=Clock(T0 + HOUR))
+    assert led.stats().next_seq == 3
+    assert led.append(decided("a", 3)) == 3
+    assert [(x["seq"], x["prev"]) for x in lines_of(new)] == [
+        (1, ZERO), (3, two["hash"])]
 
 
 def test_a_run_across_the_window_edge_folds_whole(
@@ -860,6 +1062,28 @@ def test_a_run_across_the_window_edge_folds_whole(
     assert led.query(Query(names=("s",), limit=1)) == ([want], 1)
 
 
+def test_the_boot_leaves_the_garbage_collector_as_it_found_it(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """The boot pauses the collector while it folds the files (old ones too); it must
+    hand it back on, and must not turn on one its caller turned off."""
+    led = open_ledger(ledger_dir, clock=Clock(T0 - 20 * DAY))
+    led.append({"type": "opened", "harness": "g", "run_id": 1, "kind": "resident"})
+    led.close()
+    was = gc.isenabled()
+    try:
+        after = []
+        for on in (True, False):
+            gc.enable() if on else gc.disable()
+            led = open_ledger(ledger_dir, clock=Clock(T0))
+            assert [r["run_id"] for r in led.open_records()] == [1]
+            after.append(gc.isenabled())
+            led.close()
+        assert after == [True, False]
+    finally:
+        gc.enable() if was else gc.disable()
+
+
 def test_backfill_loads_a_weekly_harness_tail_whole(
     ledger_dir: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -878,10 +1102,14 @@ def test_backfill_loads_a_weekly_harness_tail_whole(
                      "outcome": "success"})
     led.close()
     assert len(list(ledger_dir.glob("*.jsonl"))) == 10
+    newest = sorted(ledger_dir.glob("*.jsonl"))[-1]
+    with newest.open("ab") as f:
+        f.write(b"not json at all\n")  # the backfill reads past a line it cannot use
 
     led = open_ledger(ledger_dir, clock=Clock(T0), tail=2)
     assert led.stats().records_in_memory == 0
     led.backfill(["weekly"])
+    assert led.stats().skipped == 1  # counted at the boot only
     calls: list[Query] = []
     real_scan = runledger_mod.scan
 
@@ -896,6 +1124,35 @@ def test_backfill_loads_a_weekly_harness_tail_whole(
     recs, oldest = led.query(Query(names=("weekly",), limit=5))
     assert len(calls) == 1  # beyond what was backfilled: the files answer
     assert (recs, oldest) == (want[::-1], 1)
+
+
+def test_since_from_the_windows_first_day_is_answered_from_memory_after_boot(
+    ledger_dir: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files older than the window are not loaded, so memory holds every record from the
+    first day the boot loaded on: a `since` from that day's midnight is answered from
+    memory, one a nanosecond earlier from the files. Both answers are the files'."""
+    clock = Clock(T0 - 20 * DAY)
+    led = open_ledger(ledger_dir, clock=clock)
+    for run_id, ago in ((1, 20), (2, 2), (3, 0)):
+        clock.ns = T0 - ago * DAY
+        led.append(decided("a", run_id))
+    led.close()
+
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    calls: list[Query] = []
+    real_scan = runledger_mod.scan
+
+    def counting_scan(directory: str, q: Query, **kwargs: Any) -> Any:
+        calls.append(q)
+        return real_scan(directory, q, **kwargs)
+
+    monkeypatch.setattr(runledger_mod, "scan", counting_scan)
+    midnight = T0 - 2 * DAY - 12 * HOUR  # the 13th, the oldest day the boot loaded
+    for since, scans in ((midnight, 0), (midnight - 1, 1)):
+        recs, oldest = led.query(Query(since_ns=since, limit=10))
+        assert ([(r["run_id"], r["seq"]) for r in recs], oldest) == ([(3, 3), (2, 2)], 2)
+        assert len(calls) == scans
 
 
 # -- REQ-12: log_pruned -----------------------------------------------------------------
