@@ -18,6 +18,9 @@ from harness.ledger.dayfiles import (
     FileTail,
     LedgerDirError,
     day_path,
+    decode_json,
+    highest_line,
+    is_utf8,
     is_whole,
     iter_blocks,
     iter_chunks,
@@ -106,10 +109,34 @@ def test_a_dangling_symlink_with_a_day_name_is_a_stray(tmp_path: Path) -> None:
     (b"", False),
     (b'{"seq":1}x', False),
     (DEEP, False),
+    (b'{"seq":1,"n":1e999}', True),  # whole: a number no float holds is no torn write
+    (b'[' + b'9' * 5000 + b']', True),
 ])
 def test_is_whole(fragment: bytes, whole: bool) -> None:
     assert is_whole(fragment) is whole
     assert is_whole(memoryview(fragment)) is whole
+
+
+@pytest.mark.parametrize(("data", "utf8"), [
+    (b"", True),
+    (b'{"seq":1}', True),
+    ("{\"s\":\"é ✓ 😀\"}".encode(), True),
+    (b'{"s":"\xff"}', False),
+    ("é".encode()[:1], False),  # cut inside a character
+    (b"\xed\xa0\x80", False),  # a surrogate, which UTF-8 never encodes
+])
+def test_is_utf8(data: bytes, utf8: bool) -> None:
+    assert is_utf8(data) is utf8
+
+
+def test_decode_json_reads_a_number_past_floats_range_as_an_infinity() -> None:
+    assert decode_json(b'{"seq":3,"n":1.5,"s":"\xc3\xa9"}') == {"seq": 3, "n": 1.5, "s": "é"}
+    assert decode_json(memoryview(b'{"seq":3,"n":1e999,"m":-1e999}')) == {
+        "seq": 3, "n": float("inf"), "m": float("-inf")}
+    assert decode_json(b"[1e999]") == [float("inf")]
+    for bad in (b'{"seq":3', b"garbage", DEEP):
+        with pytest.raises(UNREADABLE):
+            decode_json(bad)
 
 
 # --- iter_chunks -------------------------------------------------------------------
@@ -180,6 +207,17 @@ def test_iter_blocks_only_a_fragment(tmp_path: Path) -> None:
     assert _blocks(_write(tmp_path / "e", b"[1]")) == [(b"[1]\n", False)]
 
 
+def test_a_fragment_cut_after_a_number_no_float_holds_is_torn(tmp_path: Path) -> None:
+    """The decoder stops at such a number (1e999, 5,000 digits) before the fragment's end:
+    a fragment cut after one is torn all the same, not a whole line (which every reader
+    would skip as unreadable and verify would call a break)."""
+    for frag in (b'{"seq":1,"n":1e999', b'{"n":1e999,"seq":1,"ha', b"[" + b"9" * 5000):
+        assert is_whole(frag) is False
+        p = _write(tmp_path / "d", b'{"seq":0}\n' + frag)
+        assert list(iter_chunks(p)) == [(1, [b'{"seq":0}'], False), (2, [], True)]
+        assert _blocks(p) == [(b'{"seq":0}\n', False), (frag, True)]
+
+
 def test_iter_blocks_line_across_the_buffer_boundary(tmp_path: Path) -> None:
     a = b"a" * (CHUNK - 10) + b"\n"
     b = b"b" * 20 + b"\n"
@@ -214,6 +252,9 @@ def test_read_tail_no_newline_is_all_torn(tmp_path: Path) -> None:
     p = _write(tmp_path / "d", b'{"seq":1}')
     assert read_tail(p) == FileTail(None, None, b'{"seq":1}', 9)
     assert read_tail(p, block=4) == FileTail(None, None, b'{"seq":1}', 9)
+    # All of it, even when all but its last byte would read as a line.
+    p = _write(tmp_path / "e", b'{"seq":1,"hash":"h"}}')
+    assert read_tail(p) == FileTail(None, None, b'{"seq":1,"hash":"h"}}', 21)
 
 
 @pytest.mark.parametrize("block", [1, 3, 4, 7, 16, 1 << 16])
@@ -275,3 +316,41 @@ def test_iter_blocks_newline_as_the_first_byte(tmp_path: Path) -> None:
     assert _blocks(_write(tmp_path / "d", b"\n")) == [(b"\n", False)]
     assert _blocks(_write(tmp_path / "e", b"\n{")) == [(b"\n", False), (b"{", True)]
     assert list(iter_chunks(str(tmp_path / "e"))) == [(1, [b""], False), (2, [], True)]
+
+
+@pytest.mark.parametrize("block", [1, 7, 1 << 16])
+def test_read_tail_names_the_highest_damaged_seq_after_the_last_good_line(
+        tmp_path: Path, block: int) -> None:
+    # Lines after the last readable one whose hash is damaged: their seqs were issued.
+    data = _lines(b'{"seq":1,"hash":"h1"}', b'{"seq":2,"hash":"h2"}', b'{"seq":4,"hash":7}',
+                  b"garbage", b'{"seq":3,"hash":[]}') + b'{"seq":9,"ha'
+    p = _write(tmp_path / "d", data)
+    assert read_tail(p, block=block) == FileTail(2, "h2", b'{"seq":9,"ha', len(data), 4)
+    # One no higher than the good line's seq (the file was edited) names nothing.
+    data = _lines(b'{"seq":5,"hash":"h5"}', b'{"seq":5,"hash":1}', b'{"seq":4,"hash":1}')
+    p = _write(tmp_path / "e", data)
+    assert read_tail(p, block=block) == FileTail(5, "h5", None, len(data), None)
+    # No readable line at all: the damaged seq still comes back.
+    data = _lines(b'{"seq":6,"hash":false}', b'{"seq":8,"hash":0}', b"x")
+    p = _write(tmp_path / "f", data)
+    assert read_tail(p, block=block) == FileTail(None, None, None, len(data), 8)
+
+
+def test_highest_line_is_the_line_of_the_highest_seq(tmp_path: Path) -> None:
+    # A line copied below later ones: the highest seq wins, not the last line; the first
+    # of two lines with the same seq; unreadable lines and a torn tail are skipped.
+    data = _lines(b'{"seq":1,"hash":"h1"}', b'{"seq":3,"hash":"h3"}', b"garbage", DEEP,
+                  b'{"seq":"9"}', b'{"seq":3,"hash":"h3b"}', b'{"seq":2,"hash":"h2"}')
+    assert highest_line(_write(tmp_path / "a", data + b'{"seq":9,"ha')) == (3, "h3")
+    # A whole last line without its newline counts like any other.
+    assert highest_line(_write(tmp_path / "b", data + b'{"seq":8,"hash":"h8"}')) == (8, "h8")
+    # A damaged or missing hash: the seq was taken, the hash is None.
+    assert highest_line(_write(tmp_path / "c", data + _lines(b'{"seq":7,"hash":7}'))) == (
+        7, None)
+    assert highest_line(_write(tmp_path / "d", _lines(b'{"seq":4}'))) == (4, None)
+    assert highest_line(_write(tmp_path / "e", _lines(b'{"seq":0,"hash":"h0"}'))) == (0, "h0")
+
+
+def test_highest_line_of_a_file_with_no_seq_is_none(tmp_path: Path) -> None:
+    for i, data in enumerate((b"", _lines(b"garbage", b'{"hash":"h"}'), b'{"seq":1,"ha')):
+        assert highest_line(_write(tmp_path / f"f{i}", data)) is None

@@ -130,7 +130,12 @@ def is_whole(fragment: bytes | memoryview) -> bool:
     try:
         _any.decode(fragment)
     except msgspec.ValidationError:
-        return True  # whole JSON, with a number no decoder holds (1e999, 5,000 digits)
+        # A number no decoder holds (1e999, 5,000 digits) stops the decoder before the
+        # end: whether the JSON is whole is for a decoder that skips the value unread.
+        try:
+            _raw.decode(fragment)
+        except UNREADABLE:
+            return False
     except UNREADABLE:
         return False
     return True
@@ -178,6 +183,7 @@ class _Seq(msgspec.Struct):
 _tail_decoder = msgspec.json.Decoder(_Tail)
 _seq_decoder = msgspec.json.Decoder(_Seq)
 _any = msgspec.json.Decoder()
+_raw = msgspec.json.Decoder(msgspec.Raw)  # checks a value is whole JSON, converting nothing
 # A number past float's range (1e999) is valid JSON (RFC 8259 leaves range to the reader)
 # that msgspec refuses; this decoder reads it as an infinity instead. Only damage or an
 # edit puts one in a ledger: the writer refuses non-finite numbers.
