@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import stat
 from pathlib import Path
@@ -437,7 +438,8 @@ def test_pruning_a_file_with_no_complete_line_leaves_chain_alone(
     assert (v.ok, v.anchor, v.start_seq, v.lines) == (True, "genesis", 1, 1)
 
 
-def test_a_failed_carry_forward_keeps_the_file(tmp_path: Path, open_ledger: OpenLedger) -> None:
+def test_a_failed_carry_forward_keeps_the_file(tmp_path: Path, open_ledger: OpenLedger,
+                                               caplog: pytest.LogCaptureFixture) -> None:
     d = tmp_path / "ledger"
     clock = Clock(T0 - 100 * DAY)
     led = open_ledger(d, clock=clock)
@@ -445,11 +447,18 @@ def test_a_failed_carry_forward_keeps_the_file(tmp_path: Path, open_ledger: Open
     clock.ns = T0
     before = digests(d)
     led.close()  # appends now fail: the carry-forward cannot be written
-    res = led.prune()
+    with caplog.at_level(logging.INFO, logger="harness.ledger"):
+        res = led.prune()
     assert res.deleted == [] and res.carried_forward == 0
-    assert res.error is not None and day(T0 - 100 * DAY) in res.error
+    path = d / f"{day(T0 - 100 * DAY)}.jsonl"
+    assert res.error is not None and res.error.startswith(f"pruning {path} failed: ")
+    assert res.error.endswith("; retrying at the next prune")
     assert digests(d) == before
     assert not (d / "CHAIN").exists()
+    # The boot's prune logs nothing of its own: the ledger's error line is the only trace.
+    assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records
+            if r.levelno >= logging.WARNING] == [
+        ("harness.ledger", logging.ERROR, f"ledger: {res.error}")]
 
 
 def test_memory_agrees_with_the_files_after_a_prune(tmp_path: Path,
