@@ -1,19 +1,27 @@
 """What the run-ledger tests share: time constants, an injectable clock, reading day files
 (`lines_of`, `all_lines`, `line_of`), a reference canonical JSON independent of the engine
 (`ref_canonical`), `harness ledger verify` that must pass (`verify_ok`), and the small
-history the query-filter tests ask about (`append_filter_runs`)."""
+history the query-filter tests ask about (`append_filter_runs`), and small probes: the
+collector's state a call leaves (`gc_left_by`), the file scans a ledger makes
+(`count_scans`), waiting for a buffered line to reach a file (`wait_for_bytes`)."""
 
 from __future__ import annotations
 
+import gc
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import harness.ledger.runledger as runledger_mod
+from harness.ledger.query import Query
 from harness.ledger.runledger import RunLedger
 from harness.timefmt import format_ns, parse_ns
 
 if TYPE_CHECKING:
+    import pytest
+
     from conftest import World
 
 OpenLedger = Callable[..., RunLedger]  # the `open_ledger` fixture (conftest.py)
@@ -95,3 +103,40 @@ def append_filter_runs(led: RunLedger, clock: Clock, *, missed: bool = True) -> 
     # c/1: started 11:00, still running.
     led.append({"type": "opened", "harness": "c", "run_id": 1, "trigger": "channel",
                 "started_at": format_ns(T0 - HOUR), "todo_id": "t1"})
+
+
+def gc_left_by(action: Callable[[], None]) -> list[bool]:
+    """Whether the collector is on after `action`, run once with it on and once off; the
+    caller's setting is restored."""
+    was = gc.isenabled()
+    after = []
+    try:
+        for on in (True, False):
+            gc.enable() if on else gc.disable()
+            action()
+            after.append(gc.isenabled())
+    finally:
+        gc.enable() if was else gc.disable()
+    return after
+
+
+def count_scans(monkeypatch: pytest.MonkeyPatch) -> list[Query]:
+    """The queries a RunLedger hands to the file reader from now on (the real reader
+    still answers them)."""
+    calls: list[Query] = []
+    real_scan = runledger_mod.scan
+
+    def counting_scan(directory: str, q: Query, **kwargs: Any) -> Any:
+        calls.append(q)
+        return real_scan(directory, q, **kwargs)
+
+    monkeypatch.setattr(runledger_mod, "scan", counting_scan)
+    return calls
+
+
+def wait_for_bytes(directory: Path, needle: bytes, timeout: float = 30.0) -> None:
+    """Wait until some day file in `directory` holds `needle` (a buffered line written)."""
+    deadline = time.monotonic() + timeout
+    while not any(needle in p.read_bytes() for p in directory.glob("*.jsonl")):
+        assert time.monotonic() < deadline, f"{needle!r} never reached a day file"
+        time.sleep(0.01)

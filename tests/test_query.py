@@ -10,7 +10,6 @@ counting calls to the file scan.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import json
 import os
 import random
@@ -27,7 +26,16 @@ from harness.ledger.query import Query, QueryError, select
 from harness.ledger.reader import scan, valid_line
 from harness.ledger.runledger import RunLedger
 from harness.timefmt import day_start_ns, format_ns, parse_ns, utc_day
-from ledgertools import DAY, HOUR, MINUTE, T0, Clock, append_filter_runs
+from ledgertools import (
+    DAY,
+    HOUR,
+    MINUTE,
+    T0,
+    Clock,
+    append_filter_runs,
+    gc_left_by,
+    wait_for_bytes,
+)
 
 # More seeds for the randomised memory-vs-files test: LEDGER_QUERY_SEEDS=60 pytest ...
 
@@ -786,17 +794,12 @@ def test_the_scan_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) ->
     led = RunLedger(str(d), clock=Clock(T0))
     led.append({"type": "decided", "harness": "g", "run_id": 1, "outcome": "missed"})
     led.close()
-    was = gc.isenabled()
-    try:
-        after = []
-        for on in (True, False):
-            gc.enable() if on else gc.disable()
-            recs, oldest, _ = scan(str(d), Query(limit=5))
-            assert ([(r.harness, r.run_id, r.seq) for r in recs], oldest) == ([("g", 1, 1)], 1)
-            after.append(gc.isenabled())
-        assert after == [True, False]
-    finally:
-        gc.enable() if was else gc.disable()
+
+    def read() -> None:
+        recs, oldest, _ = scan(str(d), Query(limit=5))
+        assert ([(r.harness, r.run_id, r.seq) for r in recs], oldest) == ([("g", 1, 1)], 1)
+
+    assert gc_left_by(read) == [True, False]
 
 
 def test_a_record_read_newest_line_first_keeps_its_first_seq(tmp_path: Path) -> None:
@@ -838,10 +841,7 @@ def test_the_daemon_fallback_reads_only_durable_lines(tmp_path: Path) -> None:
         led.append({"type": "closed", "harness": "b", "run_id": 1, "outcome": "success"})
         led.append({"type": "decided", "harness": "b", "run_id": 2, "outcome": "skipped"},
                    sync=False)
-        deadline = time.monotonic() + 30
-        while not any(b'"run_id":2' in p.read_bytes() for p in d.glob("*.jsonl")):
-            assert time.monotonic() < deadline, "the buffered line was never written"
-            time.sleep(0.01)
+        wait_for_bytes(d, b'"run_id":2')
         everything, _, _ = scan(str(d), Query(limit=10))
         durable, _, _ = scan(str(d), Query(limit=10), upto_seq=2)
         assert [r.run_id for r in everything] == [2, 1]
@@ -866,10 +866,7 @@ def test_right_after_a_boot_the_fallback_reads_only_the_lines_on_disk_at_open(
     try:
         led.append({"type": "decided", "harness": "b", "run_id": 3, "outcome": "skipped"},
                    sync=False)
-        deadline = time.monotonic() + 30
-        while not any(b'"run_id":3' in p.read_bytes() for p in d.glob("*.jsonl")):
-            assert time.monotonic() < deadline, "the buffered line was never written"
-            time.sleep(0.01)
+        wait_for_bytes(d, b'"run_id":3')
         recs, oldest = led.query(Query(limit=10))
         assert ([r["run_id"] for r in recs], oldest) == ([2, 1], 1)
     finally:

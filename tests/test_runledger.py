@@ -10,7 +10,6 @@ Time is injected (`Clock`) so day files and stamps are exact.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import os
@@ -29,7 +28,19 @@ from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
 from harness.ledger.verify import Break, verify_run_ledger
 from harness.timefmt import format_ns
-from ledgertools import DAY, HOUR, NS, T0, Clock, OpenLedger, all_lines, lines_of, ref_canonical
+from ledgertools import (
+    DAY,
+    HOUR,
+    NS,
+    T0,
+    Clock,
+    OpenLedger,
+    all_lines,
+    count_scans,
+    gc_left_by,
+    lines_of,
+    ref_canonical,
+)
 
 ZERO = "0" * 64
 STAMP = re.compile(r"\A\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z\Z")
@@ -577,17 +588,22 @@ def test_a_damaged_chain_file_is_ledger_corrupt(ledger_dir: Path,
         open_ledger(ledger_dir)
 
 
+def one_closed_run(ledger_dir: Path, open_ledger: OpenLedger, clock: Clock) -> Path:
+    """Run n/1 opened and closed (seq 1-2), the ledger closed; returns its day file."""
+    led = open_ledger(ledger_dir, clock=clock)
+    led.append({"type": "opened", "harness": "n", "run_id": 1, "kind": "oneshot"})
+    led.append({"type": "closed", "harness": "n", "run_id": 1, "outcome": "success"})
+    led.close()
+    return ledger_dir / "2026-06-15.jsonl"
+
+
 def test_a_whole_last_line_missing_only_its_newline_is_kept_and_folded(
     ledger_dir: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A crash after write(2) put the line down but before its "\n": the line is whole and
     # chained, so it is adopted. Its run closed: it must not read open after the restart.
     clock = Clock(T0)
-    led = open_ledger(ledger_dir, clock=clock)
-    led.append({"type": "opened", "harness": "n", "run_id": 1, "kind": "oneshot"})
-    led.append({"type": "closed", "harness": "n", "run_id": 1, "outcome": "success"})
-    led.close()
-    path = ledger_dir / "2026-06-15.jsonl"
+    path = one_closed_run(ledger_dir, open_ledger, clock)
     path.write_bytes(path.read_bytes()[:-1])
 
     led = open_ledger(ledger_dir, clock=clock)
@@ -614,11 +630,7 @@ def test_a_last_line_without_its_newline_that_does_not_continue_the_chain_is_not
     still reads it as a line, so its seq is not issued again and the boot links to its
     hash where it has one."""
     clock = Clock(T0)
-    led = open_ledger(ledger_dir, clock=clock)
-    led.append({"type": "opened", "harness": "n", "run_id": 1, "kind": "oneshot"})
-    led.append({"type": "closed", "harness": "n", "run_id": 1, "outcome": "success"})
-    led.close()
-    path = ledger_dir / "2026-06-15.jsonl"
+    path = one_closed_run(ledger_dir, open_ledger, clock)
     head = lines_of(path)[-1]["hash"]
     seq = 4 if fault == "seq-ahead" else 3
     body = {"v": 1, "seq": seq, "type": "decided", "at": format_ns(T0), "harness": "x",
@@ -1070,18 +1082,13 @@ def test_the_boot_leaves_the_garbage_collector_as_it_found_it(
     led = open_ledger(ledger_dir, clock=Clock(T0 - 20 * DAY))
     led.append({"type": "opened", "harness": "g", "run_id": 1, "kind": "resident"})
     led.close()
-    was = gc.isenabled()
-    try:
-        after = []
-        for on in (True, False):
-            gc.enable() if on else gc.disable()
-            led = open_ledger(ledger_dir, clock=Clock(T0))
-            assert [r["run_id"] for r in led.open_records()] == [1]
-            after.append(gc.isenabled())
-            led.close()
-        assert after == [True, False]
-    finally:
-        gc.enable() if was else gc.disable()
+
+    def boot() -> None:
+        led = open_ledger(ledger_dir, clock=Clock(T0))
+        assert [r["run_id"] for r in led.open_records()] == [1]
+        led.close()
+
+    assert gc_left_by(boot) == [True, False]
 
 
 def test_backfill_loads_a_weekly_harness_tail_whole(
@@ -1110,14 +1117,7 @@ def test_backfill_loads_a_weekly_harness_tail_whole(
     assert led.stats().records_in_memory == 0
     led.backfill(["weekly"])
     assert led.stats().skipped == 1  # counted at the boot only
-    calls: list[Query] = []
-    real_scan = runledger_mod.scan
-
-    def counting_scan(directory: str, q: Query, **kwargs: Any) -> Any:
-        calls.append(q)
-        return real_scan(directory, q, **kwargs)
-
-    monkeypatch.setattr(runledger_mod, "scan", counting_scan)
+    calls = count_scans(monkeypatch)
     recs, oldest = led.query(Query(names=("weekly",), limit=2))
     assert calls == []  # answered from memory
     assert (recs, oldest) == ([want[4], want[3]], 7)
@@ -1140,14 +1140,7 @@ def test_since_from_the_windows_first_day_is_answered_from_memory_after_boot(
     led.close()
 
     led = open_ledger(ledger_dir, clock=Clock(T0))
-    calls: list[Query] = []
-    real_scan = runledger_mod.scan
-
-    def counting_scan(directory: str, q: Query, **kwargs: Any) -> Any:
-        calls.append(q)
-        return real_scan(directory, q, **kwargs)
-
-    monkeypatch.setattr(runledger_mod, "scan", counting_scan)
+    calls = count_scans(monkeypatch)
     midnight = T0 - 2 * DAY - 12 * HOUR  # the 13th, the oldest day the boot loaded
     for since, scans in ((midnight, 0), (midnight - 1, 1)):
         recs, oldest = led.query(Query(since_ns=since, limit=10))
