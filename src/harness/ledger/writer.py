@@ -524,17 +524,22 @@ class Writer:
         self._release(path)
         if same:
             return False
+        self._unread.pop(path, None)  # what a failed write left is in the old file
+        lines = self._unwrite(path)
+        if lines:
+            log.warning("ledger: %s was deleted or replaced while its handle was closed; "
+                        "writing its %d unacknowledged line(s) again", path, len(lines))
+        return bool(lines)
+
+    def _unwrite(self, path: str) -> list[Entry]:
+        """Mark the written, uncommitted lines of `path` unwritten (the file they were
+        written to is gone) and return them, in seq order, to be written again."""
         with self._cv:
             lines = [e for e in self._queue if e.path == path and e.written]
-        self._unread.pop(path, None)  # what a failed write left is in the old file
-        if not lines:
-            return False
-        log.warning("ledger: %s was deleted or replaced while its handle was closed; "
-                    "writing its %d unacknowledged line(s) again", path, len(lines))
         for e in lines:
             e.written = False
         self._lines_written -= len(lines)
-        return True
+        return lines
 
     def _open_named(self, path: str) -> tuple[int, bool, tuple[int, int]]:
         """Open `path` for appending: (fd, created, identity), the file the path names.
@@ -556,12 +561,8 @@ class Writer:
             if not self._identities_hold or (self._files.linked(fd)
                                              and self._files.names(path, identity)):
                 return fd, made, identity
-            if attempt == 2:
-                break
-            try:
-                self._files.close(fd)
-            except OSError as exc:  # the fd is gone either way
-                log.warning("ledger: closing %s failed: %s", path, exc)
+            if attempt < 2:
+                self._close(path, fd)
         self._identities_hold = False
         log.warning("ledger: %s does not name the file just opened from it; a day "
                     "file deleted while open will not be noticed", path)
@@ -792,15 +793,11 @@ class Writer:
         file; the chain then shows the gap."""
         log.warning("ledger: %s was deleted or replaced while open; writing its "
                     "unacknowledged lines to %s again", path, path)
-        with self._cv:
-            lines = [e for e in self._queue if e.path == path and e.written]
-        self._drop(path)
-        self._release(path)  # known gone: every line it held is written again below
+        lines = self._unwrite(path)
+        self._drop(path)  # it holds no written line now: closed, not kept
+        self._release(path)  # one kept from an earlier drop is gone with the file too
         # Whatever the path names now, its directory entry is new to us: sync it too.
         self._dir_unsynced.add(path)
-        for e in lines:
-            e.written = False
-        self._lines_written -= len(lines)
         if lines:
             self._write_group(path, lines)
             self._sync_file(path, self._file(path))
