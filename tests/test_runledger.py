@@ -541,6 +541,47 @@ def test_the_boot_skips_a_line_holding_two_objects_next_to_a_blank_one(
     assert led.append(decided("c", 1)) == 2
 
 
+@pytest.mark.parametrize("age", [0, 20 * DAY], ids=["in-window", "older"])
+def test_a_line_cut_before_a_nested_object_and_a_joined_one_fool_no_reader(
+    ledger_dir: Path, open_ledger: OpenLedger, age: int
+) -> None:
+    """Two edits in one block: a newline put in front of a nested object cuts a line in
+    two that both start with "{", and a newline turned into a space joins the closed line
+    of an open run to the next one. A stream decoder reads the same three objects off
+    those three lines, so a count of lines, or of lines starting with "{", cannot tell.
+    Every reader skips all three lines: run w stays open, x and c have no record. The
+    query with a filter used to answer [] (its first pass took w for closed) and the boot
+    took w for closed, so REQ-7 would never close it."""
+    ledger_dir.mkdir(parents=True)
+    at = format_ns(T0 - age)
+
+    def line(seq: int, typ: str, name: str, **kw: Any) -> bytes:
+        return ref_canonical({"seq": seq, "type": typ, "at": at, "harness": name,
+                              "run_id": 1, **kw})
+
+    cut = line(2, "decided", "x", outcome="missed", tokens={"input": 5})
+    k = cut.index(b'{"input"')
+    (ledger_dir / f"{at[:10]}.jsonl").write_bytes(
+        line(1, "opened", "w", kind="resident") + b"\n"
+        + cut[:k] + b"\n" + cut[k:] + b"\n"
+        + line(3, "closed", "w", outcome="success") + b" "
+        + line(4, "decided", "c", outcome="missed") + b"\n"
+        + line(5, "decided", "z", outcome="missed") + b"\n")
+    want_w = {"harness": "w", "run_id": 1, "seq": 1, "kind": "resident", "outcome": "running"}
+    want_z = {"harness": "z", "run_id": 1, "seq": 5, "outcome": "missed"}
+    for offline in (True, False):
+        found, oldest, st = scan(str(ledger_dir), Query(outcomes=frozenset({"running"}),
+                                                        limit=1), offline=offline)
+        assert ([r.to_json() for r in found], oldest) == ([want_w], 1)
+        assert (st.lines, st.skipped) == (5, 3)
+        found, _, _ = scan(str(ledger_dir), Query(limit=10), offline=offline)
+        assert [r.to_json() for r in found] == [want_z, want_w]
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    assert led.open_records() == [want_w]
+    assert [led.max_run_id(n) for n in ("w", "x", "c", "z")] == [1, 0, 0, 1]
+    assert led.append(decided("c", 1)) == 6
+
+
 def test_lines_with_a_seq_or_run_id_below_1_or_no_harness_are_skipped_and_counted(
     ledger_dir: Path
 ) -> None:

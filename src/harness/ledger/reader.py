@@ -71,10 +71,6 @@ class ReadStats:
     torn: int = 0
     strays: list[str] = field(default_factory=list)
     files: int = 0
-    strict: bool = False  # decode line by line only (see `scan`)
-    # Send a block to the line-by-line path unless every line starts with "{" (see
-    # `heads`): for readers with no later check of their own, at about 1 ms per MiB.
-    exact: bool = False
 
 
 _OPT_STR = (str, type(None))
@@ -180,42 +176,33 @@ def _maybe_long(buf: bytes) -> bool:
     return any(buf.find(b"\n", k, k + w) < 0 for k in range(0, len(buf) - w + 1, w))
 
 
-def _lines_open_objects(data: bytes, n: int) -> bool:
-    """Whether each of the `n` lines of `data` (which ends in a newline) starts with "{":
-    then none is blank or whitespace only."""
-    return data.count(b"\n{") + (data[:1] == b"{") == n
-
-
 def heads(path: str, stats: ReadStats) -> Iterator[list[Head]]:
     """The valid lines of a day file as `Head`s, a block at a time; bad lines counted.
 
-    A block is decoded in one call; only a block holding a bad line (or a line with two
-    objects, which the batch decoder would accept) is redone line by line.
+    Each line is decoded on its own: msgspec's batch decoder reads a stream of values, so
+    a line holding two objects balances a blank line, or a line cut before a nested
+    object, in its count, and no cheap look at the bytes rules both out. Only a block
+    holding a bad line is read a second time, with the checks `head_of` makes per line.
     """
+    decode = _head.decode
     for block, torn in iter_blocks(path):
         if torn:
             stats.torn += 1
             continue
-        n = block.obj.count(b"\n", 0, len(block))  # type: ignore[attr-defined]
-        stats.lines += n
         data = bytes(block)
-        # The batch decoder skips unknown fields unread, invalid UTF-8 included, so a
-        # block that is not valid UTF-8 as a whole is checked line by line.
-        # A line over 16 KiB is skipped like an unparseable one: the slow path counts it.
-        # The batch decoder passes over blank lines, so a blank line can hide a line
-        # with two objects from the count below. `scan` notices what that does and
-        # reads again strictly; an `exact` reader (the boot) rules blank lines out here.
-        if (not stats.strict and is_utf8(data) and not _maybe_long(data)
-                and (not stats.exact or _lines_open_objects(data, n))):
+        lines = data.split(b"\n")
+        lines.pop()  # the block ends in a newline
+        stats.lines += len(lines)
+        # Per line, `Head` skips unknown fields unread, invalid UTF-8 included, and
+        # `head_of` skips a line over 16 KiB: both are ruled out for the block at once.
+        if is_utf8(data) and not _maybe_long(data):
             try:
-                hs = _head.decode_lines(data)
-                if len(hs) == n:
-                    yield hs
-                    continue
+                yield [decode(raw) for raw in lines]
+                continue
             except UNREADABLE:
                 pass
         good = []
-        for raw in data.split(b"\n")[:-1]:
+        for raw in lines:
             h = head_of(raw)
             if h is None:
                 stats.skipped += 1
@@ -253,19 +240,7 @@ def scan(directory: str, q: Query, *, offline: bool = True, upto_seq: int | None
          ) -> tuple[list[Record], int | None, ReadStats]:
     """Answer `q` from the day files alone; lines after `upto_seq` (not yet durable) are
     ignored."""
-    found = _scan(directory, q, upto_seq, strict=False)
-    if found is None:
-        # A record chosen on its envelopes had no readable line: a line holding two
-        # objects next to a blank one passed the batch decoder as two lines (only an edit
-        # makes one). Read again line by line, which skips such a line.
-        found = _scan(directory, q, upto_seq, strict=True)
-        assert found is not None
-    return found
-
-
-def _scan(directory: str, q: Query, upto_seq: int | None, *, strict: bool
-          ) -> tuple[list[Record], int | None, ReadStats] | None:
-    stats = ReadStats(strict=strict)
+    stats = ReadStats()
     files, start = _files_for(directory, q, stats)
     gc_was = gc.isenabled()
     gc.disable()  # millions of short-lived objects and no cycles: collection is pure cost
@@ -274,16 +249,14 @@ def _scan(directory: str, q: Query, upto_seq: int | None, *, strict: bool
         if found is None:
             # The files read miss seqs of their own range: a clock stepped back more than
             # the day of slack put lines of these records in older files. Read them all.
-            stats = ReadStats(strays=stats.strays, strict=strict)
+            stats = ReadStats(strays=stats.strays)
             start = 0
             found = _first_pass(files, start, q, upto_seq, stats)
             assert found is not None
         by_name, words, upto = found
         _look_back(files, start, by_name, words, stats)
-        chosen = _choose(q, by_name, files, strict)
+        chosen = _choose(q, by_name, files)
         records = _fold_chosen(files, chosen, upto)
-        if len(records) < len(chosen) and not strict:
-            return None
     finally:
         if gc_was:
             gc.enable()
@@ -358,7 +331,7 @@ def _refold(files: list[tuple[str, str]], lo: int, hi: int, keys: set[tuple[str,
     """Rebuild the given first-pass records from all their lines in files[lo:hi], by seq."""
     lines: dict[tuple[str, int], list[tuple[int, int, Head]]] = {k: [] for k in keys}
     for fileno in range(lo, hi):
-        for block in heads(files[fileno][1], ReadStats(strict=stats.strict)):
+        for block in heads(files[fileno][1], ReadStats()):
             for h in block:
                 got = lines.get((h.harness, h.run_id))
                 if got is not None and h.seq <= upto:
@@ -391,7 +364,7 @@ def _look_back(files: list[tuple[str, str]], start: int,
     lo = start
     while waiting and lo > 0:
         lo -= 1
-        for block in heads(files[lo][1], ReadStats(strict=stats.strict)):
+        for block in heads(files[lo][1], ReadStats()):
             for h in block:
                 key = (h.harness, h.run_id)
                 got = found.get(key)
@@ -418,9 +391,8 @@ class _FirstAt:
     only for a started_at that is no time, so not kept for every record (that cost 19 MB
     and 15% of a 250k-record scan). Each file is read at most once per scan."""
 
-    def __init__(self, files: list[tuple[str, str]], strict: bool) -> None:
+    def __init__(self, files: list[tuple[str, str]]) -> None:
         self.files = files
-        self.strict = strict
         self.read: dict[int, dict[int, str]] = {}
 
     def __call__(self, r: list[Any]) -> str:
@@ -428,8 +400,7 @@ class _FirstAt:
             ats = self.read.get(fileno)
             if ats is None:
                 ats = self.read[fileno] = {h.seq: h.at for block in
-                                           heads(self.files[fileno][1],
-                                                 ReadStats(strict=self.strict))
+                                           heads(self.files[fileno][1], ReadStats())
                                            for h in block}
             if r[_SEQ] in ats:
                 return ats[r[_SEQ]]
@@ -437,7 +408,7 @@ class _FirstAt:
 
 
 def _choose(q: Query, by_name: dict[str, dict[int, list[Any]]],
-            files: list[tuple[str, str]], strict: bool) -> dict[tuple[str, int], int]:
+            files: list[tuple[str, str]]) -> dict[tuple[str, int], int]:
     """The records the query returns, by key, with the first file holding their lines.
 
     Each harness's records were created in first-line order, which is seq order unless a
@@ -461,7 +432,7 @@ def _choose(q: Query, by_name: dict[str, dict[int, list[Any]]],
         stream = sorted(((r[_SEQ], n, rid) for n, runs in by_name.items()
                          for rid, r in runs.items()), reverse=True)
     picked: dict[tuple[str, int], int] = {}
-    first_at = _FirstAt(files, strict)
+    first_at = _FirstAt(files)
     for seq, name, run_id in stream:
         r = by_name[name][run_id]
         if before is not None and seq >= before:
@@ -506,6 +477,6 @@ def _fold_chosen(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int
                     obj = decode_line(raw)
                     if obj is not None:
                         r.apply(obj)
-    # A record none of whose lines decoded whole (seq still 0) is no record: the first
-    # pass read a line as two (see `heads`).
+    # Both passes keep the same lines, so a record with none (seq still 0) lost its file
+    # between them: a prune while an offline reader read. It is no record.
     return [r for r in records.values() if r.seq]

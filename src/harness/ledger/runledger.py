@@ -231,10 +231,9 @@ class RunLedger:
             # Every run id on disk, not only the window's: ids are never reused, and a
             # late line of an old record is told from a new record by its id.
             max_ids = self._index.max_ids
-            # The lines every reader skips are skipped here too; with no fold after it
-            # to notice a line of two objects, the scan rules out the blank lines that
-            # could hide one from the batch decoder's count.
-            stats = ReadStats(exact=True)
+            # The lines every reader skips are skipped here too (`heads` decodes each
+            # line on its own, so no line of two objects passes as two lines).
+            stats = ReadStats()
             for _day, path in old:
                 for block in heads(path, stats):
                     for e in block:
