@@ -538,6 +538,9 @@ def test_the_boot_skips_a_line_holding_two_objects_next_to_a_blank_one(
     led = open_ledger(ledger_dir, clock=Clock(T0))
     assert led.open_records() == [want]
     assert (led.max_run_id("w"), led.max_run_id("c")) == (1, 0)
+    # The blank line and the joined one, in the window as in older files (the window's
+    # pass did not count a blank line).
+    assert (led.stats().skipped, led.stats().torn) == (2, 0)
     assert led.append(decided("c", 1)) == 2
 
 
@@ -579,6 +582,7 @@ def test_a_line_cut_before_a_nested_object_and_a_joined_one_fool_no_reader(
     led = open_ledger(ledger_dir, clock=Clock(T0))
     assert led.open_records() == [want_w]
     assert [led.max_run_id(n) for n in ("w", "x", "c", "z")] == [1, 0, 0, 1]
+    assert (led.stats().skipped, led.stats().torn) == (3, 0)
     assert led.append(decided("c", 1)) == 6
 
 
@@ -667,9 +671,9 @@ def test_a_last_line_without_its_newline_that_does_not_continue_the_chain_is_not
 ) -> None:
     """A whole line missing only its newline is adopted (not torn, terminated at once)
     only when it is the chain's next line: the seq after the head, linked to it, hashing
-    to its own string hash. Any other is counted torn and left as it lies; every reader
-    still reads it as a line, so its seq is not issued again and the boot links to its
-    hash where it has one."""
+    to its own string hash. Any other is left as it lies; every reader still reads it as
+    a line, so its seq is not issued again, the boot links to its hash where it has one,
+    and it is no torn fragment, for the boot as for verify (the boot counted one)."""
     clock = Clock(T0)
     path = one_closed_run(ledger_dir, open_ledger, clock)
     head = lines_of(path)[-1]["hash"]
@@ -685,12 +689,15 @@ def test_a_last_line_without_its_newline_that_does_not_continue_the_chain_is_not
         f.write(frag)
 
     led = open_ledger(ledger_dir, clock=clock)
-    assert (led.stats().torn, led.stats().next_seq) == (1, seq + 1)
+    assert (led.stats().torn, led.stats().skipped, led.stats().next_seq) == (0, 0, seq + 1)
     assert path.read_bytes().endswith(b"}\n" + frag)  # not terminated at the boot
     assert led.get("x", 1) is not None
     assert led.append(decided("n", 2)) == seq + 1
     new = json.loads(path.read_bytes().split(frag + b"\n")[1])
     assert new["prev"] == (ZERO if fault == "hash-not-a-string" else json.loads(frag)["hash"])
+    res = verify_run_ledger(str(ledger_dir))
+    # Only the line that skips a seq still links to the head (the chain decides).
+    assert (res.ok, res.torn) == (fault == "seq-ahead", 0)
 
 
 # -- REQ-4: caps and validation ---------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..timefmt import canon, day_start_ns, format_ns, now_ns, utc_day
 from .chain import ZERO_HASH, hash_of_line_bytes, link_to, seal_line
-from .dayfiles import day_path, iter_chunks, list_day_files, read_tail
+from .dayfiles import day_path, is_whole, iter_chunks, list_day_files, read_tail
 from .errors import LedgerCorrupt, LedgerInUse
 from .feed import Committed, Feed, Subscription
 from .files import FileLayer, hold_dir, make_private_dir
@@ -167,16 +167,18 @@ class RunLedger:
         for path, t in tails:
             if t.torn is None:
                 continue
-            self._torn += 1
-            # A fragment that is a whole sealed line missing only its "\n" was fully
-            # written: adopt it, so its seq is never issued twice.
+            if not is_whole(t.torn):
+                self._torn += 1  # a crash fragment, which every reader skips
+                continue
+            # A whole value missing only its "\n" is a line to every reader (and to the
+            # window's pass below), not a torn fragment. One that is the next sealed line
+            # was fully written: adopt it, so its seq is never issued twice.
             obj = decode_line(t.torn)
             if (obj is not None and obj["seq"] == best[0] + 1 and obj.get("prev") == best[1]
                     and isinstance(obj.get("hash"), str)
                     and hash_of_line_bytes(t.torn, obj["hash"])):
                 log.warning("ledger: %s ends in a complete line without its newline; kept", path)
                 best = (obj["seq"], obj["hash"])
-                self._torn -= 1
                 # Terminate it now, before the writer starts (still one writer): the file
                 # again holds only complete lines, whatever reads it next.
                 try:
@@ -339,10 +341,10 @@ class RunLedger:
         return sum(1 for (h, _), _r in self._index.records.items() if h == name)
 
     def _file_lines(self, path: str) -> Iterator[bytes]:
-        for _first, lines, torn in iter_chunks(path):
-            if torn:
-                continue
-            yield from (raw for raw in lines if raw)
+        """Every complete line of one day file, blank ones too: a blank line is a line
+        readers skip and count, in the window's pass as in `heads`."""
+        for _first, lines, _torn in iter_chunks(path):
+            yield from lines
 
     def _envelopes(self, path: str) -> Iterator[tuple[Head, bytes]]:
         """(envelope, bytes) of each complete line of one day file that readers keep."""
