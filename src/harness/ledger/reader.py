@@ -254,7 +254,7 @@ def scan(directory: str, q: Query, *, offline: bool = True, upto_seq: int | None
             found = _first_pass(files, start, q, upto_seq, stats)
             assert found is not None
         by_name, words, upto = found
-        _look_back(files, start, by_name, words, stats)
+        _look_back(files, start, by_name, words)
         chosen = _choose(q, by_name, files)
         records = _fold_chosen(files, chosen, upto)
     finally:
@@ -312,7 +312,7 @@ def _first_pass(files: list[tuple[str, str]], start: int, q: Query, upto_seq: in
             _last_seq(path) > hi for _day, path in files[:start])):
         return None
     if dirty:
-        _refold(files, start, len(files), dirty, by_name, words, upto, stats)
+        _refold(files, start, len(files), dirty, by_name, words, upto)
     return by_name, words, upto
 
 
@@ -326,8 +326,8 @@ def _last_seq(path: str) -> int:
 
 
 def _refold(files: list[tuple[str, str]], lo: int, hi: int, keys: set[tuple[str, int]],
-            by_name: dict[str, dict[int, list[Any]]], words: dict[str, str], upto: int,
-            stats: ReadStats) -> None:
+            by_name: dict[str, dict[int, list[Any]]], words: dict[str, str], upto: int
+            ) -> None:
     """Rebuild the given first-pass records from all their lines in files[lo:hi], by seq."""
     lines: dict[tuple[str, int], list[tuple[int, int, Head]]] = {k: [] for k in keys}
     for fileno in range(lo, hi):
@@ -350,8 +350,7 @@ def _rebuild(got: list[tuple[int, int, Head]], words: dict[str, str]) -> list[An
 
 
 def _look_back(files: list[tuple[str, str]], start: int,
-               by_name: dict[str, dict[int, list[Any]]], words: dict[str, str],
-               stats: ReadStats) -> None:
+               by_name: dict[str, dict[int, list[Any]]], words: dict[str, str]) -> None:
     """Records whose start lies before the files read (a run open across `since`): read
     older files, newest first, until each has its opened line, so they filter on their
     real start instead of passing as partial records."""
