@@ -12,7 +12,8 @@ Figures (ratios are what the targets bind; absolute numbers depend on the disk):
   6. peak RSS of verify (≤ 100 MB) and of the runs query (≤ 200 MB) on the 1M-line ledger
 Beside 1 and 2, what explains them: the same handoff with a bare thread that only writes and
 syncs (the design's floor), the engine's writer with no per-line work, the per-line work warm
-and right after an fdatasync, and 1 and 2 again on a disk whose sync costs 1 ms more
+and right after an fdatasync, where one synced append's time goes (stamped through the
+injectable file layer), and 1 and 2 again on a disk whose sync costs 1 ms more
 (FaultyFiles' slow-sync model, applied to the raw baseline too).
 The generated ledgers are cached in bench/out/ (regenerated when missing).
 """
@@ -43,7 +44,7 @@ from harness.ledger import RunLedger  # noqa: E402
 from harness.ledger.canonical import canonical  # noqa: E402
 from harness.ledger.chain import seal_line  # noqa: E402
 from harness.ledger.dayfiles import iter_chunks, list_day_files  # noqa: E402
-from harness.ledger.files import FaultyFiles  # noqa: E402
+from harness.ledger.files import FaultyFiles, FileLayer  # noqa: E402
 from harness.ledger.schema import prepare_line  # noqa: E402
 from harness.ledger.writer import Writer  # noqa: E402
 from harness.timefmt import format_ns, now_ns  # noqa: E402
@@ -215,6 +216,47 @@ def bench_cold(work: str, n: int) -> dict[str, Any]:
     return {"warm_us": w * 1e6, "after_sync_us": c * 1e6, "penalty": c / w}
 
 
+class _Stamped(FileLayer):
+    """The real file layer, noting when the writer's write began and its sync ended."""
+
+    def __init__(self) -> None:
+        self.write_at = self.synced_at = 0.0
+
+    def write(self, fd: int, data: bytes) -> int:
+        self.write_at = time.perf_counter()
+        return super().write(fd, data)
+
+    def sync(self, fd: int) -> None:
+        super().sync(fd)
+        self.synced_at = time.perf_counter()
+
+
+def bench_path(work: str, n: int) -> dict[str, Any]:
+    """Where one synced append's time goes, p50 of each leg: the caller's own work
+    (validate, scrub, encode, hash, queue, ring), the handoff to the writer thread up to
+    its write, the write and fdatasync, and the way back (the writer's checks and index
+    fold after the sync, its wake-up of the caller, the caller getting the GIL back)."""
+    files = _Stamped()
+    led = RunLedger(os.path.join(work, "path-ledger"), files=files)
+    legs: dict[str, list[float]] = {"caller": [], "to_writer": [], "io": [], "back": [],
+                                    "total": []}
+    try:
+        for i in range(n):
+            line = opened_line(i + 1)
+            t0 = time.perf_counter()
+            e = led.enqueue(line, sync=True)
+            t1 = time.perf_counter()
+            led.wait(e)
+            t2 = time.perf_counter()
+            for leg, took in (("caller", t1 - t0), ("to_writer", files.write_at - t1),
+                              ("io", files.synced_at - files.write_at),
+                              ("back", t2 - files.synced_at), ("total", t2 - t0)):
+                legs[leg].append(took)
+    finally:
+        led.close()
+    return {f"{leg}_p50_us": pct(xs, .5) * 1e6 for leg, xs in legs.items()}
+
+
 def race(threads: int, per_thread: int, append: Any) -> float:
     """Seconds for `threads` threads, released together, to call append(n) per_thread times
     each (n = 1, 2, … unique across threads)."""
@@ -372,6 +414,9 @@ def main() -> None:
         print("   the per-line work, warm and right after an fdatasync", flush=True)
         res["cold"] = bench_cold(work, 200 if args.quick else 2000)
         print(json.dumps(res["cold"], indent=1), flush=True)
+        print("   where one synced append's time goes", flush=True)
+        res["path"] = bench_path(work, 400 if args.quick else 3000)
+        print(json.dumps(res["path"], indent=1), flush=True)
         print("2. group commit, 16 threads", flush=True)
         res["group_commit"] = bench_group_commit(work, 20 if args.quick else 200)
         print(json.dumps(res["group_commit"], indent=1), flush=True)
@@ -391,7 +436,8 @@ def main() -> None:
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1)
     lat, gcm, rd, ix = res["latency"], res["group_commit"], res["reads"], res["index"]
-    cold, slat, sgc = res["cold"], res["slow_latency"], res["slow_group_commit"]
+    cold, slat, sgc, path = (res["cold"], res["slow_latency"], res["slow_group_commit"],
+                             res["path"])
     print("\n| figure | ours | raw baseline (same run) | ratio | target |")
     print("| --- | --- | --- | --- | --- |")
     print(f"| synced append p50 | {lat['append_p50_us']:.0f} µs | {lat['raw_p50_us']:.0f} µs "
@@ -407,6 +453,10 @@ def main() -> None:
     print(f"| per-line work (schema, scrub, encode, hash), warm / right after an fdatasync | "
           f"{cold['warm_us']:.1f} / {cold['after_sync_us']:.1f} µs | — | "
           f"{cold['penalty']:.1f}× | — |")
+    print(f"| one append's legs, p50: caller's work / to the writer / write+fdatasync / back "
+          f"to the caller | {path['caller_p50_us']:.0f} / {path['to_writer_p50_us']:.0f} / "
+          f"{path['io_p50_us']:.0f} / {path['back_p50_us']:.0f} µs (total "
+          f"{path['total_p50_us']:.0f}) | — | — | — |")
     print(f"| 16 threads synced appends | {gcm['lines_per_s']:,.0f} lines/s | "
           f"{gcm['raw_one_thread_lines_per_s']:,.0f} lines/s (1 thread) | {gcm['ratio']:.1f}× "
           f"| ≥ 5× |")

@@ -20,7 +20,7 @@ def test_bench_ledger_smoke(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((tmp_path / "results.json").read_text())
-    assert set(res) == {"machine", "latency", "cold", "group_commit", "slow_latency",
+    assert set(res) == {"machine", "latency", "cold", "path", "group_commit", "slow_latency",
                         "slow_group_commit", "reads", "index"}
 
     for lat, n, delay in ((res["latency"], 400, 0.0), (res["slow_latency"], 100, 0.001)):
@@ -36,6 +36,13 @@ def test_bench_ledger_smoke(tmp_path: Path) -> None:
     assert cold["penalty"] == pytest.approx(cold["after_sync_us"] / cold["warm_us"])
     assert cold["warm_us"] > 0
 
+    # Each leg of an append was stamped inside that append (a stale stamp from the append
+    # before would make a leg negative), and none is longer than the whole.
+    path = res["path"]
+    assert set(path) == {f"{leg}_p50_us" for leg in ("caller", "to_writer", "io", "back",
+                                                      "total")}
+    assert all(0 < v <= path["total_p50_us"] for v in path.values())
+
     for gc, lines in ((res["group_commit"], 16 * 20), (res["slow_group_commit"], 16 * 5)):
         assert (gc["threads"], gc["lines"]) == (16, lines)
         assert 1 <= gc["lines_per_sync"] <= 16  # a sync is shared by at most every thread
@@ -48,7 +55,7 @@ def test_bench_ledger_smoke(tmp_path: Path) -> None:
     assert res["index"]["records_in_memory"] == 7_000
 
     rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| ")]
-    assert len(rows) == 16  # the header, its rule and fourteen figures
+    assert len(rows) == 17  # the header, its rule and fifteen figures
     assert rows[0].startswith("| figure |") and rows[2].startswith("| synced append p50 |")
     # The throwaway working directory is gone; only the cached ledgers and results stay.
     assert sorted(p.name for p in tmp_path.iterdir()) == [
