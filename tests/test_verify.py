@@ -139,6 +139,7 @@ REMOVED = "prev does not match the hash of the line before (seq {}): " \
 EDITED = "hash does not match the line's content (the line was edited)"
 REORDERED = "seq {} does not follow seq {} (duplicated or reordered line)"
 NO_CHAIN = "line has no prev/hash chain fields"
+SKIPPED = "seq {} follows seq {}: a seq is missing (each line's is one more than the last)"
 
 
 # -- a good ledger ---------------------------------------------------------------------------
@@ -286,6 +287,11 @@ MUTATIONS: dict[str, tuple[Callable[[list[bytes]], None], int, str, str]] = {
     "prev and hash deleted": (_strip("prev", "hash"), 3, f"{FILE1}:3", NO_CHAIN),
     "hash deleted": (_strip("hash"), 3, f"{FILE1}:3", NO_CHAIN),
     "prev deleted": (_strip("prev"), 3, f"{FILE1}:3", NO_CHAIN),
+    # REQ-1: seq increases by one per line. A line sealed by hand that links to the head
+    # but skips a seq is no line the writer wrote.
+    "sealed line that skips a seq": (
+        lambda ls: ls.append(seal(decided(7, f"{DAY1}T09:00:07Z"), 8, hash_of(ls[-1]))[0]),
+        8, f"{FILE1}:7", SKIPPED.format(8, 6)),
 }
 
 
@@ -942,3 +948,15 @@ def test_a_fragment_cut_inside_a_character_is_still_a_fragment(world: World) -> 
     res = verify(world)
     assert res.returncode == 0, res.stderr
     assert res.stdout == ok_text(7, 1, 7, head, torn=f"1 torn fragment(s) skipped ({FILE1}:7)")
+
+
+@pytest.mark.parametrize("day", ["2025-11-04", "2025-11-02"], ids=["next-day", "earlier-day"])
+def test_a_day_file_that_starts_past_a_missing_seq_breaks_the_chain(world: World,
+                                                                    day: str) -> None:
+    """A day file whose first line links to the head of the others but skips a seq: the
+    stitch of files in order, and the seq-ordered merge a clock jump calls for (the file
+    of an earlier day holding the newest line), both name it."""
+    lines = one_day(world)
+    line, _ = seal(decided(7, f"{day}T09:00:07Z"), 8, hash_of(lines[-1]))
+    write_lines(world.ledger / f"{day}.jsonl", [line])
+    assert_broken(world, 8, f"{day}.jsonl:1", SKIPPED.format(8, 6))

@@ -244,6 +244,10 @@ def _link_error(seq: int, prev: str, prev_seq: int, prev_hash: str | None) -> st
     if prev != prev_hash:
         return (f"prev does not match the hash of the line before (seq {prev_seq}):"
                 " a line was removed, inserted or edited")
+    if seq != prev_seq + 1:
+        # Linked, yet past a missing seq (REQ-1: one more per line): sealed by hand.
+        return f"seq {seq} follows seq {prev_seq}: a seq is missing (each line's is one " \
+               "more than the last)"
     return None
 
 
