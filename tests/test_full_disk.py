@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -167,13 +168,35 @@ def test_the_daemon_on_a_full_disk_refuses_runs_cleanly_and_goes_on(
     assert res.returncode == 1
     assert res.stderr.endswith("cannot write: No space left on device (unavailable)\n"), \
         res.stderr
-    until("a scheduled window to fail", lambda: "harness tick: the scheduled run could not "
-          "be started: " in daemons.stderr())
+    until("a scheduled window to fail", lambda: "harness tick: no record for the window(s) "
+          "up to " in daemons.stderr())
     filler.unlink()
     res = world.harness("trigger", "ok", "--wait")
     assert (res.returncode, res.stderr) == (0, "ok run 2: success\n")  # the run had no output
     assert [(r["run_id"], r["outcome"]) for r in runs_of(world, "ok")] == [
         (2, "success"), (1, "success")]
+    verify_ok(world)
+    assert "Traceback" not in daemons.stderr()
+
+
+def test_a_window_the_full_disk_refused_runs_late_once_space_is_back(
+        world: World, full_state: Path, daemons: Daemons) -> None:
+    """A scheduled window that could get no run id (state.json on a full disk) is not
+    dropped: it is decided again 5 s later, and with space back by then it runs late
+    under its own window. It used to leave no record at all: the ticker moved past it."""
+    daemons.write_config('[harness.tick]\nkind = "oneshot"\nargv = ["true"]\n'
+                         'schedule = "@every 10s"\n')
+    daemons.start()
+    filler = _fill(full_state)
+    refused = until("a window to be refused", lambda: re.search(
+        r"harness tick: no record for the window\(s\) up to (\S+) yet, deciding them again "
+        r"in 5s: .*: cannot write: No space left on device\n", daemons.stderr()))
+    filler.unlink()  # well within the 5 s, and the next window is 10 s on
+    window = refused.group(1)
+    rec = until("the refused window's run", lambda: next(
+        (r for r in runs_of(world, "tick") if r.get("window") == window), None), WAIT)
+    assert (rec["trigger"], rec["outcome"], rec["exit_code"]) == ("schedule", "success", 0)
+    assert rec["started_at"] > window  # late, not at its window
     verify_ok(world)
     assert "Traceback" not in daemons.stderr()
 

@@ -52,6 +52,10 @@ MAX_TICK = 1.0
 _TICK = timedelta(microseconds=1)
 # A window first evaluated more than this many seconds after it came is missed.
 LATE = 60.0
+# Windows whose record could not be given a run id (state.json on a full or read-only
+# disk) are decided again after this long, doubling up to DECIDE_RETRY_MAX.
+DECIDE_RETRY = 5.0
+DECIDE_RETRY_MAX = 300.0
 # How far back `jobs` looks for the failure streak; a longer streak reads as this many.
 STREAK_LIMIT = 1000
 # Crash-loop backoff (REQ-3): a run shorter than QUICK_RUN doubles the next restart delay,
@@ -72,6 +76,15 @@ def _log_failure(what: str, exc: Exception) -> None:
         log.error("%s: %s", what, exc)
     else:
         log.error("%s", what, exc_info=exc)
+
+
+class _Undecided(Exception):
+    """No run id could be persisted for a decision's windows (StateError): nothing was
+    recorded or started for them from `done` on (the newest window accounted for)."""
+
+    def __init__(self, done: datetime, cause: StateError) -> None:
+        super().__init__(str(cause))
+        self.done = done
 
 
 class UnknownHarness(KeyError):
@@ -301,43 +314,75 @@ class Manager:
         if last is None or last > now:
             # No history (or a clock stepped back past it): nothing can have been missed.
             last = now
+        retry = DECIDE_RETRY
         while True:
             now = datetime.now(UTC)
             decision = decide_windows(sched, last, now, self.config.harness[name].catch_up)
+            again: datetime | None = None
             if decision is not None:
                 try:
-                    await self._decide(name, decision)
+                    last = await self._decide(name, decision, last)
+                    retry = DECIDE_RETRY
                 except asyncio.CancelledError:
                     raise
+                except _Undecided as exc:
+                    # Windows with no record are decided again once the disk takes a run
+                    # id: then run late, or recorded missed when over LATE (or caught up).
+                    last = exc.done
+                    again = now + timedelta(seconds=retry)
+                    log.error("harness %s: no record for the window(s) up to %s yet, "
+                              "deciding them again in %gs: %s", name,
+                              _rfc3339(decision.due or decision.missed.last or now),
+                              retry, exc)
+                    retry = min(retry * 2, DECIDE_RETRY_MAX)
                 except Exception as exc:
                     # One failed window must not end the schedule; the next one still fires.
                     _log_failure(f"harness {name}: the scheduled run could not be started", exc)
-                last = decision.due or decision.missed.last or last
+                    last = decision.due or decision.missed.last or last
             nxt = sched.next_fire(max(last, now))
             self._next[name] = nxt
+            wake = nxt if again is None else min(nxt, again)
             while True:
                 # Wall clock, not the loop's monotonic clock: windows are wall-clock
                 # instants and a suspended machine must not shift them.
-                left = (nxt - datetime.now(UTC)).total_seconds()
+                left = (wake - datetime.now(UTC)).total_seconds()
                 if left <= 0:
                     break
                 await asyncio.sleep(min(left, MAX_TICK))
 
-    async def _decide(self, name: str, d: Decision) -> None:
+    async def _decide(self, name: str, d: Decision, last: datetime) -> datetime:
+        """Record the missed windows and fire the due one; return the newest window now
+        accounted for. `_Undecided` when a run id could not be persisted, with what was
+        accounted for before that."""
+        done = last
         m = d.missed
-        if m.count and d.trigger != "catch_up" and m.first is not None and m.last is not None:
-            run_id = await asyncio.to_thread(self.ids.next, name)
-            await self._decided(name, run_id, "schedule", "missed", None,
-                                window=_rfc3339(m.last), first_window=_rfc3339(m.first),
-                                windows=m.count)
-            log.warning("harness %s: %d window(s) missed, up to %s", name, m.count,
-                        _rfc3339(m.last))
-        if d.due is not None:
-            # A task of its own, shielded and tracked: a shutdown cancelling the ticker must
-            # not cut a start in half (a spawned process nobody supervises); the shutdown
-            # waits for it instead, and the start, seeing the shutdown, stops its run.
-            await asyncio.shield(self._watch(self.fire(name, d.trigger,
-                                                       window=_rfc3339(d.due))))
+        try:
+            if m.count and d.trigger != "catch_up" and m.first is not None \
+                    and m.last is not None:
+                run_id = await asyncio.to_thread(self.ids.next, name)
+                done = m.last
+                try:
+                    await self._decided(name, run_id, "schedule", "missed", None,
+                                        window=_rfc3339(m.last),
+                                        first_window=_rfc3339(m.first), windows=m.count)
+                except LedgerError as exc:
+                    # Queued: written in order once the disk takes it. The due window
+                    # still fires (it used to be dropped with no record at all).
+                    log.error("harness %s: the missed record %d is not durable yet: %s",
+                              name, run_id, exc)
+                log.warning("harness %s: %d window(s) missed, up to %s", name, m.count,
+                            _rfc3339(m.last))
+            if d.due is not None:
+                # A task of its own, shielded and tracked: a shutdown cancelling the ticker
+                # must not cut a start in half (a spawned process nobody supervises); the
+                # shutdown waits for it instead, and the start, seeing the shutdown, stops
+                # its run.
+                await asyncio.shield(self._watch(self.fire(name, d.trigger,
+                                                           window=_rfc3339(d.due))))
+                done = d.due
+        except StateError as exc:
+            raise _Undecided(done, exc) from exc
+        return done
 
     # -- triggering --------------------------------------------------------------------
 
