@@ -18,14 +18,16 @@ import signal
 import sys
 import textwrap
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from conftest import World
 from daemons import DEADLINE, Daemons, FaultDaemons, record_of, request, runs_of, until
+from harness.ledger.runledger import RunLedger
 from harness.supervisor.logs import read_log
-from harness.timefmt import parse_ns
+from harness.timefmt import format_ns, parse_ns
 from ledgertools import all_lines, line_of, verify_ok
 
 LONG = 90.0  # deadline for what waits out writer backoff or several 2 s syncs
@@ -596,3 +598,43 @@ argv = ["true"]
     verify_ok(world)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=DEADLINE) == 0, fd.stderr()
+
+
+# -- the scheduler on a slow disk --------------------------------------------------------
+
+
+def test_a_missed_record_past_the_sync_bound_does_not_drop_the_due_window(
+        world: World, fd: FaultDaemons) -> None:
+    """At boot an hourly schedule has one window missed (an hour ago) and one on time
+    (this minute). The missed record's sync outlasts REQ-6's 2 s bound, so its append
+    fails, though its line stays queued and lands. The due window must still run: it used
+    to be dropped with the failure, and no record ever named it."""
+    now = datetime.now(UTC)
+    if now.second > 40:  # the window must still be on time (< LATE) once the daemon is up
+        time.sleep(61 - now.second)
+        now = datetime.now(UTC)
+    due = now.replace(second=0, microsecond=0)
+    ledger = RunLedger(str(world.ledger))
+    try:
+        w = format_ns(int((due - timedelta(hours=2)).timestamp()) * NS)
+        ledger.append({"type": "decided", "harness": "nightly", "run_id": 1, "at": w,
+                       "kind": "oneshot", "trigger": "schedule", "outcome": "skipped",
+                       "window": w})
+    finally:
+        ledger.close()
+    fd.write_config(f'[harness.nightly]\nschedule = "CRON_TZ=UTC {due.minute} * * * *"\n'
+                    'argv = ["true"]\n')
+    fd.start_faulty("--slow-sync", "3")
+    until("the missed record's late sync", lambda: "the missed record 2 is not durable yet"
+          in fd.stderr())
+    fd.faults()
+    rec = until("the due window's run", lambda: (r := record_of(world, "nightly", 3))
+                and r["outcome"] != "running" and r)
+    iso = format_ns(int(due.timestamp()) * NS)
+    assert (rec["trigger"], rec["window"], rec["outcome"]) == ("schedule", iso, "success")
+    missed = record_of(world, "nightly", 2)
+    assert missed is not None
+    assert (missed["outcome"], missed["window"], missed["windows"]) == (
+        "missed", format_ns(int((due - timedelta(hours=1)).timestamp()) * NS), 1)
+    seqs_in_order(world)
+    verify_ok(world)
