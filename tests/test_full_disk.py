@@ -201,6 +201,51 @@ def test_a_window_the_full_disk_refused_runs_late_once_space_is_back(
     assert "Traceback" not in daemons.stderr()
 
 
+def test_a_resident_whose_restart_got_no_run_id_comes_back_once_space_is_back(
+        world: World, full_state: Path, daemons: Daemons) -> None:
+    """A resident that exits while state.json cannot take the next run id is tried again
+    after 5 s (doubling) instead of staying down for good, and comes back with the next id
+    once space is back. The failed tries take no id."""
+    go = world.root / "go"
+    daemons.write_config(f'[harness.w]\nkind = "resident"\nrestart = "always"\n'
+                         f'restart_delay = "100ms"\n'
+                         f'argv = ["sh", "-c", "while [ ! -e {go} ]; do sleep 0.05; done"]\n')
+    daemons.start()
+    until("run 1 up", lambda: [(r["run_id"], r["outcome"]) for r in runs_of(world, "w")]
+          == [(1, "running")])
+    filler = _fill(full_state)
+    go.touch()  # run 1 exits; its restart needs run id 2
+    until("the restart to be refused", lambda: "harness w: the restart got no run id, trying "
+          "again in 5s: " in daemons.stderr())
+    go.unlink()
+    filler.unlink()
+    rec = until("run 2", lambda: next((r for r in runs_of(world, "w") if r["run_id"] == 2),
+                                      None), WAIT)
+    assert (rec["trigger"], rec["outcome"]) == ("restart", "running")
+    assert [r["run_id"] for r in runs_of(world, "w")] == [2, 1]
+    verify_ok(world)
+    assert "Traceback" not in daemons.stderr()
+
+
+def test_a_resident_whose_autostart_got_no_run_id_starts_once_space_is_back(
+        world: World, full_state: Path, daemons: Daemons) -> None:
+    """The daemon boots on a full disk: the resident's autostart gets no run id, is tried
+    again, and starts (trigger autostart, run 1) once space is back. It used to stay down
+    until an operator started it."""
+    daemons.write_config('[harness.w]\nkind = "resident"\nargv = ["sleep", "600"]\n')
+    (full_state / "harness").mkdir(mode=0o700)  # the daemon's dirs, before the disk fills
+    filler = _fill(full_state)
+    daemons.start()
+    until("the autostart to be refused", lambda: "harness w: the autostart got no run id, "
+          "trying again in 5s: " in daemons.stderr())
+    assert runs_of(world, "w") == []
+    filler.unlink()
+    rec = until("run 1", lambda: next(iter(runs_of(world, "w")), None), WAIT)
+    assert (rec["run_id"], rec["trigger"], rec["outcome"]) == (1, "autostart", "running")
+    verify_ok(world)
+    assert "Traceback" not in daemons.stderr()
+
+
 def test_a_prune_on_a_full_disk_keeps_every_file_and_finishes_once_space_is_back(
         small_fs: Path) -> None:
     """Retention due on a full disk: the open run in the oldest file must be carried into

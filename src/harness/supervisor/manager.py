@@ -53,7 +53,8 @@ _TICK = timedelta(microseconds=1)
 # A window first evaluated more than this many seconds after it came is missed.
 LATE = 60.0
 # Windows whose record could not be given a run id (state.json on a full or read-only
-# disk) are decided again after this long, doubling up to DECIDE_RETRY_MAX.
+# disk) are decided again after this long, doubling up to DECIDE_RETRY_MAX; so is a
+# resident's autostart or restart.
 DECIDE_RETRY = 5.0
 DECIDE_RETRY_MAX = 300.0
 # How far back `jobs` looks for the failure streak; a longer streak reads as this many.
@@ -204,6 +205,7 @@ class Manager:
         # Residents: operator-stopped names, pending restarts, and each one's next delay.
         self._held: set[str] = set()
         self._backoff: dict[str, asyncio.Task[None]] = {}
+        self._id_retry: dict[str, float] = {}  # the next delay of a start that got no run id
         self._delay: dict[str, float] = {}
         # Residents outside their operating hours, and those an operator started anyway
         # (they run until the operator stops them or the hours open and close again).
@@ -235,6 +237,8 @@ class Manager:
         try:
             async with self._lock(name):
                 await self._spawn_resident(name, trigger)
+        except StateError as exc:
+            self._retry_start(name, trigger, exc)
         except Exception:
             log.exception("harness %s: %s failed", name, trigger)
 
@@ -544,6 +548,7 @@ class Manager:
             self._ending.add((name, run_id))
             await run.stop("shutdown")
             return run_id
+        self._id_retry.pop(name, None)
         self._watch(self._watch_resident(name, run, cfg))
         log.info("harness %s: resident run %d started (%s)", name, run_id, trigger)
         return run_id
@@ -579,15 +584,15 @@ class Manager:
         self._backoff[name] = asyncio.get_running_loop().create_task(
             self._restart_later(name, delay), name=f"backoff:{name}")
 
-    async def _restart_later(self, name: str, delay: float) -> None:
+    async def _restart_later(self, name: str, delay: float, trigger: str = "restart") -> None:
         try:
             await asyncio.sleep(delay)
         finally:
             if self._backoff.get(name) is asyncio.current_task():
                 del self._backoff[name]
-        await self._restart_now(name)
+        await self._restart_now(name, trigger)
 
-    async def _restart_now(self, name: str) -> None:
+    async def _restart_now(self, name: str, trigger: str = "restart") -> None:
         try:
             async with self._lock(name):
                 # An operator's stop or start, an hours close or a reload may have won the
@@ -597,11 +602,27 @@ class Manager:
                         or cfg is None or cfg.kind != "resident"
                         or (name in self._closed and name not in self._override)):
                     return
-                await self._spawn_resident(name, "restart", nowait=True)
+                await self._spawn_resident(name, trigger, nowait=trigger == "restart")
+        except StateError as exc:
+            self._retry_start(name, trigger, exc)
         except Exception as exc:
-            # Not retried: a run id or an opened line that cannot be written is not a
-            # crash of the resident, and looping on it would flood the log.
-            _log_failure(f"harness {name}: the restart could not be started", exc)
+            # Not retried: anything else is no passing state of the disk (a line refused,
+            # the ledger closed), and looping on it would flood the log.
+            _log_failure(f"harness {name}: the {trigger} could not be started", exc)
+
+    def _retry_start(self, name: str, trigger: str, exc: StateError) -> None:
+        """Try a resident's start again that got no run id (state.json on a full or
+        read-only disk): a worker must not stay down for good because the disk was full
+        for a while. The delay doubles, so a long outage logs a line every 5 min."""
+        if self._stopping:
+            return
+        delay = self._id_retry.get(name, DECIDE_RETRY)
+        self._id_retry[name] = min(delay * 2, DECIDE_RETRY_MAX)
+        log.error("harness %s: the %s got no run id, trying again in %gs: %s", name, trigger,
+                  delay, exc)
+        self._cancel_backoff(name)
+        self._backoff[name] = asyncio.get_running_loop().create_task(
+            self._restart_later(name, delay, trigger), name=f"backoff:{name}")
 
     def _cancel_backoff(self, name: str) -> None:
         task = self._backoff.pop(name, None)
