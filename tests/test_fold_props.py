@@ -369,6 +369,16 @@ def test_frozen_keeps_what_queries_read() -> None:
     assert f.to_json(check_log=False, offline=True)["outcome"] == "success"
 
 
+def test_a_frozen_record_holds_its_fields_only_as_compact_json() -> None:
+    """What Frozen is for (tens of thousands of them at rest): no per-instance dict, the
+    fields kept encoded. Each read decodes a fresh copy: editing one changes nothing."""
+    f = Frozen(_closed_record())
+    assert not hasattr(f, "__dict__")
+    got = f.fields
+    got["model_calls"] = 99
+    assert f.fields["model_calls"] == 2
+
+
 def test_frozen_reports_a_pruned_log_like_the_record(tmp_path: Path) -> None:
     r = fold([_line(1, "decided", outcome="skipped", log=str(tmp_path / "9.log"))])
     want = {"harness": HARNESS, "run_id": RUN_ID, "seq": 1, "outcome": "skipped",

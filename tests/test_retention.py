@@ -8,17 +8,21 @@ seq/hash so the chain still verifies from there. Everything is checked on disk.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import harness.ledger.retention as retention_mod
+import harness.ledger.runledger as runledger_mod
+from harness.ledger.files import FaultyFiles
 from harness.ledger.query import Query
 from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
@@ -489,3 +493,358 @@ def test_memory_agrees_with_the_files_after_a_prune(tmp_path: Path,
     assert [(r.harness, r.run_id, r.seq) for r in files] == [("long", 1, 3)]
     assert mem == [r.to_json() for r in files]
     assert mem_oldest == files_oldest == 3
+
+
+def test_a_trimmed_record_with_a_kept_late_line_is_held_again_after_the_prune(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """x/1 opened and closed 40 days ago and got a late usage update 3 days ago. Memory
+    trims it (closed, older than the window, tail 0), then the prune deletes its first
+    lines: what is left of it on disk is a partial record at the late line's seq, above
+    the floor, and memory must hold it too or a limited query answers from memory
+    without it."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 40 * DAY)
+    led = open_ledger(d, clock=clock)
+    led.append({"type": "opened", "harness": "x", "run_id": 1, "kind": "oneshot"})
+    led.append({"type": "closed", "harness": "x", "run_id": 1, "outcome": "success"})
+    clock.ns = T0 - 5 * DAY
+    led.append({"type": "decided", "harness": "y", "run_id": 1, "outcome": "missed"})
+    clock.ns = T0 - 3 * DAY
+    led.append({"type": "updated", "harness": "x", "run_id": 1, "model_calls": 4})
+    led.close()
+
+    clock = Clock(T0)
+    led = open_ledger(d, clock=clock, retention_ns=30 * DAY, window_ns=7 * DAY, tail=0)
+    assert led.append({"type": "decided", "harness": "z", "run_id": 1,
+                       "outcome": "missed"}) == 5  # the day's first commit trims x/1
+    assert led.get("x", 1) is None
+    res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == ([day(T0 - 40 * DAY)], 0, None)
+    assert led.get("x", 1) == {"harness": "x", "run_id": 1, "seq": 4, "model_calls": 4,
+                               "outcome": "running"}
+    q = Query(limit=2)
+    mem, mem_oldest = led.query(q)
+    files, files_oldest, _ = scan(str(d), q, offline=False)
+    assert [(r.harness, r.run_id, r.seq) for r in files] == [("z", 1, 5), ("x", 1, 4)]
+    assert mem == [r.to_json() for r in files]
+    assert mem_oldest == files_oldest == 4
+
+
+def test_set_limits_refuses_either_limit_negative_and_accepts_zero(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    led = open_ledger(tmp_path / "ledger", clock=Clock(T0), retention_ns=DAY, max_bytes=10)
+    led.set_limits(0, 0)
+    assert (led.retention_ns, led.max_bytes) == (0, 0)
+    with pytest.raises(ValueError, match=r"^ledger limits must not be negative, got "
+                       r"retention_ns=5, max_bytes=-1$"):
+        led.set_limits(5, -1)
+    with pytest.raises(ValueError, match=r"^ledger limits must not be negative, got "
+                       r"retention_ns=-1, max_bytes=5$"):
+        led.set_limits(-1, 5)
+    assert (led.retention_ns, led.max_bytes) == (0, 0)  # a refused call changes nothing
+    led.set_limits(3 * DAY, 7)
+    assert (led.retention_ns, led.max_bytes) == (3 * DAY, 7)
+
+
+def test_a_carried_line_counts_a_start_that_is_no_time_from_the_first_line(
+    tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An edited file gave the open run a started_at that is no time, a todo_id that is no
+    string and an attempt that is no integer. The carried line starts the run at its
+    first line's `at` (where readers counted it from, and whose file is about to go) and
+    leaves the other two out, saying so: no line may hold them, and refusing the whole
+    line would keep the file for ever."""
+    d = tmp_path / "ledger"
+    old = T0 - 100 * DAY
+    clock = Clock(old)
+    led = open_ledger(d, clock=clock)
+    led.append({"type": "opened", "harness": "worker", "run_id": 1, "kind": "resident",
+                "trigger": "autostart", "started_at": format_ns(old - HOUR),
+                "todo_id": "t1", "attempt": 2})
+    led.append({"type": "decided", "harness": "cron", "run_id": 1, "outcome": "missed"})
+    led.close()
+    old_file = d / f"{day(old)}.jsonl"
+    data = old_file.read_bytes()
+    for was, now in ((f'"started_at":"{format_ns(old - HOUR)}"'.encode(), b'"started_at":"junk"'),
+                     (b'"todo_id":"t1"', b'"todo_id":17'), (b'"attempt":2', b'"attempt":"2"')):
+        assert data.count(was) == 1
+        data = data.replace(was, now)
+    old_file.write_bytes(data)
+
+    led = open_ledger(d, clock=Clock(T0), retention_ns=90 * DAY)
+    with caplog.at_level(logging.WARNING, logger="harness.ledger"):
+        res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == ([day(old)], 1, None)
+    (carried,) = lines_of(d / f"{day(T0)}.jsonl")
+    assert {k: v for k, v in carried.items() if k not in ("prev", "hash")} == {
+        "v": 1, "seq": 3, "type": "opened", "at": format_ns(T0), "harness": "worker",
+        "run_id": 1, "kind": "resident", "trigger": "autostart", "started_at": format_ns(old)}
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        "ledger: carrying worker/1 forward without field(s) attempt, todo_id, which hold "
+        "values no line may: the files were edited or damaged"]
+
+
+def _long_run_across_the_cut(d: Path, open_ledger: OpenLedger) -> RunLedger:
+    """gone/1 wholly in the file 40 days back; long/1 opened there (seqs 1-2) and updated
+    and closed 10 days back (seqs 3-4). The ledger's clock is T0, retention 30 days."""
+    clock = Clock(T0 - 40 * DAY)
+    led = open_ledger(d, clock=clock, retention_ns=30 * DAY, window_ns=400 * DAY)
+    led.append({"type": "decided", "harness": "gone", "run_id": 1, "outcome": "missed"})
+    led.append({"type": "opened", "harness": "long", "run_id": 1, "kind": "oneshot",
+                "started_at": format_ns(T0 - 40 * DAY)})
+    clock.ns = T0 - 10 * DAY
+    led.append({"type": "updated", "harness": "long", "run_id": 1, "model_calls": 3})
+    led.append({"type": "closed", "harness": "long", "run_id": 1, "outcome": "success",
+                "exit_code": 0})
+    clock.ns = T0
+    return led
+
+
+def _committing_while_refolding(led: RunLedger, monkeypatch: pytest.MonkeyPatch,
+                                lines: list[dict[str, Any]]) -> None:
+    """Commit `lines` while the prune's refold reads the files (its lock released)."""
+    real = led._lines_of
+
+    def refolding(*a: Any, **kw: Any) -> Any:
+        for line in lines:
+            led.append(line)
+        yield from real(*a, **kw)
+
+    monkeypatch.setattr(led, "_lines_of", refolding)
+
+
+def test_lines_committed_while_the_prune_refolds_are_folded_in(
+    tmp_path: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A usage update of long/1 and a new run are committed after the refold took its
+    snapshot: the refolded long/1 (seq 3, its first kept line) still holds the update,
+    and the new run, which was never cut, is left as the commit folded it."""
+    d = tmp_path / "ledger"
+    led = _long_run_across_the_cut(d, open_ledger)
+    _committing_while_refolding(led, monkeypatch, [
+        {"type": "updated", "harness": "long", "run_id": 1, "model_calls": 9},
+        {"type": "decided", "harness": "other", "run_id": 1, "outcome": "missed"}])
+    res = led.prune()
+    monkeypatch.undo()
+    assert (res.deleted, res.error) == ([day(T0 - 40 * DAY)], None)
+    assert led.get("long", 1) == {"harness": "long", "run_id": 1, "seq": 3, "model_calls": 9,
+                                  "outcome": "success", "exit_code": 0}
+    assert led.get("other", 1) == {"harness": "other", "run_id": 1, "seq": 6,
+                                   "outcome": "missed"}
+    assert led.get("gone", 1) is None
+    q = Query(limit=1000)
+    mem, _ = led.query(q)
+    files, _, _ = scan(str(d), q, offline=False)
+    assert [(r.harness, r.run_id, r.seq) for r in files] == [("other", 1, 6), ("long", 1, 3)]
+    assert mem == [r.to_json() for r in files]
+
+
+def test_too_many_lines_committed_while_the_prune_refolds_keep_the_old_records(
+    tmp_path: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    """More lines than the ring holds are committed during the refold: the ring cannot
+    replay them all onto the refolded records, so memory keeps the records as the commits
+    left them (pre-prune seqs) and says so, rather than swapping in records that miss a
+    committed line."""
+    monkeypatch.setattr(runledger_mod, "RING", 3)
+    d = tmp_path / "ledger"
+    led = _long_run_across_the_cut(d, open_ledger)
+    _committing_while_refolding(led, monkeypatch, [
+        {"type": "updated", "harness": "long", "run_id": 1, "model_calls": n}
+        for n in (5, 6, 7, 8)])
+    with caplog.at_level(logging.WARNING, logger="harness.ledger"):
+        res = led.prune()
+    monkeypatch.undo()
+    assert (res.deleted, res.error) == ([day(T0 - 40 * DAY)], None)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        "ledger: too many lines committed while refolding after a prune; 2 record(s) keep "
+        "their pre-prune seq until restart"]
+    assert led.get("long", 1) == {"harness": "long", "run_id": 1, "seq": 2, "kind": "oneshot",
+                                  "started_at": format_ns(T0 - 40 * DAY), "model_calls": 8,
+                                  "outcome": "success", "exit_code": 0}
+
+
+def test_a_carried_line_that_cannot_be_synced_keeps_the_file(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """The carried opened line is queued but its write fails: the old file, which holds
+    the run's only opened line on disk, must stay. Once the write goes through, the next
+    prune deletes the file without carrying the run a second time."""
+    d = tmp_path / "ledger"
+    old = T0 - 100 * DAY
+    clock = Clock(old)
+    files = FaultyFiles()
+    led = open_ledger(d, clock=clock, files=files, sync_timeout=0.5, retry_min=0.05)
+    led.append({"type": "opened", "harness": "worker", "run_id": 1, "kind": "resident"})
+    clock.ns = T0
+    old_file, today = d / f"{day(old)}.jsonl", d / f"{day(T0)}.jsonl"
+    before = digests(d)
+    files.inject("write", errno=errno.EIO)
+    res = led.prune()
+    assert (res.deleted, res.carried_forward) == ([], 0)
+    assert res.error is not None and res.error.startswith(f"pruning {old_file} failed: ")
+    assert res.error.endswith("(harness=worker run_id=1 seq=2); retrying at the next prune")
+    assert digests(d)[old_file.name] == before[old_file.name]
+    assert not today.exists() or lines_of(today) == []
+    assert not (d / "CHAIN").exists()
+
+    files.clear()
+    led.flush()
+    deadline = time.monotonic() + 30
+    while led.stats().queued:
+        assert time.monotonic() < deadline, "the carried line was never written"
+        time.sleep(0.01)
+    assert [(x["seq"], x["type"], x["harness"], x["run_id"], x["kind"])
+            for x in lines_of(today)] == [(2, "opened", "worker", 1, "resident")]
+    res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == ([day(old)], 0, None)
+    assert [x["seq"] for x in lines_of(today)] == [2]
+    assert led.open_records()[0]["seq"] == 2
+    assert verify_run_ledger(str(d)).ok
+
+
+def test_an_open_run_whose_opened_line_was_moved_into_a_doomed_file_is_carried(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """An edit moved worker/1's opened line (at two days back) into the file of 100 days
+    back. Its `at` names a kept day, but the line is in the doomed file: the run is
+    carried forward by the file's own lines, or it would lose its only opened line."""
+    d = tmp_path / "ledger"
+    old = T0 - 100 * DAY
+    clock = Clock(old)
+    led = open_ledger(d, clock=clock)
+    led.append({"type": "decided", "harness": "cron", "run_id": 1, "outcome": "missed"})
+    clock.ns = T0 - 2 * DAY
+    led.append({"type": "opened", "harness": "worker", "run_id": 1, "kind": "resident",
+                "trigger": "autostart", "started_at": format_ns(T0 - 2 * DAY)})
+    led.close()
+    old_file, moved = d / f"{day(old)}.jsonl", d / f"{day(T0 - 2 * DAY)}.jsonl"
+    old_file.write_bytes(old_file.read_bytes() + moved.read_bytes())
+    moved.unlink()
+
+    led = open_ledger(d, clock=Clock(T0), retention_ns=90 * DAY)
+    res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == ([day(old)], 1, None)
+    assert sorted(p.name for p in d.glob("*.jsonl")) == [f"{day(T0)}.jsonl"]
+    (carried,) = lines_of(d / f"{day(T0)}.jsonl")
+    assert {k: v for k, v in carried.items() if k not in ("prev", "hash")} == {
+        "v": 1, "seq": 3, "type": "opened", "at": format_ns(T0), "harness": "worker",
+        "run_id": 1, "kind": "resident", "trigger": "autostart",
+        "started_at": format_ns(T0 - 2 * DAY)}
+    assert [(r["harness"], r["run_id"], r["seq"]) for r in led.open_records()] == [
+        ("worker", 1, 3)]
+
+
+def test_a_carried_line_of_a_record_memory_no_longer_holds_is_not_built(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """The record a carry was planned for left memory before its line was built: no
+    line, rather than a writer-side error."""
+    led = open_ledger(tmp_path / "ledger", clock=Clock(T0))
+    assert led._carried_line(("ghost", 1), "opened", []) is None
+
+
+def test_a_run_opened_and_closed_in_the_doomed_file_is_not_carried(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """short/1 opened and closed 40 days back, and memory still holds it: its closing
+    line is in the doomed file with its opened line, so nothing reads it open once the
+    file is gone and no line is carried for it."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 40 * DAY)
+    led = open_ledger(d, clock=clock, retention_ns=30 * DAY, window_ns=400 * DAY)
+    led.append({"type": "opened", "harness": "short", "run_id": 1, "kind": "oneshot"})
+    led.append({"type": "closed", "harness": "short", "run_id": 1, "outcome": "success"})
+    clock.ns = T0 - DAY
+    led.append({"type": "decided", "harness": "cron", "run_id": 1, "outcome": "missed"})
+    clock.ns = T0
+    assert led.get("short", 1) is not None
+    res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == ([day(T0 - 40 * DAY)], 0, None)
+    assert not (d / f"{day(T0)}.jsonl").exists()
+    assert led.get("short", 1) is None
+    assert [x["seq"] for x in lines_of(d / f"{day(T0 - DAY)}.jsonl")] == [3]
+
+
+def test_an_open_run_whose_opened_line_no_reader_can_read_is_carried_by_its_at(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """worker/1's opened line in the doomed file was damaged after it was committed, so
+    the file's own lines do not name it; memory still holds the run open, opened that
+    day. It is carried by its opened line's `at`: the prune must not let it vanish."""
+    d = tmp_path / "ledger"
+    old = T0 - 100 * DAY
+    clock = Clock(old)
+    led = open_ledger(d, clock=clock, retention_ns=90 * DAY)
+    led.append({"type": "opened", "harness": "worker", "run_id": 1, "kind": "resident",
+                "trigger": "autostart"})
+    led.append({"type": "decided", "harness": "cron", "run_id": 1, "outcome": "missed"})
+    old_file = d / f"{day(old)}.jsonl"
+    data = old_file.read_bytes()
+    assert data.startswith(b"{")
+    old_file.write_bytes(b"X" + data[1:])  # the first line is no JSON any more
+    clock.ns = T0
+    res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == ([day(old)], 1, None)
+    (carried,) = lines_of(d / f"{day(T0)}.jsonl")
+    assert (carried["seq"], carried["type"], carried["harness"], carried["run_id"],
+            carried["kind"], carried["trigger"]) == (3, "opened", "worker", 1, "resident",
+                                                     "autostart")
+    assert [(r["harness"], r["run_id"], r["seq"]) for r in led.open_records()] == [
+        ("worker", 1, 3)]
+
+
+def test_a_run_trimmed_once_closed_is_held_again_from_its_closing_line(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """A resident opened 40 days back closes today; today's first commit (that closed
+    line) trims it from memory, the floor staying at that line's seq. The prune deletes
+    its opened line: on disk it is now a partial record starting at the closing line,
+    at the floor and the newest committed seq. Memory must hold it too, or a query it
+    answers alone (since the floor's instant) leaves it out."""
+    d = tmp_path / "ledger"
+    led = open_ledger(d, clock=Clock(T0 - 40 * DAY))
+    led.append({"type": "opened", "harness": "x", "run_id": 1, "kind": "resident"})
+    led.close()
+    led = open_ledger(d, clock=Clock(T0), retention_ns=30 * DAY, window_ns=7 * DAY, tail=0)
+    assert [r["run_id"] for r in led.open_records()] == [1]
+    assert led.append({"type": "closed", "harness": "x", "run_id": 1, "outcome": "success",
+                       "exit_code": 0}) == 2
+    assert led.get("x", 1) is None  # closed, started before the window: trimmed
+    res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == ([day(T0 - 40 * DAY)], 0, None)
+    want = {"harness": "x", "run_id": 1, "seq": 2, "outcome": "success", "exit_code": 0}
+    assert led.get("x", 1) == want
+    q = Query(since_ns=T0)
+    files, _, _ = scan(str(d), q, offline=False)
+    assert [r.to_json() for r in files] == [want]
+    assert led.query(q) == ([want], 2)
+
+
+def test_a_decided_line_in_a_doomed_file_is_carried_when_the_run_opened_later(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """As for a closed line: x/1 opens just after yesterday's midnight, the clock steps
+    back and the line deciding it (cancelled) lands in the day before, which the prune
+    deletes. A fresh closed line keeps the run decided on disk."""
+    d = tmp_path / "ledger"
+    y = T0 - T0 % DAY - DAY  # yesterday's midnight
+    clock = Clock(y + 5 * 10**9)
+    led = open_ledger(d, clock=clock, retention_ns=DAY)
+    led.append({"type": "opened", "harness": "x", "run_id": 1, "kind": "oneshot",
+                "trigger": "manual"})
+    clock.ns = y - 25 * 10**9
+    led.append({"type": "decided", "harness": "x", "run_id": 1, "outcome": "cancelled",
+                "reason": "operator"})
+    clock.ns = T0
+    res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == ([day(y - DAY)], 1, None)
+    (carried,) = lines_of(d / f"{day(T0)}.jsonl")
+    assert (carried["seq"], carried["type"], carried["outcome"], carried["reason"],
+            carried["trigger"]) == (3, "closed", "cancelled", "operator", "manual")
+    assert led.open_records() == []
+    recs, _, _ = scan(str(d), Query(names=("x",), limit=5), offline=False)
+    assert [(r.closed, r.fields["outcome"]) for r in recs] == [(True, "cancelled")]
