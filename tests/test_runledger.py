@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+import harness.ledger.reader as reader_mod
 import harness.ledger.runledger as runledger_mod
 from harness.ledger.errors import LedgerCorrupt, LedgerInUse, LedgerUnavailable, LineRejected
 from harness.ledger.query import Query
@@ -1305,3 +1306,68 @@ def test_a_file_system_that_cannot_lock_a_directory_still_opens(
     finally:
         led.close()
     assert "cannot be locked on this file system" in caplog.text
+
+
+# -- a prune under a reader ----------------------------------------------------------------
+
+
+def _four_days(d: Path, open_ledger: OpenLedger) -> list[Path]:
+    """Runs 1-4 of `n`, decided 10, 9 and 8 days ago and today: one day file each."""
+    clock = Clock(T0 - 10 * DAY)
+    led = open_ledger(d, clock=clock)
+    for rid, age in enumerate([10, 9, 8, 0], 1):
+        clock.ns = T0 - age * DAY
+        led.append(decided("n", rid))
+    led.close()
+    return sorted(d.glob("*.jsonl"))
+
+
+def test_a_day_file_deleted_between_the_passes_of_a_scan_is_scanned_again(
+    ledger_dir: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon prunes while `harness runs` reads the files. A file that goes between
+    the scan's two passes takes records the first pass chose with it: the scan reads
+    again and answers a whole page from what is left. It used to raise
+    FileNotFoundError (exit 1 offline, an error from the daemon's fallback)."""
+    days = _four_days(ledger_dir, open_ledger)
+    real = reader_mod._fold_chosen
+    passes: list[int] = []
+
+    def pruned_meanwhile(files: Any, chosen: Any, upto: int) -> Any:
+        if not passes:
+            days[2].unlink()  # run 3's file
+        passes.append(len(chosen))
+        return real(files, chosen, upto)
+
+    monkeypatch.setattr(reader_mod, "_fold_chosen", pruned_meanwhile)
+    recs, oldest, _ = scan(str(ledger_dir), Query(limit=2))
+    assert ([r.run_id for r in recs], oldest, passes) == ([4, 2], 2, [2, 2])
+
+
+def test_a_day_file_deleted_after_the_listing_reads_as_empty(
+    ledger_dir: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file a prune deletes after the reader listed the directory is read as the prune
+    left things, by the scan and by the daemon's `since` replay alike."""
+    days = _four_days(ledger_dir, open_ledger)
+    real = reader_mod._files_for
+
+    def pruned_after_listing(directory: str, q: Query, stats: Any) -> Any:
+        got = real(directory, q, stats)
+        days[0].unlink(missing_ok=True)
+        return got
+
+    monkeypatch.setattr(reader_mod, "_files_for", pruned_after_listing)
+    recs, oldest, st = scan(str(ledger_dir), Query(limit=10))
+    assert ([r.run_id for r in recs], oldest, st.lines) == ([4, 3, 2], 2, 3)
+
+    led = open_ledger(ledger_dir, clock=Clock(T0), window_ns=DAY)
+    real_list = runledger_mod.list_day_files
+
+    def listed_then_pruned(directory: str) -> Any:
+        got = real_list(directory)
+        days[1].unlink(missing_ok=True)
+        return got
+
+    monkeypatch.setattr(runledger_mod, "list_day_files", listed_then_pruned)
+    assert [x["seq"] for x in led.since(0)] == [3, 4]

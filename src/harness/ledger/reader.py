@@ -176,6 +176,14 @@ def _maybe_long(buf: bytes) -> bool:
     return any(buf.find(b"\n", k, k + w) < 0 for k in range(0, len(buf) - w + 1, w))
 
 
+def _blocks(path: str) -> Iterator[tuple[memoryview, bool]]:
+    """`iter_blocks`, with a day file deleted since it was listed read as empty."""
+    try:
+        yield from iter_blocks(path)
+    except FileNotFoundError:
+        return
+
+
 def heads(path: str, stats: ReadStats) -> Iterator[list[Head]]:
     """The valid lines of a day file as `Head`s, a block at a time; bad lines counted.
 
@@ -185,7 +193,7 @@ def heads(path: str, stats: ReadStats) -> Iterator[list[Head]]:
     holding a bad line is read a second time, with the checks `head_of` makes per line.
     """
     decode = _head.decode
-    for block, torn in iter_blocks(path):
+    for block, torn in _blocks(path):
         if torn:
             stats.torn += 1
             continue
@@ -236,10 +244,32 @@ def _fresh(h: Head, fileno: int) -> list[Any]:
     return [h.seq, 0, h.at, None, None, 0, fileno]
 
 
+# Scans of one query at most: a prune deleted a file the scan had chosen records from.
+_SCANS = 3
+
+
 def scan(directory: str, q: Query, *, offline: bool = True, upto_seq: int | None = None
          ) -> tuple[list[Record], int | None, ReadStats]:
     """Answer `q` from the day files alone; lines after `upto_seq` (not yet durable) are
-    ignored."""
+    ignored.
+
+    The daemon prunes while offline readers read: a day file may go after the listing. A
+    file gone before the first pass reads it is read as empty, as the prune left things;
+    one gone between the passes takes records the first pass chose with it, so the scan
+    starts again rather than answer a short page (a few times at most: a prune deletes
+    a handful of files and is done)."""
+    for _ in range(_SCANS):
+        records, stats, whole = _scan_once(directory, q, upto_seq)
+        if whole:
+            break
+    hits, oldest = select(q, records)
+    return [r for r in hits if isinstance(r, Record)], oldest, stats
+
+
+def _scan_once(directory: str, q: Query, upto_seq: int | None
+               ) -> tuple[list[Record], ReadStats, bool]:
+    """The records `q` may return, and whether every record the first pass chose was
+    still in the files for the second."""
     stats = ReadStats()
     files, start = _files_for(directory, q, stats)
     gc_was = gc.isenabled()
@@ -260,8 +290,7 @@ def scan(directory: str, q: Query, *, offline: bool = True, upto_seq: int | None
     finally:
         if gc_was:
             gc.enable()
-    hits, oldest = select(q, records)
-    return [r for r in hits if isinstance(r, Record)], oldest, stats
+    return records, stats, len(records) == len(chosen)
 
 
 _Found = tuple[dict[str, dict[int, list[Any]]], dict[str, str], int]
@@ -460,7 +489,7 @@ def _fold_chosen(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int
     records = {k: Record(*k) for k in chosen}
     start = min(chosen.values())
     for _day, path in files[start:]:
-        for block, torn in iter_blocks(path):
+        for block, torn in _blocks(path):
             if torn:
                 continue
             for raw in bytes(block).split(b"\n"):
@@ -477,5 +506,5 @@ def _fold_chosen(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int
                     if obj is not None:
                         r.apply(obj)
     # Both passes keep the same lines, so a record with none (seq still 0) lost its file
-    # between them: a prune while an offline reader read. It is no record.
+    # between them to a prune: `scan` reads again.
     return [r for r in records.values() if r.seq]

@@ -342,9 +342,13 @@ class RunLedger:
 
     def _file_lines(self, path: str) -> Iterator[bytes]:
         """Every complete line of one day file, blank ones too: a blank line is a line
-        readers skip and count, in the window's pass as in `heads`."""
-        for _first, lines, _torn in iter_chunks(path):
-            yield from lines
+        readers skip and count, in the window's pass as in `heads`. A file a prune
+        deleted since it was listed (a `since` reading outside the lock) has none."""
+        try:
+            for _first, lines, _torn in iter_chunks(path):
+                yield from lines
+        except FileNotFoundError:
+            return
 
     def _envelopes(self, path: str) -> Iterator[tuple[Head, bytes]]:
         """(envelope, bytes) of each complete line of one day file that readers keep."""
