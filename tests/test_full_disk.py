@@ -16,6 +16,7 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -242,6 +243,34 @@ def test_a_resident_whose_autostart_got_no_run_id_starts_once_space_is_back(
     filler.unlink()
     rec = until("run 1", lambda: next(iter(runs_of(world, "w")), None), WAIT)
     assert (rec["run_id"], rec["trigger"], rec["outcome"]) == (1, "autostart", "running")
+    verify_ok(world)
+    assert "Traceback" not in daemons.stderr()
+
+
+def test_a_resident_whose_release_got_no_run_id_starts_once_space_is_back(
+        world: World, full_state: Path, daemons: Daemons) -> None:
+    """Operating hours open at the next minute while the disk is full: the release gets
+    no run id and is tried again, so the resident starts (trigger release) once space is
+    back. It used to stay down for the whole open window. Hours have minute resolution:
+    this waits for one boundary."""
+    now = datetime.now(UTC)
+    if now.second > 45:  # the daemon boots and the disk fills before the boundary
+        time.sleep(61 - now.second)
+        now = datetime.now(UTC)
+    opens = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    if opens.date() != now.date():
+        pytest.skip("the window would open at midnight")
+    daemons.write_config('[harness.w]\nkind = "resident"\nargv = ["sleep", "600"]\n'
+                         f'operating_hours = "TZ=UTC Mon-Sun {opens:%H:%M}-24:00"\n')
+    daemons.start()
+    filler = _fill(full_state)
+    until("the release to be refused", lambda: "harness w: the release got no run id, "
+          "trying again in 5s: " in daemons.stderr(), 120)
+    assert runs_of(world, "w") == []
+    filler.unlink()
+    rec = until("run 1", lambda: next(iter(runs_of(world, "w")), None), WAIT)
+    assert (rec["run_id"], rec["trigger"], rec["outcome"]) == (1, "release", "running")
+    assert rec["started_at"] >= f"{opens:%Y-%m-%dT%H:%M:%S}"
     verify_ok(world)
     assert "Traceback" not in daemons.stderr()
 

@@ -259,6 +259,7 @@ class Manager:
         """Cancel the ticker, hours gate and pending restart of `name`; return them."""
         tasks = [t for t in (self._tickers.pop(name, None), self._gates.pop(name, None),
                              self._backoff.pop(name, None)) if t is not None]
+        self._id_retry.pop(name, None)
         for t in tasks:
             t.cancel()
         self._next.pop(name, None)
@@ -345,7 +346,10 @@ class Manager:
                     last = decision.due or decision.missed.last or last
             nxt = sched.next_fire(max(last, now))
             self._next[name] = nxt
-            wake = nxt if again is None else min(nxt, again)
+            # While windows wait for a run id only the retry wakes the ticker: a window
+            # that came meanwhile would fail the same way, and every decision counts the
+            # windows from the first one waiting (a month of minutes: 0.4 s).
+            wake = nxt if again is None else again
             while True:
                 # Wall clock, not the loop's monotonic clock: windows are wall-clock
                 # instants and a suspended machine must not shift them.
@@ -617,15 +621,18 @@ class Manager:
         if self._stopping:
             return
         delay = self._id_retry.get(name, DECIDE_RETRY)
+        self._cancel_backoff(name)
         self._id_retry[name] = min(delay * 2, DECIDE_RETRY_MAX)
         log.error("harness %s: the %s got no run id, trying again in %gs: %s", name, trigger,
                   delay, exc)
-        self._cancel_backoff(name)
         self._backoff[name] = asyncio.get_running_loop().create_task(
             self._restart_later(name, delay, trigger), name=f"backoff:{name}")
 
     def _cancel_backoff(self, name: str) -> None:
+        """Cancel the pending restart (a stop, a start, hours closing): the next start
+        that gets no run id retries after DECIDE_RETRY again, not after the last delay."""
         task = self._backoff.pop(name, None)
+        self._id_retry.pop(name, None)
         if task is not None:
             task.cancel()
 
@@ -665,14 +672,17 @@ class Manager:
 
     async def _open_hours(self, name: str) -> None:
         cfg = self._resident(name)
-        async with self._lock(name):
-            self._closed.discard(name)
-            self._override.discard(name)
-            if (not cfg.enabled or name in self._held or self._stopping
-                    or name in self._live):
-                return
-            log.info("harness %s: operating hours open", name)
-            await self._spawn_resident(name, "release")
+        try:
+            async with self._lock(name):
+                self._closed.discard(name)
+                self._override.discard(name)
+                if (not cfg.enabled or name in self._held or self._stopping
+                        or name in self._live):
+                    return
+                log.info("harness %s: operating hours open", name)
+                await self._spawn_resident(name, "release")
+        except StateError as exc:
+            self._retry_start(name, "release", exc)
 
     # -- operator ----------------------------------------------------------------------
 
