@@ -299,6 +299,53 @@ def test_a_live_late_closing_line_is_folded_but_not_kept() -> None:
     assert (idx.floor, idx.harness_floor, idx.max_ids) == (4, {"a": 4}, {"a": 2, "b": 3})
 
 
+def test_a_live_closing_line_of_a_record_the_index_holds_is_kept() -> None:
+    """Only a record memory does NOT hold can be late: a live closing line of an open
+    record it holds (its run id seen, so no newer than the highest) closes that record in
+    memory, and the floors stay where they were."""
+    idx = Index(window_ns=DAY, tail=1)
+    idx.apply({**_index_line(1, "a", 1, T0 - HOUR), "type": "opened"})
+    idx.apply(_index_line(2, "a", 2, T0 - MINUTE))
+    closing = {"v": 1, "seq": 3, "type": "closed", "at": format_ns(T0), "harness": "a",
+               "run_id": 1, "outcome": "failed"}
+    r = idx.apply(closing, live=True)
+    kept = idx.get("a", 1)
+    assert kept is not None
+    assert (kept.seq, kept.last_seq, kept.closed, kept.fields["outcome"], r.closed) == (
+        1, 3, True, "failed", True)
+    assert idx.open_records() == []
+    assert (idx.floor, idx.harness_floor, idx.floor_at, idx.max_ids) == (1, {}, "", {"a": 2})
+
+
+def test_an_index_that_never_dropped_a_record_answers_every_query() -> None:
+    """Floor 1 (nothing trimmed): memory holds the whole history, so a query that asks for
+    more records than there are is still complete, with or without names."""
+    idx = Index(window_ns=DAY, tail=1)
+    idx.apply(_index_line(1, "a", 1, T0 - 10 * DAY))
+    idx.apply(_index_line(2, "b", 1, T0 - 10 * DAY + 1))
+    assert idx.trim(T0) == 0
+    assert (idx.floor, idx.harness_floor) == (1, {})
+    recs, oldest, complete = idx.query(Query(limit=5))
+    assert ([(r.harness, r.run_id) for r in recs], oldest, complete) == (
+        [("b", 1), ("a", 1)], 1, True)
+    recs, oldest, complete = idx.query(Query(names=("a",), limit=5))
+    assert ([(r.harness, r.run_id) for r in recs], oldest, complete) == ([("a", 1)], 1, True)
+
+
+def test_an_unbounded_query_after_a_trim_is_answered_from_the_window() -> None:
+    """limit None (internal use) once the floor rose: a since at the window's start is
+    still complete from memory, and one before it is not; neither compares a count
+    against no limit."""
+    idx = Index(window_ns=DAY, tail=1)
+    idx.apply(_index_line(1, "a", 1, T0 - 10 * DAY))
+    idx.apply(_index_line(2, "a", 2, T0 - HOUR))
+    assert idx.trim(T0) == 1
+    assert (idx.floor, idx.floor_at) == (2, format_ns(T0 - DAY))
+    recs, oldest, complete = idx.query(Query(since_ns=T0 - DAY))
+    assert ([r.run_id for r in recs], oldest, complete) == ([2], 2, True)
+    assert idx.query(Query(since_ns=T0 - DAY - 1)) == ([], None, False)
+
+
 def test_the_index_folds_a_mistyped_word_field_as_it_lies() -> None:
     idx = Index(window_ns=DAY)
     r = idx.apply(_index_line(1, "a", 1, T0, model=7, reason=["x"], source=None))

@@ -544,6 +544,40 @@ def test_duplicate_across_day_files(world: World) -> None:
     assert_broken(world, 2, f"{DAYS[1]}.jsonl:1", REORDERED.format(2, 2))
 
 
+NOT_A_LEDGER_LINE = ("complete line is not a ledger line "
+                     "(Expected `int`, got `str` - at `$.seq`)")
+
+
+def _seq_as_string(raw: bytes) -> bytes:
+    obj = json.loads(raw)
+    obj["seq"] = str(obj["seq"])
+    return ref_canonical(obj)
+
+
+def _byte_not_utf8(raw: bytes) -> bytes:
+    at = raw.index(b'"reason":"') + len(b'"reason":"')
+    return raw[:at] + b"\x80" + raw[at + 1:]
+
+
+@pytest.mark.parametrize(("damage", "seq", "reason"), [
+    (_seq_as_string, None, NOT_A_LEDGER_LINE),
+    (_byte_not_utf8, 6, "line is not valid UTF-8: damaged on disk"),
+], ids=["seq not an integer", "byte not utf8"])
+def test_a_foreign_line_inside_a_later_day_file_breaks_the_merged_chain(
+        world: World, damage: Callable[[bytes], bytes], seq: int | None, reason: str) -> None:
+    """A whole line that is no ledger line, second in the last of three day files: that
+    file's own check faults, so the files are followed as one merge, which must name the
+    line (not skip it, not crash on it) and count what verified before it: seq 1-5."""
+    files = three_days(world)
+    last = world.ledger / f"{DAYS[2]}.jsonl"
+    write_lines(last, [files[DAYS[2]][0], damage(files[DAYS[2]][1])])
+    code, out = verify_json(world)
+    assert (code, out["ok"], out["seq"], out["file"], out["line"], out["reason"]) == (
+        2, False, seq, last.name, 2, reason)
+    assert (out["entry_count"], out["head_seq"], out["head_hash"]) == (
+        5, 5, hash_of(files[DAYS[2]][0]))
+
+
 def clock_jump(world: World) -> dict[str, list[bytes]]:
     """Seq 1 and 4 on the 4th; the clock stepped back a day for seq 2 and 3, on the 3rd:
     the two files' seq ranges overlap, so verify follows the chain through both at once."""
@@ -631,6 +665,19 @@ def test_clock_stepped_back_across_a_whole_file_verifies_in_seq_order(world: Wor
     res = verify(world)
     assert (res.returncode, res.stderr) == (0, "")
     assert res.stdout == ok_text(4, 2, 4, hash_of(files[DAY1][1]))
+
+
+def test_clock_flapping_between_two_days_verifies_in_seq_order(world: World) -> None:
+    """The clock flapped between two days line by line: each file holds every other seq,
+    so each file on its own has a gap (a fault) that the other file fills. A fault in
+    every file is no reason to stitch the files: they are merged, and the chain holds."""
+    seed(world, [decided(1, f"{DAY1}T08:00:00Z"), decided(2, "2025-11-04T08:00:01Z"),
+                 decided(3, f"{DAY1}T08:00:02Z"), decided(4, "2025-11-04T08:00:03Z")]).close()
+    files = {day: lines_of(world.ledger / f"{day}.jsonl") for day in (DAY1, "2025-11-04")}
+    assert [[json.loads(x)["seq"] for x in v] for v in files.values()] == [[1, 3], [2, 4]]
+    res = verify_module.verify_run_ledger(str(world.ledger), parallel=False)
+    assert (res.ok, res.error, res.lines, res.start_seq, res.head_seq, res.head_hash) == (
+        True, None, 4, 1, 4, hash_of(files["2025-11-04"][1]))
 
 
 def test_torn_fragments_of_merged_files_are_listed_in_file_order(world: World) -> None:
