@@ -578,6 +578,39 @@ def test_a_foreign_line_inside_a_later_day_file_breaks_the_merged_chain(
         5, 5, hash_of(files[DAYS[2]][0]))
 
 
+@pytest.mark.parametrize(("damage", "seq", "reason"), [
+    (_seq_as_string, None, NOT_A_LEDGER_LINE),
+    (_byte_not_utf8, 5, "line is not valid UTF-8: damaged on disk"),
+], ids=["seq not an integer", "byte not utf8"])
+def test_a_foreign_first_line_of_a_later_day_file_keeps_its_place_in_the_merge(
+        world: World, damage: Callable[[bytes], bytes], seq: int | None, reason: str) -> None:
+    """The same line first in its file, so no line of that file comes before it: the merge
+    must still put it after the earlier files' lines (seq 1-4 verified, head seq 4), not
+    ahead of the whole chain (nothing verified, no head)."""
+    files = three_days(world)
+    last = world.ledger / f"{DAYS[2]}.jsonl"
+    write_lines(last, [damage(files[DAYS[2]][0]), files[DAYS[2]][1]])
+    code, out = verify_json(world)
+    assert (code, out["ok"], out["seq"], out["file"], out["line"], out["reason"]) == (
+        2, False, seq, last.name, 1, reason)
+    assert (out["entry_count"], out["head_seq"], out["head_hash"]) == (
+        4, 4, hash_of(files[DAYS[1]][-1]))
+
+
+def test_a_day_file_of_foreign_lines_only_breaks_after_the_files_before_it(
+        world: World) -> None:
+    """A middle day file whose every line is no ledger line: the break is its first line,
+    after the first file's seq 1-2."""
+    files = three_days(world)
+    middle = world.ledger / f"{DAYS[1]}.jsonl"
+    write_lines(middle, [_seq_as_string(x) for x in files[DAYS[1]]])
+    code, out = verify_json(world)
+    assert (code, out["seq"], out["file"], out["line"], out["reason"]) == (
+        2, None, middle.name, 1, NOT_A_LEDGER_LINE)
+    assert (out["entry_count"], out["head_seq"], out["head_hash"]) == (
+        2, 2, hash_of(files[DAYS[0]][-1]))
+
+
 def clock_jump(world: World) -> dict[str, list[bytes]]:
     """Seq 1 and 4 on the 4th; the clock stepped back a day for seq 2 and 3, on the 3rd:
     the two files' seq ranges overlap, so verify follows the chain through both at once."""

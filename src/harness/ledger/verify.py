@@ -309,7 +309,7 @@ def verify_run_ledger(directory: str, parallel: bool | None = None) -> VerifyRes
     ordered = all(c.error is None for c in checks) and all(
         b_first > a_last for (_, a_last), (b_first, _) in itertools.pairwise(spans))
     if len(checks) > 1 and not ordered:
-        return _verify_merged(listing, anchor, res)
+        return _verify_merged(listing, anchor, checks, res)
     prev_seq, prev_hash = anchor if anchor else (0, ZERO_HASH)
     for c in checks:
         res.torn_at.extend(c.torn_at)
@@ -336,15 +336,29 @@ def verify_run_ledger(directory: str, parallel: bool | None = None) -> VerifyRes
     return res
 
 
-def _by_seq(fi: int, lines: Iterator[_Item]
+def _by_seq(fi: int, lines: Iterator[_Item], before: int
             ) -> Iterator[tuple[int, int, int, bytes, _Link | _Foreign]]:
-    """One file's lines keyed for the merge: (seq, file index, line number, bytes, link);
-    a foreign line keeps its place after the line before it."""
-    seq = 0
+    """One file's lines keyed for the merge: (seq, file index, line number, bytes, link).
+
+    A foreign line keeps its place after the line before it. One that opens the file has
+    no line before it there, so it goes just ahead of the file's first linked line (the
+    earlier files' line of that seq sorts first, being in an earlier stream), or, in a
+    file with no linked line, at `before`: where the files before it ended. Only the first
+    such line can be the break, so the rest are not held."""
+    seq: int | None = None
+    opening: tuple[int, bytes, _Link | _Foreign] | None = None
     for n, raw, link in lines:
         if isinstance(link, _Link):
+            if opening is not None:
+                yield link.seq - 1, fi, *opening
+                opening = None
             seq = link.seq
+        elif seq is None:
+            opening = opening or (n, raw, link)
+            continue
         yield seq, fi, n, raw, link
+    if opening is not None:
+        yield before, fi, *opening
 
 
 def _file_then_line(where: str) -> tuple[str, int]:
@@ -353,7 +367,7 @@ def _file_then_line(where: str) -> tuple[str, int]:
     return name, int(line)
 
 
-def _verify_merged(listing: Listing, anchor: tuple[int, str] | None,
+def _verify_merged(listing: Listing, anchor: tuple[int, str] | None, checks: list[FileCheck],
                    res: VerifyResult) -> VerifyResult:
     """Follow the chain through every file at once, in seq order (the clock-jump case)."""
     res.torn_at = []
@@ -363,7 +377,9 @@ def _verify_merged(listing: Listing, anchor: tuple[int, str] | None,
     prev_seq, prev_hash = anchor if anchor else (0, ZERO_HASH)
     names = [os.path.basename(p) for _, p in listing.days]
     frags = _Fragments(res.torn_at)
-    streams = [_by_seq(fi, _lines(p, names[fi], frags)) for fi, (_, p) in enumerate(listing.days)]
+    ends = itertools.accumulate((c.last_seq or 0 for c in checks), max, initial=prev_seq)
+    streams = [_by_seq(fi, _lines(p, names[fi], frags), end)
+               for (fi, (_, p)), end in zip(enumerate(listing.days), ends, strict=False)]
     # Day files are seq-ordered inside; merging by seq also orders lines a clock jump
     # put in an earlier-named file.
     items = heapq.merge(*streams, key=lambda it: it[0])
