@@ -1040,3 +1040,35 @@ def test_a_day_file_that_starts_past_a_missing_seq_breaks_the_chain(world: World
     line, _ = seal(decided(7, f"{day}T09:00:07Z"), 8, hash_of(lines[-1]))
     write_lines(world.ledger / f"{day}.jsonl", [line])
     assert_broken(world, 8, f"{day}.jsonl:1", SKIPPED.format(8, 6))
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["one process", "a process a file"])
+def test_a_prune_during_verify_makes_it_walk_again(world: World, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    parallel: bool) -> None:
+    """The daemon prunes while `harness ledger verify` reads: the real prune runs after
+    verify listed the five day files, so three it listed are gone and CHAIN has moved.
+    Verify walks again and reports the pruned chain as intact; it used to report a
+    break (exit 2) naming the missing file."""
+    days = ("2025-11-01", "2025-11-02", "2025-11-03", *KEPT)
+    lines = [decided(i, f"{days[(i - 1) // 2]}T08:00:{i:02d}Z") for i in range(1, 11)]
+    led = seed(world, lines, clock=lambda: NOW, retention_ns=2 * DAY)
+    real = verify_module.list_day_files
+    listings: list[int] = []
+
+    def pruned_after_listing(directory: str) -> Any:
+        got = real(directory)
+        listings.append(len(got.days))
+        if len(listings) == 1:
+            assert led.prune().deleted == list(days[:3])
+        return got
+
+    try:
+        monkeypatch.setattr(verify_module, "list_day_files", pruned_after_listing)
+        res = verify_module.verify_run_ledger(str(world.ledger), parallel=parallel)
+    finally:
+        led.close()
+    kept = [raw for d in KEPT for raw in lines_of(world.ledger / f"{d}.jsonl")]
+    assert listings == [5, 2]
+    assert (res.ok, res.error, res.lines, res.anchor, res.head_seq, res.head_hash) == (
+        True, None, 4, "CHAIN seq 6", 10, hash_of(kept[-1]))

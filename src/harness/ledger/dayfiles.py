@@ -89,15 +89,31 @@ def day_path(directory: str, day: str) -> str:
     return os.path.join(directory, f"{day}.jsonl")
 
 
-def iter_chunks(path: str) -> Iterator[tuple[int, list[bytes], bool]]:
+def _open_listed(path: str, gone_ok: bool) -> Any:
+    """`path` opened for reading, or None when `gone_ok` and it is gone: a reader that runs
+    beside the daemon may find a day file deleted by a prune since it listed the
+    directory, and reads it as the prune left things."""
+    try:
+        return open(path, "rb", buffering=0)
+    except FileNotFoundError:
+        if gone_ok:
+            return None
+        raise
+
+
+def iter_chunks(path: str, gone_ok: bool = False) -> Iterator[tuple[int, list[bytes], bool]]:
     """Yield (number of the first line, complete lines, ends_torn) per chunk of `path`,
-    for readers that look at each line's bytes (`iter_blocks` is for batch decoders).
+    for readers that look at each line's bytes (`iter_blocks` is for batch decoders);
+    nothing for a file that is gone, when `gone_ok`.
 
     A final unterminated fragment comes once as (its line number, [], True); one that is
     a whole line comes as a chunk of that one line.
     """
     lineno = 0
-    with open(path, "rb", buffering=0) as f:
+    f = _open_listed(path, gone_ok)
+    if f is None:
+        return
+    with f:
         rest = b""
         while True:
             chunk = f.read(CHUNK)
@@ -141,16 +157,20 @@ def is_whole(fragment: bytes | memoryview) -> bool:
     return True
 
 
-def iter_blocks(path: str) -> Iterator[tuple[memoryview, bool]]:
-    """Yield (view of complete lines, torn) in chunks, for batch decoders.
+def iter_blocks(path: str, gone_ok: bool = False) -> Iterator[tuple[memoryview, bool]]:
+    """Yield (view of complete lines, torn) in chunks, for batch decoders; nothing for a
+    file that is gone, when `gone_ok`.
 
     Each block ends in "\\n"; a final unterminated fragment comes once as (fragment, True),
     or, when it is a whole line, as a block of its own with the newline it lacked.
     The view is only valid until the next iteration (the buffer is reused: no copies).
     """
+    f = _open_listed(path, gone_ok)
+    if f is None:
+        return
     buf = bytearray(CHUNK)
     have = 0
-    with open(path, "rb", buffering=0) as f:
+    with f:
         while True:
             if have == len(buf):  # one line longer than the buffer: grow (a new buffer,
                 buf = buf + bytes(len(buf))  # since a caller may still hold a view of it)

@@ -176,14 +176,6 @@ def _maybe_long(buf: bytes) -> bool:
     return any(buf.find(b"\n", k, k + w) < 0 for k in range(0, len(buf) - w + 1, w))
 
 
-def _blocks(path: str) -> Iterator[tuple[memoryview, bool]]:
-    """`iter_blocks`, with a day file deleted since it was listed read as empty."""
-    try:
-        yield from iter_blocks(path)
-    except FileNotFoundError:
-        return
-
-
 def heads(path: str, stats: ReadStats) -> Iterator[list[Head]]:
     """The valid lines of a day file as `Head`s, a block at a time; bad lines counted.
 
@@ -193,7 +185,7 @@ def heads(path: str, stats: ReadStats) -> Iterator[list[Head]]:
     holding a bad line is read a second time, with the checks `head_of` makes per line.
     """
     decode = _head.decode
-    for block, torn in _blocks(path):
+    for block, torn in iter_blocks(path, gone_ok=True):
         if torn:
             stats.torn += 1
             continue
@@ -489,7 +481,7 @@ def _fold_chosen(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int
     records = {k: Record(*k) for k in chosen}
     start = min(chosen.values())
     for _day, path in files[start:]:
-        for block, torn in _blocks(path):
+        for block, torn in iter_blocks(path, gone_ok=True):
             if torn:
                 continue
             for raw in bytes(block).split(b"\n"):

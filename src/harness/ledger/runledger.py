@@ -344,11 +344,8 @@ class RunLedger:
         """Every complete line of one day file, blank ones too: a blank line is a line
         readers skip and count, in the window's pass as in `heads`. A file a prune
         deleted since it was listed (a `since` reading outside the lock) has none."""
-        try:
-            for _first, lines, _torn in iter_chunks(path):
-                yield from lines
-        except FileNotFoundError:
-            return
+        for _first, lines, _torn in iter_chunks(path, gone_ok=True):
+            yield from lines
 
     def _envelopes(self, path: str) -> Iterator[tuple[Head, bytes]]:
         """(envelope, bytes) of each complete line of one day file that readers keep."""

@@ -277,6 +277,10 @@ def _check_all(jobs: list[tuple[str, str, int]], parallel: bool) -> list[FileChe
     return [check_file(*j) for j in jobs]
 
 
+# Walks of one verify at most: a prune deleted a file the walk had listed.
+_WALKS = 3
+
+
 def verify_run_ledger(directory: str, parallel: bool | None = None) -> VerifyResult:
     """Check the chain from CHAIN (or genesis) to the head.
 
@@ -284,7 +288,21 @@ def verify_run_ledger(directory: str, parallel: bool | None = None) -> VerifyRes
     and the files are then stitched: each file's first line must link to the
     previous file's last. Files whose seq ranges overlap (a clock jump wrote a later
     line into an earlier day's file) are checked as one seq-ordered merge instead.
+
+    The daemon prunes while verify reads: CHAIN moves on and the oldest files go. A file
+    gone after the listing means the walk saw part of each state, so it starts again
+    from a fresh listing and CHAIN (a few times at most: a prune is quickly done).
     """
+    for walk in range(_WALKS):
+        try:
+            return _verify_once(directory, parallel)
+        except FileNotFoundError:
+            if walk == _WALKS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _verify_once(directory: str, parallel: bool | None) -> VerifyResult:
     listing = list_day_files(directory)
     exists = os.path.isdir(directory)
     res = VerifyResult(ok=False, exists=exists, strays=listing.strays)
