@@ -1,7 +1,8 @@
 """Run the real `harness daemon` over an injected disk (tests only; nothing in src/ knows).
 
     python tests/faultdaemon.py [--slow-sync S] [--fail-write ERRNO] [--fail-sync ERRNO]
-                                [--control FILE] [--watchdog S] -- [harness global options]
+                                [--fail-query N] [--control FILE] [--watchdog S]
+                                -- [harness global options]
 
 The seam is the one the daemon already has: `harness.daemon.main` opens its ledger with
 the `RunLedger` name of its own module, and `RunLedger` takes a `files=` file layer. This
@@ -19,7 +20,9 @@ polling every 20 ms disarms every fault, arms the new set and then writes FILE.a
 ``{"gen": N, "calls": {...}}`` (FaultyFiles' per-operation call counts), so the test knows
 from when on the disk behaves as asked. `--watchdog S` arms faulthandler to dump every
 thread's stack to stderr if the process is still alive after S seconds (and again every
-S seconds), so a deadlock in a stress run leaves its stacks behind.
+S seconds), so a deadlock in a stress run leaves its stacks behind. `--fail-query N` makes
+the ledger's first N queries fail with EIO, as reading a day file on a failing disk does
+(reads do not go through the file layer).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from harness.ledger.runledger import RunLedger
 
 FAULTS = FaultyFiles()
 POLL = 0.02
+FAILING_QUERIES = [0]  # queries still to fail
 
 
 class FaultyRunLedger(RunLedger):
@@ -49,6 +53,13 @@ class FaultyRunLedger(RunLedger):
     def __init__(self, directory: str, **kw: Any) -> None:
         kw["files"] = FAULTS
         super().__init__(directory, **kw)
+
+    def query(self, q: Any) -> Any:
+        if FAILING_QUERIES[0] > 0:
+            FAILING_QUERIES[0] -= 1
+            raise OSError(errno_mod.EIO, os.strerror(errno_mod.EIO),
+                          os.path.join(self.directory, "2026-01-01.jsonl"))
+        return super().query(q)
 
 
 def _errno(name: str | int | None) -> int | None:
@@ -101,6 +112,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--slow-sync", type=float, default=0.0, metavar="S")
     p.add_argument("--fail-write", metavar="ERRNO")
     p.add_argument("--fail-sync", metavar="ERRNO")
+    p.add_argument("--fail-query", type=int, default=0, metavar="N")
     p.add_argument("--control", metavar="FILE")
     p.add_argument("--watchdog", type=float, default=0.0, metavar="S")
     p.add_argument("rest", nargs=argparse.REMAINDER)
@@ -115,6 +127,7 @@ def main(argv: list[str]) -> None:
     if args.fail_write:
         initial["write"] = {"errno": args.fail_write}
     arm(initial)
+    FAILING_QUERIES[0] = args.fail_query
     if args.control:
         threading.Thread(target=_watch_control, args=(args.control,), daemon=True,
                          name="faultdaemon-control").start()

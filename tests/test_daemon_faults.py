@@ -13,7 +13,9 @@ never wrong.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import signal
 import sys
 import textwrap
@@ -23,6 +25,7 @@ from typing import Any
 
 import pytest
 
+import harness.supervisor.manager as manager_mod
 from conftest import World
 from daemons import DEADLINE, Daemons, FaultDaemons, record_of, request, runs_of, until
 from harness.ledger.runledger import RunLedger
@@ -638,3 +641,64 @@ def test_a_missed_record_past_the_sync_bound_does_not_drop_the_due_window(
         "missed", format_ns(int((due - timedelta(hours=1)).timestamp()) * NS), 1)
     seqs_in_order(world)
     verify_ok(world)
+
+
+def test_a_schedule_whose_history_cannot_be_read_is_scheduled_from_now(
+        world: World, fd: FaultDaemons) -> None:
+    """The ticker's first act is reading the harness's history, to catch up what was
+    missed while the daemon was down. When that read fails (EIO from a day file), the
+    schedule starts from now and the log says what that costs. The ticker used to die
+    with the exception unlogged, and the harness never fired again."""
+    now = datetime.now(UTC)
+    minute = (now.minute + 30) % 60  # its windows are half an hour away from now
+    ledger = RunLedger(str(world.ledger))
+    try:
+        w = format_ns(int((now - timedelta(hours=3)).timestamp()) * NS)
+        ledger.append({"type": "decided", "harness": "nightly", "run_id": 1, "at": w,
+                       "kind": "oneshot", "trigger": "schedule", "outcome": "skipped",
+                       "window": w})
+    finally:
+        ledger.close()
+    fd.write_config(f'[harness.nightly]\nschedule = "CRON_TZ=UTC {minute} * * * *"\n'
+                    'argv = ["true"]\n')
+    fd.start_faulty("--fail-query", "1")
+    fd.booted()
+    job = until("the next window", lambda: next(
+        (j for j in request(fd, "jobs")["jobs"] if j["name"] == "nightly" and j.get("next")),
+        None))
+    nxt = parse_ns(job["next"])
+    assert 0 < nxt - int(now.timestamp()) * NS <= 3600 * NS
+    assert datetime.fromtimestamp(nxt / NS, UTC).minute == minute
+    err = fd.stderr()
+    assert ("harness nightly: its run history could not be read, so it is scheduled from now "
+            "(windows missed while the daemon was down are neither run nor recorded missed): "
+            "[Errno 5] Input/output error") in err
+    assert "Traceback" not in err
+    # From now: the windows of the last three hours got no missed record.
+    assert [r["run_id"] for r in runs_of(world, "nightly")] == [1]
+
+
+def test_a_supervisor_task_that_dies_is_logged_at_once(caplog: pytest.LogCaptureFixture
+                                                       ) -> None:
+    """Tickers, hours gates and restarts guard their own failures; one that escapes is a
+    bug, logged with its traceback when the task ends, not when it is collected (a
+    cancelled task is no death)."""
+    async def main() -> None:
+        async def boom() -> None:
+            raise RuntimeError("a bug in a ticker")
+
+        async def wait() -> None:
+            await asyncio.sleep(60)
+
+        died, cancelled = manager_mod._task(boom(), "ticker:a"), \
+            manager_mod._task(wait(), "ticker:b")
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        await asyncio.gather(died, cancelled, return_exceptions=True)
+        await asyncio.sleep(0)  # done callbacks run in the next turn of the loop
+
+    with caplog.at_level(logging.ERROR, logger=manager_mod.log.name):
+        asyncio.run(main())
+    got = [(r.getMessage(), r.exc_info[1] if r.exc_info else None) for r in caplog.records]
+    assert [(m, str(e)) for m, e in got] == [
+        ("ticker:a stopped on an unexpected error", "a bug in a ticker")]

@@ -79,6 +79,21 @@ def _log_failure(what: str, exc: Exception) -> None:
         log.error("%s", what, exc_info=exc)
 
 
+def _task(coro: Any, name: str) -> asyncio.Task[None]:
+    """A ticker, hours gate or restart as a task whose unexpected end is logged at once:
+    each of them guards its own failures, so one that escapes is a bug, and unlogged it
+    would surface only as "exception never retrieved" when the task is collected, while
+    the schedule or worker it kept stayed silently stopped."""
+    task = asyncio.get_running_loop().create_task(coro, name=name)
+    task.add_done_callback(_report_end)
+    return task
+
+
+def _report_end(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("%s stopped on an unexpected error", task.get_name(), exc_info=exc)
+
+
 class _Undecided(Exception):
     """No run id could be persisted for a decision's windows (StateError): nothing was
     recorded or started for them from `done` on (the newest window accounted for)."""
@@ -230,8 +245,7 @@ class Manager:
         if hours is not None:
             if not hours.is_open(datetime.now(UTC)):
                 self._closed.add(name)
-            self._gates[name] = asyncio.get_running_loop().create_task(
-                self._gate(name, hours), name=f"hours:{name}")
+            self._gates[name] = _task(self._gate(name, hours), f"hours:{name}")
         if not cfg.enabled or name in self._closed:
             return
         try:
@@ -252,8 +266,7 @@ class Manager:
         sched = cfg.parsed_schedule() if cfg.kind == "oneshot" else None
         if sched is None:
             return
-        self._tickers[name] = asyncio.get_running_loop().create_task(
-            self._tick(name, sched, resume=resume), name=f"ticker:{name}")
+        self._tickers[name] = _task(self._tick(name, sched, resume=resume), f"ticker:{name}")
 
     def _disarm(self, name: str) -> list[asyncio.Task[None]]:
         """Cancel the ticker, hours gate and pending restart of `name`; return them."""
@@ -308,9 +321,24 @@ class Manager:
                     latest = at
         return latest
 
+    async def _history_window(self, name: str) -> datetime | None:
+        """`_last_window`, or None when the ledger cannot be read (a day file that will
+        not open: EIO, EMFILE): the schedule then starts from now rather than not at all,
+        and the log says what that costs."""
+        try:
+            return await self._last_window(name)
+        except (OSError, LedgerError) as exc:
+            log.error("harness %s: its run history could not be read, so it is scheduled "
+                      "from now (windows missed while the daemon was down are neither run "
+                      "nor recorded missed): %s", name, exc)
+        except Exception:
+            log.exception("harness %s: its run history could not be read, so it is "
+                          "scheduled from now", name)
+        return None
+
     async def _tick(self, name: str, sched: Schedule, *, resume: bool) -> None:
         now = datetime.now(UTC)
-        last = await self._last_window(name) if resume else None
+        last = await self._history_window(name) if resume else None
         if last is not None and sched.next_fire(last - _TICK) != last:
             # Not a window of this schedule: it was changed since (by a reload, or while
             # the daemon was down), and a changed schedule starts from now; its windows
@@ -585,8 +613,7 @@ class Manager:
             # closed line just queued (REQ-6's exception), so a slow disk stalls nothing.
             await self._restart_now(name)
             return
-        self._backoff[name] = asyncio.get_running_loop().create_task(
-            self._restart_later(name, delay), name=f"backoff:{name}")
+        self._backoff[name] = _task(self._restart_later(name, delay), f"backoff:{name}")
 
     async def _restart_later(self, name: str, delay: float, trigger: str = "restart") -> None:
         try:
@@ -625,8 +652,8 @@ class Manager:
         self._id_retry[name] = min(delay * 2, DECIDE_RETRY_MAX)
         log.error("harness %s: the %s got no run id, trying again in %gs: %s", name, trigger,
                   delay, exc)
-        self._backoff[name] = asyncio.get_running_loop().create_task(
-            self._restart_later(name, delay, trigger), name=f"backoff:{name}")
+        self._backoff[name] = _task(self._restart_later(name, delay, trigger),
+                                    f"backoff:{name}")
 
     def _cancel_backoff(self, name: str) -> None:
         """Cancel the pending restart (a stop, a start, hours closing): the next start
