@@ -603,16 +603,22 @@ def _long_run_across_the_cut(d: Path, open_ledger: OpenLedger) -> RunLedger:
 
 
 def _committing_while_refolding(led: RunLedger, monkeypatch: pytest.MonkeyPatch,
-                                lines: list[dict[str, Any]]) -> None:
-    """Commit `lines` while the prune's refold reads the files (its lock released)."""
+                                lines: list[dict[str, Any]], times: int | None = None
+                                ) -> list[int]:
+    """Commit `lines` while the prune's refold reads the files (its lock released), in
+    the first `times` reads (None: every one); returns a list that counts the reads."""
     real = led._lines_of
+    reads: list[int] = []
 
     def refolding(*a: Any, **kw: Any) -> Any:
-        for line in lines:
-            led.append(line)
+        reads.append(1)
+        if times is None or len(reads) <= times:
+            for line in lines:
+                led.append(line)
         yield from real(*a, **kw)
 
     monkeypatch.setattr(led, "_lines_of", refolding)
+    return reads
 
 
 def test_lines_committed_while_the_prune_refolds_are_folded_in(
@@ -641,27 +647,54 @@ def test_lines_committed_while_the_prune_refolds_are_folded_in(
     assert mem == [r.to_json() for r in files]
 
 
+def test_more_lines_committed_than_the_ring_holds_make_the_refold_read_again(
+    tmp_path: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    """More lines than the ring holds are committed during the refold's read: the ring
+    cannot replay them, so the files are read again up to the new commit, and memory then
+    agrees with them (long/1 from its first kept line, gone/1 dropped). It used to keep
+    the pre-prune records, and gone/1, until a restart."""
+    monkeypatch.setattr(runledger_mod, "RING", 3)
+    d = tmp_path / "ledger"
+    led = _long_run_across_the_cut(d, open_ledger)
+    reads = _committing_while_refolding(led, monkeypatch, [
+        {"type": "updated", "harness": "long", "run_id": 1, "model_calls": n}
+        for n in (5, 6, 7, 8)], times=1)
+    with caplog.at_level(logging.WARNING, logger="harness.ledger"):
+        res = led.prune()
+    monkeypatch.undo()
+    assert (res.deleted, res.error, len(reads)) == ([day(T0 - 40 * DAY)], None, 2)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert led.get("long", 1) == {"harness": "long", "run_id": 1, "seq": 3, "model_calls": 8,
+                                  "outcome": "success", "exit_code": 0}
+    assert led.get("gone", 1) is None
+    q = Query(limit=1000)
+    mem, _ = led.query(q)
+    files, _, _ = scan(str(d), q, offline=False)
+    assert mem == [r.to_json() for r in files]
+
+
 def test_too_many_lines_committed_while_the_prune_refolds_keep_the_old_records(
     tmp_path: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture
 ) -> None:
-    """More lines than the ring holds are committed during the refold: the ring cannot
-    replay them all onto the refolded records, so memory keeps the records as the commits
-    left them (pre-prune seqs) and says so, rather than swapping in records that miss a
-    committed line."""
+    """The ring overflows during every one of the three reads: memory keeps the records
+    as the commits left them (pre-prune seqs) and says so, rather than swapping in
+    records that miss a committed line."""
     monkeypatch.setattr(runledger_mod, "RING", 3)
     d = tmp_path / "ledger"
     led = _long_run_across_the_cut(d, open_ledger)
-    _committing_while_refolding(led, monkeypatch, [
+    reads = _committing_while_refolding(led, monkeypatch, [
         {"type": "updated", "harness": "long", "run_id": 1, "model_calls": n}
         for n in (5, 6, 7, 8)])
     with caplog.at_level(logging.WARNING, logger="harness.ledger"):
         res = led.prune()
     monkeypatch.undo()
-    assert (res.deleted, res.error) == ([day(T0 - 40 * DAY)], None)
+    assert (res.deleted, res.error, len(reads)) == ([day(T0 - 40 * DAY)], None, 3)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
-        "ledger: too many lines committed while refolding after a prune; 2 record(s) keep "
-        "their pre-prune seq until restart"]
+        "ledger: too many lines committed while refolding after a prune, 3 times; 2 "
+        "record(s) keep their pre-prune seq until restart"]
     assert led.get("long", 1) == {"harness": "long", "run_id": 1, "seq": 2, "kind": "oneshot",
                                   "started_at": format_ns(T0 - 40 * DAY), "model_calls": 8,
                                   "outcome": "success", "exit_code": 0}
