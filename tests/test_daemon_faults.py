@@ -606,6 +606,21 @@ argv = ["true"]
 # -- the scheduler on a slow disk --------------------------------------------------------
 
 
+def _hourly_with_history(world: World, fd: FaultDaemons, minute: int, last: datetime) -> None:
+    """`nightly` runs `true` hourly at `minute` past (UTC); its history is one record,
+    run 1, a window decided at `last`."""
+    ledger = RunLedger(str(world.ledger))
+    try:
+        w = format_ns(int(last.timestamp()) * NS)
+        ledger.append({"type": "decided", "harness": "nightly", "run_id": 1, "at": w,
+                       "kind": "oneshot", "trigger": "schedule", "outcome": "skipped",
+                       "window": w})
+    finally:
+        ledger.close()
+    fd.write_config(f'[harness.nightly]\nschedule = "CRON_TZ=UTC {minute} * * * *"\n'
+                    'argv = ["true"]\n')
+
+
 def test_a_missed_record_past_the_sync_bound_does_not_drop_the_due_window(
         world: World, fd: FaultDaemons) -> None:
     """At boot an hourly schedule has one window missed (an hour ago) and one on time
@@ -617,16 +632,7 @@ def test_a_missed_record_past_the_sync_bound_does_not_drop_the_due_window(
         time.sleep(61 - now.second)
         now = datetime.now(UTC)
     due = now.replace(second=0, microsecond=0)
-    ledger = RunLedger(str(world.ledger))
-    try:
-        w = format_ns(int((due - timedelta(hours=2)).timestamp()) * NS)
-        ledger.append({"type": "decided", "harness": "nightly", "run_id": 1, "at": w,
-                       "kind": "oneshot", "trigger": "schedule", "outcome": "skipped",
-                       "window": w})
-    finally:
-        ledger.close()
-    fd.write_config(f'[harness.nightly]\nschedule = "CRON_TZ=UTC {due.minute} * * * *"\n'
-                    'argv = ["true"]\n')
+    _hourly_with_history(world, fd, due.minute, due - timedelta(hours=2))
     fd.start_faulty("--slow-sync", "3")
     until("the missed record's late sync", lambda: "the missed record 2 is not durable yet"
           in fd.stderr())
@@ -651,16 +657,7 @@ def test_a_schedule_whose_history_cannot_be_read_is_scheduled_from_now(
     with the exception unlogged, and the harness never fired again."""
     now = datetime.now(UTC)
     minute = (now.minute + 30) % 60  # its windows are half an hour away from now
-    ledger = RunLedger(str(world.ledger))
-    try:
-        w = format_ns(int((now - timedelta(hours=3)).timestamp()) * NS)
-        ledger.append({"type": "decided", "harness": "nightly", "run_id": 1, "at": w,
-                       "kind": "oneshot", "trigger": "schedule", "outcome": "skipped",
-                       "window": w})
-    finally:
-        ledger.close()
-    fd.write_config(f'[harness.nightly]\nschedule = "CRON_TZ=UTC {minute} * * * *"\n'
-                    'argv = ["true"]\n')
+    _hourly_with_history(world, fd, minute, now - timedelta(hours=3))
     fd.start_faulty("--fail-query", "1")
     fd.booted()
     job = until("the next window", lambda: next(
