@@ -95,9 +95,11 @@ def verify_json(world: World) -> tuple[int, dict[str, Any]]:
 
 
 def ok_text(lines: int, files: int, head_seq: int, head: str, anchor: str = "genesis",
-            torn: str = "") -> str:
+            torn: str = "", behind: int = 0) -> str:
     out = (f"ok: {lines} lines in {files} file(s) verify from {anchor} to seq {head_seq} "
            f"(head {head})")
+    if behind:
+        out += f"; {behind} line(s) at or before CHAIN checked on their own"
     return out + (f"; {torn}" if torn else "") + "\n"
 
 
@@ -175,14 +177,14 @@ def test_json_names_every_field(world: World) -> None:
     assert out == {"ledger": str(world.ledger), "ok": True, "lines": 3, "entry_count": 3,
                    "files": 1, "torn": 1, "torn_tail": True, "torn_at": [f"{FILE1}:4"],
                    "head_seq": 3, "head_hash": hash_of(lines[2]), "anchor": "genesis",
-                   "strays": ["notes.txt"]}
+                   "behind_anchor": 0, "strays": ["notes.txt"]}
     write_lines(world.ledger / FILE1, [lines[0], lines[2]])
     code, out = verify_json(world)
     assert code == 2
     assert out == {"ledger": str(world.ledger), "ok": False, "lines": 1, "entry_count": 1,
                    "files": 1, "torn": 0, "torn_tail": False, "torn_at": [],
                    "head_seq": 1, "head_hash": hash_of(lines[0]), "anchor": "genesis",
-                   "strays": ["notes.txt"], "seq": 3, "file": FILE1, "line": 2,
+                   "behind_anchor": 0, "strays": ["notes.txt"], "seq": 3, "file": FILE1, "line": 2,
                    "reason": REMOVED.format(1)}
 
 
@@ -238,6 +240,21 @@ def test_empty_ledger_dir_is_no_ledger(world: World) -> None:
     res = verify(world)
     assert res.returncode == 1
     assert res.stderr == f"harness: no run ledger at {world.ledger}\n"
+
+
+@pytest.mark.parametrize("content", [b"", b'{"v":1,"seq":1,"ty'], ids=["empty", "fragment"])
+def test_day_files_without_a_complete_line_are_no_ledger(world: World, content: bytes) -> None:
+    """An empty day file, or one holding only a fragment a crash left, is no ledger
+    either (exit 1), as the empty directory is; it used to print "ok: 0 lines ... to seq
+    None (head None)" and exit 0."""
+    world.ledger.mkdir(parents=True)
+    (world.ledger / FILE1).write_bytes(content)
+    res = verify(world)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", f"harness: no run ledger at {world.ledger} (1 day file(s), no complete line)\n")
+    code, out = verify_json(world)
+    assert (code, out["ok"], out["lines"], out["head_seq"], out["reason"]) == (
+        1, False, 0, None, f"no run ledger at {world.ledger} (1 day file(s), no complete line)")
 
 
 def test_ledger_path_that_is_a_file(world: World) -> None:
@@ -369,7 +386,8 @@ def test_a_missing_ledger_does_not_verify(tmp_path: Path) -> None:
     # Nothing was read: no fragment, no torn tail, no head, from genesis.
     assert res.to_json() == {"ok": False, "lines": 0, "entry_count": 0, "files": 0, "torn": 0,
                              "torn_tail": False, "torn_at": [], "head_seq": None,
-                             "head_hash": None, "anchor": "genesis", "strays": []}
+                             "head_hash": None, "anchor": "genesis", "behind_anchor": 0,
+                             "strays": []}
     assert not (tmp_path / "ledger").exists()
 
 
@@ -787,14 +805,50 @@ def test_after_retention_verify_starts_from_chain(world: World, tmp_path: Path) 
     assert [r["run_id"] for r in json.loads(runs.stdout)] == [10, 9, 8, 7]
 
 
-def test_pruned_file_a_crash_left_behind_chain_is_not_checked(world: World,
-                                                              tmp_path: Path) -> None:
-    """A crash between writing CHAIN and deleting the file leaves lines at or before CHAIN."""
+def test_pruned_file_a_crash_left_behind_chain_is_checked_on_its_own(world: World,
+                                                                     tmp_path: Path) -> None:
+    """A crash between writing CHAIN and deleting the file leaves lines at or before CHAIN:
+    outside the chain from CHAIN, they are counted apart, and still may not be edited."""
     kept, copy = pruned(world, tmp_path)
+    left = lines_of(copy / "2025-11-03.jsonl")
     shutil.copy(copy / "2025-11-03.jsonl", world.ledger / "2025-11-03.jsonl")
     res = verify(world)
     assert res.returncode == 0, res.stderr
-    assert res.stdout == ok_text(4, 3, 10, hash_of(kept[-1]), anchor="CHAIN seq 6")
+    assert res.stdout == ok_text(4, 3, 10, hash_of(kept[-1]), anchor="CHAIN seq 6", behind=2)
+    assert verify_json(world)[1]["behind_anchor"] == 2
+    # An edit of seq 5 used to pass unseen: every line up to CHAIN's seq was skipped.
+    obj = json.loads(left[0])
+    obj["reason"] = "edited"
+    write_lines(world.ledger / "2025-11-03.jsonl", [ref_canonical(obj), left[1]])
+    assert_broken(world, 5, "2025-11-03.jsonl:1", EDITED)
+    # Re-sealed, the edit breaks the link of seq 6 to it.
+    sealed, _ = seal({k: v for k, v in obj.items() if k not in ("seq", "prev", "hash")},
+                     5, obj["prev"])
+    write_lines(world.ledger / "2025-11-03.jsonl", [sealed, left[1]])
+    assert_broken(world, 6, "2025-11-03.jsonl:2", REMOVED.format(5))
+
+
+def test_a_line_holding_chains_seq_must_hold_its_hash(world: World, tmp_path: Path) -> None:
+    """CHAIN names seq 6 and its hash; a line of seq 6 left behind it with another hash
+    (rewritten whole: its own hash and link agree) contradicts it."""
+    _kept, copy = pruned(world, tmp_path)
+    left = lines_of(copy / "2025-11-03.jsonl")
+    obj = json.loads(left[1])
+    sealed, _ = seal({**{k: v for k, v in obj.items() if k not in ("seq", "prev", "hash")},
+                      "reason": "rewritten"}, 6, obj["prev"])
+    write_lines(world.ledger / "2025-11-03.jsonl", [left[0], sealed])
+    assert_broken(world, 6, "2025-11-03.jsonl:2", verify_module.CHAIN_MISMATCH)
+
+
+def test_a_chain_beyond_every_line_verifies_none_of_them_from_it(world: World) -> None:
+    """A CHAIN naming a seq past every line (hand-made: a prune names a line it deleted)
+    leaves the chain from it empty: what lies before it is said, each line checked on its
+    own, rather than "0 lines" alone."""
+    lines = one_day(world)
+    (world.ledger / "CHAIN").write_text(json.dumps({"seq": 999, "hash": ZERO}) + "\n")
+    res = verify(world)
+    assert (res.returncode, res.stdout) == (
+        0, ok_text(0, 1, 999, ZERO, anchor="CHAIN seq 999", behind=len(lines)))
 
 
 def behind_chain(world: World, chain_seq: int, files: dict[str, list[int]],
@@ -817,26 +871,34 @@ def behind_chain(world: World, chain_seq: int, files: dict[str, list[int]],
         json.dumps({"hash": hashes[chain_seq], "seq": chain_seq}) + "\n")
     return hashes
 
-def test_lines_at_or_before_chain_are_not_checked_after_a_clock_jump(world: World) -> None:
+def test_lines_at_or_before_chain_are_checked_on_their_own_after_a_clock_jump(
+        world: World) -> None:
     """CHAIN says seq 4; a crash left the file holding seq 3-4; the clock stepped back for
-    seq 6, so the kept files overlap and are followed as one merge, from CHAIN."""
+    seq 6, so the kept files overlap and are followed as one merge, from CHAIN. Seq 3-4
+    are counted apart, and an edit of one of them still breaks (it used to pass)."""
     hashes = behind_chain(world, 4, {"2025-11-02": [1, 2], "2025-11-03": [3, 4],
                                      "2025-11-04": [6], "2025-11-05": [5, 7]},
                           pruned="2025-11-02")
     res = verify(world)
     assert (res.returncode, res.stderr) == (0, "")
-    assert res.stdout == ok_text(3, 3, 7, hashes[7], anchor="CHAIN seq 4")
+    assert res.stdout == ok_text(3, 3, 7, hashes[7], anchor="CHAIN seq 4", behind=2)
+    three, four = lines_of(world.ledger / "2025-11-03.jsonl")
+    obj = json.loads(three)
+    obj["reason"] = "edited"
+    write_lines(world.ledger / "2025-11-03.jsonl", [ref_canonical(obj), four])
+    assert_broken(world, 3, "2025-11-03.jsonl:1", EDITED)
 
 
-def test_the_genesis_line_behind_chain_is_not_checked_after_a_clock_jump(world: World) -> None:
+def test_the_genesis_line_behind_chain_is_checked_on_its_own_after_a_clock_jump(
+        world: World) -> None:
     """CHAIN says seq 2; a crash left the first file, seq 1-2, behind it; the clock stepped
-    back for seq 4, so the files are merged. Seq 1 too lies behind CHAIN: skipped, not a
-    break, and the chain is followed from CHAIN."""
+    back for seq 4, so the files are merged. Seq 1 too lies behind CHAIN: checked on its
+    own, not a break, and the chain is followed from CHAIN."""
     hashes = behind_chain(world, 2, {"2025-11-02": [1, 2], "2025-11-04": [4],
                                      "2025-11-05": [3, 5]})
     res = verify(world)
     assert (res.returncode, res.stderr) == (0, "")
-    assert res.stdout == ok_text(3, 3, 5, hashes[5], anchor="CHAIN seq 2")
+    assert res.stdout == ok_text(3, 3, 5, hashes[5], anchor="CHAIN seq 2", behind=2)
     assert verify_module.verify_run_ledger(str(world.ledger)).start_seq == 3
 
 

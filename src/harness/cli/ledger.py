@@ -184,16 +184,21 @@ def _verify_run_ledger(as_json: bool) -> None:
     except (LedgerDirError, ValueError, OSError) as exc:
         _fail(as_json, directory, str(exc), EXIT_BROKEN)
         return
-    if not res.exists or (res.files == 0 and res.head_seq is None):
-        _fail(as_json, directory, f"no run ledger at {directory}", EXIT_NO_LEDGER)
+    if not res.exists or (res.ok and res.head_seq is None):
+        # No complete line and no CHAIN: day files holding nothing, or only a fragment a
+        # crash left, are no ledger either (the work ledger says the same of its own).
+        what = f" ({res.files} day file(s), no complete line)" if res.files else ""
+        _fail(as_json, directory, f"no run ledger at {directory}{what}", EXIT_NO_LEDGER)
         return
     if as_json:
         click.echo(json.dumps({"ledger": directory, **res.to_json()}, indent=2))
     elif res.ok:
         torn = f"; {res.torn} torn fragment(s) skipped ({', '.join(res.torn_at)})" if res.torn \
             else ""
+        behind = f"; {res.behind} line(s) at or before CHAIN checked on their own" \
+            if res.behind else ""
         click.echo(f"ok: {res.lines} lines in {res.files} file(s) verify from {res.anchor} "
-                   f"to seq {res.head_seq} (head {res.head_hash}){torn}")
+                   f"to seq {res.head_seq} (head {res.head_hash}){behind}{torn}")
     if not res.ok:
         e = res.error
         assert e is not None

@@ -68,6 +68,7 @@ class VerifyResult:
     error: Break | None = None
     strays: list[str] = field(default_factory=list)
     torn_tail: bool = False  # the newest day file ends in an unterminated fragment
+    behind: int = 0  # lines at or before CHAIN's seq, each checked on its own (_Behind)
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -81,6 +82,7 @@ class VerifyResult:
             "head_seq": self.head_seq,
             "head_hash": self.head_hash,
             "anchor": self.anchor,
+            "behind_anchor": self.behind,
             "strays": self.strays,
         }
         if self.error is not None:
@@ -119,12 +121,45 @@ class FileCheck:
     torn_at: list[str] = field(default_factory=list)
     error: Break | None = None
     ends_torn: bool = False
+    behind: int = 0  # lines at or before CHAIN's seq, each checked on its own
 
 
-def check_file(path: str, name: str, skip_upto: int = 0) -> FileCheck:
+CHAIN_MISMATCH = "line does not match CHAIN, which holds this seq's hash (one of them was edited)"
+
+
+class _Behind:
+    """The lines at or before CHAIN's seq that come before the chain's first kept line:
+    a file a crash left between writing CHAIN and deleting it, or lines a clock stepped
+    back kept in a later day's file. The chain from CHAIN does not reach them, but an
+    edit must still break them: each one's own hash is checked, its link too when it is
+    the seq after the line before it, and CHAIN's hash when it holds CHAIN's seq."""
+
+    __slots__ = ("count", "hash", "prev_hash", "prev_seq", "seq")
+
+    def __init__(self, anchor: tuple[int, str] | None) -> None:
+        self.seq, self.hash = anchor if anchor else (0, "")
+        self.prev_seq: int | None = None
+        self.prev_hash: str | None = None
+        self.count = 0
+
+    def takes(self, seq: int) -> bool:
+        return 0 < seq <= self.seq
+
+    def fault(self, link: _Link, raw: bytes) -> str | None:
+        linked = self.prev_seq is not None and link.seq == self.prev_seq + 1
+        fault = _fault(link, raw, self.prev_seq if linked else None, self.prev_hash)
+        if fault is None and link.seq == self.seq and link.hash != self.hash:
+            fault = CHAIN_MISMATCH
+        self.prev_seq, self.prev_hash = link.seq, link.hash
+        self.count += 1
+        return fault
+
+
+def check_file(path: str, name: str, anchor: tuple[int, str] | None = None) -> FileCheck:
     """Verify the links and hashes inside one file (lines are seq-ordered within a file)."""
     fc = FileCheck(name)
     frags = _Fragments(fc.torn_at)
+    behind = _Behind(anchor)
     prev_seq = prev_hash = None
     gc_was = gc.isenabled()
     gc.disable()
@@ -134,8 +169,12 @@ def check_file(path: str, name: str, skip_upto: int = 0) -> FileCheck:
                 fc.error = Break(link.seq, name, n, link.reason)
                 break
             seq = link.seq
-            if prev_seq is None and 0 < seq <= skip_upto:
-                continue  # pruned-to-be lines a crash left behind CHAIN (only a file's first)
+            if prev_seq is None and behind.takes(seq):  # only before the file's first line
+                fault = behind.fault(link, raw)
+                if fault:
+                    fc.error = Break(seq, name, n, fault)
+                    break
+                continue
             # The first line's link is the stitching's to check, against the file before.
             fault = _fault(link, raw, prev_seq, prev_hash)
             if fault:
@@ -149,6 +188,7 @@ def check_file(path: str, name: str, skip_upto: int = 0) -> FileCheck:
         if gc_was:
             gc.enable()
     fc.ends_torn = frags.tail
+    fc.behind = behind.count
     fc.last_seq, fc.last_hash = prev_seq, prev_hash  # the last line that verified
     return fc
 
@@ -260,7 +300,7 @@ def _reencoded_ok(raw: bytes, digest: str) -> bool:
         return False
 
 
-def _check_job(args: tuple[str, str, int]) -> FileCheck:
+def _check_job(args: tuple[str, str, tuple[int, str] | None]) -> FileCheck:
     return check_file(*args)
 
 
@@ -268,7 +308,8 @@ def _check_job(args: tuple[str, str, int]) -> FileCheck:
 PARALLEL_BYTES = 16 << 20
 
 
-def _check_all(jobs: list[tuple[str, str, int]], parallel: bool) -> list[FileCheck]:
+def _check_all(jobs: list[tuple[str, str, tuple[int, str] | None]], parallel: bool
+               ) -> list[FileCheck]:
     procs = os.cpu_count() or 1
     if parallel and procs > 1 and len(jobs) > 1:
         ctx = multiprocessing.get_context("fork")
@@ -312,8 +353,7 @@ def _verify_once(directory: str, parallel: bool | None) -> VerifyResult:
     anchor = read_chain_file(directory)
     if anchor:
         res.anchor = f"CHAIN seq {anchor[0]}"
-    skip = anchor[0] if anchor else 0
-    jobs = [(p, os.path.basename(p), skip) for _, p in listing.days]
+    jobs = [(p, os.path.basename(p), anchor) for _, p in listing.days]
     if parallel is None:
         parallel = sum(os.path.getsize(p) for p, _, _ in jobs) >= PARALLEL_BYTES
     checks = _check_all(jobs, parallel)
@@ -331,6 +371,7 @@ def _verify_once(directory: str, parallel: bool | None) -> VerifyResult:
     prev_seq, prev_hash = anchor if anchor else (0, ZERO_HASH)
     for c in checks:
         res.torn_at.extend(c.torn_at)
+        res.behind += c.behind
         if c.first_seq is None:
             if c.error is not None:
                 res.error = c.error
@@ -390,11 +431,13 @@ def _verify_merged(listing: Listing, anchor: tuple[int, str] | None, checks: lis
     """Follow the chain through every file at once, in seq order (the clock-jump case)."""
     res.torn_at = []
     res.lines = 0
+    res.behind = 0
     res.start_seq = None
     prev_hash: str | None
     prev_seq, prev_hash = anchor if anchor else (0, ZERO_HASH)
     names = [os.path.basename(p) for _, p in listing.days]
     frags = _Fragments(res.torn_at)
+    behind = _Behind(anchor)
     ends = itertools.accumulate((c.last_seq or 0 for c in checks), max, initial=prev_seq)
     streams = [_by_seq(fi, _lines(p, names[fi], frags), end)
                for (fi, (_, p)), end in zip(enumerate(listing.days), ends, strict=False)]
@@ -408,8 +451,12 @@ def _verify_merged(listing: Listing, anchor: tuple[int, str] | None, checks: lis
             if isinstance(link, _Foreign):
                 res.error = Break(link.seq, names[fi], n, link.reason)
                 break
-            if anchor and res.start_seq is None and 0 < seq <= anchor[0]:
-                continue  # pruned-to-be lines a crash left behind CHAIN: not checked
+            if res.start_seq is None and behind.takes(seq):
+                fault = behind.fault(link, raw)
+                if fault:
+                    res.error = Break(seq, names[fi], n, fault)
+                    break
+                continue
             fault = _fault(link, raw, prev_seq, prev_hash)
             if fault:
                 res.error = Break(seq, names[fi], n, fault)
@@ -421,6 +468,7 @@ def _verify_merged(listing: Listing, anchor: tuple[int, str] | None, checks: lis
     finally:
         if gc_was:
             gc.enable()
+    res.behind = behind.count
     # Found in merge order; named in file order, as files read one after another are.
     res.torn_at.sort(key=_file_then_line)
     res.torn = len(res.torn_at)
