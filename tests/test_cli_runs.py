@@ -186,6 +186,23 @@ def test_no_name_lists_every_harness_of_the_last_24h(world: World) -> None:
         ["gamma", "7"], ["beta", "2"], ["alpha", "2"]]
 
 
+def test_named_harnesses_with_filters_have_no_24h_window(world: World) -> None:
+    """The 24 hours are REQ-14's sweep of every harness ("no NAME and no --harness"):
+    `--harness alpha`, or a name with a filter, reaches back as far as `harness runs
+    alpha` does. Both used to stop at 24 hours."""
+    now = now_ns()
+    seed(world, [
+        *run_lines("alpha", 1, now - 30 * HOUR),
+        *run_lines("beta", 1, now - 30 * HOUR, outcome="failed", exit_code=1),
+        *run_lines("alpha", 2, now - 2 * HOUR, outcome="failed", exit_code=1),
+    ])
+    assert ids(runs_json(world, "--harness", "alpha")) == [("alpha", 2), ("alpha", 1)]
+    assert ids(runs_json(world, "alpha", "--outcome", "success")) == [("alpha", 1)]
+    assert ids(runs_json(world, "alpha", "beta", "--outcome", "failed")) == [
+        ("alpha", 2), ("beta", 1)]
+    assert ids(runs_json(world, "--harness", "beta", "--since", "24h")) == []
+
+
 def test_no_name_default_limit_is_50(world: World) -> None:
     now = now_ns()
     lines: list[dict[str, Any]] = []
@@ -877,6 +894,9 @@ def utc_plus_2(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.mark.parametrize(("value", "cell"), [
     ("2025-11-03T09:05:00Z", "Nov  3 11:05"),
     ("2025-11-13T23:59:59.999Z", "Nov 14 01:59"),
+    ("2025-11-13T08:04:59.9999999Z", "Nov 13 10:04"),  # truncated, never rounded up
+    ("2025-12-31T21:59:59.999999999Z", "Dec 31 23:59"),
+    ("1969-12-31T23:59:59.5Z", "Jan  1 01:59"),  # before the epoch too: floor, not toward 0
     ("2025-12-31T22:00:00Z", "Jan  1 00:00"),
     (None, "—"),
     (12345, "—"),
@@ -1117,6 +1137,8 @@ def test_any_other_flag_leaves_the_single_name_form(
         until: str | None, outcome: tuple[str, ...], trigger: tuple[str, ...]) -> None:
     q, legacy = build_query(names, harness, since, until, outcome, trigger, None, NOW)
     assert (legacy, q.limit) == (False, 50)
+    # REQ-14's 24-hour default is the sweep's, of every harness: named ones have none.
+    assert q.since_ns == (NOW - 3600 * 10**9 if since else None)
 
 
 def test_build_query_splits_and_merges_filters() -> None:

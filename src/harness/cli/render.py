@@ -23,7 +23,9 @@ def started(rec: dict[str, Any]) -> str:
     if not isinstance(s, str):
         return DASH
     try:
-        dt = datetime.fromtimestamp(parse_ns(s) / 1e9).astimezone()
+        # Whole seconds, by integer division: a float of the nanoseconds rounds
+        # 10:04:59.9999999 up into the next minute (and, at midnight, the next day).
+        dt = datetime.fromtimestamp(parse_ns(s) // 1_000_000_000).astimezone()
     except (ValueError, OverflowError, OSError):
         return DASH
     return f"{dt:%b} {dt.day:>2} {dt:%H:%M}"

@@ -73,12 +73,14 @@ def build_query(names: tuple[str, ...], harness: tuple[str, ...], since: str | N
                                      param_hint="--until") from None
     if legacy:
         return Query(names=tuple(names), limit=limit or 20), True
-    if since_ns is None:
-        # The default window is the 24 hours before --until (before now without it).
+    named = tuple(dict.fromkeys(names + harness))
+    if since_ns is None and not named:
+        # REQ-14's sweep of every harness: the 24 hours before --until (before now
+        # without it). Named harnesses have no window, as `harness runs NAME` has none.
         since_ns = (until_ns if until_ns is not None else now) - 24 * 3_600_000_000_000
     try:
-        q = Query(names=tuple(dict.fromkeys(names + harness)), since_ns=since_ns,
-                  until_ns=until_ns, outcomes=outcomes, triggers=triggers, limit=limit or 50)
+        q = Query(names=named, since_ns=since_ns, until_ns=until_ns, outcomes=outcomes,
+                  triggers=triggers, limit=limit or 50)
     except QueryError as exc:
         raise click.BadParameter(str(exc)) from None
     return q, False
