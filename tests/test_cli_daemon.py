@@ -34,11 +34,13 @@ from harness.control.client import Client
 
 
 class FakeDaemon:
-    """Accepts connections, answers hello, records each request, replies with `runs`."""
+    """Accepts connections, answers hello, records each request, replies with `runs`
+    (or with `raw`, a reply of any shape, as a daemon of another make might)."""
 
-    def __init__(self, path: str, runs: list[dict[str, Any]]) -> None:
+    def __init__(self, path: str, runs: list[dict[str, Any]], raw: Any = None) -> None:
         self.requests: list[dict[str, Any]] = []
         self.runs = runs
+        self.raw = raw
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(path)
         os.chmod(path, 0o600)
@@ -56,7 +58,10 @@ class FakeDaemon:
                 for line in f:
                     msg = json.loads(line)
                     if msg.get("op") == "hello":
-                        reply: dict[str, Any] = {"ok": True, "proto": "1.0"}
+                        reply: Any = {"ok": True, "proto": "1.0"}
+                    elif self.raw is not None:
+                        self.requests.append(msg)
+                        reply = self.raw
                     else:
                         self.requests.append(msg)
                         reply = {"id": msg["id"], "ok": True,
@@ -328,3 +333,23 @@ def test_trigger_wait_pages_back_to_its_run_under_thousands_of_newer_records(
         {"op": "runs", "names": ["gate"], "limit": 1000},
         {"op": "runs", "names": ["gate"], "limit": 1000, "before_seq": 1601},
         {"op": "runs", "names": ["gate"], "limit": 1000, "before_seq": 601}]
+
+
+@pytest.mark.parametrize(("raw", "why"), [
+    ([1], "the daemon's reply to jobs is not a JSON object: [1]"),
+    ({"id": 1, "ok": True, "data": "abc"},
+     "the daemon's jobs reply is not a list of objects: \"abc\""),
+    ({"id": 1, "ok": True, "data": {"jobs": [1, 2]}},
+     "the daemon's jobs reply is not a list of objects: {\"jobs\": [1, 2]}"),
+], ids=["a list", "a string", "not objects"])
+def test_a_reply_of_another_shape_is_a_clear_error(world: World, tmp_path: Path, raw: Any,
+                                                   why: str) -> None:
+    """Whatever answers on the socket, a listing never ends in a traceback: exit 1 and
+    what the reply was."""
+    path = tmp_path / "odd.sock"
+    daemon = FakeDaemon(str(path), [], raw=raw)
+    try:
+        res = world.harness("--socket", str(path), "jobs")
+    finally:
+        daemon.close()
+    assert (res.returncode, res.stdout, res.stderr) == (1, "", f"harness: {why} (bad_reply)\n")

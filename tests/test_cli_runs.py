@@ -1166,3 +1166,27 @@ def test_the_socket_option_picks_the_daemon_asked(world: World, tmp_path: Path) 
     assert (res.returncode, res.stderr) == (0, "")
     assert json.loads(res.stdout) == RUNS
     assert daemon.requests == [{"id": 1, "op": "runs", "name": "nightly", "limit": 20}]
+
+
+@pytest.mark.parametrize(("raw", "why"), [
+    ([1], "the daemon's reply to runs is not a JSON object: [1]"),
+    ({"id": 1, "ok": True, "data": "abc"},
+     "the daemon's runs reply is not a list of objects: \"abc\""),
+], ids=["a list", "a string"])
+def test_a_runs_reply_of_another_shape_reads_the_disk(world: World, tmp_path: Path,
+                                                       raw: Any, why: str) -> None:
+    """A reply `harness runs` cannot read is a daemon that failed: the files are read
+    instead, with the reason on stderr. It used to end in an AttributeError traceback."""
+    from test_cli_daemon import FakeDaemon
+
+    seed(world, run_lines("nightly", 1, now_ns() - HOUR))
+    path = tmp_path / "odd.sock"
+    daemon = FakeDaemon(str(path), [], raw=raw)
+    try:
+        res = world.harness("--socket", str(path), "runs", "--json")
+    finally:
+        daemon.close()
+    assert res.returncode == 0
+    assert res.stderr == (f"harness: daemon failed ({why}); read the ledger from disk "
+                          f"({world.ledger})\n")
+    assert [r["run_id"] for r in json.loads(res.stdout)] == [1]

@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from .. import paths
-from ..control.client import Client, DaemonError, DaemonUnreachable
+from ..control.client import Client, DaemonError, DaemonUnreachable, listing
 from ..ledger.query import MAX_LIMIT
 from ..supervisor.logview import LogFollower
 from . import render
@@ -161,7 +161,7 @@ def _last(job: dict[str, Any]) -> str:
 def _show(ctx: click.Context, op: str, as_json: bool, empty: str, header: list[str],
           row: Callable[[dict[str, Any]], list[str]], key: str | None = None) -> None:
     """Ask the daemon for a listing op and print it as JSON or as a table."""
-    items = _call(ctx, lambda c: c.request(op))[key or op]
+    items = _call(ctx, lambda c: listing(c.request(op), key or op))
     if as_json:
         click.echo(json.dumps(items, indent=2, ensure_ascii=False))
     elif not items:

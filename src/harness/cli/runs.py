@@ -16,7 +16,7 @@ import click
 
 from .. import paths
 from ..config.durations import parse_duration_ns
-from ..control.client import Client, DaemonError, DaemonUnreachable
+from ..control.client import Client, DaemonError, DaemonUnreachable, listing
 from ..ledger.dayfiles import LedgerDirError
 from ..ledger.fold import LogProbe
 from ..ledger.query import MAX_LIMIT, Query, QueryError
@@ -106,8 +106,7 @@ def _ask_daemon(socket_path: str, q: Query, legacy: bool) -> list[dict[str, Any]
             data = client.request("runs", **args)
     finally:
         client.close()
-    runs = data.get("runs") if isinstance(data, dict) else data
-    return list(runs or [])
+    return listing(data, "runs")
 
 
 @click.command("runs")

@@ -41,6 +41,24 @@ class DaemonError(Exception):
         super().__init__(message)
 
 
+def _preview(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else f"{text[:59]}…"
+
+
+def listing(data: Any, key: str) -> list[dict[str, Any]]:
+    """The objects a listing op answered under `key` (a bare list too: an old daemon's
+    runs reply), or DaemonError: a reply of another shape must end in a clear error,
+    not in a traceback at the first field the caller reads."""
+    items = data.get(key) if isinstance(data, dict) else data
+    if items is None:
+        return []
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise DaemonError("bad_reply", f"the daemon's {key} reply is not a list of objects: "
+                                       f"{_preview(data)}")
+    return items
+
+
 class Client:
     def __init__(self, path: str, timeout: float = 5.0) -> None:
         self.path = path
@@ -108,6 +126,9 @@ class Client:
         self._next_id += 1
         reply = self._roundtrip({"id": self._next_id, "op": op, **args},
                                 patient=op in PATIENT_OPS)
+        if not isinstance(reply, dict):
+            raise DaemonError("bad_reply", f"the daemon's reply to {op} is not a JSON object: "
+                                           f"{_preview(reply)}")
         if not reply.get("ok"):
             err = reply.get("error") or {}
             raise DaemonError(str(err.get("code", "error")), str(err.get("message", reply)))
