@@ -336,3 +336,8 @@ def test_a_line_without_the_member_does_not_verify() -> None:
     body = {"a": 1}
     digest = hashlib.sha256(ref_canonical(body)).hexdigest()
     assert hash_of_line_bytes(ref_canonical(body), digest) is False
+
+
+def test_cap_utf8_cuts_away_a_lone_surrogate_in_the_tail() -> None:
+    """A lone surrogate past the cut goes with the tail: the cut does not raise on it."""
+    assert cap_utf8("x" * 300 + "\ud800", 256) == ("x" * 256, True)

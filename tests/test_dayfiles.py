@@ -354,3 +354,14 @@ def test_highest_line_is_the_line_of_the_highest_seq(tmp_path: Path) -> None:
 def test_highest_line_of_a_file_with_no_seq_is_none(tmp_path: Path) -> None:
     for i, data in enumerate((b"", _lines(b"garbage", b'{"hash":"h"}'), b'{"seq":1,"ha')):
         assert highest_line(_write(tmp_path / f"f{i}", data)) is None
+
+
+def test_a_listed_file_gone_since_is_nothing_when_gone_ok(tmp_path: Path) -> None:
+    # A prune may delete a day file between a reader's listing and its read.
+    gone = str(tmp_path / "2026-06-15.jsonl")
+    assert list(iter_chunks(gone, gone_ok=True)) == []
+    assert list(iter_blocks(gone, gone_ok=True)) == []
+    with pytest.raises(FileNotFoundError):
+        list(iter_chunks(gone))
+    with pytest.raises(FileNotFoundError):
+        list(iter_blocks(gone))

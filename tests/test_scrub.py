@@ -443,3 +443,12 @@ def test_an_authorization_scheme_is_kept_as_context(scheme: str) -> None:
 ])
 def test_url_credentials_without_other_secret_words_are_found(text: str, want: str) -> None:
     assert scrub_text(text) == (want, 1)
+
+
+@pytest.mark.parametrize("scheme", ["Basic", "bearer", "DIGEST", "Negotiate", "token"])
+def test_an_authorization_scheme_alone_is_no_credential(scheme: str) -> None:
+    # The credential is already gone: what is left is the scheme's name, kept as it is.
+    text = f"curl -H 'Authorization: {scheme}' -X POST"
+    out, n = scrub_text(text)
+    assert (out, n) == (text, 0)
+    assert out is text
