@@ -726,6 +726,8 @@ def test_long_strings_are_cut_to_256_bytes_on_a_character_boundary(
 def test_lists_and_error_maps_are_cut_to_16_entries(
     ledger_dir: Path, open_ledger: OpenLedger
 ) -> None:
+    """Past 16 entries the first sessions and models are kept, and the 16 most frequent
+    error classes; each list or map cut is one cut."""
     led = open_ledger(ledger_dir, clock=Clock(T0))
     sessions = [{"id": f"s{i:02d}", "adapter": "claude-code", "trace_id": f"{i:032x}"}
                 for i in range(20)]
@@ -737,29 +739,61 @@ def test_lists_and_error_maps_are_cut_to_16_entries(
     line = all_lines(ledger_dir)[0]
     assert line["sessions"] == sessions[:16]
     assert line["models"] == models[:16]
-    assert line["errors"] == {f"class{i:02d}": i + 1 for i in range(16)}
+    assert line["errors"] == {f"class{i:02d}": i + 1 for i in range(4, 20)}
     assert led.stats().truncated == 3
 
 
-def test_a_line_over_16_kib_is_rejected_and_nothing_is_written(
+def test_a_string_in_an_entry_past_16_is_no_cut_of_its_own(
     ledger_dir: Path, open_ledger: OpenLedger
 ) -> None:
+    """20 models with overlong names: the 4 dropped entries count once, as the list's
+    cut, and only the 16 kept names count as cut strings (17, not 21)."""
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    models = [{"model": f"m{i:02d}" + "x" * 300, "provider": "p", "output_tokens": i}
+              for i in range(20)]
+    led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "success",
+                "models": models})
+    assert [m["model"] for m in all_lines(ledger_dir)[0]["models"]] == [
+        f"m{i:02d}" + "x" * 253 for i in range(16)]
+    assert led.stats().truncated == 17
+
+
+def test_error_classes_that_cap_to_the_same_text_add_up(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """Two classes alike in their first 256 bytes become one class holding both counts;
+    the later one's count used to replace the earlier one's."""
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    stem = "E" * 256
+    led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "failed",
+                "errors": {stem + "A": 3, stem + "B": 4, "Other": 1}})
+    assert all_lines(ledger_dir)[0]["errors"] == {stem: 7, "Other": 1}
+    assert led.stats().truncated == 2
+
+
+def test_a_line_within_every_cap_but_over_16_kib_is_cut_to_fit(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """16 sessions and 16 models of 256-byte strings are each within REQ-4's caps, yet
+    their line passes REQ-1's 16 KiB. A closed line refused for that would leave the run
+    open for good, so the last sessions go, one cut each, until the line fits: the
+    record closes. (The writer itself still refuses an oversized line: test_writer.)"""
     led = open_ledger(ledger_dir, clock=Clock(T0))
     led.append({"type": "opened", "harness": "h", "run_id": 1})
-    path = ledger_dir / "2026-06-15.jsonl"
-    before = path.read_bytes()
-    big = {"type": "closed", "harness": "h", "run_id": 1, "outcome": "success",
-           "sessions": [{"id": f"{i:x}" * 256, "adapter": "a" * 256, "trace_id": "t" * 256}
-                        for i in range(16)],
-           "models": [{"model": "m" * 256, "provider": f"{i:x}" * 256, "output_tokens": 1}
-                      for i in range(16)]}
-    with pytest.raises(LineRejected, match="exceeds the 16384-byte limit") as exc:
-        led.append(big)
-    assert exc.value.harness == "h" and exc.value.run_id == 1
-    assert path.read_bytes() == before
-    assert led.stats().next_seq == 2
-    assert led.append({"type": "closed", "harness": "h", "run_id": 1,
-                       "outcome": "success"}) == 2
+    sessions = [{"id": f"{i:x}" * 256, "adapter": "a" * 256, "trace_id": "t" * 256}
+                for i in range(16)]
+    models = [{"model": "m" * 256, "provider": f"{i:x}" * 256, "output_tokens": 1}
+              for i in range(16)]
+    seq = led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "success",
+                      "sessions": sessions, "models": models})
+    raw = (ledger_dir / "2026-06-15.jsonl").read_bytes().splitlines()[1]
+    assert (seq, len(raw) + 1 <= 16 * 1024) == (2, True)
+    line = json.loads(raw)
+    kept = len(line["sessions"])
+    assert (line["sessions"], line["models"]) == (sessions[:kept], models)
+    # The whole line would be about 22,080 bytes and each session takes 805: 8 go.
+    assert (kept, led.stats().truncated) == (8, 8)
+    assert led.get("h", 1)["outcome"] == "success"  # type: ignore[index]
 
 
 def test_the_scan_skips_a_line_over_16_kib_with_its_newline_and_keeps_one_at_it(

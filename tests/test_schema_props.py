@@ -279,14 +279,17 @@ def test_models_sessions_and_errors_cap_at_16_entries(n: int) -> None:
     keep = min(n, 16)
     assert out["models"] == models[:keep]
     assert out["sessions"] == sessions[:keep]
-    assert out["errors"] == {f"c{i:02d}": i for i in range(keep)}  # the first 16 by name
+    # The 16 most frequent classes (here the last 16), in name order.
+    assert out["errors"] == {f"c{i:02d}": i for i in range(n - keep, n)}
     assert cuts.truncations == (3 if n > 16 else 0)
 
 
-def test_errors_keep_the_first_16_class_names_in_order() -> None:
-    errors = {f"c{i:02d}": i for i in reversed(range(20))}
+def test_errors_keep_the_16_most_frequent_classes_in_name_order() -> None:
+    """The classes that explain the run; a tie goes to the name that sorts first."""
+    errors = {f"c{i:02d}": 1 if i % 2 else 5 for i in reversed(range(40))}
     out, _ = prep(errors=errors)
-    assert list(out["errors"]) == [f"c{i:02d}" for i in range(16)]
+    assert out["errors"] == {f"c{i:02d}": 5 for i in range(0, 32, 2)}
+    assert list(out["errors"]) == sorted(out["errors"])
 
 
 def test_secrets_in_nested_values_are_redacted_and_counted() -> None:

@@ -60,5 +60,14 @@ class LineRejected(LedgerCorrupt, ValueError):
     """
 
 
+class LineTooLong(LineRejected):
+    """A line whose sealed bytes exceed the line limit; `size` is their count with "\\n"."""
+
+    def __init__(self, message: str, size: int, *, harness: str | None = None,
+                 run_id: int | None = None) -> None:
+        super().__init__(message, harness=harness, run_id=run_id)
+        self.size = size
+
+
 class LedgerClosed(LedgerError):
     """The ledger was closed; no more appends are accepted."""

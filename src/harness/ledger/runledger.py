@@ -25,7 +25,7 @@ from typing import Any
 from ..timefmt import canon, day_start_ns, format_ns, now_ns, utc_day
 from .chain import ZERO_HASH, hash_of_line_bytes, link_to, seal_line
 from .dayfiles import day_path, is_whole, iter_chunks, list_day_files, read_tail
-from .errors import LedgerCorrupt, LedgerInUse
+from .errors import LedgerCorrupt, LedgerInUse, LineTooLong
 from .feed import Committed, Feed, Subscription
 from .files import FileLayer, hold_dir, make_private_dir
 from .fold import LogProbe, Record
@@ -33,7 +33,7 @@ from .index import Index
 from .query import Query
 from .reader import Head, ReadStats, decode_line, head_of, heads, scan
 from .retention import PruneResult, prune
-from .schema import RECORD_FIELDS, prepare_line, writable
+from .schema import RECORD_FIELDS, fit_line, prepare_line, writable
 from .verify import read_chain_file
 from .writer import Entry, Writer
 
@@ -367,7 +367,15 @@ class RunLedger:
     def enqueue(self, line: dict[str, Any], *, sync: bool = True) -> Entry:
         """Validate and queue `line`; wait for it with `wait` (sync) or not at all."""
         out, cuts = prepare_line(line, self.clock())
-        e = self._writer.enqueue(out, sync=sync, harness=out["harness"], run_id=out["run_id"])
+        try:
+            e = self._writer.enqueue(out, sync=sync, harness=out["harness"],
+                                     run_id=out["run_id"])
+        except LineTooLong:
+            # Rare (fields each within their cap, together past 16 KiB), so the hot path
+            # does not measure: the line is cut to fit and queued, not refused.
+            out = fit_line(out, cuts, self._writer.max_line)
+            e = self._writer.enqueue(out, sync=sync, harness=out["harness"],
+                                     run_id=out["run_id"])
         if cuts.truncations or cuts.redactions:  # counted once the line is accepted
             with self._lock:
                 self._truncated += cuts.truncations

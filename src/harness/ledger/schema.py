@@ -4,7 +4,8 @@
 envelope, the REQ-4 record fields, ``imported`` and the chain fields, and nothing
 else (an unknown field or a wrong type is a caller's bug: `LineRejected`). It then
 scrubs every string of secrets and cuts strings to 256 bytes on a UTF-8 boundary
-and ``models``/``sessions``/``errors`` to 16 entries, counting every cut.
+and ``models``/``sessions``/``errors`` to 16 entries, counting every cut; `fit_line`
+then cuts a line whose fields together pass the 16 KiB line limit.
 Invariant: what it returns is a plain JSON object that canonical JSON can encode.
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..timefmt import canon, format_ns, is_rfc3339, now_ns, parse_ns
-from .canonical import cap_utf8
+from .canonical import canonical, cap_utf8
 from .errors import LineRejected
 from .scrub import might_hold_secret, scrub_text, scrub_value
 
@@ -104,6 +105,10 @@ _NESTED: dict[str, dict[str, str]] = {
     "mismatch": {"kind": _S, "served_model": _S, "served_provider": _S, "at": _T},
 }
 _ENUMS = {"kind": KINDS, "cost_source": COST_SOURCES, "outcome": OUTCOMES}
+# The free text `fit_line` may cut: not the harness (the record's identity), its times,
+# its listed words or its trigger.
+_CUTTABLE = frozenset(k for k, t in RECORD_FIELDS.items()
+                      if t == _S and k not in _ENUMS and k != "trigger")
 
 
 @dataclass
@@ -306,23 +311,70 @@ def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str
         if len(v) > MAX_STR // 4:  # shorter cannot exceed the cap even at 4 bytes a character
             out[k], cut = cap_utf8(v, MAX_STR)
             cuts.truncations += cut
-    for k in nested:
-        v, n = scrub_value(out[k])  # models, sessions, errors, mismatch
-        cuts.redactions += n
-        out[k] = _cap(v, cuts)
     if nested:
         _settle_nested(out, cuts)
     return out, cuts
 
 
 def _settle_nested(out: dict[str, Any], cuts: Cuts) -> None:
-    """Canonical `mismatch.at`, and the lists and maps cut to MAX_LIST entries."""
-    if "mismatch" in out and "at" in out["mismatch"]:
-        out["mismatch"] = {**out["mismatch"], "at": canon(out["mismatch"]["at"])}
+    """Lists and maps cut to MAX_LIST entries first (a string in an entry that goes is no
+    cut of its own), then every string scrubbed and capped; canonical `mismatch.at`."""
     for k in ("models", "sessions"):
         if k in out and len(out[k]) > MAX_LIST:
             out[k] = out[k][:MAX_LIST]
             cuts.truncations += 1
-    if "errors" in out and len(out["errors"]) > MAX_LIST:
-        out["errors"] = dict(sorted(out["errors"].items())[:MAX_LIST])
+    for k in ("models", "sessions", "mismatch"):
+        if k in out:
+            v, n = scrub_value(out[k])
+            cuts.redactions += n
+            out[k] = _cap(v, cuts)
+    if "errors" in out:
+        out["errors"] = _error_counts(out["errors"], cuts)
+    if "mismatch" in out and "at" in out["mismatch"]:
+        out["mismatch"] = {**out["mismatch"], "at": canon(out["mismatch"]["at"])}
+
+
+def _error_counts(errors: dict[str, int], cuts: Cuts) -> dict[str, int]:
+    """Error counts by class (REQ-4), scrubbed and capped: classes that come out as the
+    same text add up, rather than one count replacing the other. Past MAX_LIST classes
+    the most frequent are kept (the classes that explain the run), ties by name."""
+    out: dict[str, int] = {}
+    for cls, n in errors.items():
+        c, r = scrub_text(cls)
+        cuts.redactions += r
+        c = _cap(c, cuts)
+        out[c] = out.get(c, 0) + n
+    if len(out) > MAX_LIST:
+        top = sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_LIST]
+        out = dict(sorted(top))
         cuts.truncations += 1
+    return out
+
+
+# What sealing adds to a prepared line (seq, prev, hash and the newline), with room over.
+_SEAL_BYTES = 200
+
+
+def fit_line(out: dict[str, Any], cuts: Cuts, max_line: int) -> dict[str, Any]:
+    """`out` cut until its sealed line fits `max_line` bytes: each field within its REQ-4
+    cap can still add up past REQ-1's 16 KiB (16 models and 16 sessions of 256-byte
+    strings), and a closed line refused for its size would leave its run open for good.
+    The least telling values go first: the last session, the last model, the rarest error
+    class, then the longest string, halved. Each step counts as a cut."""
+    out = dict(out)
+    while len(canonical(out)) + _SEAL_BYTES > max_line:
+        if out.get("sessions"):
+            out["sessions"] = out["sessions"][:-1]
+        elif out.get("models"):
+            out["models"] = out["models"][:-1]
+        elif out.get("errors"):
+            rarest = min(out["errors"].items(), key=lambda kv: (kv[1], kv[0]))[0]
+            out["errors"] = {c: n for c, n in out["errors"].items() if c != rarest}
+        else:
+            longest = max((k for k in out if k in _CUTTABLE),
+                          key=lambda k: len(out[k].encode()), default=None)
+            if longest is None or len(out[longest].encode()) < 16:
+                raise AssertionError("a line of short fields cannot exceed the line limit")
+            out[longest] = cap_utf8(out[longest], len(out[longest].encode()) // 2)[0]
+        cuts.truncations += 1
+    return out

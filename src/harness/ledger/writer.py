@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from .errors import LedgerClosed, LedgerError, LedgerUnavailable, LineRejected
+from .errors import LedgerClosed, LedgerError, LedgerUnavailable, LineTooLong
 from .files import FileLayer, make_private_dirs
 
 log = logging.getLogger("harness.ledger")
@@ -234,8 +234,9 @@ class Writer:
         seq = self._next_seq
         data, digest, path = self._sealer.seal(obj, seq, self._head)
         if len(data) + 1 > self.max_line:
-            raise LineRejected(
+            raise LineTooLong(
                 f"line of {len(data) + 1} bytes exceeds the {self.max_line}-byte limit",
+                len(data) + 1,
                 harness=harness,
                 run_id=run_id,
             )
