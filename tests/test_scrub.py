@@ -28,6 +28,15 @@ SLACK = "xoxb" + "-123456789012-1234567890123-" + BODY
 AWS = "AKIA" + "IOSFODNN7EXAMPLE"
 AWS_TEMP = "ASIA" + "Y34FZKBOKMUTVV7A"
 GOOGLE = "AIza" + "Sy" + BODY + "abcdefghijklm"
+OPENROUTER = "sk-" + "or-v1-" + "0a1b2c3d4e5f6789" * 4
+HUGGINGFACE = "hf" + "_" + BODY + "KLMNOPQRSTUVWX"
+GROQ = "gsk" + "_" + BODY * 2 + "abcdefghijkl"
+XAI = "xai" + "-" + BODY * 4
+PERPLEXITY = "pplx" + "-" + BODY * 2 + "abcdefgh"
+REPLICATE = "r8" + "_" + BODY + "abcdefghijklmnopq"
+LANGSMITH = "lsv2" + "_pt_" + "0123456789abcdef" * 2 + "_0123456789"
+SENDGRID = "SG" + "." + BODY + "ab" + "." + BODY + BODY + "abc"
+DIGITALOCEAN = "dop" + "_v1_" + "0123456789abcdef" * 4
 STRIPE = "sk" + "_live_" + BODY
 STRIPE_RESTRICTED = "rk" + "_live_" + BODY
 JWT = (
@@ -142,6 +151,44 @@ REDACTED_CASES = [
     pytest.param("npm_" + BODY + "abcdefghijklmnop", REDACTED, id="npm"),
     pytest.param("ya29." + BODY, REDACTED, id="google-oauth"),
     pytest.param("Bearer " + JWT, "Bearer [REDACTED]", id="jwt-bearer"),
+    # model and platform vendors' keys
+    pytest.param(f"key {OPENROUTER} ok", "key [REDACTED] ok", id="openrouter"),
+    pytest.param(f"HF {HUGGINGFACE}.", "HF [REDACTED].", id="huggingface"),
+    pytest.param(GROQ, REDACTED, id="groq"),
+    pytest.param(XAI, REDACTED, id="xai"),
+    pytest.param(PERPLEXITY, REDACTED, id="perplexity"),
+    pytest.param(REPLICATE, REDACTED, id="replicate"),
+    pytest.param(LANGSMITH, REDACTED, id="langsmith"),
+    pytest.param(f"mail {SENDGRID} x", "mail [REDACTED] x", id="sendgrid"),
+    pytest.param(DIGITALOCEAN, REDACTED, id="digitalocean"),
+    # credentials by context: a connection string, a cookie, a flag, a query, a webhook
+    pytest.param("AccountName=acct;AccountKey=" + BODY + "==",
+                 "AccountName=acct;AccountKey=[REDACTED]", id="azure-account-key"),
+    pytest.param("Cookie: session=" + BODY + "; theme=dark", "Cookie: [REDACTED]",
+                 id="cookie"),
+    pytest.param("'Set-Cookie': 'sid=abc123; Path=/'", "'Set-Cookie': '[REDACTED]'",
+                 id="set-cookie"),
+    pytest.param(f"claude --api-key {BODY} -p", "claude --api-key [REDACTED] -p",
+                 id="flag-api-key"),
+    pytest.param("mysql --password hunter2 -h db", "mysql --password [REDACTED] -h db",
+                 id="flag-password"),
+    pytest.param("gh secret set -R o/r --secret s3 ok",
+                 "gh secret set -R o/r --secret [REDACTED] ok", id="flag-secret"),
+    pytest.param("curl -u admin:hunter2 https://x", "curl -u admin:[REDACTED] https://x",
+                 id="curl-user"),
+    pytest.param("curl --user admin:hunter2", "curl --user admin:[REDACTED]",
+                 id="curl-user-long"),
+    pytest.param(f"https://maps.example.com/api?key={BODY}&q=1",
+                 "https://maps.example.com/api?key=[REDACTED]&q=1", id="query-key"),
+    pytest.param(f"https://b.s3.amazonaws.com/o?X-Amz-Signature={BODY}&X-Amz-Date=1",
+                 "https://b.s3.amazonaws.com/o?X-Amz-Signature=[REDACTED]&X-Amz-Date=1",
+                 id="query-presigned"),
+    pytest.param(f"https://a.blob.core.windows.net/c?sv=2024&sig={BODY}%3D",
+                 "https://a.blob.core.windows.net/c?sv=2024&sig=[REDACTED]", id="query-sas"),
+    pytest.param(f"https://hooks.slack.com/services/T0001/B0001/{BODY}",
+                 "https://hooks.slack.com/services/[REDACTED]", id="slack-webhook"),
+    pytest.param(f"https://discord.com/api/webhooks/12345678/{BODY}",
+                 "https://discord.com/api/webhooks/[REDACTED]", id="discord-webhook"),
 ]
 
 
@@ -207,6 +254,12 @@ FALSE_POSITIVES = [
     "see // note: foo@bar",
     "//host:8080/path@x",
     "bypass=1 compass: north",
+    "hf_model_cache hf_hub_download xai-grok-4 pplx-online r8_cache SG.view",
+    "git push -u origin main; sort -u list.txt; ssh -u 2 host",
+    "--token-count 3 --password-file /run/secrets/db --api-key-env OPENAI_API_KEY",
+    "?keyword=value&keys=3 signature verified; cookie jar; the Cookie Monster",
+    "https://hooks.example.com/services/x https://discord.com/channels/1/2",
+    "dop_v1_short do_v1_x",
 ]
 
 
@@ -273,6 +326,9 @@ FRAGMENTS = [
     "Bearer ", "Basic ", "Authorization: ", "token=", "password: ", "api_key=", "secret ",
     "https://", "user:", "git@", "0123456789", "ABCDEFGHIJKLMNOP", "abcdefghijklmnop",
     BODY, ANTHROPIC, AWS, JWT, GITHUB,
+    "hf_", "gsk_", "xai-", "pplx-", "r8_", "lsv2_pt_", "SG.", "dop_v1_", "Cookie: ",
+    "--api-key ", "--password ", " -u ", "?key=", "&sig=", "hooks.slack.com/services/",
+    "discord.com/api/webhooks/", "AccountKey=", OPENROUTER, HUGGINGFACE,
 ]
 secretish_text = st.lists(
     st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=8)), max_size=24

@@ -1,8 +1,9 @@
 """The secret scrubber: every string passes through it before a ledger line is hashed.
 
 It owns the list of secret forms the ledger recognises (vendor API keys and tokens,
-``key=value`` credential assignments, Authorization and Bearer values, passwords and
-tokens in URL userinfo, PEM private keys, JWTs) and the rule for redacting each: the
+``key=value`` credential assignments and ``--flag value`` credentials, Authorization,
+Bearer and Cookie values, passwords and tokens in URL userinfo and credential query
+parameters, webhook URLs, PEM private keys, JWTs) and the rule for redacting each: the
 secret itself becomes ``[REDACTED]`` while harmless context (the key name, the URL
 scheme and user, the word ``Bearer``) stays, so a redacted line still says what it was.
 
@@ -35,6 +36,8 @@ _CASELESS_FRAGMENTS = (
     ("b", "earer"),
     ("p", "wd"),  # pwd=
     ("p", "ass[\"']?[ \t]*(?:[:=]|%3[ad])"),  # pass=
+    ("c", "ookie"),  # Cookie:, Set-Cookie:
+    ("s", "ig(?:nature)?(?:=|%3d)"),  # a URL query's sig=, X-Amz-Signature=
 )
 _TRIGGER: Final = re.compile(
     "|".join(
@@ -45,6 +48,16 @@ _TRIGGER: Final = re.compile(
             r":\\/",  # :\/\/, a URL whose slashes a JSON encoder escaped
             "glpat-",
             "xapp-",
+            "hf_",
+            "xai-",
+            "plx-",  # pplx-
+            "r8_",
+            "lsv2_",
+            "SG\\.",
+            "_v1_",  # dop_v1_, doo_v1_, dor_v1_
+            "hooks\\.slack",
+            "/webhooks/",
+            "-(?:u|-user)[ \t]",  # curl -u user:password
             "npm_",
             "ya29\\.",
             "yJ",  # eyJ, the base64 of '{"' that opens a JWT
@@ -128,12 +141,42 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         + r"(?:(?P<auth_scheme>(?i:" + "|".join(_SCHEMES) + r"))[ \t]+)?"
         + r"""(?P<s_auth>(?:[^\r\n"'\\]|\\(?!["']))+)""",
     ),
-    _credential_key("kv_a", _key("a", r"pi[_-]?key|ccess[_-]?key")),
+    _credential_key("kv_a", _key("a", r"pi[_-]?key|ccess[_-]?key|ccount[_-]?key")),
     _credential_key("kv_p", _key("p", r"assw(?:or)?d|assphrase|rivate[_-]?key")),
     # "pwd" and "pass" alone only as a word of their own: "bypass=1" is a setting.
     _credential_key("kv_pw", r"[Pp](?<![A-Za-z][Pp])(?i:wd|ass)"),
     _credential_key("kv_s", _key("s", r"ecret(?:[_-]?key)?")),
     _credential_key("kv_t", _key("t", r"oken")),
+    # A cookie header's value is a session: all of it goes, to the end of the header.
+    (
+        "cookie",
+        r"[Cc](?<![A-Za-z][Cc])(?i:ookie)" + _SEP + r"""(?:\\?["'])?"""
+        + r"""(?P<s_cookie>(?:[^\r\n"'\\]|\\(?!["']))+)""",
+    ),
+    # A credential passed as a command-line flag's next word ("--api-key VALUE").
+    (
+        "flag",
+        r"-(?<![^\s\"'(]-)-?(?i:api[_-]?key|access[_-]?key|passw(?:or)?d|secret|client[_-]?secret"
+        r"|token|auth[_-]?token|access[_-]?token)[ \t]+(?P<s_flag>[^\s\"'-][^\s\"']*)",
+    ),
+    # curl's "-u user:password" (or "--user").
+    (
+        "curl_user",
+        r"-(?<![^\s\"'(]-)(?:u|-user)[ \t]+[^\s:\"'@/]+:(?P<s_curl_user>[^\s\"']+)",
+    ),
+    # A URL query parameter that is a credential by name: an API key, a signature.
+    (
+        "query",
+        r"[?&](?i:key|sig|signature|x-amz-signature|x-amz-security-token)="
+        r"(?P<s_query>[^&\s#\"']+)",
+    ),
+    # Webhook URLs whose path is the credential.
+    ("slack_hook", r"hooks\.slack\.com/services/(?P<s_slack_hook>[A-Za-z0-9_/-]+)"),
+    (
+        "discord_hook",
+        r"d(?<![A-Za-z0-9_-]d)iscord(?:app)?\.com/api/webhooks/"
+        r"(?P<s_discord_hook>[0-9]+/[A-Za-z0-9_-]+)",
+    ),
     # The password runs to the last "@" of the authority, so an unescaped "@" in it
     # cannot leave a tail behind. A bare userinfo is usually a login name ("git@",
     # "alice@"); only a long run holding a digit or a capital looks like a token put
@@ -158,7 +201,7 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     # ("task-…", "mask_…").
     (
         "sk",
-        r"sk-(?:(?:ant|proj|svcacct|admin|None)-" + _TOK + r"{20,}"
+        r"sk-(?:(?:ant|proj|svcacct|admin|None|or)-" + _TOK + r"{20,}"
         r"|(?<![A-Za-z0-9_-]sk-)(?=[A-Za-z]*[0-9])[A-Za-z0-9]{20,}" + _TOK + r"*)",
     ),
     ("stripe", r"[sr]k_(?<![A-Za-z0-9_][sr]k_)(?:live|test)_[A-Za-z0-9]{16,}"),
@@ -167,6 +210,16 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         r"g(?<![A-Za-z0-9]g)(?:h[pousr]_[A-Za-z0-9]{20,}|ithub_pat_[A-Za-z0-9_]{20,})",
     ),
     ("gitlab", r"glpat-" + _TOK + r"{20,}"),
+    # Model and platform vendors' keys: a fixed prefix and a long random body; a name
+    # such as "hf_model_cache" is no key (too short, or no digit in it).
+    ("huggingface", r"h(?<![A-Za-z0-9_]h)f_(?=[A-Za-z]*[0-9])[A-Za-z0-9]{30,}"),
+    ("groq", r"g(?<![A-Za-z0-9_]g)sk_[A-Za-z0-9]{40,}"),
+    ("xai", r"x(?<![A-Za-z0-9_-]x)ai-[A-Za-z0-9]{40,}"),
+    ("perplexity", r"p(?<![A-Za-z0-9_-]p)plx-[A-Za-z0-9]{40,}"),
+    ("replicate", r"r(?<![A-Za-z0-9_]r)8_[A-Za-z0-9]{30,}"),
+    ("langsmith", r"l(?<![A-Za-z0-9_]l)sv2_(?:pt|sk)_[A-Za-z0-9_]{20,}"),
+    ("sendgrid", r"S(?<![A-Za-z0-9_-]S)G\." + _TOK + r"{16,}\." + _TOK + r"{16,}"),
+    ("digitalocean", r"d(?<![A-Za-z0-9_]d)o[opr]_v1_[0-9a-f]{40,}"),
     ("slack", r"x(?<![A-Za-z0-9_-]x)ox[abprs]-[A-Za-z0-9-]{15,}"),
     ("slack_app", r"xapp-[0-9]+-[A-Za-z0-9-]{10,}"),
     ("npm", r"npm_[A-Za-z0-9]{36}"),
