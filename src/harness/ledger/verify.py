@@ -160,14 +160,18 @@ def check_file(path: str, name: str, anchor: tuple[int, str] | None = None) -> F
     fc = FileCheck(name)
     frags = _Fragments(fc.torn_at)
     behind = _Behind(anchor)
-    prev_seq = prev_hash = None
+    prev_seq: int | None = None
+    prev_hash: str | None = None
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        for n, raw, link in _lines(path, name, frags):
+        for n, raw, link in _checked(path, name, frags, fc, behind.seq):
             if isinstance(link, _Foreign):
                 fc.error = Break(link.seq, name, n, link.reason)
                 break
+            if n == 0:  # _checked's fast path took lines up to this (seq, hash)
+                prev_seq, prev_hash = link.seq, link.hash
+                continue
             seq = link.seq
             if prev_seq is None and behind.takes(seq):  # only before the file's first line
                 fault = behind.fault(link, raw)
@@ -191,6 +195,54 @@ def check_file(path: str, name: str, anchor: tuple[int, str] | None = None) -> F
     fc.behind = behind.count
     fc.last_seq, fc.last_hash = prev_seq, prev_hash  # the last line that verified
     return fc
+
+
+def _checked(path: str, name: str, frags: _Fragments, fc: FileCheck, skip: int
+             ) -> Iterator[_Item]:
+    """`_lines` for `check_file`, with the common line checked here: once the caller has
+    taken a line of the chain (one past `skip`, CHAIN's seq), a line that links to the
+    line before it (seq one more, prev its hash) and whose hash holds as it lies is
+    counted in `fc.lines` and not yielded; the last of such a run comes as (0, b"", its
+    link), so the caller's chain state follows. Everything else is yielded as `_lines`
+    yields it. This is verify's hot loop (a million lines a run), so it does per line
+    only what the common line needs."""
+    decode = _link.decode
+    expect, head = -1, ""  # until the caller has taken a chain line, it judges each
+    for first, lines, torn in iter_chunks(path):
+        if torn:
+            frags.at.append(f"{name}:{first}")
+            frags.tail = True
+            continue
+        n = first - 1
+        run: _Link | None = None
+        for raw in lines:
+            n += 1
+            try:
+                link = decode(raw)
+            except UNREADABLE as exc:
+                if run is not None:
+                    yield 0, b"", run
+                    run = None
+                foreign = _unreadable(raw, exc, f"{name}:{n}", frags)
+                if foreign is not None:
+                    yield n, raw, foreign
+                continue
+            digest = link.hash
+            if link.seq == expect and link.prev == head and digest is not None \
+                    and hash_of_line_bytes(raw, digest):
+                fc.lines += 1
+                expect, head, run = expect + 1, digest, link
+                continue
+            if run is not None:
+                yield 0, b"", run
+                run = None
+            yield n, raw, link
+            # The caller judged it and, had it not taken it, stopped: the next line may
+            # follow it here. A line at or before CHAIN's seq the caller only set apart.
+            if link.seq > skip:
+                expect, head = link.seq + 1, digest or ""
+        if run is not None:
+            yield 0, b"", run
 
 
 @dataclass
@@ -249,16 +301,26 @@ def _lines(path: str, name: str, frags: _Fragments) -> Iterator[_Item]:
             try:
                 yield n, raw, decode(raw)
             except UNREADABLE as exc:
-                if is_whole(raw):
-                    try:
-                        obj = decode_json(raw)
-                    except UNREADABLE:  # an integer of over 4,300 digits
-                        obj = None
-                    yield n, raw, _Foreign(obj, f"complete line is not a ledger line ({exc})")
-                elif (obj := _damaged(raw)) is not None:
-                    yield n, raw, _Foreign(obj, DAMAGED)
-                elif raw:  # a fragment a crash left before later appends
-                    frags.at.append(f"{name}:{n}")
+                foreign = _unreadable(raw, exc, f"{name}:{n}", frags)
+                if foreign is not None:
+                    yield n, raw, foreign
+
+
+def _unreadable(raw: bytes, exc: Exception, where: str, frags: _Fragments) -> _Foreign | None:
+    """A line the chain decoder refused: whole JSON that is no ledger line, or damaged
+    (a `_Foreign`); otherwise a fragment a crash left before later appends (noted in
+    `frags`) or a blank line (None for both)."""
+    if is_whole(raw):
+        try:
+            obj = decode_json(raw)
+        except UNREADABLE:  # an integer of over 4,300 digits
+            obj = None
+        return _Foreign(obj, f"complete line is not a ledger line ({exc})")
+    if (obj := _damaged(raw)) is not None:
+        return _Foreign(obj, DAMAGED)
+    if raw:
+        frags.at.append(where)
+    return None
 
 
 def _fault(link: _Link, raw: bytes, prev_seq: int | None, prev_hash: str | None) -> str | None:
