@@ -165,11 +165,11 @@ def check_file(path: str, name: str, anchor: tuple[int, str] | None = None) -> F
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        for n, raw, link in _checked(path, name, frags, fc, behind.seq):
+        for n, raw, link in _lines(path, name, frags, fc, behind.seq):
             if isinstance(link, _Foreign):
                 fc.error = Break(link.seq, name, n, link.reason)
                 break
-            if n == 0:  # _checked's fast path took lines up to this (seq, hash)
+            if n == 0:  # _lines' fast path took lines up to this (seq, hash)
                 prev_seq, prev_hash = link.seq, link.hash
                 continue
             seq = link.seq
@@ -197,17 +197,21 @@ def check_file(path: str, name: str, anchor: tuple[int, str] | None = None) -> F
     return fc
 
 
-def _checked(path: str, name: str, frags: _Fragments, fc: FileCheck, skip: int
-             ) -> Iterator[_Item]:
-    """`_lines` for `check_file`, with the common line checked here: once the caller has
+def _lines(path: str, name: str, frags: _Fragments, fc: FileCheck | None = None,
+           skip: int = 0) -> Iterator[_Item]:
+    """(line number, bytes, chain fields) of each line of one day file; a torn fragment
+    is not part of the chain and goes to `frags`, a whole line that is not a ledger line
+    comes as `_Foreign`.
+
+    With `fc` (`check_file`'s), the common line is checked here: once the caller has
     taken a line of the chain (one past `skip`, CHAIN's seq), a line that links to the
     line before it (seq one more, prev its hash) and whose hash holds as it lies is
     counted in `fc.lines` and not yielded; the last of such a run comes as (0, b"", its
-    link), so the caller's chain state follows. Everything else is yielded as `_lines`
-    yields it. This is verify's hot loop (a million lines a run), so it does per line
-    only what the common line needs."""
+    link), so the caller's chain state follows. This is verify's hot loop (a million
+    lines a run), so it does per line only what the common line needs."""
     decode = _link.decode
     expect, head = -1, ""  # until the caller has taken a chain line, it judges each
+    counted = fc if fc is not None else FileCheck(name)  # (no fast path without fc)
     for first, lines, torn in iter_chunks(path):
         if torn:
             frags.at.append(f"{name}:{first}")
@@ -230,7 +234,7 @@ def _checked(path: str, name: str, frags: _Fragments, fc: FileCheck, skip: int
             digest = link.hash
             if link.seq == expect and link.prev == head and digest is not None \
                     and hash_of_line_bytes(raw, digest):
-                fc.lines += 1
+                counted.lines += 1
                 expect, head, run = expect + 1, digest, link
                 continue
             if run is not None:
@@ -239,7 +243,7 @@ def _checked(path: str, name: str, frags: _Fragments, fc: FileCheck, skip: int
             yield n, raw, link
             # The caller judged it and, had it not taken it, stopped: the next line may
             # follow it here. A line at or before CHAIN's seq the caller only set apart.
-            if link.seq > skip:
+            if fc is not None and link.seq > skip:
                 expect, head = link.seq + 1, digest or ""
         if run is not None:
             yield 0, b"", run
@@ -283,27 +287,6 @@ def _damaged(raw: bytes) -> object | None:
 
 
 _Item = tuple[int, bytes, "_Link | _Foreign"]
-
-
-def _lines(path: str, name: str, frags: _Fragments) -> Iterator[_Item]:
-    """(line number, bytes, chain fields) of each line of one day file; a torn fragment
-    is not part of the chain and goes to `frags`, a whole line that is not a ledger line
-    comes as `_Foreign`."""
-    decode = _link.decode
-    for first, lines, torn in iter_chunks(path):
-        if torn:
-            frags.at.append(f"{name}:{first}")
-            frags.tail = True
-            continue
-        n = first - 1
-        for raw in lines:
-            n += 1
-            try:
-                yield n, raw, decode(raw)
-            except UNREADABLE as exc:
-                foreign = _unreadable(raw, exc, f"{name}:{n}", frags)
-                if foreign is not None:
-                    yield n, raw, foreign
 
 
 def _unreadable(raw: bytes, exc: Exception, where: str, frags: _Fragments) -> _Foreign | None:
