@@ -6,6 +6,7 @@ secrets, long and non-ASCII text and nested values."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from harness.ledger.schema import (
     _cap,
     _settle_nested,
     _validate,
+    fit_line,
     prepare_line,
 )
 from harness.ledger.scrub import scrub_text, scrub_value
@@ -439,3 +441,134 @@ def test_four_byte_characters_are_capped_from_the_65th(n: int) -> None:
     assert out["reason"] == keep
     assert out["models"] == [{"model": keep}]
     assert cuts.truncations == (2 if n > 64 else 0)
+
+
+# -- fit_line: a line within every cap but past the line limit -----------------------------
+# Sizes are measured with plain json (canonical JSON of these values is the same bytes), so
+# each limit below is the exact size of the expected result: one byte less cuts once more.
+
+SEAL = 200  # what sealing adds to a prepared line, per schema._SEAL_BYTES
+
+
+def line_size(obj: dict[str, Any]) -> int:
+    return len(json.dumps(obj, sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False).encode()) + SEAL
+
+
+def base(**fields: Any) -> dict[str, Any]:
+    return {"v": 1, "type": "closed", "at": T, "harness": "h", "run_id": 1, **fields}
+
+
+def test_fit_line_leaves_a_line_that_fits_alone_and_never_edits_its_argument() -> None:
+    out = base(sessions=[{"id": "s"}], reason="r" * 100)
+    cuts = Cuts(redactions=2, truncations=3)
+    fitted = fit_line(out, cuts, line_size(out))  # exactly at the limit: it fits
+    assert fitted == out and fitted is not out
+    assert (cuts.redactions, cuts.truncations) == (2, 3)
+    fitted = fit_line(out, cuts, line_size(out) - 1)
+    assert fitted == base(sessions=[], reason="r" * 100) and cuts.truncations == 4
+    assert out == base(sessions=[{"id": "s"}], reason="r" * 100)  # the argument is intact
+
+
+def test_fit_line_cuts_the_last_sessions_then_the_last_models_then_the_rarest_errors() -> None:
+    sessions = [{"id": f"s{i}"} for i in range(3)]
+    models = [{"model": f"m{i}"} for i in range(3)]
+    errors = {"b": 1, "a": 1, "c": 5, "d": 2}
+    out = base(sessions=sessions, models=models, errors=errors, reason="r" * 200)
+    steps = [
+        base(sessions=sessions[:2], models=models, errors=errors, reason="r" * 200),
+        base(sessions=sessions[:1], models=models, errors=errors, reason="r" * 200),
+        base(sessions=[], models=models, errors=errors, reason="r" * 200),
+        base(sessions=[], models=models[:2], errors=errors, reason="r" * 200),
+        base(sessions=[], models=models[:1], errors=errors, reason="r" * 200),
+        base(sessions=[], models=[], errors=errors, reason="r" * 200),
+        # The rarest class goes first; of two as rare, the one that sorts first.
+        base(sessions=[], models=[], errors={"b": 1, "c": 5, "d": 2}, reason="r" * 200),
+        base(sessions=[], models=[], errors={"c": 5, "d": 2}, reason="r" * 200),
+        base(sessions=[], models=[], errors={"c": 5}, reason="r" * 200),
+        base(sessions=[], models=[], errors={}, reason="r" * 200),
+        base(sessions=[], models=[], errors={}, reason="r" * 100),
+    ]
+    for n, want in enumerate(steps, 1):
+        cuts = Cuts()
+        assert fit_line(out, cuts, line_size(want)) == want, n
+        assert (cuts.redactions, cuts.truncations) == (0, n)
+
+
+def test_fit_line_halves_the_longest_free_text_and_nothing_else() -> None:
+    # The harness, the times, the listed words and the trigger are never cut, however long.
+    keep = {"harness": "h" * 256, "trigger": "t" * 256, "outcome": "success",
+            "started_at": T, "model": "m" * 60}
+    out = base(**keep, reason="r" * 200, log="l" * 120)
+    steps = [
+        base(**keep, reason="r" * 100, log="l" * 120),
+        base(**keep, reason="r" * 100, log="l" * 60),
+        base(**keep, reason="r" * 50, log="l" * 60),
+        # model, log and reason tie at their longest: the first in the line's order goes.
+        base(**keep | {"model": "m" * 30}, reason="r" * 50, log="l" * 60),
+    ]
+    for n, want in enumerate(steps, 1):
+        cuts = Cuts()
+        assert fit_line(out, cuts, line_size(want)) == want, n
+        assert cuts.truncations == n
+
+
+def test_fit_line_halves_bytes_on_a_character_boundary() -> None:
+    out = base(reason="é" * 50)  # 100 bytes: half is 50 bytes, 25 characters
+    want = base(reason="é" * 25)
+    cuts = Cuts()
+    assert fit_line(out, cuts, line_size(want)) == want and cuts.truncations == 1
+    out = base(reason="a" + "é" * 50)  # 101 bytes: 50 bytes end mid-character, so 49
+    want = base(reason="a" + "é" * 24)
+    assert fit_line(out, Cuts(), line_size(want)) == want
+
+
+def test_fit_line_halves_a_string_of_16_bytes_but_not_one_of_15() -> None:
+    out = base(reason="r" * 16)
+    want = base(reason="r" * 8)
+    cuts = Cuts()
+    assert fit_line(out, cuts, line_size(want)) == want and cuts.truncations == 1
+    short = base(reason="r" * 15)
+    with pytest.raises(AssertionError, match="a line of short fields cannot exceed"):
+        fit_line(short, Cuts(), line_size(short) - 1)
+
+
+def test_fit_line_refuses_a_line_with_no_free_text_to_cut() -> None:
+    out = base(harness="h" * 256, trigger="t" * 256)
+    with pytest.raises(AssertionError, match="a line of short fields cannot exceed"):
+        fit_line(out, Cuts(), line_size(out) - 1)
+
+
+def test_fit_line_of_a_prepared_line_cuts_every_session_before_any_model() -> None:
+    long = "x" * 256
+    sessions = [{"id": f"{i:x}" + long[1:]} for i in range(16)]
+    models = [{"model": f"{i:x}" + long[1:]} for i in range(16)]
+    errors = {f"{i:x}" + long[1:]: i + 1 for i in range(16)}
+    out, cuts = prep(sessions=sessions, models=models, errors=errors)
+    assert (cuts.redactions, cuts.truncations) == (0, 0)
+    want = {**out, "sessions": [], "models": models[:3]}  # the errors go only after them
+    fitted = fit_line(out, cuts, line_size(want))
+    assert fitted == want and cuts.truncations == 16 + 13
+
+
+# -- error classes: counted per class after the scrub and the cap --------------------------
+
+
+def test_error_classes_that_scrub_to_one_text_add_their_counts() -> None:
+    out, cuts = prep(errors={"auth token=abc1": 2, "auth token=xyz2": 3, "other": 1})
+    assert out["errors"] == {"auth token=[REDACTED]": 5, "other": 1}
+    assert (cuts.redactions, cuts.truncations) == (2, 0)
+
+
+def test_error_classes_that_cap_to_one_text_add_their_counts() -> None:
+    stem = "e" * 256
+    out, cuts = prep(errors={stem + "1": 4, stem + "2": 5, "x": 7})
+    assert out["errors"] == {stem: 9, "x": 7}
+    assert (cuts.redactions, cuts.truncations) == (0, 2)
+
+
+def test_seventeen_error_classes_that_merge_to_sixteen_are_not_cut() -> None:
+    errors = {f"auth token=v{i}": 1 for i in range(2)} | {f"k{i:02d}": i for i in range(15)}
+    out, cuts = prep(errors=errors)
+    assert out["errors"] == {"auth token=[REDACTED]": 2} | {f"k{i:02d}": i for i in range(15)}
+    assert (cuts.redactions, cuts.truncations) == (2, 0)

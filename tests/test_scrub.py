@@ -508,3 +508,128 @@ def test_an_authorization_scheme_alone_is_no_credential(scheme: str) -> None:
     out, n = scrub_text(text)
     assert (out, n) == (text, 0)
     assert out is text
+
+
+# -- the newest forms at their edges --------------------------------------------------------
+# Mutation testing of the rules for nine more vendors, cookies, flags, curl -u, queries and
+# webhooks: each case below tells a real rule from one with a part of it changed.
+
+# prefix, the characters its body may hold, the shortest body, and what may not precede it
+VENDOR_KEYS: list[tuple[str, str, int, str]] = [
+    ("hf_", "1aZ", 30, "Zz9_"),
+    ("gsk_", "1aZ", 40, "Zz9_"),
+    ("xai-", "1aZ", 40, "Zz9_-"),
+    ("pplx-", "1aZ", 40, "Zz9_-"),
+    ("r8_", "1aZ", 30, "Zz9_"),
+    ("lsv2_pt_", "1aZ_", 20, "Zz9_"),
+    ("lsv2_sk_", "1aZ_", 20, "Zz9_"),
+    ("dop_v1_", "1a", 40, "Zz9_"),
+    ("doo_v1_", "f0", 40, "Zz9_"),
+    ("dor_v1_", "9e", 40, "Zz9_"),
+]
+
+
+def body(chars: str, n: int) -> str:
+    return (chars * n)[:n]
+
+
+VENDOR_EDGES: list[tuple[str, tuple[str, int]]] = []
+for prefix, chars, n, before in VENDOR_KEYS:
+    key = prefix + body(chars, n)
+    VENDOR_EDGES += [(key, (REDACTED, 1)), (f"({key})", (f"({REDACTED})", 1)),
+                     (key[:-1], (key[:-1], 0))]
+    VENDOR_EDGES += [(c + key, (c + key, 0)) for c in before]
+# SendGrid: two parts of at least 16 token characters each, any of them in either part.
+SG_PART = "1aZ_-" * 3 + "b"
+VENDOR_EDGES += [
+    ("SG." + SG_PART + "." + SG_PART, (REDACTED, 1)),
+    ("SG." + SG_PART[:-1] + "." + SG_PART, ("SG." + SG_PART[:-1] + "." + SG_PART, 0)),
+    ("SG." + SG_PART + "." + SG_PART[:-1], ("SG." + SG_PART + "." + SG_PART[:-1], 0)),
+] + [(c + "SG." + SG_PART + "." + SG_PART, (c + "SG." + SG_PART + "." + SG_PART, 0))
+     for c in "Zz9_-"]
+VENDOR_EDGES += [
+    # A Hugging Face key needs a digit anywhere in its body, first or last.
+    ("hf_" + "aZ" * 15, ("hf_" + "aZ" * 15, 0)),
+    ("hf_" + "aZ" * 15 + "1", (REDACTED, 1)),
+    # OpenRouter's prefix, one character short and just long enough.
+    ("sk-or-" + "1aZ_-" * 4, (REDACTED, 1)),
+]
+
+CONTEXT_EDGES: list[tuple[str, tuple[str, int]]] = [
+    # Cookie: any case, any quote, to the end of its line or its quote; never mid-word.
+    ("cookie: sid=abc", ("cookie: [REDACTED]", 1)),
+    ("COOKIE: sid=abc", ("COOKIE: [REDACTED]", 1)),
+    ('{"Cookie": "sid=abc; x=1"}', ('{"Cookie": "[REDACTED]"}', 1)),
+    ('curl -H "Cookie: sid=abc" -X GET', ('curl -H "Cookie: [REDACTED]" -X GET', 1)),
+    ("Cookie: sid=abc\r\nHost: x", ("Cookie: [REDACTED]\r\nHost: x", 1)),
+    ("Cookie: sid=abc\nHost: x", ("Cookie: [REDACTED]\nHost: x", 1)),
+    ("Cookie: a\\b c", ("Cookie: [REDACTED]", 1)),
+    ('"Cookie: sid=abc\\" x', ('"Cookie: [REDACTED]\\" x', 1)),
+    ("'Cookie: sid=abc\\' x", ("'Cookie: [REDACTED]\\' x", 1)),
+    ("Cookie:", ("Cookie:", 0)),
+    ("FORTUNECOOKIE: yes", ("FORTUNECOOKIE: yes", 0)),
+    ("fortuneCookie: yes", ("fortuneCookie: yes", 0)),
+    ("fortunecookie: yes", ("fortunecookie: yes", 0)),
+]
+CONTEXT_EDGES += [
+    # --flag VALUE: each credential flag, either separator, one dash or two, any case.
+    *[(f"cmd --{flag} v4lue x", (f"cmd --{flag} [REDACTED] x", 1)) for flag in [
+        "api_key", "apikey", "access-key", "access_key", "accesskey", "passwd",
+        "client-secret", "client_secret", "clientsecret", "token", "auth-token",
+        "auth_token", "authtoken", "access-token", "access_token", "accesstoken", "API-KEY"]],
+    ("cmd -token v4lue", ("cmd -token [REDACTED]", 1)),
+    ('"-token v4lue"', ('"-token [REDACTED]"', 1)),
+    ("'-token v4lue'", ("'-token [REDACTED]'", 1)),
+    ("(-token v4lue x)", ("(-token [REDACTED] x)", 1)),
+    ("cmd --token\tv4lue", ("cmd --token\t[REDACTED]", 1)),
+    ("cmd --password x", ("cmd --password [REDACTED]", 1)),
+    ('"cmd --token v4lue" x', ('"cmd --token [REDACTED]" x', 1)),
+    ("'cmd --token v4lue' x", ("'cmd --token [REDACTED]' x", 1)),
+    ("the refresh-token rotation", ("the refresh-token rotation", 0)),
+    ("cmd --password --verbose", ("cmd --password --verbose", 0)),
+    ("cmd --token \nls", ("cmd --token \nls", 0)),
+    ("cmd --tokens 5 --secretive x", ("cmd --tokens 5 --secretive x", 0)),
+    # curl -u user:password
+    ("curl -u admin:hunter2", ("curl -u admin:[REDACTED]", 1)),
+    ("curl -u\tadmin:hunter2", ("curl -u\tadmin:[REDACTED]", 1)),
+    ("curl -u admin:pw:x", ("curl -u admin:[REDACTED]", 1)),
+    ('"-u admin:hunter2"', ('"-u admin:[REDACTED]"', 1)),
+    ("'-u admin:hunter2'", ("'-u admin:[REDACTED]'", 1)),
+    ("(-u admin:hunter2 x)", ("(-u admin:[REDACTED] x)", 1)),
+    ('"curl -u admin:hunter2" x', ('"curl -u admin:[REDACTED]" x', 1)),
+    ("'curl -u admin:hunter2' x", ("'curl -u admin:[REDACTED]' x", 1)),
+    ("foo-u admin:hunter2", ("foo-u admin:hunter2", 0)),
+    ("sort -u names.txt a:b", ("sort -u names.txt a:b", 0)),
+    ("rsync -u alice@host:/srv/data .", ("rsync -u alice@host:/srv/data .", 0)),
+    ("cp -u logs/app:1 out", ("cp -u logs/app:1 out", 0)),
+    ("curl -u admin: -X GET", ("curl -u admin: -X GET", 0)),
+    # a credential query parameter: to the next "&", "#", quote or space
+    ("/x?signature=abc", ("/x?signature=[REDACTED]", 1)),
+    ("/c?sv=1&sig=abc", ("/c?sv=1&sig=[REDACTED]", 1)),
+    ("/o?X-Amz-Signature=abc", ("/o?X-Amz-Signature=[REDACTED]", 1)),
+    ("https://x/?key=abc def", ("https://x/?key=[REDACTED] def", 1)),
+    ("https://x/?key=abc#top", ("https://x/?key=[REDACTED]#top", 1)),
+    ('"https://x/?key=abc" x', ('"https://x/?key=[REDACTED]" x', 1)),
+    ("'https://x/?key=abc' x", ("'https://x/?key=[REDACTED]' x", 1)),
+    ("/o?X-Amz-Security-Token=abc#top", ("/o?X-Amz-Security-Token=[REDACTED]#top", 1)),
+    ("/search?key=&q=1", ("/search?key=&q=1", 0)),
+    # webhooks, with or without their scheme
+    ("https://hooks.slack.com/services/T_01/B-02/xyz",
+     ("https://hooks.slack.com/services/[REDACTED]", 1)),
+    ("hooks.slack.com/services/T01/B02/xyz", ("hooks.slack.com/services/[REDACTED]", 1)),
+    ("discord.com/api/webhooks/123/ab_c-d", ("discord.com/api/webhooks/[REDACTED]", 1)),
+    ("https://discordapp.com/api/webhooks/123/abc",
+     ("https://discordapp.com/api/webhooks/[REDACTED]", 1)),
+    *[(f"https://{c}discord.com/api/webhooks/123/abc",
+       (f"https://{c}discord.com/api/webhooks/123/abc", 0)) for c in "Zz9_-"],
+    ("https://discord.com/api/webhooks//abc", ("https://discord.com/api/webhooks//abc", 0)),
+    ("https://discord.com/api/webhooks/123/ x", ("https://discord.com/api/webhooks/123/ x", 0)),
+    # Azure's AccountKey, any separator
+    ("account_key=abc", ("account_key=[REDACTED]", 1)),
+    ("Account-Key: abc", ("Account-Key: [REDACTED]", 1)),
+]
+
+
+@pytest.mark.parametrize(("text", "want"), VENDOR_EDGES + CONTEXT_EDGES)
+def test_the_newest_forms_at_their_edges(text: str, want: tuple[str, int]) -> None:
+    assert scrub_text(text) == want
