@@ -178,6 +178,17 @@ REDACTED_CASES = [
                  id="curl-user"),
     pytest.param("curl --user admin:hunter2", "curl --user admin:[REDACTED]",
                  id="curl-user-long"),
+    pytest.param('gh --token "s3cr3t" x', 'gh --token "[REDACTED]" x', id="flag-quoted"),
+    pytest.param("app --password 's3 cr3t' x", "app --password '[REDACTED]' x",
+                 id="flag-single-quoted-with-space"),
+    pytest.param('curl -u "admin:hunter2" https://x', 'curl -u "admin:[REDACTED]" https://x',
+                 id="curl-user-quoted"),
+    pytest.param("curl -uadmin:hunter2 https://x", "curl -uadmin:[REDACTED] https://x",
+                 id="curl-user-no-space"),
+    pytest.param("curl -u :hunter2 https://x", "curl -u :[REDACTED] https://x",
+                 id="curl-no-user"),
+    pytest.param("curl -u me@example.com:hunter2 x", "curl -u me@example.com:[REDACTED] x",
+                 id="curl-user-email"),
     pytest.param(f"https://maps.example.com/api?key={BODY}&q=1",
                  "https://maps.example.com/api?key=[REDACTED]&q=1", id="query-key"),
     pytest.param(f"https://b.s3.amazonaws.com/o?X-Amz-Signature={BODY}&X-Amz-Date=1",
@@ -260,6 +271,8 @@ FALSE_POSITIVES = [
     "?keyword=value&keys=3 signature verified; cookie jar; the Cookie Monster",
     "https://hooks.example.com/services/x https://discord.com/channels/1/2",
     "dop_v1_short do_v1_x",
+    "pip install --user git+https://github.com/o/r; docker run -u 1000:1000 img",
+    "python -u script.py:12 nightly-update: ok",
 ]
 
 

@@ -57,7 +57,7 @@ _TRIGGER: Final = re.compile(
             "_v1_",  # dop_v1_, doo_v1_, dor_v1_
             "hooks\\.slack",
             "/webhooks/",
-            "-(?:u|-user)[ \t]",  # curl -u user:password
+            "(?<![^\\s\"'(])-(?:u|-user)",  # curl -u user:password, as a word of its own
             "npm_",
             "ya29\\.",
             "yJ",  # eyJ, the base64 of '{"' that opens a JWT
@@ -157,12 +157,16 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     (
         "flag",
         r"-(?<![^\s\"'(]-)-?(?i:api[_-]?key|access[_-]?key|passw(?:or)?d|secret|client[_-]?secret"
-        r"|token|auth[_-]?token|access[_-]?token)[ \t]+(?P<s_flag>[^\s\"'-][^\s\"']*)",
+        r"|token|auth[_-]?token|access[_-]?token)[ \t]+"
+        r"(?:(?P<q_flag>[\"'])(?P<s_flag__q>(?:(?!(?P=q_flag))[^\r\n])+)(?P=q_flag)"
+        r"|(?P<s_flag>[^\s\"'-][^\s\"']*))",
     ),
-    # curl's "-u user:password" (or "--user").
+    # curl's "-u user:password" (or "--user"; quoted, or with no space, or no user). Not
+    # a URL after "--user" (pip's), nor docker's numeric "-u uid:gid".
     (
         "curl_user",
-        r"-(?<![^\s\"'(]-)(?:u|-user)[ \t]+[^\s:\"'@/]+:(?P<s_curl_user>[^\s\"']+)",
+        r"-(?<![^\s\"'(]-)(?:u|-user)[ \t]*[\"']?[^\s:\"'/]*:(?![0-9]+(?![^\s\"']))"
+        r"(?P<s_curl_user>[^\s\"'/][^\s\"']*)",
     ),
     # A URL query parameter that is a credential by name: an API key, a signature.
     (
