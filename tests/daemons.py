@@ -1,12 +1,13 @@
 """Real daemons for the end-to-end tests, and what those tests ask of them.
 
 This module owns `Daemons` (starts `python -m harness.cli daemon` in a test's world and
-kills every daemon, and every pid in its pidfiles, at teardown), `FaultDaemons` (the same,
-with the daemon run under faultdaemon.py, the `LAUNCHER`, and a fault-injecting disk), the
-`DEADLINE` the tests wait on, `until` (poll a probe until it answers or the deadline
-passes), `request` (one control-socket op), and the readers built on the real CLI:
-`runs_of`, `record_of` and `states_of`; two looks at a process by pid, `alive` and
-`comm`; and `STUBBORN`, a run that ignores SIGTERM, with `stubborn_pid` to wait for it.
+kills every daemon, every pid in its pidfiles and every run a daemon left, at teardown),
+`FaultDaemons` (the same, with the daemon run under faultdaemon.py, the `LAUNCHER`, and a
+fault-injecting disk), the `DEADLINE` the tests wait on, `until` (poll a probe until it
+answers or the deadline passes), `request` (one control-socket op), and the readers built
+on the real CLI: `runs_of`, `record_of` and `states_of`; two looks at a process by pid,
+`alive` and `comm`; and `STUBBORN`, a run that ignores SIGTERM, with `stubborn_pid` to
+wait for it.
 The `daemons` and `fd` fixtures that hand a test one of these live in conftest.py.
 """
 
@@ -130,8 +131,28 @@ class Daemons:
         for pf in self.pidfiles:
             with contextlib.suppress(OSError, ValueError):
                 os.killpg(int(pf.read_text().strip()), signal.SIGKILL)
+        self._kill_leftover_runs()
         for f in self.files:
             f.close()
+
+    def _kill_leftover_runs(self) -> None:
+        """Kill every run a SIGKILLed daemon of this world left behind (a resident still
+        up when the test ended would otherwise outlive the suite, and load the machine).
+        A run is known by this world's XDG_STATE_HOME in its environment, which no other
+        process holds; each is its own process group's leader."""
+        mark = f"XDG_STATE_HOME={self.world.env['XDG_STATE_HOME']}".encode()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            pid = int(entry)
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if mark not in f.read().split(b"\0"):
+                        continue
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
 
 
 def runs_of(world: World, name: str) -> list[dict[str, Any]]:
@@ -199,17 +220,6 @@ class FaultDaemons(Daemons):
 
         calls: dict[str, int] = until(f"fault set {self.gen} to be armed", acked)["calls"]
         return calls
-
-    def kill_all(self) -> None:
-        super().kill_all()
-        # Runs a test left behind (a SIGKILLed daemon's), named by pid in pids/. Only a
-        # process that is still one of this world's runs is signalled: a pid is reused.
-        mark = f"XDG_STATE_HOME={self.world.env['XDG_STATE_HOME']}".encode()
-        for pf in (self.world.root / "pids").iterdir():
-            with (contextlib.suppress(OSError, ValueError),
-                  open(f"/proc/{int(pf.name)}/environ", "rb") as f):
-                if mark in f.read().split(b"\0"):
-                    os.killpg(int(pf.name), signal.SIGKILL)
 
 
 def request(d: Daemons, op: str, **args: Any) -> Any:

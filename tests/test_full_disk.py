@@ -194,8 +194,9 @@ def test_a_window_the_full_disk_refused_runs_late_once_space_is_back(
         r"in 5s: .*: cannot write: No space left on device\n", daemons.stderr()))
     filler.unlink()  # well within the 5 s, and the next window is 10 s on
     window = refused.group(1)
-    rec = until("the refused window's run", lambda: next(
-        (r for r in runs_of(world, "tick") if r.get("window") == window), None), WAIT)
+    rec = until("the refused window's run to end", lambda: next(
+        (r for r in runs_of(world, "tick")
+         if r.get("window") == window and r["outcome"] != "running"), None), WAIT)
     assert (rec["trigger"], rec["outcome"], rec["exit_code"]) == ("schedule", "success", 0)
     assert rec["started_at"] > window  # late, not at its window
     verify_ok(world)
