@@ -33,7 +33,7 @@ from harness.ledger.schema import (
     fit_line,
     prepare_line,
 )
-from harness.ledger.scrub import scrub_text, scrub_value
+from harness.ledger.scrub import scrub_text
 from harness.timefmt import canon, format_ns, now_ns, parse_ns
 
 NOW = parse_ns("2026-06-15T12:00:00Z")
@@ -56,6 +56,7 @@ def two_pass(line: dict[str, Any]) -> tuple[dict[str, Any], Cuts]:
             continue
         out[k] = v
     cuts = Cuts()
+    nested = []
     for k, v in out.items():
         if RECORD_FIELDS.get(k) == _T:
             out[k] = canon(v)
@@ -65,10 +66,8 @@ def two_pass(line: dict[str, Any]) -> tuple[dict[str, Any], Cuts]:
                 cuts.redactions += n
             out[k] = _cap(v, cuts)
         elif type(v) not in (int, bool, float):
-            v, n = scrub_value(v)
-            cuts.redactions += n
-            out[k] = _cap(v, cuts)
-    _settle_nested(out, cuts)
+            nested.append(k)  # cut to 16 entries, then scrubbed and capped
+    _settle_nested(out, nested, cuts)
     return out, cuts
 
 

@@ -312,24 +312,24 @@ def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str
             out[k], cut = cap_utf8(v, MAX_STR)
             cuts.truncations += cut
     if nested:
-        _settle_nested(out, cuts)
+        _settle_nested(out, nested, cuts)
     return out, cuts
 
 
-def _settle_nested(out: dict[str, Any], cuts: Cuts) -> None:
+def _settle_nested(out: dict[str, Any], nested: list[str], cuts: Cuts) -> None:
     """Lists and maps cut to MAX_LIST entries first (a string in an entry that goes is no
     cut of its own), then every string scrubbed and capped; canonical `mismatch.at`."""
     for k in ("models", "sessions"):
         if k in out and len(out[k]) > MAX_LIST:
             out[k] = out[k][:MAX_LIST]
             cuts.truncations += 1
-    for k in ("models", "sessions", "mismatch"):
-        if k in out:
+    for k in nested:
+        if k == "errors":
+            out[k] = _error_counts(out[k], cuts)
+        else:
             v, n = scrub_value(out[k])
             cuts.redactions += n
             out[k] = _cap(v, cuts)
-    if "errors" in out:
-        out["errors"] = _error_counts(out["errors"], cuts)
     if "mismatch" in out and "at" in out["mismatch"]:
         out["mismatch"] = {**out["mismatch"], "at": canon(out["mismatch"]["at"])}
 
