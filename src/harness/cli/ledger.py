@@ -363,3 +363,6 @@ def _sync_text(r: dict[str, Any]) -> str:
         side = agreement.split("_", 1)[0]
         return f"{side} ahead by {n}"
     return agreement
+
+
+COMMANDS = (ledger_group,)

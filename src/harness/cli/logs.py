@@ -134,3 +134,6 @@ def logs_command(ctx: click.Context, name: str, run: int | None, lines: int | No
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
+
+
+COMMANDS = (logs_command,)

@@ -6,19 +6,37 @@ the command's documented exit code, never a traceback.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
 from .. import __version__
-from .daemon import COMMANDS as DAEMON_COMMANDS
-from .ledger import ledger_group
-from .logs import logs_command
-from .projects import COMMANDS as PROJECT_COMMANDS
-from .runs import runs_command
+
+# Each command and the module of this package that defines it (in its COMMANDS). A
+# command's module is imported only when that command runs (or help lists them): a
+# `harness runs` need not load the daemon's config models or the work ledger's git code,
+# which took half its start-up.
+_COMMANDS = {
+    "runs": "runs", "ledger": "ledger", "logs": "logs",
+    **dict.fromkeys(("daemon", "trigger", "jobs", "list", "start", "stop", "restart"), "daemon"),
+    **dict.fromkeys(("reload", "up", "down"), "projects"),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = _COMMANDS.get(cmd_name)
+        if module is None:
+            return None
+        commands = importlib.import_module(f"{__package__}.{module}").COMMANDS
+        return next(c for c in commands if c.name == cmd_name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="harness")
 @click.option("--socket", "socket_path", envvar="HARNESS_SOCKET", default=None,
               help="Control socket path (default: $XDG_RUNTIME_DIR/harness.sock).")
@@ -28,13 +46,6 @@ from .runs import runs_command
 def cli(ctx: click.Context, socket_path: str | None, config_path: str | None) -> None:
     """Supervise AI coding agents and commands; keep a durable history of every run."""
     ctx.obj = {"socket": socket_path, "config": config_path}
-
-
-cli.add_command(runs_command)
-cli.add_command(ledger_group)
-cli.add_command(logs_command)
-for _cmd in (*DAEMON_COMMANDS, *PROJECT_COMMANDS):
-    cli.add_command(_cmd)
 
 
 def main() -> None:

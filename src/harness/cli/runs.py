@@ -155,3 +155,6 @@ def runs_command(ctx: click.Context, names: tuple[str, ...], harness: tuple[str,
         click.echo(f"{q.names[0]} has no runs yet" if legacy else "no runs match")
         return
     click.echo(render.table(records, wide=wide))
+
+
+COMMANDS = (runs_command,)
