@@ -341,7 +341,9 @@ def test_trigger_wait_pages_back_to_its_run_under_thousands_of_newer_records(
      "the daemon's jobs reply is not a list of objects: \"abc\""),
     ({"id": 1, "ok": True, "data": {"jobs": [1, 2]}},
      "the daemon's jobs reply is not a list of objects: {\"jobs\": [1, 2]}"),
-], ids=["a list", "a string", "not objects"])
+    ({"id": 1, "ok": True, "data": "token=s3cr3t"},
+     "the daemon's jobs reply is not a list of objects: \"token=[REDACTED]\""),
+], ids=["a list", "a string", "not objects", "a secret in it"])
 def test_a_reply_of_another_shape_is_a_clear_error(world: World, tmp_path: Path, raw: Any,
                                                    why: str) -> None:
     """Whatever answers on the socket, a listing never ends in a traceback: exit 1 and

@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from ..ledger.scrub import scrub_text
 from . import PROTO
 
 _decode = msgspec.json.Decoder().decode
@@ -42,7 +43,9 @@ class DaemonError(Exception):
 
 
 def _preview(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
+    """The start of a reply for an error message, scrubbed: an error never carries a
+    credential, whatever the other end sent."""
+    text = scrub_text(json.dumps(value, ensure_ascii=False))[0]
     return text if len(text) <= 60 else f"{text[:59]}…"
 
 
