@@ -90,6 +90,14 @@ _PEM = (r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?s:.*?)"
 _SEP = (r"""(?:(?:\\?["'])?(?:[ \t]|%20)*(?:[:=]|%3[ADad])(?:[ \t]|%20)*"""
         r"""|\\?["'][ \t]*,[ \t]*(?=\\?["']))""")
 _SCHEME_WORD = r"(?:(?i:bearer|basic|token)[ \t]+)?"
+# A command-line flag's dash, where it opens a word (not "nightly-update").
+_FLAG = r"-(?<![^\s\"'(]-)"
+
+
+def _header_value(name: str) -> str:
+    """A header's value, to the end of the header (its line or its closing quote), as the
+    secret group `s_<name>`."""
+    return rf"""(?P<s_{name}>(?:[^\r\n"'\\]|\\(?!["']))+)"""
 # The scheme must start a word: without the lookbehind, a long run of letters would be
 # rescanned for "://" from every position in it.
 _SCHEME = r"[A-Za-z](?<![A-Za-z0-9+.-][A-Za-z])[A-Za-z0-9+.-]*:\\?/\\?/"
@@ -139,7 +147,7 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         "auth",
         r"[Aa](?i:uthorization)" + _SEP + r"""(?:\\?["'])?"""
         + r"(?:(?P<auth_scheme>(?i:" + "|".join(_SCHEMES) + r"))[ \t]+)?"
-        + r"""(?P<s_auth>(?:[^\r\n"'\\]|\\(?!["']))+)""",
+        + _header_value("auth"),
     ),
     _credential_key("kv_a", _key("a", r"pi[_-]?key|ccess[_-]?key|ccount[_-]?key")),
     _credential_key("kv_p", _key("p", r"assw(?:or)?d|assphrase|rivate[_-]?key")),
@@ -151,12 +159,12 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     (
         "cookie",
         r"[Cc](?<![A-Za-z][Cc])(?i:ookie)" + _SEP + r"""(?:\\?["'])?"""
-        + r"""(?P<s_cookie>(?:[^\r\n"'\\]|\\(?!["']))+)""",
+        + _header_value("cookie"),
     ),
     # A credential passed as a command-line flag's next word ("--api-key VALUE").
     (
         "flag",
-        r"-(?<![^\s\"'(]-)-?(?i:api[_-]?key|access[_-]?key|passw(?:or)?d|secret|client[_-]?secret"
+        _FLAG + r"-?(?i:api[_-]?key|access[_-]?key|passw(?:or)?d|secret|client[_-]?secret"
         r"|token|auth[_-]?token|access[_-]?token)[ \t]+"
         r"(?:(?P<q_flag>[\"'])(?P<s_flag__q>(?:(?!(?P=q_flag))[^\r\n])+)(?P=q_flag)"
         r"|(?P<s_flag>[^\s\"'-][^\s\"']*))",
@@ -165,7 +173,7 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     # a URL after "--user" (pip's), nor docker's numeric "-u uid:gid".
     (
         "curl_user",
-        r"-(?<![^\s\"'(]-)(?:u|-user)[ \t]*[\"']?[^\s:\"'/]*:(?![0-9]+(?![^\s\"']))"
+        _FLAG + r"(?:u|-user)[ \t]*[\"']?[^\s:\"'/]*:(?![0-9]+(?![^\s\"']))"
         r"(?P<s_curl_user>[^\s\"'/][^\s\"']*)",
     ),
     # A URL query parameter that is a credential by name: an API key, a signature.
