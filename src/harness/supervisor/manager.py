@@ -70,10 +70,12 @@ MIN_BACKOFF = 0.1
 HOURS_GRACE = 15 * 60.0
 
 
-def _log_failure(what: str, exc: Exception) -> None:
-    """A start that failed: a disk that did not take the run id or the opened line (full,
-    read-only) is said in one line; anything else is a bug and gets its traceback."""
-    if isinstance(exc, (StateError, LedgerError)):
+def _log_failure(what: str, exc: Exception,
+                 expected: tuple[type[Exception], ...] = (StateError, LedgerError)) -> None:
+    """A step that failed: what the disk can cause (by default a run id or an opened line
+    a full or read-only disk did not take) is said in one line; anything else is a bug
+    and gets its traceback."""
+    if isinstance(exc, expected):
         log.error("%s: %s", what, exc)
     else:
         log.error("%s", what, exc_info=exc)
@@ -327,13 +329,10 @@ class Manager:
         and the log says what that costs."""
         try:
             return await self._last_window(name)
-        except (OSError, LedgerError) as exc:
-            log.error("harness %s: its run history could not be read, so it is scheduled "
-                      "from now (windows missed while the daemon was down are neither run "
-                      "nor recorded missed): %s", name, exc)
-        except Exception:
-            log.exception("harness %s: its run history could not be read, so it is "
-                          "scheduled from now", name)
+        except Exception as exc:
+            _log_failure(f"harness {name}: its run history could not be read, so it is "
+                         "scheduled from now (windows missed while the daemon was down are "
+                         "neither run nor recorded missed)", exc, (OSError, LedgerError))
         return None
 
     async def _tick(self, name: str, sched: Schedule, *, resume: bool) -> None:
