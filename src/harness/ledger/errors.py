@@ -61,12 +61,7 @@ class LineRejected(LedgerCorrupt, ValueError):
 
 
 class LineTooLong(LineRejected):
-    """A line whose sealed bytes exceed the line limit; `size` is their count with "\\n"."""
-
-    def __init__(self, message: str, size: int, *, harness: str | None = None,
-                 run_id: int | None = None) -> None:
-        super().__init__(message, harness=harness, run_id=run_id)
-        self.size = size
+    """A line whose sealed bytes, with their "\\n", exceed the line limit."""
 
 
 class LedgerClosed(LedgerError):

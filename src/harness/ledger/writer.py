@@ -236,7 +236,6 @@ class Writer:
         if len(data) + 1 > self.max_line:
             raise LineTooLong(
                 f"line of {len(data) + 1} bytes exceeds the {self.max_line}-byte limit",
-                len(data) + 1,
                 harness=harness,
                 run_id=run_id,
             )
