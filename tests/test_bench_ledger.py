@@ -47,6 +47,8 @@ def test_bench_ledger_smoke(tmp_path: Path) -> None:
         assert (gc["threads"], gc["lines"]) == (16, lines)
         assert 1 <= gc["lines_per_sync"] <= 16  # a sync is shared by at most every thread
         assert gc["ratio"] == gc["lines_per_s"] / gc["raw_one_thread_lines_per_s"]
+        assert gc["no_sync_ratio"] == (gc["no_sync_16_threads_lines_per_s"]
+                                       / gc["raw_one_thread_lines_per_s"])
 
     rd = res["reads"]
     assert (rd["runs"], rd["lines"]) == (10_000, 40_000)  # four lines a run
@@ -55,7 +57,7 @@ def test_bench_ledger_smoke(tmp_path: Path) -> None:
     assert res["index"]["records_in_memory"] == 7_000
 
     rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| ")]
-    assert len(rows) == 17  # the header, its rule and fifteen figures
+    assert len(rows) == 18  # the header, its rule and sixteen figures
     assert rows[0].startswith("| figure |") and rows[2].startswith("| synced append p50 |")
     # The throwaway working directory is gone; only the cached ledgers and results stay.
     assert sorted(p.name for p in tmp_path.iterdir()) == [
