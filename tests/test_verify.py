@@ -747,6 +747,33 @@ def test_torn_fragments_of_merged_files_are_listed_in_file_order(world: World) -
         f"2 torn fragment(s) skipped ({FILE1}:3, {later}.jsonl:2)"))
 
 
+def test_a_break_in_merged_files_lists_only_the_fragments_before_it(world: World) -> None:
+    """The merge reads every file ahead of the line it judges. Fragments it read past the
+    break are not listed, as with files read one after another, which stop at the break;
+    those before it are, also the one that opens the file whose line is the break, and one
+    just before a foreign line that is the break."""
+    files = clock_jump(world)  # seq 2, 3 in FILE1; 1, 4 in the later file
+    later = "2025-11-04.jsonl"
+    edited = json.loads(files[DAY1][0])
+    edited["reason"] = "operator"
+    write_lines(world.ledger / FILE1, [b'{"v":1,"seq":2,"ty', ref_canonical(edited),
+                                       b'{"v":1,"seq":3,', files[DAY1][1]])
+    write_lines(world.ledger / later, [files["2025-11-04"][0], b'{"v":1,"seq":4,"t',
+                                       files["2025-11-04"][1]], tail=b'{"v":1,"seq":5,')
+    code, out = verify_json(world)
+    assert (code, out["seq"], out["file"], out["line"], out["reason"]) == (2, 2, FILE1, 2, EDITED)
+    assert (out["entry_count"], out["torn"], out["torn_at"]) == (1, 1, [f"{FILE1}:1"])
+    # The break a foreign line makes where it lies (after seq 3): the fragments before it
+    # in both files are listed, the two after it are not.
+    write_lines(world.ledger / FILE1, [files[DAY1][0], b'{"v":1,"seq":3,', files[DAY1][1],
+                                       b'{"v":1,', b'["not", "a", "ledger line"]', b'{"v'])
+    write_lines(world.ledger / later, [b'{"v":1,"seq":1', files["2025-11-04"][0],
+                                       b'{"v":1,"seq":4,"t', files["2025-11-04"][1]])
+    code, out = verify_json(world)
+    assert (code, out["file"], out["line"], out["entry_count"]) == (2, FILE1, 5, 3)
+    assert out["torn_at"] == [f"{FILE1}:2", f"{FILE1}:4", f"{later}:1"]
+
+
 def test_torn_tail_in_an_older_day_file(world: World) -> None:
     files = three_days(world)
     write_lines(world.ledger / f"{DAYS[0]}.jsonl", files[DAYS[0]], tail=b'{"v":1,"seq":3,')

@@ -440,7 +440,8 @@ def _verify_once(directory: str, parallel: bool | None) -> VerifyResult:
     return res
 
 
-def _by_seq(fi: int, lines: Iterator[_Item], before: int
+def _by_seq(fi: int, lines: Iterator[_Item], before: int, frags: _Fragments,
+            placed: list[tuple[tuple[int, int, int], str]]
             ) -> Iterator[tuple[int, int, int, bytes, _Link | _Foreign]]:
     """One file's lines keyed for the merge: (seq, file index, line number, bytes, link).
 
@@ -448,21 +449,39 @@ def _by_seq(fi: int, lines: Iterator[_Item], before: int
     no line before it there, so it goes just ahead of the file's first linked line (the
     earlier files' line of that seq sorts first, being in an earlier stream), or, in a
     file with no linked line, at `before`: where the files before it ended. Only the first
-    such line can be the break, so the rest are not held."""
+    such line can be the break, so the rest are not held.
+
+    The torn fragments `lines` passes over go to `placed` with their place in the merge
+    (the key of the line after them, the file, their own line number), so that a break
+    can keep only those the merge had reached; the merge reads each file ahead of it."""
     seq: int | None = None
     opening: tuple[int, bytes, _Link | _Foreign] | None = None
+    held: list[str] = []  # the fragments before the held opening line
+    seen = 0
+
+    def place(key: int) -> None:
+        nonlocal seen
+        placed.extend(((key, fi, _file_then_line(w)[1]), w) for w in frags.at[seen:])
+        seen = len(frags.at)
+
     for n, raw, link in lines:
         if isinstance(link, _Link):
             if opening is not None:
+                placed.extend(((link.seq - 1, fi, _file_then_line(w)[1]), w) for w in held)
                 yield link.seq - 1, fi, *opening
                 opening = None
             seq = link.seq
         elif seq is None:
-            opening = opening or (n, raw, link)
+            if opening is None:
+                opening = (n, raw, link)
+                held, seen = frags.at[seen:], len(frags.at)
             continue
+        place(seq)
         yield seq, fi, n, raw, link
     if opening is not None:
+        placed.extend(((before, fi, _file_then_line(w)[1]), w) for w in held)
         yield before, fi, *opening
+    place(before if seq is None else seq)  # after the file's last line
 
 
 def _file_then_line(where: str) -> tuple[str, int]:
@@ -474,37 +493,42 @@ def _file_then_line(where: str) -> tuple[str, int]:
 def _verify_merged(listing: Listing, anchor: tuple[int, str] | None, checks: list[FileCheck],
                    res: VerifyResult) -> VerifyResult:
     """Follow the chain through every file at once, in seq order (the clock-jump case)."""
-    res.torn_at = []
     res.lines = 0
     res.behind = 0
     res.start_seq = None
     prev_hash: str | None
     prev_seq, prev_hash = anchor if anchor else (0, ZERO_HASH)
     names = [os.path.basename(p) for _, p in listing.days]
-    frags = _Fragments(res.torn_at)
     behind = _Behind(anchor)
     ends = itertools.accumulate((c.last_seq or 0 for c in checks), max, initial=prev_seq)
-    streams = [_by_seq(fi, _lines(p, names[fi], frags), end)
-               for (fi, (_, p)), end in zip(enumerate(listing.days), ends, strict=False)]
+    placed: list[tuple[tuple[int, int, int], str]] = []
+    streams = []
+    for (fi, (_, p)), end in zip(enumerate(listing.days), ends, strict=False):
+        frags = _Fragments([])
+        streams.append(_by_seq(fi, _lines(p, names[fi], frags), end, frags, placed))
     # Day files are seq-ordered inside; merging by seq also orders lines a clock jump
     # put in an earlier-named file.
     items = heapq.merge(*streams, key=lambda it: it[0])
     gc_was = gc.isenabled()
     gc.disable()
     try:
+        stop: tuple[int, int, int] | None = None  # the break's place in the merge
         for seq, fi, n, raw, link in items:
             if isinstance(link, _Foreign):
                 res.error = Break(link.seq, names[fi], n, link.reason)
+                stop = (seq, fi, n)
                 break
             if res.start_seq is None and behind.takes(seq):
                 fault = behind.fault(link, raw)
                 if fault:
                     res.error = Break(seq, names[fi], n, fault)
+                    stop = (seq, fi, n)
                     break
                 continue
             fault = _fault(link, raw, prev_seq, prev_hash)
             if fault:
                 res.error = Break(seq, names[fi], n, fault)
+                stop = (seq, fi, n)
                 break
             if res.start_seq is None:
                 res.start_seq = seq
@@ -514,8 +538,10 @@ def _verify_merged(listing: Listing, anchor: tuple[int, str] | None, checks: lis
         if gc_was:
             gc.enable()
     res.behind = behind.count
-    # Found in merge order; named in file order, as files read one after another are.
-    res.torn_at.sort(key=_file_then_line)
+    # Only the fragments before the break, as when files are read one after another;
+    # found in merge order, they are named in file order too.
+    res.torn_at = sorted((w for place, w in placed if stop is None or place < stop),
+                         key=_file_then_line)
     res.torn = len(res.torn_at)
     res.ok = res.error is None
     res.head_seq = prev_seq if prev_seq else None
