@@ -881,3 +881,80 @@ def test_a_decided_line_in_a_doomed_file_is_carried_when_the_run_opened_later(
     assert led.open_records() == []
     recs, _, _ = scan(str(d), Query(names=("x",), limit=5), offline=False)
     assert [(r.closed, r.fields["outcome"]) for r in recs] == [(True, "cancelled")]
+
+
+def test_a_line_committed_to_yesterdays_file_while_it_is_pruned_is_carried(
+        tmp_path: Path) -> None:
+    """Just after midnight the size cap deletes yesterday's file, while a run whose opened
+    line was stamped 23:59:59.5 is committed to it after the carry-forward looked at the
+    file. That acknowledged line must not go with the file: the prune sees the commit,
+    carries again, and the run stays open, in memory, on disk and after a reopen. (The
+    interleaving is forced by running the append right after the first carry.)"""
+    midnight = (T0 // DAY + 1) * DAY
+    clock = Clock(midnight - 10**9)
+    led = RunLedger(str(tmp_path), clock=clock, max_bytes=1 << 30)
+    led.append({"type": "decided", "harness": "a", "run_id": 1, "trigger": "manual",
+                "outcome": "skipped"})
+    clock.ns = midnight + 10**9
+    led.append({"type": "decided", "harness": "a", "run_id": 2, "trigger": "manual",
+                "outcome": "skipped"})
+    led.set_limits(90 * DAY, 0)  # the size cap: every file but today's goes
+    carry = led._carry_forward
+    carries: list[int] = []
+
+    def carry_then_a_late_line(d: str) -> int:
+        n = carry(d)
+        carries.append(n)
+        if len(carries) == 1:  # another thread read the clock at 23:59:59.5
+            clock.ns = midnight - 10**9 // 2
+            led.append({"type": "opened", "harness": "b", "run_id": 7, "trigger": "manual",
+                        "kind": "oneshot", "outcome": "running"})
+            clock.ns = midnight + 10**9
+        return n
+
+    led._carry_forward = carry_then_a_late_line  # type: ignore[method-assign]
+    res = led.prune()
+    assert (res.deleted, res.error, carries, res.carried_forward) == ([day(T0)], None, [0, 1], 1)
+    assert [(r["harness"], r["run_id"], r["outcome"]) for r in led.open_records()] == [
+        ("b", 7, "running")]
+    led.close()
+    assert sorted(os.listdir(tmp_path)) == [f"{day(midnight)}.jsonl", "CHAIN"]
+    carried = [o for o in lines_of(tmp_path / f"{day(midnight)}.jsonl") if o["harness"] == "b"]
+    assert [(o["type"], o["run_id"], o["at"][:10]) for o in carried] == [
+        ("opened", 7, day(midnight))]
+    again = RunLedger(str(tmp_path), clock=clock)
+    assert again.get("b", 7)["outcome"] == "running"  # type: ignore[index]
+    again.close()
+    assert verify_run_ledger(str(tmp_path)).ok
+
+
+def test_a_prune_gives_up_on_a_file_lines_keep_reaching(tmp_path: Path) -> None:
+    """Were lines committed to a doomed file after every carry, the prune would carry for
+    ever: after `CARRIES` tries it keeps the file, says why, and the next prune retries."""
+    midnight = (T0 // DAY + 1) * DAY
+    clock = Clock(midnight - 10**9)
+    led = RunLedger(str(tmp_path), clock=clock, max_bytes=1 << 30)
+    led.append({"type": "decided", "harness": "a", "run_id": 1, "trigger": "manual",
+                "outcome": "skipped"})
+    clock.ns = midnight + 10**9
+    led.set_limits(90 * DAY, 0)
+    carry = led._carry_forward
+    late = iter(range(10, 20))
+
+    def carry_then_a_late_line(d: str) -> int:
+        n = carry(d)
+        clock.ns = midnight - 10**9 // 2
+        led.append({"type": "decided", "harness": "a", "run_id": next(late),
+                    "trigger": "manual", "outcome": "skipped"})
+        clock.ns = midnight + 10**9
+        return n
+
+    led._carry_forward = carry_then_a_late_line  # type: ignore[method-assign]
+    res = led.prune()
+    assert res.deleted == []
+    assert res.error == (f"pruning {tmp_path}/{day(T0)}.jsonl failed: lines kept reaching it "
+                         f"while {retention_mod.CARRIES} carries ran; retrying at the next prune")
+    led._carry_forward = carry  # type: ignore[method-assign]
+    res = led.prune()
+    assert (res.deleted, res.error) == ([day(T0)], None)
+    led.close()

@@ -4,12 +4,16 @@ Invariants: today's file is never deleted; a file is deleted only after every
 run still open whose opened line it holds has a fresh opened line, synced, in
 today's file (`carry_forward`), and after ``CHAIN`` records the (seq, hash) of its
 highest line, so the chain's new start is checkable; CHAIN is replaced atomically
-(tmp, fsync, rename) and created 0600. A failure stops the prune and keeps every
-file not yet deleted; the next prune tries again.
+(tmp, fsync, rename) and created 0600. The file goes under `quiet`, which holds the
+writer and says whether a line reached the file since the carry looked: a line stamped
+just before midnight may still be committed to yesterday's file while it is pruned,
+and is then carried too, never deleted unseen. A failure stops the prune and keeps
+every file not yet deleted; the next prune tries again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -24,6 +28,8 @@ from .verify import read_chain_file
 
 log = logging.getLogger("harness.ledger")
 DAY_NS = 86_400 * 1_000_000_000
+# Carries of one file at most while lines keep reaching it; then the next prune retries.
+CARRIES = 3
 
 
 @dataclass
@@ -65,6 +71,20 @@ def _sized(directory: str) -> list[tuple[str, str, int]]:
     return out
 
 
+def _delete(directory: str, path: str, anchor: tuple[int, str] | None
+            ) -> tuple[int, str] | None:
+    """Delete one day file, its highest line first recorded in CHAIN; the new anchor."""
+    # The next kept line links to the doomed file's highest seq.
+    last = highest_line(path)
+    if last is not None and (anchor is None or last[0] > anchor[0]):
+        # A damaged hash anchors nothing: the next line's link fails verify, which
+        # names it, as it named the damage before.
+        anchor = (last[0], link_to(last[1]))
+        write_chain_file(directory, *anchor)
+    os.unlink(path)
+    return anchor
+
+
 def write_chain_file(directory: str, seq: int, digest: str) -> None:
     """Replace ledger/CHAIN with the pruned tail's last (seq, hash), atomically."""
     atomic_write(os.path.join(directory, CHAIN_FILE),
@@ -77,9 +97,12 @@ def prune(
     retention_ns: int,
     max_bytes: int,
     carry_forward: Callable[[str], int],
+    quiet: Callable[[str], contextlib.AbstractContextManager[bool]] | None = None,
 ) -> PruneResult:
     """Delete what REQ-12 says must go. `carry_forward(day)` re-opens, in today's file, every
-    open run whose opened line is in that day's file, and returns how many it wrote."""
+    open run whose opened line is in that day's file, and returns how many it wrote.
+    `quiet(day)` holds every write while the file goes, and yields whether nothing was
+    committed to the day's file since `carry_forward` looked (else it carries again)."""
     res = PruneResult()
     anchor = read_chain_file(directory)
     # Carried-forward lines make today's file grow after the plan sized it: plan again
@@ -93,15 +116,14 @@ def prune(
         for day in doomed:
             path = paths[day]
             try:
-                res.carried_forward += carry_forward(day)
-                # The next kept line links to the doomed file's highest seq.
-                last = highest_line(path)
-                if last is not None and (anchor is None or last[0] > anchor[0]):
-                    # A damaged hash anchors nothing: the next line's link fails
-                    # verify, which names it, as it named the damage before.
-                    anchor = (last[0], link_to(last[1]))
-                    write_chain_file(directory, *anchor)
-                os.unlink(path)
+                for _ in range(CARRIES):
+                    res.carried_forward += carry_forward(day)
+                    with quiet(day) if quiet else contextlib.nullcontext(True) as still:
+                        if still:
+                            anchor = _delete(directory, path, anchor)
+                            break
+                else:
+                    raise RuntimeError(f"lines kept reaching it while {CARRIES} carries ran")
             except Exception as exc:  # keep this file and every later one; retry next prune
                 res.error = f"pruning {path} failed: {exc}; retrying at the next prune"
                 log.error("ledger: %s", res.error)

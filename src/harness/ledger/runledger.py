@@ -12,6 +12,7 @@ ever opened and not closed is known at open (REQ-7 needs them all), whatever its
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import gc
 import heapq
@@ -112,6 +113,10 @@ class RunLedger:
         self._pruned = 0
         self._carried = 0
         self._trimmed_day = 0
+        # The highest seq committed to each day file, and what a carry-forward saw of it:
+        # a prune deletes a file only when the two agree (`_quiet`).
+        self._path_commits: dict[str, int] = {}
+        self._carry_marks: dict[str, int] = {}
         self.created = make_private_dir(directory)
         # One writer per ledger (SPEC-0022): a second daemon on the same state directory
         # would issue the same seqs. Held until close; readers take no lock.
@@ -399,6 +404,7 @@ class RunLedger:
         with self._lock:
             self._committed = entries[-1].seq
             for e in entries:
+                self._path_commits[e.path] = e.seq
                 obj = e.obj  # the writer is done with it: the ring keeps it as committed
                 self._ring.append(obj)
                 r = self._index.apply(obj, live=True)
@@ -481,7 +487,8 @@ class RunLedger:
         """Apply REQ-12 now (the daemon calls this at boot and at each UTC day rollover)."""
         with self._lock:
             retention_ns, max_bytes = self.retention_ns, self.max_bytes
-        res = prune(self.directory, self.clock(), retention_ns, max_bytes, self._carry_forward)
+        res = prune(self.directory, self.clock(), retention_ns, max_bytes, self._carry_forward,
+                    self._quiet)
         with self._lock:
             self._pruned += len(res.deleted)
             self._carried += res.carried_forward
@@ -547,7 +554,12 @@ class RunLedger:
         line for each ended run whose closing line is in it while its opened line lies
         in a later file (a clock stepped back across midnight), which would otherwise
         read open once the file is gone."""
-        opening, ending = self._keys_in(day_path(self.directory, day))
+        path = day_path(self.directory, day)
+        with self._lock:
+            # Marked before the file and the index are read: a line committed to the file
+            # from now on is one this carry may not have seen (`_quiet` tells).
+            self._carry_marks[path] = self._path_commits.get(path, 0)
+        opening, ending = self._keys_in(path)
         with self._lock:
             # By the file's own lines too: a line's `at` names its file unless the files
             # were edited, and an open run whose only opened line is gone reads as none.
@@ -571,6 +583,20 @@ class RunLedger:
         for e in entries:
             self._writer.wait(e)
         return len(entries)
+
+    @contextlib.contextmanager
+    def _quiet(self, day: str) -> Iterator[bool]:
+        """Hold the writer while `day`'s file is deleted, and say whether nothing was
+        committed to it since `_carry_forward` looked. A line stamped just before midnight
+        can be committed to yesterday's file while the prune runs; such a line would go
+        with the file unseen, and the prune carries again instead."""
+        path = day_path(self.directory, day)
+        with self._writer.passes():
+            with self._lock:
+                still = self._path_commits.get(path, 0) == self._carry_marks.pop(path, -1)
+                if still:
+                    self._path_commits.pop(path, None)
+            yield still
 
     def _keys_in(self, path: str) -> tuple[dict[tuple[str, int], str], set[tuple[str, int]]]:
         """The records with an opened line in one day file (with the newest such line's

@@ -21,16 +21,19 @@ Both ledgers write through this. Invariants:
 * Concurrent synced appends share one fdatasync per file (group commit); lines
   appended with ``sync=False`` are synced within ``flush_every`` and always before
   (with) any later synced line.
+* Each pass (write, sync, commit) runs whole under ``passes()``: a holder of it sees no
+  line written or committed meanwhile (retention deletes a day file under it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -184,6 +187,7 @@ class Writer:
         self._syncs = 0
         self._flush_now = False
         self._retry_now = False  # a close or flush cuts short the backoff under way
+        self._passing = threading.Lock()  # held through each pass: see `passes`
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -319,6 +323,14 @@ class Writer:
             self._retry_now = True
         self._ring()
 
+    @contextlib.contextmanager
+    def passes(self) -> Iterator[None]:
+        """Hold the writer between passes: while held, no line is written, synced or
+        committed. What a pass had written but not synced stays uncommitted, and is
+        written again should its file go meanwhile (`_rewrite_moved`)."""
+        with self._passing:
+            yield
+
     def stats(self) -> WriterStats:
         with self._cv:
             return WriterStats(
@@ -380,9 +392,10 @@ class Writer:
             if idle:  # nothing queued, no retry or close pending: a later enqueue rings
                 self._bell.acquire()
                 continue
-            err: LedgerError | Literal[False] | _Stopped | None = (
-                self._common_pass(batch) if common else False
-            )
+            err: LedgerError | Literal[False] | _Stopped | None = False
+            if common:
+                with self._passing:
+                    err = self._common_pass(batch)
             if err is False:
                 err = self._general_pass(retry_at)
                 if err is False:  # nothing was due: it waited for the bell or a deadline
@@ -439,7 +452,8 @@ class Writer:
         if not ready:
             self._bell.acquire(timeout=timeout)
             return False
-        return self._write_and_sync(batch, force)
+        with self._passing:
+            return self._write_and_sync(batch, force)
 
     def _common_pass(self, batch: list[Entry]) -> LedgerError | Literal[False] | None:
         """Write and sync a batch the way nearly every wake-up finds it, or decline.
