@@ -41,6 +41,7 @@ from ledgertools import (
     gc_left_by,
     lines_of,
     ref_canonical,
+    wait_for_bytes,
 )
 
 ZERO = "0" * 64
@@ -1012,6 +1013,49 @@ def test_since_after_a_restart_returns_every_line_in_order(
     assert [x["seq"] for x in led.since(890)] == list(range(891, 901))
     assert list(led.since(900)) == []
     assert [x["seq"] for x in led.since(0)] == list(range(1, 901))
+
+
+def test_since_after_a_restart_holds_back_a_written_line_not_yet_synced(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """Before the first commit after a restart, `since` reads the files alone. A buffered
+    line is in a file before it is synced, yet not committed: `since` must not show it
+    (nor `get`) until it is."""
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    led.append(decided("nightly", 1))
+    led.close()
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    assert led.append(decided("nightly", 2, reason="buffered"), sync=False) == 2
+    wait_for_bytes(ledger_dir, b'"reason":"buffered"')
+    assert [x["seq"] for x in led.since(0)] == [1]
+    assert led.get("nightly", 2) is None
+    led.flush()
+    assert led.append(decided("nightly", 3)) == 3
+    assert [x["seq"] for x in led.since(0)] == [1, 2, 3]
+
+
+def test_since_after_a_restart_never_skips_a_seq_committed_while_it_reads(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """`since` lists the day files once and reads them lazily. While it reads, seq N is
+    committed to a new day file (not listed) and N+1, its clock read before midnight, to
+    the listed one: yielding N+1 without N would make a reader resuming after N+1 miss N
+    for good. It yields neither; the next call yields both, in order."""
+    midnight = (T0 // DAY + 1) * DAY
+    clock = Clock(T0)
+    led = open_ledger(ledger_dir, clock=clock)
+    write_many(led, 12_000)  # past one read chunk (4 MiB): the file is read in two
+    led.close()
+    led = open_ledger(ledger_dir, clock=clock)
+    it = led.since(11_990)
+    assert next(it)["seq"] == 11_991  # the listing is taken: one file
+    clock.ns = midnight + NS
+    assert led.append(decided("b", 1)) == 12_001  # into tomorrow's file, not listed
+    clock.ns = midnight - NS
+    assert led.append(decided("c", 1)) == 12_002  # into the listed file
+    assert [x["seq"] for x in it] == list(range(11_992, 12_001))
+    assert [x["seq"] for x in led.since(12_000)] == [12_001, 12_002]
+    led.close()
 
 
 def test_since_reads_the_files_where_the_ring_does_not_reach(

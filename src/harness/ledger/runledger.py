@@ -452,10 +452,14 @@ class RunLedger:
         """Every committed line after `seq`, in seq order, from memory or the files."""
         with self._lock:
             ring = list(self._ring)
+            committed = self._committed
         if ring and ring[0]["seq"] <= seq + 1:
             yield from (o for o in ring if o["seq"] > seq)
             return
-        upto = ring[0]["seq"] if ring else None
+        # The files hold more than what is committed: lines written and not yet synced,
+        # and lines committed after this snapshot, into files listed or not. Read only up
+        # to the snapshot, the ring's first line or, the ring empty, the last committed.
+        upto = ring[0]["seq"] if ring else committed + 1
         last = seq
         streams = [self._file_stream(p, seq, upto) for _d, p in
                    list_day_files(self.directory).days]
@@ -464,10 +468,10 @@ class RunLedger:
             yield obj
         yield from (o for o in ring if o["seq"] > last)
 
-    def _file_stream(self, path: str, after: int, upto: int | None) -> Iterator[dict[str, Any]]:
+    def _file_stream(self, path: str, after: int, upto: int) -> Iterator[dict[str, Any]]:
         for raw in self._file_lines(path):
             obj = self._decode(raw, count=False)
-            if obj is not None and obj["seq"] > after and (upto is None or obj["seq"] < upto):
+            if obj is not None and after < obj["seq"] < upto:
                 yield obj
 
     # -- retention ---------------------------------------------------------------------
