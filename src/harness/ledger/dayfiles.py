@@ -148,10 +148,13 @@ def is_whole(fragment: bytes | memoryview) -> bool:
     except msgspec.ValidationError:
         # A number no decoder holds (1e999, 5,000 digits) stops the decoder before the
         # end: whether the JSON is whole is for a decoder that skips the value unread.
+        # That one skips strings unread too, so their UTF-8 is checked apart: the answer
+        # must not depend on whether the number or the bad byte comes first.
         try:
             _raw.decode(fragment)
         except UNREADABLE:
             return False
+        return is_utf8(bytes(fragment))
     except UNREADABLE:
         return False
     return True
