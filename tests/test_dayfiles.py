@@ -365,3 +365,93 @@ def test_a_listed_file_gone_since_is_nothing_when_gone_ok(tmp_path: Path) -> Non
         list(iter_chunks(gone))
     with pytest.raises(FileNotFoundError):
         list(iter_blocks(gone))
+
+
+# --- edges found by mutation testing: opening, iter_blocks, read_tail, highest_line ----
+
+
+def test_a_listed_path_that_cannot_be_opened_raises_even_when_gone_ok(tmp_path: Path) -> None:
+    # Only a file that is gone reads as nothing; any other failure to open it is an error.
+    d = tmp_path / "2026-06-15.jsonl"
+    d.mkdir()
+    with pytest.raises(IsADirectoryError):
+        list(iter_chunks(str(d), gone_ok=True))
+    with pytest.raises(IsADirectoryError):
+        list(iter_blocks(str(d), gone_ok=True))
+
+
+def test_iter_blocks_yields_memoryviews_for_lines_whole_tails_and_torn_tails(
+        tmp_path: Path) -> None:
+    whole = [(type(v), t) for v, t in iter_blocks(_write(tmp_path / "d", b'[1]\n{"a":2}'))]
+    assert whole == [(memoryview, False), (memoryview, False)]
+    torn = [(type(v), t) for v, t in iter_blocks(_write(tmp_path / "e", b'[1]\n{"a":'))]
+    assert torn == [(memoryview, False), (memoryview, True)]
+
+
+def test_is_whole_refuses_a_value_with_invalid_utf8() -> None:
+    # Invalid UTF-8 makes it no JSON value, whichever decoder tried it first.
+    assert is_whole(b'{"seq":1,"s":"\xff"}') is False
+    assert is_whole(memoryview(b'["\xc3"]')) is False
+
+
+@pytest.mark.parametrize("block", [1, 5, 1 << 16])
+def test_read_tail_a_whole_tail_without_its_newline_is_torn_not_the_last_line(
+        tmp_path: Path, block: int) -> None:
+    # read_tail reports the last complete line; the caller decides whether the tail is
+    # whole (is_whole) and so a line missing only its newline.
+    head = _lines(b'{"seq":1,"hash":"h1"}')
+    p = _write(tmp_path / "d", head + b'{"seq":2,"hash":"h2"}')
+    assert read_tail(p, block=block) == FileTail(1, "h1", b'{"seq":2,"hash":"h2"}', 43, None)
+    # Nor is a whole tail with a damaged hash a damaged line: the tail is the caller's.
+    p = _write(tmp_path / "e", head + b'{"seq":2,"hash":0}')
+    assert read_tail(p, block=block) == FileTail(1, "h1", b'{"seq":2,"hash":0}', 40, None)
+
+
+def test_a_null_hash_is_a_line_without_one_not_a_damaged_line(tmp_path: Path) -> None:
+    data = _lines(b'{"seq":2,"hash":"h2"}', b'{"seq":3,"hash":null}')
+    p = _write(tmp_path / "d", data)
+    assert read_tail(p) == FileTail(3, None, None, len(data), None)
+    assert highest_line(p) == (3, None)
+
+
+def test_a_hash_of_invalid_utf8_is_damaged(tmp_path: Path) -> None:
+    # The seq reads (the hash is skipped unread), the hash does not: the seq was taken.
+    data = _lines(b'{"seq":2,"hash":"h2"}', b'{"seq":5,"hash":"\xff"}')
+    p = _write(tmp_path / "d", data)
+    assert highest_line(p) == (5, None)
+    assert read_tail(p) == FileTail(2, "h2", None, len(data), 5)
+
+
+def test_a_line_nested_deeper_than_the_decoder_recurses_is_skipped(tmp_path: Path) -> None:
+    # An object whose seq reads before the decoder gives up: RecursionError, not a
+    # decode error, and no seq, no damaged seq.
+    deep = b'{"seq":9,"x":' + DEEP + b"]" * 100_000 + b"}"
+    data = _lines(b'{"seq":1,"hash":"h1"}', deep, b'{"seq":2,"x":' + DEEP)
+    p = _write(tmp_path / "d", data)
+    assert highest_line(p) == (1, "h1")
+    assert read_tail(p) == FileTail(1, "h1", None, len(data), None)
+
+
+def test_is_whole_refuses_a_value_nested_too_deep_after_a_number_no_float_holds() -> None:
+    # The number stops the first decoder before it recurses; the one that skips values
+    # unread then recurses too deep: not whole, and no RecursionError escapes.
+    frag = b'{"seq":1,"n":1e999,"x":' + DEEP + b"]" * 100_000 + b"}"
+    assert is_whole(frag) is False
+    assert is_whole(memoryview(frag)) is False
+
+
+@pytest.mark.parametrize("block", [2, 4, 1 << 16])
+def test_read_tail_reads_back_to_a_newline_past_a_carriage_return(tmp_path: Path,
+                                                                 block: int) -> None:
+    # Only "\n" ends a line: a "\r" in the torn fragment is part of it.
+    data = _lines(b'{"seq":1,"hash":"h1"}') + b'{"seq":2,\r"hash"'
+    p = _write(tmp_path / "d", data)
+    assert read_tail(p, block=block) == FileTail(1, "h1", b'{"seq":2,\r"hash"', len(data))
+
+
+@pytest.mark.parametrize("value", [b'{"n":1e999,"s":"\xff"}', b'{"s":"\xff","n":1e999}'])
+def test_is_whole_refuses_invalid_utf8_whichever_field_comes_first(value: bytes) -> None:
+    """A number no float holds stops the first decoder before the end; the one that then
+    checks the rest skips strings unread, so invalid UTF-8 after the number passed as a
+    whole line, while the same value with its fields swapped did not."""
+    assert is_whole(value) is False
