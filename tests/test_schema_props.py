@@ -72,7 +72,10 @@ def two_pass(line: dict[str, Any]) -> tuple[dict[str, Any], Cuts]:
 
 
 SECRETS = ["sk-ant-api03-" + "a" * 40, "Bearer abcdefghijklmnopqrstuvwxyz0123",
-           "https://bob:hunter2hunter2@example.com/x", "ghp_" + "b" * 36, "token=s3cr3t-v4lue"]
+           "https://bob:hunter2hunter2@example.com/x", "ghp_" + "b" * 36, "token=s3cr3t-v4lue",
+           # Forms whose trigger must open a word: a field may open with them.
+           "-u alice:hunter2hunter2", "--user alice:hunter2hunter2",
+           "--password hunter2hunter2"]
 text = st.one_of(
     st.text(max_size=40),
     st.text(alphabet="𝄞𝄞€é x", min_size=60, max_size=140),  # long and multi-byte: caps
@@ -571,3 +574,15 @@ def test_seventeen_error_classes_that_merge_to_sixteen_are_not_cut() -> None:
     out, cuts = prep(errors=errors)
     assert out["errors"] == {"auth token=[REDACTED]": 2} | {f"k{i:02d}": i for i in range(15)}
     assert (cuts.redactions, cuts.truncations) == (2, 0)
+
+
+@pytest.mark.parametrize("value", ["-u alice:hunter2hunter2", "--user alice:hunter2hunter2"])
+@pytest.mark.parametrize("key", ["reason", "log", "trace_url", "todo_id"])
+def test_a_curl_user_password_opening_a_field_is_redacted(key: str, value: str) -> None:
+    """REQ-17. The one scan of a line's joined free text missed a `-u user:password` that
+    opened a field other than the first: its trigger must open a word, and the joint
+    before the field was no space. The field alone was always redacted."""
+    want, n = scrub_text(value)
+    assert (want, n) == (value.split(" ")[0] + " alice:[REDACTED]", 1)
+    out, cuts = prepare_line({"type": "closed", "harness": "h", "run_id": 1, key: value}, NOW)
+    assert (out[key], cuts.redactions) == (want, 1)
