@@ -160,8 +160,9 @@ class Rig:
         return read_disk(self.day)
 
 
-@pytest.fixture
-def make_rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
+def rigs_in(tmp_path: Path, **defaults: Any) -> Iterator[Callable[..., Rig]]:
+    """Yield a maker of writers on fresh directories under `tmp_path` (options over
+    `defaults`); close them all after."""
     rigs: list[Rig] = []
 
     def make(**kw: Any) -> Rig:
@@ -173,8 +174,7 @@ def make_rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
             "next_seq": 1,
             "head_hash": ZERO_HASH,
             "sync_timeout": 2.0,
-            "retry_min": 0.01,
-            "retry_max": 0.05,
+            **defaults,
         }
         opts.update(kw)
         w = Writer(_DaySealer(str(directory)), files=files, on_commit=commits, **opts)
@@ -186,6 +186,11 @@ def make_rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
     for rig in rigs:
         rig.files.clear()
         rig.writer.close(timeout=5.0)
+
+
+@pytest.fixture
+def make_rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
+    yield from rigs_in(tmp_path, retry_min=0.01, retry_max=0.05)
 
 
 # -- 1. the healthy path -------------------------------------------------------------------
