@@ -604,7 +604,9 @@ class Writer:
                 self._dir_unsynced.add(path)
             with self._cv:
                 held = any(e.path == path and e.written for e in self._queue)
-            if held and not self._closing:
+            # Kept on close too (the shutdown closes it): a retry during close must still
+            # tell whether the path names that file, or it would sync a new empty one.
+            if held:
                 self._release(path)
                 self._dropped[path] = f.fd
                 return
