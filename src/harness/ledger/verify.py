@@ -459,15 +459,18 @@ def _by_seq(fi: int, lines: Iterator[_Item], before: int, frags: _Fragments,
     held: list[str] = []  # the fragments before the held opening line
     seen = 0
 
+    def put(key: int, wheres: list[str]) -> None:
+        placed.extend(((key, fi, _file_then_line(w)[1]), w) for w in wheres)
+
     def place(key: int) -> None:
         nonlocal seen
-        placed.extend(((key, fi, _file_then_line(w)[1]), w) for w in frags.at[seen:])
+        put(key, frags.at[seen:])
         seen = len(frags.at)
 
     for n, raw, link in lines:
         if isinstance(link, _Link):
             if opening is not None:
-                placed.extend(((link.seq - 1, fi, _file_then_line(w)[1]), w) for w in held)
+                put(link.seq - 1, held)
                 yield link.seq - 1, fi, *opening
                 opening = None
             seq = link.seq
@@ -479,7 +482,7 @@ def _by_seq(fi: int, lines: Iterator[_Item], before: int, frags: _Fragments,
         place(seq)
         yield seq, fi, n, raw, link
     if opening is not None:
-        placed.extend(((before, fi, _file_then_line(w)[1]), w) for w in held)
+        put(before, held)
         yield before, fi, *opening
     place(before if seq is None else seq)  # after the file's last line
 
