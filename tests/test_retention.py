@@ -883,6 +883,21 @@ def test_a_decided_line_in_a_doomed_file_is_carried_when_the_run_opened_later(
     assert [(r.closed, r.fields["outcome"]) for r in recs] == [(True, "cancelled")]
 
 
+MIDNIGHT = (T0 // DAY + 1) * DAY  # the end of T0's day
+
+
+def just_after_midnight(directory: Path) -> tuple[RunLedger, Clock]:
+    """A ledger one second past MIDNIGHT whose only file but today's is yesterday's (one
+    line at 23:59:59), with a size cap that deletes every file but today's."""
+    clock = Clock(MIDNIGHT - 10**9)
+    led = RunLedger(str(directory), clock=clock, max_bytes=1 << 30)
+    led.append({"type": "decided", "harness": "a", "run_id": 1, "trigger": "manual",
+                "outcome": "skipped"})
+    clock.ns = MIDNIGHT + 10**9
+    led.set_limits(90 * DAY, 0)
+    return led, clock
+
+
 def test_a_line_committed_to_yesterdays_file_while_it_is_pruned_is_carried(
         tmp_path: Path) -> None:
     """Just after midnight the size cap deletes yesterday's file, while a run whose opened
@@ -890,15 +905,10 @@ def test_a_line_committed_to_yesterdays_file_while_it_is_pruned_is_carried(
     file. That acknowledged line must not go with the file: the prune sees the commit,
     carries again, and the run stays open, in memory, on disk and after a reopen. (The
     interleaving is forced by running the append right after the first carry.)"""
-    midnight = (T0 // DAY + 1) * DAY
-    clock = Clock(midnight - 10**9)
-    led = RunLedger(str(tmp_path), clock=clock, max_bytes=1 << 30)
-    led.append({"type": "decided", "harness": "a", "run_id": 1, "trigger": "manual",
-                "outcome": "skipped"})
-    clock.ns = midnight + 10**9
+    led, clock = just_after_midnight(tmp_path)
+    midnight = MIDNIGHT
     led.append({"type": "decided", "harness": "a", "run_id": 2, "trigger": "manual",
                 "outcome": "skipped"})
-    led.set_limits(90 * DAY, 0)  # the size cap: every file but today's goes
     carry = led._carry_forward
     carries: list[int] = []
 
@@ -931,13 +941,8 @@ def test_a_line_committed_to_yesterdays_file_while_it_is_pruned_is_carried(
 def test_a_prune_gives_up_on_a_file_lines_keep_reaching(tmp_path: Path) -> None:
     """Were lines committed to a doomed file after every carry, the prune would carry for
     ever: after `CARRIES` tries it keeps the file, says why, and the next prune retries."""
-    midnight = (T0 // DAY + 1) * DAY
-    clock = Clock(midnight - 10**9)
-    led = RunLedger(str(tmp_path), clock=clock, max_bytes=1 << 30)
-    led.append({"type": "decided", "harness": "a", "run_id": 1, "trigger": "manual",
-                "outcome": "skipped"})
-    clock.ns = midnight + 10**9
-    led.set_limits(90 * DAY, 0)
+    led, clock = just_after_midnight(tmp_path)
+    midnight = MIDNIGHT
     carry = led._carry_forward
     late = iter(range(10, 20))
 

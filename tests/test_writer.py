@@ -798,6 +798,21 @@ def test_close_and_flush_cut_short_a_backoff_set_before_them(
     assert rig.commits.batches[-1] == [2, 3]
 
 
+
+def time_out_line_3(rig: Rig) -> None:
+    """Line 2 buffered and flushed into a slow sync (0.6 s); then a synced append of line 3
+    times out (bound 1 s) in the sync after it, which hangs until the test's end."""
+    w = rig.writer
+    rig.files.inject("sync", delay=0.6, times=1)
+    w.enqueue(line(run_id=2), sync=False, harness="h", run_id=2)
+    w.flush()
+    wait_until(lambda: rig.files.calls["sync"] == 2)  # in the slow sync
+    assert rig.files.inject("sync", hang=True) is not None
+    with pytest.raises(LedgerUnavailable, match=r"not synced within 1s"):
+        w.append(line(run_id=3), harness="h", run_id=3)
+    assert rig.files.calls["sync"] == 3  # line 3's sync began, and hangs
+
+
 def test_a_caller_behind_one_that_timed_out_fails_fast_though_the_sync_began_late(
     make_rig: Callable[..., Rig],
 ) -> None:
@@ -807,15 +822,7 @@ def test_a_caller_behind_one_that_timed_out_fails_fast_though_the_sync_began_lat
     rig = make_rig(sync_timeout=1.0)
     w = rig.writer
     warm(rig)
-    rig.files.inject("sync", delay=0.6, times=1)
-    w.enqueue(line(run_id=2), sync=False, harness="h", run_id=2)
-    w.flush()
-    wait_until(lambda: rig.files.calls["sync"] == 2)  # in the slow sync
-    release = rig.files.inject("sync", hang=True)
-    assert release is not None
-    with pytest.raises(LedgerUnavailable, match=r"not synced within 1s"):
-        w.append(line(run_id=3), harness="h", run_id=3)
-    assert rig.files.calls["sync"] == 3  # A's sync began, and hangs
+    time_out_line_3(rig)  # A's line
     with pytest.raises(LedgerUnavailable, match="queued behind a failing write") as info:
         w.append(line(run_id=4), harness="h", run_id=4)
     assert info.value.seq == 4

@@ -29,6 +29,7 @@ from test_writer import (
     line,
     read_disk,
     rigs_in,
+    time_out_line_3,
     wait_until,
 )
 
@@ -48,6 +49,29 @@ def make_rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
     yield from rigs_in(tmp_path, retry_min=30.0, retry_max=30.0)
 
 
+def deleted_before_a_failed_sync_and_cut(rig: Rig) -> None:
+    """Lines 1-2 buffered in the day file; the file deleted; the next sync fails and so does
+    the cut-back after it, so the writer drops the handle and keeps it."""
+    w = rig.writer
+    for i in (1, 2):
+        w.append(line(run_id=i), harness="h", run_id=i, sync=False)
+        wait_until(lambda i=i: w.stats().lines_written == i)
+    rig.day.unlink()
+    rig.files.inject("sync", errno=errno.EIO, times=1)
+    rig.files.inject("truncate", errno=errno.EIO, times=1)
+
+
+def tear_lines_3_and_4(rig: Rig, synced: bool) -> None:
+    """While a sync holds the writer, queue lines 3 and 4 (4 synced or not) to go out in
+    one write that tears inside 4, and make the cut-back after it fail."""
+    w = rig.writer
+    hold_in_a_sync(rig)
+    w.enqueue({**line(run_id=3), "reason": "x"}, sync=False, harness="h", run_id=3)
+    w.enqueue({**line(run_id=4), "reason": "x" * 400}, sync=synced, harness="h", run_id=4)
+    rig.files.inject("write", errno=errno.ENOSPC, partial=True, times=1)
+    rig.files.inject("truncate", errno=errno.EIO, times=1)
+
+
 # -- _write_and_sync ---------------------------------------------------------------------
 
 
@@ -61,12 +85,7 @@ def test_a_dropped_file_found_replaced_mid_pass_rewrites_its_lines_first_in_seq_
     per file, one commit of 1-5."""
     rig = make_rig()
     w = rig.writer
-    for i in (1, 2):
-        w.append(line(run_id=i), harness="h", run_id=i, sync=False)
-        wait_until(lambda i=i: w.stats().lines_written == i)
-    rig.day.unlink()
-    rig.files.inject("sync", errno=errno.EIO, times=1)
-    rig.files.inject("truncate", errno=errno.EIO, times=1)
+    deleted_before_a_failed_sync_and_cut(rig)
     with pytest.raises(LedgerUnavailable, match="Input/output error"):
         w.append(line(run_id=3), harness="h", run_id=3)
     assert rig.commits.batches == []
@@ -122,11 +141,7 @@ def test_a_torn_write_reports_the_first_line_that_did_not_land(
     whichever pass wrote them (a synced line takes the short one)."""
     rig = make_rig()
     w = rig.writer
-    hold_in_a_sync(rig)
-    w.enqueue({**line(run_id=3), "reason": "x"}, sync=False, harness="h", run_id=3)
-    w.enqueue({**line(run_id=4), "reason": "x" * 400}, sync=synced, harness="h", run_id=4)
-    rig.files.inject("write", errno=errno.ENOSPC, partial=True, times=1)
-    rig.files.inject("truncate", errno=errno.EIO, times=1)
+    tear_lines_3_and_4(rig, synced)
     rig.files.clear("sync")
     if not synced:
         w.flush()
@@ -270,11 +285,7 @@ def test_a_read_back_that_succeeds_on_the_retry_writes_the_rest_in_the_same_pass
     commit of both, each line once, the read tried once per pass."""
     rig = make_rig()
     w = rig.writer
-    hold_in_a_sync(rig)
-    w.enqueue({**line(run_id=3), "reason": "x"}, sync=False, harness="h", run_id=3)
-    w.enqueue({**line(run_id=4), "reason": "x" * 400}, sync=True, harness="h", run_id=4)
-    rig.files.inject("write", errno=errno.ENOSPC, partial=True, times=1)
-    rig.files.inject("truncate", errno=errno.EIO, times=1)
+    tear_lines_3_and_4(rig, True)
     rig.files.inject("read", errno=errno.EIO)
     rig.files.clear("sync")
     wait_until(lambda: w.stats().degraded)
@@ -604,15 +615,7 @@ def test_a_caller_behind_a_timed_out_line_and_a_buffered_one_still_fails_fast(
     rig = make_rig(sync_timeout=1.0)
     w = rig.writer
     assert w.append(line(run_id=1), harness="h", run_id=1) == 1
-    rig.files.inject("sync", delay=0.6, times=1)
-    w.enqueue(line(run_id=2), sync=False, harness="h", run_id=2)
-    w.flush()
-    wait_until(lambda: rig.files.calls["sync"] == 2)  # in the slow sync
-    release = rig.files.inject("sync", hang=True)
-    assert release is not None
-    with pytest.raises(LedgerUnavailable, match=r"not synced within 1s"):
-        w.append(line(run_id=3), harness="h", run_id=3)
-    assert rig.files.calls["sync"] == 3  # line 3's sync began, and hangs
+    time_out_line_3(rig)
     w.enqueue(line(run_id=4), sync=False, harness="h", run_id=4)
     with pytest.raises(LedgerUnavailable, match="queued behind a failing write") as info:
         w.append(line(run_id=5), harness="h", run_id=5)
@@ -633,12 +636,7 @@ def test_close_after_a_failed_sync_and_cut_on_a_deleted_file_commits_nothing_unw
     lines are written there before they are committed."""
     rig = make_rig(flush_every=30.0)
     w = rig.writer
-    for i in (1, 2):
-        w.append(line(run_id=i), harness="h", run_id=i, sync=False)
-        wait_until(lambda i=i: w.stats().lines_written == i)
-    rig.day.unlink()
-    rig.files.inject("sync", errno=errno.EIO, times=1)
-    rig.files.inject("truncate", errno=errno.EIO, times=1)
+    deleted_before_a_failed_sync_and_cut(rig)
     w.close(timeout=5.0)
     assert rig.commits.seqs == [1, 2]
     assert read_disk(rig.day).seqs == [1, 2]
