@@ -39,6 +39,8 @@ _CASELESS_FRAGMENTS = (
     ("c", "ookie"),  # Cookie:, Set-Cookie:
     ("s", "ig(?:nature)?(?:=|%3d)"),  # a URL query's sig=, X-Amz-Signature=
 )
+# A command-line flag's dash, where it opens a word (not "nightly-update").
+_FLAG = r"-(?<![^\s\"'(]-)"
 _TRIGGER: Final = re.compile(
     "|".join(
         [
@@ -57,7 +59,7 @@ _TRIGGER: Final = re.compile(
             "_v1_",  # dop_v1_, doo_v1_, dor_v1_
             "hooks\\.slack",
             "/webhooks/",
-            "(?<![^\\s\"'(])-(?:u|-user)",  # curl -u user:password, as a word of its own
+            _FLAG + "(?:u|-user)",  # curl -u user:password, as a word of its own
             "npm_",
             "ya29\\.",
             "yJ",  # eyJ, the base64 of '{"' that opens a JWT
@@ -90,14 +92,14 @@ _PEM = (r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?s:.*?)"
 _SEP = (r"""(?:(?:\\?["'])?(?:[ \t]|%20)*(?:[:=]|%3[ADad])(?:[ \t]|%20)*"""
         r"""|\\?["'][ \t]*,[ \t]*(?=\\?["']))""")
 _SCHEME_WORD = r"(?:(?i:bearer|basic|token)[ \t]+)?"
-# A command-line flag's dash, where it opens a word (not "nightly-update").
-_FLAG = r"-(?<![^\s\"'(]-)"
 
 
 def _header_value(name: str) -> str:
     """A header's value, to the end of the header (its line or its closing quote), as the
     secret group `s_<name>`."""
     return rf"""(?P<s_{name}>(?:[^\r\n"'\\]|\\(?!["']))+)"""
+
+
 # The scheme must start a word: without the lookbehind, a long run of letters would be
 # rescanned for "://" from every position in it.
 _SCHEME = r"[A-Za-z](?<![A-Za-z0-9+.-][A-Za-z])[A-Za-z0-9+.-]*:\\?/\\?/"
