@@ -97,7 +97,7 @@ def prune(
     retention_ns: int,
     max_bytes: int,
     carry_forward: Callable[[str], int],
-    quiet: Callable[[str], contextlib.AbstractContextManager[bool]] | None = None,
+    quiet: Callable[[str], contextlib.AbstractContextManager[bool]],
 ) -> PruneResult:
     """Delete what REQ-12 says must go. `carry_forward(day)` re-opens, in today's file, every
     open run whose opened line is in that day's file, and returns how many it wrote.
@@ -118,7 +118,7 @@ def prune(
             try:
                 for _ in range(CARRIES):
                     res.carried_forward += carry_forward(day)
-                    with quiet(day) if quiet else contextlib.nullcontext(True) as still:
+                    with quiet(day) as still:
                         if still:
                             anchor = _delete(directory, path, anchor)
                             break
