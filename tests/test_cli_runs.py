@@ -1076,7 +1076,37 @@ def test_table_cuts_the_name_to_exactly_80_columns(utc_plus_2: None) -> None:
 def test_table_name_column_never_narrower_than_two(utc_plus_2: None) -> None:
     rec = _rec("abcdef", 10 ** 60)
     out = render.table([rec])
-    assert out.splitlines()[1] == "a… " + "1" + "0" * 60 + " Nov  3 11:05 5s   schedule success 0"
+    # The name gives 5, then the run id (no writer makes one of 61 digits) the rest.
+    assert out.splitlines()[1] == "a… " + "1" + "0" * 35 + "… Nov  3 11:05 5s   schedule success 0"
+    assert max(len(line) for line in out.splitlines()) == 80
+
+
+def test_table_cuts_hand_edited_values_widest_first_to_80_columns(utc_plus_2: None) -> None:
+    """A trigger and an outcome no writer makes (a hand-edited day file) are levelled
+    together after the name has given all it can; the other columns stay whole."""
+    rec = _rec("abcdef", 7, trigger="t" * 50, outcome="o" * 51)
+    out = render.table([rec, _rec("b", 8)])
+    assert out.splitlines() == [
+        "H… RUN STARTED      TOOK TRIGGER" + " " * 18 + " OUTCOME" + " " * 17 + " EXIT",
+        "a…   7 Nov  3 11:05 5s   " + "t" * 24 + "… " + "o" * 23 + "… 0",
+        "b    8 Nov  3 11:05 5s   schedule" + " " * 17 + " success" + " " * 17 + " 0",
+    ]
+    assert max(len(line) for line in out.splitlines()) == 80
+
+
+@pytest.mark.parametrize(("widths", "floors", "budget", "fitted"), [
+    ([7, 3, 12, 4, 8, 7, 4], [2, 3, 7, 4, 7, 7, 4], 74, [7, 3, 12, 4, 8, 7, 4]),  # fits
+    ([43, 3, 12, 4, 8, 7, 4], [2, 3, 7, 4, 7, 7, 4], 74, [36, 3, 12, 4, 8, 7, 4]),
+    ([7, 61, 12, 4, 8, 7, 4], [2, 3, 7, 4, 7, 7, 4], 74, [2, 37, 12, 4, 8, 7, 4]),
+    ([7, 3, 12, 4, 50, 51, 4], [2, 3, 7, 4, 7, 7, 4], 74, [2, 3, 12, 4, 25, 24, 4]),
+    ([7, 3, 12, 4, 50, 50, 4], [2, 3, 7, 4, 7, 7, 4], 74, [2, 3, 12, 4, 25, 24, 4]),
+    ([9, 90, 90, 90], [2, 3, 7, 4], 19, [2, 5, 7, 5]),  # levelled at 5, one at its floor
+    ([9, 90, 90, 90], [2, 3, 7, 4], 20, [2, 6, 7, 5]),  # the one left over goes leftmost
+    ([9, 90, 9, 90], [2, 3, 7, 4], 10, [2, 3, 7, 4]),  # no room at all: every floor kept
+])
+def test_fit_levels_the_widest_columns(widths: list[int], floors: list[int], budget: int,
+                                       fitted: list[int]) -> None:
+    assert render.fit(widths, floors, budget) == fitted
 
 
 def test_wide_table_keeps_two_space_gaps_and_whole_values(utc_plus_2: None) -> None:

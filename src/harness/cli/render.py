@@ -1,7 +1,8 @@
 """Rendering records for people: the `harness runs` table (REQ-14).
 
-Invariants: the plain table fits 80 columns, cutting only the harness name, and
-visibly (with "…"), when it must; `--wide` never cuts or wraps a value; a record is
+Invariants: the plain table fits 80 columns, cutting the harness name first and then,
+only for values no writer makes (a hand-edited trigger, a 40-digit run id), the widest
+other column, always visibly (with "…"); `--wide` never cuts or wraps a value; a record is
 one row (control characters in a value are shown escaped, ``\\n``); times are shown in
 local time as ``Jan _2 15:04``.
 """
@@ -132,6 +133,32 @@ def grid(header: list[str], body: list[list[str]], *, right: frozenset[int] = fr
     return "\n".join(lines)
 
 
+def fit(widths: list[int], floors: list[int], budget: int) -> list[int]:
+    """`widths` narrowed to sum to at most `budget`: the first column gives way first (down
+    to its floor), then the widest of the rest, levelled together (never below their
+    floors), so an odd value costs its own column, not its neighbours'."""
+    first = max(floors[0], min(widths[0], budget - sum(widths[1:])))
+    rest, low = widths[1:], floors[1:]
+    room = budget - first
+
+    def at(level: int) -> list[int]:
+        return [max(f, min(w, level)) for w, f in zip(rest, low, strict=True)]
+
+    if sum(rest) <= room:
+        return [first, *rest]
+    lo, hi = 0, max(rest)  # the highest level whose columns fit: at(lo) fits, at(hi) not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if sum(at(mid)) <= room else (lo, mid)
+    out = at(lo)
+    spare = room - sum(out)
+    for i, w in enumerate(rest):  # what the level leaves over goes to the leftmost cut
+        if spare > 0 and out[i] < w and out[i] == max(low[i], lo):
+            out[i] += 1
+            spare -= 1
+    return [first, *out]
+
+
 def table(records: list[dict[str, Any]], *, wide: bool = False) -> str:
     head, body = rows(records, wide)
     widths = column_widths(head, body)
@@ -142,7 +169,9 @@ def table(records: list[dict[str, Any]], *, wide: bool = False) -> str:
             gap = 1
             total = sum(widths) + gap * (len(widths) - 1)
         if total > WIDTH:
-            # Only the harness column gives way, its header too when the other columns
-            # leave less than its width (long run ids beside the longest outcome).
-            widths[0] = max(2, widths[0] - (total - WIDTH))
+            # The harness column gives way first, its header too when the other columns
+            # leave less than its width (long run ids beside the longest outcome); the
+            # others keep their headers whole.
+            floors = [2, *(len(h) for h in head[1:])]
+            widths = fit(widths, floors, WIDTH - gap * (len(widths) - 1))
     return grid(head, body, right=frozenset({1}), widths=widths, gap=gap)
