@@ -647,41 +647,15 @@ def test_lines_committed_while_the_prune_refolds_are_folded_in(
     assert mem == [r.to_json() for r in files]
 
 
-def test_more_lines_committed_than_the_ring_holds_make_the_refold_read_again(
+def test_more_lines_committed_than_the_ring_holds_are_folded_in_from_one_read(
     tmp_path: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture
 ) -> None:
-    """More lines than the ring holds are committed during the refold's read: the ring
-    cannot replay them, so the files are read again up to the new commit, and memory then
-    agrees with them (long/1 from its first kept line, gone/1 dropped). It used to keep
-    the pre-prune records, and gone/1, until a restart."""
-    monkeypatch.setattr(runledger_mod, "RING", 3)
-    d = tmp_path / "ledger"
-    led = _long_run_across_the_cut(d, open_ledger)
-    reads = _committing_while_refolding(led, monkeypatch, [
-        {"type": "updated", "harness": "long", "run_id": 1, "model_calls": n}
-        for n in (5, 6, 7, 8)], times=1)
-    with caplog.at_level(logging.WARNING, logger="harness.ledger"):
-        res = led.prune()
-    monkeypatch.undo()
-    assert (res.deleted, res.error, len(reads)) == ([day(T0 - 40 * DAY)], None, 2)
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
-    assert led.get("long", 1) == {"harness": "long", "run_id": 1, "seq": 3, "model_calls": 8,
-                                  "outcome": "success", "exit_code": 0}
-    assert led.get("gone", 1) is None
-    q = Query(limit=1000)
-    mem, _ = led.query(q)
-    files, _, _ = scan(str(d), q, offline=False)
-    assert mem == [r.to_json() for r in files]
-
-
-def test_too_many_lines_committed_while_the_prune_refolds_keep_the_old_records(
-    tmp_path: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture
-) -> None:
-    """The ring overflows during every one of the three reads: memory keeps the records
-    as the commits left them (pre-prune seqs) and says so, rather than swapping in
-    records that miss a committed line."""
+    """More lines than the ring holds are committed during the refold's read: they are
+    captured as they commit, so one read suffices and memory then agrees with the files
+    (long/1 from its first kept line with the last update, gone/1 dropped). Once the
+    ring could not replay them: the files were read again, and after three such reads
+    memory kept the pre-prune records, and gone/1, until a restart."""
     monkeypatch.setattr(runledger_mod, "RING", 3)
     d = tmp_path / "ledger"
     led = _long_run_across_the_cut(d, open_ledger)
@@ -691,12 +665,41 @@ def test_too_many_lines_committed_while_the_prune_refolds_keep_the_old_records(
     with caplog.at_level(logging.WARNING, logger="harness.ledger"):
         res = led.prune()
     monkeypatch.undo()
-    assert (res.deleted, res.error, len(reads)) == ([day(T0 - 40 * DAY)], None, 3)
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
-        "ledger: too many lines committed while refolding after a prune, 3 times; 2 "
-        "record(s) keep their pre-prune seq until restart"]
+    assert (res.deleted, res.error, len(reads)) == ([day(T0 - 40 * DAY)], None, 1)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert led.get("long", 1) == {"harness": "long", "run_id": 1, "seq": 3, "model_calls": 8,
+                                  "outcome": "success", "exit_code": 0}
+    assert led.get("gone", 1) is None
+    assert led._captures == {}
+    q = Query(limit=1000)
+    mem, _ = led.query(q)
+    files, _, _ = scan(str(d), q, offline=False)
+    assert mem == [r.to_json() for r in files]
+    # Lines committed after the prune reach the refolded record directly.
+    led.append({"type": "updated", "harness": "long", "run_id": 1, "model_calls": 9})
+    assert led.get("long", 1)["model_calls"] == 9
+
+
+def test_a_refold_that_fails_stops_capturing(
+    tmp_path: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of the files that raises leaves memory as the commits left it and stops
+    capturing: later commits are not held for a refold that will never replay them."""
+    d = tmp_path / "ledger"
+    led = _long_run_across_the_cut(d, open_ledger)
+
+    def broken(*a: Any, **kw: Any) -> Any:
+        led.append({"type": "updated", "harness": "long", "run_id": 1, "model_calls": 4})
+        raise OSError(5, "Input/output error")
+        yield  # a generator, as the real one
+
+    monkeypatch.setattr(led, "_lines_of", broken)
+    with pytest.raises(OSError, match="Input/output error"):
+        led.prune()
+    monkeypatch.undo()
+    assert led._captures == {}
     assert led.get("long", 1) == {"harness": "long", "run_id": 1, "seq": 2, "kind": "oneshot",
-                                  "started_at": format_ns(T0 - 40 * DAY), "model_calls": 8,
+                                  "started_at": format_ns(T0 - 40 * DAY), "model_calls": 4,
                                   "outcome": "success", "exit_code": 0}
 
 

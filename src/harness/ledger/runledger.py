@@ -43,8 +43,6 @@ log = logging.getLogger("harness.ledger")
 DAY_NS = 86_400 * 1_000_000_000
 WINDOW_NS = 7 * DAY_NS
 RING = 10_000
-# Refolds of one prune at most: each read of the files outran the ring (RING commits).
-_REFOLDS = 3
 
 
 class _DaySealer:
@@ -117,6 +115,9 @@ class RunLedger:
         # a prune deletes a file only when the two agree (`_quiet`).
         self._path_commits: dict[str, int] = {}
         self._carry_marks: dict[str, int] = {}
+        # Lines committed while a prune's refold reads the files, one list per refold
+        # under way: replayed before its swap, however many there were.
+        self._captures: dict[int, list[dict[str, Any]]] = {}
         self.created = make_private_dir(directory)
         # One writer per ledger (SPEC-0022): a second daemon on the same state directory
         # would issue the same seqs. Held until close; readers take no lock.
@@ -408,6 +409,8 @@ class RunLedger:
                 obj = e.obj  # the writer is done with it: the ring keeps it as committed
                 self._ring.append(obj)
                 r = self._index.apply(obj, live=True)
+                for captured in self._captures.values():
+                    captured.append(obj)
                 if feed and obj["type"] != "updated":
                     published.append(Committed(e.seq, obj["type"], r.to_json(check_log=False)))
             day = self.clock() // DAY_NS
@@ -508,36 +511,33 @@ class RunLedger:
         A closed record whose lines are all gone is dropped. A record that lost only its
         first lines (a run across the cut, a carried-forward resident) is refolded from
         the lines left on disk, so its seq is its first remaining line's, as a file read
-        says. The files are read without the lock (the writer keeps committing); lines
-        committed meanwhile are replayed from the ring before the swap. When more were
-        committed than the ring holds, the files are read again, up to the new commit.
+        says. The files are read without the lock (the writer keeps committing); every
+        line committed meanwhile is captured and replayed before the swap.
         """
-        for _ in range(_REFOLDS):
-            with self._lock:
-                # Every record that began before the cut is refolded from the files left:
-                # by seq alone it cannot be told whether its lines went (a clock stepped
-                # back puts lower seqs in a later day's file, which is kept).
-                cut = {k for k, r in self._index.records.items() if r.seq <= upto}
-                floor = self._index.floor
-                held = set(self._index.records)
-                read_to = self._committed
+        later: list[dict[str, Any]] = []
+        with self._lock:
+            # Every record that began before the cut is refolded from the files left: by
+            # seq alone it cannot be told whether its lines went (a clock stepped back
+            # puts lower seqs in a later day's file, which is kept).
+            cut = {k for k, r in self._index.records.items() if r.seq <= upto}
+            floor = self._index.floor
+            held = set(self._index.records)
+            read_to = self._committed
+            self._captures[id(later)] = later
+        try:
             days = list_day_files(self.directory).days
             # A record memory had already let go (trimmed, or older than the boot loaded)
-            # that kept a later line (a late update) now starts at that line, which may be
-            # above the floor: memory must hold it, or it would answer without it.
+            # that kept a later line (a late update) now starts at that line, which may
+            # be above the floor: memory must hold it, or it would answer without it.
             for _day, path in days:
                 for e, _raw in self._envelopes(path):
                     if floor <= e.seq <= read_to and (e.harness, e.run_id) not in held:
                         cut.add((e.harness, e.run_id))
-            if not cut:
-                return
             fresh = {k: Record(*k) for k in cut}
-            for obj in self._lines_of(days, fresh, read_to):
-                fresh[(obj["harness"], obj["run_id"])].apply(obj)
+            if fresh:
+                for obj in self._lines_of(days, fresh, read_to):
+                    fresh[(obj["harness"], obj["run_id"])].apply(obj)
             with self._lock:
-                later = [o for o in self._ring if o["seq"] > read_to]
-                if later and later[0]["seq"] != read_to + 1 and self._committed > read_to:
-                    continue  # the ring lost lines committed meanwhile: read again
                 for o in later:
                     r = fresh.get((o["harness"], o["run_id"]))
                     if r is not None:
@@ -547,10 +547,9 @@ class RunLedger:
                         self._index.records.pop(k, None)
                     else:
                         self._index.store(k, r)
-                return
-        log.warning("ledger: too many lines committed while refolding after a prune, %d "
-                    "times; %d record(s) keep their pre-prune seq until restart", _REFOLDS,
-                    len(cut))
+        finally:
+            with self._lock:
+                del self._captures[id(later)]
 
     def _carry_forward(self, day: str) -> int:
         """Write a fresh opened line, into today's file, for each run still open whose
