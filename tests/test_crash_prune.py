@@ -183,6 +183,7 @@ def test_sigkill_in_a_prune_loses_no_open_run_and_the_chain_verifies(tmp_path: P
     assert 2 <= len(days) <= 4, days
     # A fresh process opens what the last kill left and agrees with the files.
     led = RunLedger(str(ledger), clock=lambda: now, retention_ns=DAY)
+    assert list(ledger.glob(".CHAIN.*")) == []  # a half-made CHAIN a kill left is gone
     try:
         complete, _ = read_ledger(ledger)
         state: dict[tuple[str, int], str] = {}

@@ -966,3 +966,44 @@ def test_a_prune_gives_up_on_a_file_lines_keep_reaching(tmp_path: Path) -> None:
     res = led.prune()
     assert (res.deleted, res.error) == ([day(T0)], None)
     led.close()
+
+
+def test_opening_the_ledger_removes_a_chain_file_a_killed_prune_left_half_made(
+    tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A prune killed inside CHAIN's atomic replacement leaves its temporary file; the next
+    writer, which holds the ledger alone, removes it and says so. Files of other names,
+    the CHAIN itself and a day file stay, to the byte."""
+    d = tmp_path / "ledger"
+    led = open_ledger(d, clock=Clock(T0))
+    led.append({"type": "opened", "harness": "a", "run_id": 1, "kind": "oneshot"})
+    led.close()
+    retention_mod.write_chain_file(str(d), 0, "0" * 64)
+    (d / ".CHAIN.4242.139872.tmp").write_bytes(b'{"hash": "')
+    (d / ".CHAIN.4242.tmp").write_bytes(b"not ours")
+    (d / ".other.1.2.tmp").write_bytes(b"not ours")
+
+    def everything() -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+    kept = everything()
+    del kept[".CHAIN.4242.139872.tmp"]
+    assert sorted(kept) == [".CHAIN.4242.tmp", ".other.1.2.tmp", "2026-06-15.jsonl", "CHAIN"]
+    with caplog.at_level(logging.WARNING, logger="harness.ledger"):
+        open_ledger(d, clock=Clock(T0))
+    assert everything() == kept
+    assert [r.getMessage() for r in caplog.records] == [
+        "ledger: removed .CHAIN.4242.139872.tmp, left by a prune that was killed"]
+
+
+def test_a_ledger_that_cannot_be_locked_leaves_chain_leftovers_alone(
+    tmp_path: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the directory cannot be locked (NFS), another daemon may be replacing CHAIN
+    right now: its temporary file is not ours to remove."""
+    d = tmp_path / "ledger"
+    d.mkdir(mode=0o700)
+    (d / ".CHAIN.4242.139872.tmp").write_bytes(b"maybe live")
+    monkeypatch.setattr(runledger_mod, "hold_dir", lambda path: -1)
+    open_ledger(d, clock=Clock(T0))
+    assert (d / ".CHAIN.4242.139872.tmp").read_bytes() == b"maybe live"

@@ -17,6 +17,7 @@ import contextlib
 import errno as errno_mod
 import fcntl
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -115,6 +116,20 @@ def atomic_replace(path: str | os.PathLike[str], fill: Callable[[int], None]) ->
             os.unlink(tmp)
         raise
     fsync_dir(d)
+
+
+def clear_leftovers(directory: str, name: str) -> list[str]:
+    """Remove what `atomic_replace` of `directory/name` left when its process was killed
+    mid-write (its temporary files); return their names. Only for a caller that owns the
+    directory alone (the ledger's lock), so no live writer's file can be among them."""
+    pattern = re.compile(rf"\.{re.escape(name)}\.\d+\.\d+\.tmp")
+    gone = []
+    for entry in os.listdir(directory):
+        if pattern.fullmatch(entry):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, entry))
+                gone.append(entry)
+    return sorted(gone)
 
 
 class FileLayer:
