@@ -9,12 +9,13 @@ and torn fragments are skipped and counted, never raised.
 
 from __future__ import annotations
 
+import functools
 import gc
 import heapq
 import itertools
 import math
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -58,6 +59,12 @@ class Head(msgspec.Struct):
 _head = msgspec.json.Decoder(Head)
 # Lines this long or longer are decoded whole by `head_of` as well (see there).
 CHECK_WHOLE = 4096
+# Arrays and objects nested deeper than this make a line every reader skips. The
+# decoders' own limit is the interpreter's recursion limit, which a deep caller reaches
+# sooner, and decoding into `Head` costs a level more than a whole decode: left to them,
+# one line near it would read in one reader and not in another. REQ-4's fields nest
+# three deep; a line needs twice this many bytes to nest this deep.
+MAX_DEPTH = 512
 _full = msgspec.json.Decoder()
 _TYPES = frozenset(LINE_TYPES)
 
@@ -97,16 +104,42 @@ def valid_line(obj: Any) -> bool:
     )
 
 
+def too_deep(raw: bytes) -> bool:
+    """Whether the JSON text `raw` nests arrays and objects deeper than MAX_DEPTH (for
+    text that is no JSON, whether it opens more than that before failing)."""
+    if len(raw) <= 2 * MAX_DEPTH or raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return False
+    depth = 0
+    in_string = escaped = False
+    for b in raw:  # rare: only a line of over MAX_DEPTH brackets gets here
+        if in_string:
+            if escaped:
+                escaped = False
+            elif b == 0x5C:  # backslash
+                escaped = True
+            elif b == 0x22:  # quote
+                in_string = False
+        elif b == 0x22:
+            in_string = True
+        elif b == 0x5B or b == 0x7B:  # [ {
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif b == 0x5D or b == 0x7D:  # ] }
+            depth -= 1
+    return False
+
+
 def decode_line(raw: bytes) -> dict[str, Any] | None:
     """A complete line as a reader folds it, or None for one every reader skips: over
-    16 KiB, not JSON, not UTF-8, or not a run-ledger line.
+    16 KiB, nested deeper than MAX_DEPTH, not JSON, not UTF-8, or not a run-ledger line.
 
     A number out of float's range (1e999, which a flipped digit can make of 15e99) is no
     value: dropped where it stands, as if absent, and the rest of the line reads. `Head`
     skips such a number unread, so skipping the whole line here would let the envelope
     scans and the folds disagree about the same line (a run closed for one, open for the
     other). In the envelope it makes the line unreadable, as it does for `Head`."""
-    if len(raw) + 1 > MAX_LINE:
+    if len(raw) + 1 > MAX_LINE or too_deep(raw):
         return None
     try:
         obj = _full.decode(raw)
@@ -137,10 +170,12 @@ def _infinite(v: Any) -> bool:
 def head_of(raw: bytes) -> Head | None:
     """The envelope of a complete line, or None for a line `decode_line` skips; cheaper,
     for scans that pick lines before decoding them whole."""
-    if len(raw) + 1 > MAX_LINE or not is_utf8(raw):
+    if len(raw) + 1 > MAX_LINE or not is_utf8(raw) or too_deep(raw):
         return None
     try:
         h = _head.decode(raw)
+    except msgspec.ValidationError:
+        return _rescued(raw)
     except UNREADABLE:
         return None
     # `Head` skips the other fields unread, and the one value skipping accepts that a
@@ -163,6 +198,17 @@ def _files_for(directory: str, q: Query, stats: ReadStats) -> tuple[list[tuple[s
         while start < len(days) and days[start][0] < first:
             start += 1
     return days, start
+
+
+def _rescued(raw: bytes) -> Head | None:
+    """The envelope of a line `Head` refused as invalid, as a whole decode reads it. A key
+    given twice reads as its last value in a whole decode, while `Head` refuses the line
+    at an earlier, invalid one: the whole decode decides, in every pass."""
+    obj = decode_line(raw)
+    if obj is None:
+        return None
+    return Head(obj["seq"], obj["type"], obj["at"], obj["harness"], obj["run_id"],
+                obj.get("started_at"), obj.get("outcome"), obj.get("trigger"))
 
 
 def _maybe_long(buf: bytes) -> bool:
@@ -197,10 +243,14 @@ def heads(path: str, stats: ReadStats) -> Iterator[list[Head]]:
         # `head_of` skips a line over 16 KiB: both are ruled out for the block at once.
         if is_utf8(data) and not _maybe_long(data):
             try:
-                yield [decode(raw) for raw in lines]
-                continue
+                got = [decode(raw) for raw in lines]
             except UNREADABLE:
                 pass
+            else:
+                if max(map(len, lines), default=0) <= 2 * MAX_DEPTH or not any(
+                        too_deep(raw) for raw in lines):
+                    yield got
+                    continue
         good = []
         for raw in lines:
             h = head_of(raw)
@@ -267,16 +317,18 @@ def _scan_once(directory: str, q: Query, upto_seq: int | None
     gc_was = gc.isenabled()
     gc.disable()  # millions of short-lived objects and no cycles: collection is pure cost
     try:
-        found = _first_pass(files, start, q, upto_seq, stats)
+        # Where each older file ends, read at most once a scan: both passes below ask.
+        last_seq = functools.cache(_last_seq)
+        found = _first_pass(files, start, q, upto_seq, stats, last_seq)
         if found is None:
             # The files read miss seqs of their own range: a clock stepped back more than
             # the day of slack put lines of these records in older files. Read them all.
             stats = ReadStats(strays=stats.strays)
             start = 0
-            found = _first_pass(files, start, q, upto_seq, stats)
+            found = _first_pass(files, start, q, upto_seq, stats, last_seq)
             assert found is not None
         by_name, words, upto = found
-        _look_back(files, start, by_name, words)
+        _look_back(files, start, by_name, words, last_seq)
         chosen = _choose(q, by_name, files)
         records = _fold_chosen(files, chosen, upto)
     finally:
@@ -289,7 +341,7 @@ _Found = tuple[dict[str, dict[int, list[Any]]], dict[str, str], int]
 
 
 def _first_pass(files: list[tuple[str, str]], start: int, q: Query, upto_seq: int | None,
-                stats: ReadStats) -> _Found | None:
+                stats: ReadStats, last_seq: Callable[[str], int]) -> _Found | None:
     """Fold every line's envelope in files[start:] into first-pass records; None when
     start > 0 and those files do not hold every seq between the lowest and the highest
     they hold (lines of that range lie in older files)."""
@@ -330,7 +382,7 @@ def _first_pass(files: list[tuple[str, str]], start: int, q: Query, upto_seq: in
     # ending above the range holds lines written after it (the newest ones, with no gap
     # to betray them, when the clock stepped back at the very end).
     if start > 0 and hi >= lo and (stats.lines < hi - lo + 1 or any(
-            _last_seq(path) > hi for _day, path in files[:start])):
+            last_seq(path) > hi for _day, path in files[:start])):
         return None
     if dirty:
         _refold(files, start, len(files), dirty, by_name, words, upto)
@@ -371,27 +423,38 @@ def _rebuild(got: list[tuple[int, int, Head]], words: dict[str, str]) -> list[An
 
 
 def _look_back(files: list[tuple[str, str]], start: int,
-               by_name: dict[str, dict[int, list[Any]]], words: dict[str, str]) -> None:
+               by_name: dict[str, dict[int, list[Any]]], words: dict[str, str],
+               last_seq: Callable[[str], int]) -> None:
     """Records whose start lies before the files read (a run open across `since`): read
     older files, newest first, until each has its opened line, so they filter on their
-    real start instead of passing as partial records."""
+    real start instead of passing as partial records; then any older file still that
+    ends above the lowest seq found (a clock stepped back wrote lines of these records
+    there, after their opened lines)."""
     partial = {(n, rid) for n, runs in by_name.items() for rid, r in runs.items()
                if not r[_FLAGS] & _OPENED}
     if not partial or start == 0:
         return
     found: dict[tuple[str, int], list[tuple[int, int, Head]]] = {k: [] for k in partial}
+
+    def read(fileno: int) -> None:
+        for block in heads(files[fileno][1], ReadStats()):
+            for h in block:
+                got = found.get((h.harness, h.run_id))
+                if got is not None:
+                    got.append((h.seq, fileno, h))
+                    if h.type in ("opened", "decided"):
+                        waiting.discard((h.harness, h.run_id))
+
     waiting = set(partial)
     lo = start
     while waiting and lo > 0:
         lo -= 1
-        for block in heads(files[lo][1], ReadStats()):
-            for h in block:
-                key = (h.harness, h.run_id)
-                got = found.get(key)
-                if got is not None:
-                    got.append((h.seq, lo, h))
-                    if h.type in ("opened", "decided"):
-                        waiting.discard(key)
+        read(lo)
+    if lo > 0:
+        first = min(seq for got in found.values() for seq, _f, _h in got)
+        for fileno in range(lo - 1, -1, -1):
+            if last_seq(files[fileno][1]) > first:
+                read(fileno)
     for (name, run_id), got in found.items():
         if not got:
             continue
@@ -489,6 +552,11 @@ def _fold_chosen(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int
                     continue
                 try:
                     h = _head.decode(raw)
+                except msgspec.ValidationError:
+                    rescued = _rescued(raw)
+                    if rescued is None:
+                        continue
+                    h = rescued
                 except UNREADABLE:
                     continue
                 r = records.get((h.harness, h.run_id))
