@@ -62,12 +62,13 @@ CHILD = textwrap.dedent(
 
 
 class Child:
-    """The writing process and the lines it printed (read on a thread, kept in order)."""
+    """A process to SIGKILL, and the complete lines it printed (read on a thread, kept in
+    order; a line the kill cut short is dropped, since what it said is unknown)."""
 
-    def __init__(self, script: Path, ledger: Path) -> None:
+    def __init__(self, script: Path, *args: str) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, str(script), str(ledger)],
+            [sys.executable, str(script), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
@@ -80,23 +81,24 @@ class Child:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for raw in self.proc.stdout:
+            if not raw.endswith(b"\n"):
+                break
             line = raw.decode().strip()
             self.lines.append(line)
             if line.startswith("ready"):
                 self.ready.set()
         self.ready.set()  # EOF: do not leave the parent waiting on a child that died
 
-    def kill(self) -> tuple[list[int], str]:
-        """SIGKILL the child, then read everything it printed before it died."""
+    def kill(self) -> str:
+        """SIGKILL the child, read everything it printed before it died; its stderr."""
         self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-        self._reader.join(timeout=10)
+        self.proc.wait(timeout=30)
+        self._reader.join(timeout=30)
         assert self.proc.stderr is not None and self.proc.stdout is not None
         err = self.proc.stderr.read().decode(errors="replace")
         self.proc.stderr.close()
         self.proc.stdout.close()
-        acked = [int(x.split()[1]) for x in self.lines if x.startswith("acked ")]
-        return acked, err
+        return err
 
 
 def read_ledger(directory: Path) -> tuple[list[dict[str, Any]], list[str]]:
@@ -173,11 +175,12 @@ def test_sigkill_never_loses_an_acknowledged_line(tmp_path: Path) -> None:
     expect_next = 1
 
     for rnd in range(ROUNDS):
-        child = Child(script, ledger_dir)
+        child = Child(script, str(ledger_dir))
         assert child.ready.wait(30), "child never opened the ledger"
         ready = [x for x in child.lines if x.startswith("ready")]
         time.sleep(rng.uniform(0.020, 0.300))
-        acked, err = child.kill()
+        err = child.kill()
+        acked = [int(x.split()[1]) for x in child.lines if x.startswith("acked ")]
         ctx = f"round {rnd} (seed {SEED}); child stderr: {err[-2000:]}"
         assert ready, f"child died before opening the ledger; {ctx}"
         # The child's ledger continued where the last one stopped (REQ-1).

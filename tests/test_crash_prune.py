@@ -16,11 +16,7 @@ moments come from a seeded `random.Random`, so a failing run can be replayed.
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
 from pathlib import Path
@@ -30,7 +26,7 @@ import pytest
 from harness.ledger import RunLedger
 from harness.ledger.verify import read_chain_file, verify_run_ledger
 from ledgertools import T0
-from test_crash import read_ledger
+from test_crash import Child, read_ledger
 
 SEED = 20261201
 KILLS = 12  # at least; more while fewer than IN_PRUNE kills fell inside a prune
@@ -87,41 +83,6 @@ CHILD = textwrap.dedent(
 )
 
 
-class Child:
-    """The pruning process and what it printed (read on a thread, kept in order)."""
-
-    def __init__(self, script: Path, ledger: Path, now: int) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(script), str(ledger), str(now)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
-        )
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            if not raw.endswith(b"\n"):
-                break  # the kill cut this line short: what it said is unknown
-            self.lines.append(raw.decode().strip())
-            if self.lines[-1] == "ready":
-                self.ready.set()
-        self.ready.set()
-
-    def kill(self) -> str:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-        self._reader.join(timeout=30)
-        assert self.proc.stderr is not None and self.proc.stdout is not None
-        err = self.proc.stderr.read().decode(errors="replace")
-        self.proc.stderr.close()
-        self.proc.stdout.close()
-        return err
-
-
 def check(ledger: Path, acked: dict[int, tuple[str, str, int]], ended: set[tuple[str, int]],
           ctx: str) -> None:
     """What must hold after a kill at any moment of an append or a prune. `ended` gathers
@@ -160,7 +121,7 @@ def test_sigkill_in_a_prune_loses_no_open_run_and_the_chain_verifies(tmp_path: P
     now, pruned, in_prune, kill = T0, 0, 0, 0
     while kill < KILLS or (in_prune < IN_PRUNE and kill < MAX_KILLS):
         kill += 1
-        child = Child(script, ledger, now)
+        child = Child(script, str(ledger), str(now))
         assert child.ready.wait(60), f"child never became ready: {child.lines}"
         threading.Event().wait(rng.uniform(0.02, 0.4))
         err = child.kill()
