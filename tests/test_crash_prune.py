@@ -99,7 +99,8 @@ def check(ledger: Path, acked: dict[int, tuple[str, str, int]], ended: set[tuple
     # names its end, or a little past it when the kill fell between CHAIN and the unlink.
     assert seqs == list(range(seqs[0], seqs[-1] + 1)), ctx
     assert seqs[0] <= cut + 1, ctx
-    missing = sorted(s for s in acked if s not in set(seqs))
+    kept = set(seqs)
+    missing = sorted(s for s in acked if s not in kept)
     assert all(s <= cut for s in missing), f"acknowledged, not pruned, lost: {missing}; {ctx}"
     # No run whose opened line was acknowledged and whose end was not vanished from disk:
     # its opened line is in a kept file, carried forward, or its closed line reached one.
