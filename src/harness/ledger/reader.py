@@ -247,6 +247,8 @@ def heads(path: str, stats: ReadStats) -> Iterator[list[Head]]:
             except UNREADABLE:
                 pass
             else:
+                # too_deep's own length gate, for the whole block at once: only a block
+                # holding a line long enough to nest past MAX_DEPTH is looked at per line.
                 if max(map(len, lines), default=0) <= 2 * MAX_DEPTH or not any(
                         too_deep(raw) for raw in lines):
                     yield got
