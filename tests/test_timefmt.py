@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from datetime import datetime, timedelta
+
 import pytest
 
 from harness.timefmt import canon, format_ns, is_rfc3339, parse_ns, utc_day
@@ -31,6 +35,23 @@ def test_format_ns_writes_four_digit_years(stamp: str, epoch_s: int) -> None:
 def test_format_ns_of_a_negative_epoch_keeps_the_fraction_forward() -> None:
     # divmod floors: half a second before the epoch is 23:59:59 plus .5, not 00:00:00 - .5
     assert format_ns(-S // 2) == "1969-12-31T23:59:59.500000000Z"
+
+
+def test_format_ns_reuses_a_second_only_for_that_second() -> None:
+    # Calls that move to another second and back, forward and backward, each get their
+    # own second's text (format_ns keeps the last second's text for the next call).
+    base = parse_ns("2026-12-01T18:59:59Z")
+    for ns in (base, base + 1, base + S, base + S - 1, base - 1, base + 2 * S + 7, base + 7,
+               base + 86_400 * S, base):
+        dt = datetime(1970, 1, 1) + timedelta(microseconds=(ns // S) * 1_000_000)
+        assert format_ns(ns) == f"{dt.isoformat(timespec='seconds')}.{ns % S:09d}Z"
+
+
+def test_the_first_stamp_of_a_process_in_the_last_second_of_1969() -> None:
+    # Nothing formatted before: the kept second must match no second, -1 included.
+    out = subprocess.run([sys.executable, "-c", "from harness.timefmt import format_ns; "
+                          "print(format_ns(-1))"], capture_output=True, text=True, timeout=60)
+    assert out.stdout == "1969-12-31T23:59:59.999999999Z\n", out.stderr
 
 
 def test_stamps_sort_as_strings_across_the_year_1000() -> None:
