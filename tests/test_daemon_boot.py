@@ -200,3 +200,72 @@ argv = ["sh", "-c", "{STUBBORN}"]
     assert rec is not None and rec["outcome"] == "running", rec
     res = world.harness("ledger", "verify", "--json")
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+# -- what a killed daemon left half made ----------------------------------------------------
+
+_KILLED_INSIDE = """
+import os, sys, time
+from harness.ledger.files import atomic_replace
+
+def fill(fd):
+    os.write(fd, b"half made")
+    print("inside", flush=True)
+    time.sleep(600)
+
+atomic_replace(sys.argv[1], fill)
+"""
+
+
+def _killed_inside_a_replacement(world: World, target: Path) -> str:
+    """SIGKILL a process inside `atomic_replace` of `target`; the temporary file it left."""
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    before = set(os.listdir(target.parent))
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_INSIDE, str(target)],
+                            env=world.env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "inside\n"
+    finally:
+        proc.kill()
+        proc.wait(timeout=DEADLINE)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    (left,) = set(os.listdir(target.parent)) - before
+    assert (target.parent / left).read_bytes() == b"half made"
+    return left
+
+
+def test_the_boot_removes_what_a_killed_daemon_left_half_made_and_nothing_else(
+        world: World, daemons: Daemons) -> None:
+    """A daemon killed inside the atomic replacement of state.json, of a closed run's
+    compressed log or of the import marker leaves its temporary file for good; the next
+    daemon owns those files alone and removes them at boot, saying so. A replacement of a
+    file the daemon does not own (projects.json, which `harness up` writes while a daemon
+    runs) and files of other names stay, to the byte."""
+    state, jobs = world.state, world.state / "jobs" / "nightly"
+    gone = [state / _killed_inside_a_replacement(world, state / "state.json"),
+            jobs / _killed_inside_a_replacement(world, jobs / "3.log.zst"),
+            world.ledger / _killed_inside_a_replacement(world, world.ledger / ".imported")]
+    kept = [state / _killed_inside_a_replacement(world, state / "projects.json")]
+    for name in (".3.log.zst.tmp", ".3.log.zst.12.tmp", "notes.tmp", ".4.log.12.34.tmp"):
+        (jobs / name).write_bytes(b"not a leftover")
+        kept.append(jobs / name)
+    (jobs / "2.log").write_bytes(b"a closed run's log\n")
+    kept.append(jobs / "2.log")
+    before = {p: p.read_bytes() for p in kept}
+    daemons.write_config("""
+[harness.nightly]
+kind = "oneshot"
+argv = ["true"]
+""")
+    daemons.start()
+    res = world.harness("jobs")  # answered once the boot is done
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert [p for p in gone if p.exists()] == []
+    assert {p: p.read_bytes() for p in kept} == before
+    err = daemons.stderr()
+    assert (f"removed {gone[0]}, {gone[1]}, left half made by a daemon that was killed"
+            in err), err
+    assert (f"ledger: removed {gone[2].name}, left half made by a process that was killed"
+            in err), err
+    assert "Traceback" not in err

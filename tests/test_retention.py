@@ -971,15 +971,17 @@ def test_a_prune_gives_up_on_a_file_lines_keep_reaching(tmp_path: Path) -> None:
 def test_opening_the_ledger_removes_a_chain_file_a_killed_prune_left_half_made(
     tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A prune killed inside CHAIN's atomic replacement leaves its temporary file; the next
-    writer, which holds the ledger alone, removes it and says so. Files of other names,
-    the CHAIN itself and a day file stay, to the byte."""
+    """A prune killed inside CHAIN's atomic replacement (or a daemon inside the import
+    marker's) leaves its temporary file; the next writer, which holds the ledger alone,
+    removes it and says so. Files of other names, the CHAIN itself and a day file stay, to
+    the byte."""
     d = tmp_path / "ledger"
     led = open_ledger(d, clock=Clock(T0))
     led.append({"type": "opened", "harness": "a", "run_id": 1, "kind": "oneshot"})
     led.close()
     retention_mod.write_chain_file(str(d), 0, "0" * 64)
     (d / ".CHAIN.4242.139872.tmp").write_bytes(b'{"hash": "')
+    (d / "..imported.4242.139872.tmp").write_bytes(b"imported 3")
     (d / ".CHAIN.4242.tmp").write_bytes(b"not ours")
     (d / ".other.1.2.tmp").write_bytes(b"not ours")
 
@@ -987,13 +989,14 @@ def test_opening_the_ledger_removes_a_chain_file_a_killed_prune_left_half_made(
         return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
 
     kept = everything()
-    del kept[".CHAIN.4242.139872.tmp"]
+    del kept[".CHAIN.4242.139872.tmp"], kept["..imported.4242.139872.tmp"]
     assert sorted(kept) == [".CHAIN.4242.tmp", ".other.1.2.tmp", "2026-06-15.jsonl", "CHAIN"]
     with caplog.at_level(logging.WARNING, logger="harness.ledger"):
         open_ledger(d, clock=Clock(T0))
     assert everything() == kept
     assert [r.getMessage() for r in caplog.records] == [
-        "ledger: removed .CHAIN.4242.139872.tmp, left by a prune that was killed"]
+        "ledger: removed ..imported.4242.139872.tmp, .CHAIN.4242.139872.tmp, left half "
+        "made by a process that was killed"]
 
 
 def test_a_ledger_that_cannot_be_locked_leaves_chain_leftovers_alone(

@@ -6,8 +6,10 @@ take the control socket (`--socket`, HARNESS_SOCKET or the XDG default; its dire
 created 0700 when missing), whose lock makes this the only daemon (requests wait until
 the boot is done); open the ledger, import the legacy history, close what a crash left
 open (REQ-7, before any run starts) and stop the process groups it left running
-(orphans.py), prune, then start the Manager (schedules armed, enabled residents
-autostarted), the prune at each UTC midnight (housekeeping.py) and answer requests.
+(orphans.py), prune, remove the temporary files of state.json's and the logs'
+replacements that a killed daemon left half made, then start the Manager (schedules
+armed, enabled residents autostarted), the prune at each UTC midnight (housekeeping.py)
+and answer requests.
 SIGHUP, like the `reload` op, loads the config again and applies it through the
 Manager; a config that fails to load leaves the running one in force (one during the
 boot reloads once it is done). Shutdown on SIGTERM/SIGINT: stop accepting, stop live
@@ -152,6 +154,19 @@ class Reloader:
 
 
 _background: set[asyncio.Task[Any]] = set()
+
+
+def clear_leftovers(state: StateFile, jobs_dir: str) -> None:
+    """Remove the temporary files of state.json's and the logs' replacements that a daemon
+    killed inside one left half made. This daemon owns both alone (the socket's lock), and
+    neither is written before the manager starts: no live replacement is among them."""
+    try:
+        left = state.clear_leftovers() + logs.clear_compress_leftovers(jobs_dir)
+    except OSError as exc:
+        log.warning("cannot clear what a killed daemon left half made: %s", exc)
+        return
+    if left:
+        log.warning("removed %s, left half made by a daemon that was killed", ", ".join(left))
 
 
 def settle_heap() -> int:
@@ -316,6 +331,7 @@ async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: Contr
         except StateError as exc:
             print(f"harness: {exc}", file=sys.stderr)
             return 1
+        await asyncio.to_thread(clear_leftovers, state, jobs_dir)
         ids = RunIds(state, ledger, jobs_dir)
         manager = Manager(config, ledger, ids, jobs_dir)
     loop = asyncio.get_running_loop()

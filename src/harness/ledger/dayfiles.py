@@ -21,13 +21,14 @@ import msgspec
 
 DAY_FILE = re.compile(r"([0-9]{4}-[0-9]{2}-[0-9]{2})\.jsonl\Z")
 CHAIN_FILE = "CHAIN"
+IMPORTED_FILE = ".imported"  # the legacy import's marker (supervisor/history.py)
 # What decoding one line can raise when the line is not one the ledger can read: a
 # malformed or mistyped line, and one nested deeper than the decoder recurses (a 2 KB
 # line of brackets is enough). Every reader skips such a line; none may crash on it.
 UNREADABLE = (msgspec.MsgspecError, RecursionError)
 CHUNK = 1 << 22  # 4 MiB: big enough to amortise syscalls, small enough to keep RSS flat
 # Files the ledger itself keeps beside the day files: not strays.
-KNOWN_FILES = frozenset({CHAIN_FILE, ".imported", "CHAIN.tmp"})
+KNOWN_FILES = frozenset({CHAIN_FILE, IMPORTED_FILE, "CHAIN.tmp"})
 
 
 class LedgerDirError(OSError):

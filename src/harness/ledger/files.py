@@ -118,11 +118,12 @@ def atomic_replace(path: str | os.PathLike[str], fill: Callable[[int], None]) ->
     fsync_dir(d)
 
 
-def clear_leftovers(directory: str, name: str) -> list[str]:
-    """Remove what `atomic_replace` of `directory/name` left when its process was killed
-    mid-write (its temporary files); return their names. Only for a caller that owns the
-    directory alone (the ledger's lock), so no live writer's file can be among them."""
-    pattern = re.compile(rf"\.{re.escape(name)}\.\d+\.\d+\.tmp")
+def clear_leftovers(directory: str, names: str) -> list[str]:
+    """Remove what `atomic_replace` left in `directory` when its process was killed
+    mid-write (its temporary files), for each target whose name the regex `names` matches
+    whole; return their names, sorted. Only for a caller that owns those targets alone (the
+    ledger's lock, the daemon's socket), so no live writer's file can be among them."""
+    pattern = re.compile(rf"\.(?:{names})\.\d+\.\d+\.tmp")
     gone = []
     for entry in os.listdir(directory):
         if pattern.fullmatch(entry):

@@ -18,6 +18,7 @@ import gc
 import heapq
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
@@ -25,7 +26,15 @@ from typing import Any
 
 from ..timefmt import canon, day_start_ns, format_ns, now_ns, utc_day
 from .chain import ZERO_HASH, hash_of_line_bytes, link_to, seal_line
-from .dayfiles import CHAIN_FILE, day_path, is_whole, iter_chunks, list_day_files, read_tail
+from .dayfiles import (
+    CHAIN_FILE,
+    IMPORTED_FILE,
+    day_path,
+    is_whole,
+    iter_chunks,
+    list_day_files,
+    read_tail,
+)
 from .errors import LedgerCorrupt, LedgerInUse, LineTooLong
 from .feed import Committed, Feed, Subscription
 from .files import FileLayer, clear_leftovers, hold_dir, make_private_dir
@@ -130,15 +139,17 @@ class RunLedger:
                         "on the same state directory would not be stopped", directory)
         self._held = held
         if held >= 0:
-            # Ours alone now: a CHAIN replacement a killed prune left half made goes.
+            # Ours alone now: a CHAIN (a prune's) or import marker replacement that a
+            # kill left half made goes.
             try:
-                left = clear_leftovers(directory, CHAIN_FILE)
+                left = clear_leftovers(directory, f"{re.escape(CHAIN_FILE)}|"
+                                                  f"{re.escape(IMPORTED_FILE)}")
             except OSError as exc:
                 log.warning("ledger: cannot clear leftovers in %s: %s", directory, exc)
             else:
                 if left:
-                    log.warning("ledger: removed %s, left by a prune that was killed",
-                                ", ".join(left))
+                    log.warning("ledger: removed %s, left half made by a process that was "
+                                "killed", ", ".join(left))
         try:
             next_seq, head = self._recover()
             next_seq, head = self._load(window_ns, next_seq, head)

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..ledger.dayfiles import IMPORTED_FILE
 from ..ledger.errors import LedgerError, LineRejected
 from ..ledger.files import atomic_write
 from ..ledger.runledger import RunLedger
@@ -32,7 +33,7 @@ from .state import HARNESSES_KEY, LEGACY_KEY, StateError, StateFile
 
 log = logging.getLogger("harness.supervisor")
 
-MARKER = ".imported"
+MARKER = IMPORTED_FILE
 CRASH_NOTE = "run interrupted: the daemon stopped without closing it (daemon_crash)"
 _DECIDED = frozenset({"skipped", "missed"})
 _TYPE_ORDER = {"decided": 0, "opened": 0, "closed": 1}

@@ -7,7 +7,8 @@ given at creation, never chmod'ed after); a ``.zst`` is only ever visible whole 
 temporary file, synced, renamed), and the plain log is deleted only after that rename is
 durable, so at every instant at least one complete copy exists; pruning deletes only the
 logs of the oldest run ids beyond ``keep_runs`` and never a run id the caller protects (a
-run still writing its log).
+run still writing its log). The temporary file of a compression a kill cut short is
+removed at the next boot (`clear_compress_leftovers`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Collection
 import zstandard
 
 from .. import paths
-from ..ledger.files import atomic_replace, fsync_dir, make_private_dir
+from ..ledger.files import atomic_replace, clear_leftovers, fsync_dir, make_private_dir
 
 log = logging.getLogger("harness.supervisor")
 
@@ -111,6 +112,22 @@ def compress_log(path: str) -> bool:
         log.warning("cannot compress %s: %s", path, exc)
         return False
     return True
+
+
+def clear_compress_leftovers(jobs_dir: str) -> list[str]:
+    """Remove the half-written ``.zst`` files that a daemon killed while compressing a log
+    left in any harness's directory; return their paths. Only for the one daemon, before
+    a run can end (each end compresses a log)."""
+    try:
+        names = sorted(os.listdir(jobs_dir))
+    except FileNotFoundError:
+        return []
+    gone = []
+    for name in names:
+        d = os.path.join(jobs_dir, name)
+        if os.path.isdir(d) and not os.path.islink(d):
+            gone += [os.path.join(d, n) for n in clear_leftovers(d, r"\d+\.log\.zst")]
+    return gone
 
 
 def log_ids(jobs_dir: str, harness: str) -> dict[int, list[str]]:

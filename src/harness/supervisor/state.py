@@ -22,7 +22,7 @@ import re
 import threading
 from typing import Any, Protocol
 
-from ..ledger.files import atomic_write, make_private_dir
+from ..ledger.files import atomic_write, clear_leftovers, make_private_dir
 
 LEGACY_KEY = "runs"
 HARNESSES_KEY = "harnesses"
@@ -55,6 +55,16 @@ class StateFile:
         if self._data is None:
             self._data = self._read()
         return self._data
+
+    def clear_leftovers(self) -> list[str]:
+        """Remove what a daemon killed while replacing the file left half made (its
+        temporary files); return their paths. Only for the one daemon, before it writes."""
+        d = os.path.dirname(self.path) or "."
+        try:
+            names = clear_leftovers(d, re.escape(os.path.basename(self.path)))
+        except FileNotFoundError:  # no state dir yet: nothing was ever written
+            return []
+        return [os.path.join(d, n) for n in names]
 
     def reload(self) -> dict[str, Any]:
         self._data = None
