@@ -14,8 +14,9 @@ Beside 1 and 2, what explains them: the same handoff with a bare thread that onl
 syncs (the design's floor), the engine's writer with no per-line work, the per-line work warm
 and right after an fdatasync, where one synced append's time goes (stamped through the
 injectable file layer), 2 with sync=False (the ceiling the per-line work alone sets, no
-disk in the way), and 1 and 2 again on a disk whose sync costs 1 ms more
-(FaultyFiles' slow-sync model, applied to the raw baseline too).
+disk in the way), how long the writer's write and fdatasync calls take with 16 callers
+against one (each includes getting the GIL back), and 1 and 2 again on a disk whose sync
+costs 1 ms more (FaultyFiles' slow-sync model, applied to the raw baseline too).
 The generated ledgers are cached in bench/out/ (regenerated when missing).
 """
 
@@ -218,18 +219,26 @@ def bench_cold(work: str, n: int) -> dict[str, Any]:
 
 
 class _Stamped(FileLayer):
-    """The real file layer, noting when the writer's write began and its sync ended."""
+    """The real file layer, noting when the writer's last write began and its last sync
+    ended, and how long each write and sync call took end to end: the system call and,
+    when other threads hold the interpreter, the wait to get the GIL back after it."""
 
     def __init__(self) -> None:
         self.write_at = self.synced_at = 0.0
+        self.writes: list[float] = []
+        self.syncs: list[float] = []
 
     def write(self, fd: int, data: bytes) -> int:
         self.write_at = time.perf_counter()
-        return super().write(fd, data)
+        n = super().write(fd, data)
+        self.writes.append(time.perf_counter() - self.write_at)
+        return n
 
     def sync(self, fd: int) -> None:
+        t = time.perf_counter()
         super().sync(fd)
         self.synced_at = time.perf_counter()
+        self.syncs.append(self.synced_at - t)
 
 
 def bench_path(work: str, n: int) -> dict[str, Any]:
@@ -256,6 +265,26 @@ def bench_path(work: str, n: int) -> dict[str, Any]:
     finally:
         led.close()
     return {f"{leg}_p50_us": pct(xs, .5) * 1e6 for leg, xs in legs.items()}
+
+
+def bench_gil(work: str, per_thread: int, threads: int = 16) -> dict[str, Any]:
+    """Where a group commit's time goes with 16 callers: the writer's write and fdatasync
+    calls, p50 wall time, against the same calls with one caller; and the commit's length
+    and lines. The system calls release the GIL, and the writer must then get it back from
+    callers busy with their next lines' Python."""
+    lines = [opened_line(n) for n in range(1, threads * per_thread + 1)]
+    res: dict[str, Any] = {}
+    for key, n in (("one", 1), ("many", threads)):
+        files = _Stamped()
+        led = RunLedger(os.path.join(work, f"gil-{key}"), files=files)
+        el = race(n, threads * per_thread // n,
+                  lambda k, led=led: led.append(lines[k - 1], sync=True))
+        led.close()
+        res.update({f"{key}_write_p50_us": pct(files.writes, .5) * 1e6,
+                    f"{key}_sync_p50_us": pct(files.syncs, .5) * 1e6,
+                    f"{key}_commit_us": el / len(files.syncs) * 1e6,
+                    f"{key}_lines_per_commit": len(lines) / len(files.syncs)})
+    return res
 
 
 def race(threads: int, per_thread: int, append: Any) -> float:
@@ -436,6 +465,9 @@ def main() -> None:
         print("2. group commit, 16 threads", flush=True)
         res["group_commit"] = bench_group_commit(work, 20 if args.quick else 200)
         print(json.dumps(res["group_commit"], indent=1), flush=True)
+        print("   where a group commit's time goes, 1 caller and 16", flush=True)
+        res["gil"] = bench_gil(work, 10 if args.quick else 100)
+        print(json.dumps(res["gil"], indent=1), flush=True)
         print(f"1+2 again on a disk whose sync costs {SLOW_SYNC * 1e3:g} ms more", flush=True)
         res["slow_latency"] = bench_latency(work, 100 if args.quick else 600, SLOW_SYNC)
         res["slow_group_commit"] = bench_group_commit(work, 5 if args.quick else 40,
@@ -482,6 +514,14 @@ def main() -> None:
     print(f"| same, our appends with sync=False (the per-line work's ceiling) | "
           f"{gcm['no_sync_16_threads_lines_per_s']:,.0f} lines/s | — | "
           f"{gcm['no_sync_ratio']:.1f}× | — |")
+    gil = res["gil"]
+    print(f"| same, the writer's write / fdatasync call, p50 wall time (getting the GIL back "
+          f"included) | {gil['many_write_p50_us']:.0f} / {gil['many_sync_p50_us']:.0f} µs | "
+          f"{gil['one_write_p50_us']:.0f} / {gil['one_sync_p50_us']:.0f} µs with one caller | "
+          f"— | — |")
+    print(f"| same, one group commit | {gil['many_commit_us']:.0f} µs for "
+          f"{gil['many_lines_per_commit']:.1f} lines | {gil['one_commit_us']:.0f} µs for "
+          f"{gil['one_lines_per_commit']:.1f} with one caller | — | — |")
     ms = f"{SLOW_SYNC * 1e3:g} ms"
     print(f"| synced append p50 / p99, sync + {ms} (both sides) | {slat['append_p50_us']:.0f} / "
           f"{slat['append_p99_us']:.0f} µs | {slat['raw_p50_us']:.0f} / {slat['raw_p99_us']:.0f}"

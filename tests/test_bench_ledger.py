@@ -20,8 +20,8 @@ def test_bench_ledger_smoke(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((tmp_path / "results.json").read_text())
-    assert set(res) == {"machine", "latency", "cold", "path", "group_commit", "slow_latency",
-                        "slow_group_commit", "reads", "index"}
+    assert set(res) == {"machine", "latency", "cold", "path", "group_commit", "gil",
+                        "slow_latency", "slow_group_commit", "reads", "index"}
 
     for lat, n, delay in ((res["latency"], 400, 0.0), (res["slow_latency"], 100, 0.001)):
         assert (lat["n"], lat["sync_delay_s"]) == (n, delay)
@@ -50,6 +50,12 @@ def test_bench_ledger_smoke(tmp_path: Path) -> None:
         assert gc["no_sync_ratio"] == (gc["no_sync_16_threads_lines_per_s"]
                                        / gc["raw_one_thread_lines_per_s"])
 
+    # One caller's every line has a sync of its own; sixteen share them.
+    gil = res["gil"]
+    assert gil["one_lines_per_commit"] == 1.0
+    assert 1 <= gil["many_lines_per_commit"] <= 16
+    assert all(gil[f"{k}_{leg}_p50_us"] > 0 for k in ("one", "many") for leg in ("write", "sync"))
+
     rd = res["reads"]
     assert (rd["runs"], rd["lines"]) == (10_000, 40_000)  # four lines a run
     assert rd["runs_query_exit"] == 0 and rd["verify_exit"] == 0
@@ -57,7 +63,7 @@ def test_bench_ledger_smoke(tmp_path: Path) -> None:
     assert res["index"]["records_in_memory"] == 7_000
 
     rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| ")]
-    assert len(rows) == 18  # the header, its rule and sixteen figures
+    assert len(rows) == 20  # the header, its rule and eighteen figures
     assert rows[0].startswith("| figure |") and rows[2].startswith("| synced append p50 |")
     # The throwaway working directory is gone; only the cached ledgers and results stay.
     assert sorted(p.name for p in tmp_path.iterdir()) == [
