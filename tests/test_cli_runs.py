@@ -493,6 +493,19 @@ def test_values_with_control_characters_stay_on_their_row(world: World) -> None:
     assert rows[1].endswith("  m\\r    —       —     line1\\nline2\\tTAB\\x07")
 
 
+def test_values_with_separators_and_format_characters_stay_on_their_row(world: World) -> None:
+    # A model or todo id an agent reported can hold what `splitlines` takes for a line
+    # break (NEL, U+2028) or what turns the row around (a right-to-left override): each
+    # shows as its escape, so the row reads as it is stored.
+    seed(world, run_lines("job", 1, parse_ns("2025-11-03T09:05:00Z"), took_ms=1000,
+                          todo_id="fix\u202etxt.exe\u200b", model="m\u2028n\x85o"))
+    res = runs(world, "job", "--wide")
+    assert res.returncode == 0, res.stderr
+    rows = res.stdout.split("\n")
+    assert len(rows) == 3 and rows[2] == ""
+    assert rows[1].endswith("  m\\u2028n\\x85o  —       —     fix\\u202etxt.exe\\u200b")
+
+
 def test_mistyped_counts_on_disk_show_as_unknown(world: World) -> None:
     path, lines = _three_runs(world)
     obj = json.loads(lines[-1])
@@ -998,6 +1011,9 @@ def test_tokens_cell(tokens: object, cell: str) -> None:
 def test_visible_escapes_control_characters_only() -> None:
     assert render.visible("plain é ×2 …") == "plain é ×2 …"
     assert render.visible("a\nb\tc\rd\x00e\x1bf\x7fg") == "a\\nb\\tc\\rd\\x00e\\x1bf\\x7fg"
+    # Whatever Python does not count as printable, in the escape of its size.
+    assert render.visible("\x80\x9f\xa0\xad\u2029\ufeff\U000f0000\U0001f600") == (
+        "\\x80\\x9f\\xa0\\xad\\u2029\\ufeff\\U000f0000\U0001f600")
 
 
 @pytest.mark.parametrize(("s", "width", "out"), [

@@ -3,8 +3,9 @@
 Invariants: the plain table fits 80 columns, cutting the harness name first and then,
 only for values no writer makes (a hand-edited trigger, a 40-digit run id), the widest
 other column, always visibly (with "…"); `--wide` never cuts or wraps a value; a record is
-one row (control characters in a value are shown escaped, ``\\n``); times are shown in
-local time as ``Jan _2 15:04``.
+one row, read as stored (a character that is not printable, a control, a line separator
+or a right-to-left override, is shown as its escape, ``\\n``); times are shown in local
+time as ``Jan _2 15:04``.
 """
 
 from __future__ import annotations
@@ -88,13 +89,24 @@ def _exit(rec: dict[str, Any]) -> str:
 
 # A value may carry a newline or a tab (todo_id, model and reason are opaque): shown
 # escaped, or one record would break across lines and misalign its columns.
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)} | {
-    0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(c: str) -> str:
+    o = ord(c)
+    return _NAMED.get(c) or (f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000
+                             else f"\\U{o:08x}")
 
 
 def visible(s: str) -> str:
-    """`s` on one line: control characters spelled as escapes."""
-    return s.translate(_CONTROL) if not s.isprintable() else s
+    """`s` on one line, as it reads: every character Python does not count as printable
+    spelled as its escape. Besides the C0 and C1 controls and DEL, that is the line and
+    paragraph separators (which split a row where text is cut into lines), the format
+    characters (a right-to-left override would show a row's cells in another order, a
+    zero-width space hide in a name), spaces other than " ", and unassigned code points."""
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else _escape(c) for c in s)
 
 
 def rows(records: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list[str]]]:
