@@ -1027,6 +1027,32 @@ def test_a_synced_line_makes_earlier_buffered_lines_durable_first(
     assert_chain(d)
 
 
+def _on(day: str, run_id: int) -> dict[str, Any]:
+    return {**line(run_id=run_id, type_="updated"), "at": f"{day}T10:00:00.000000000Z"}
+
+
+def test_buffered_lines_to_a_file_deleted_behind_a_dropped_handle_keep_seq_order(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """Buffered lines for three days leave the first two days' handles dropped but held
+    (their lines are not synced yet). The first day's file is deleted; a buffered line for
+    that day then goes into a new file after the line the old file held, which is written
+    again first: each file holds its seqs in order, each seq once."""
+    rig = make_rig(flush_every=30.0)
+    w = rig.writer
+    days = ["2026-11-28", "2026-11-29", "2026-11-30"]
+    for rid, day in enumerate(days, 1):
+        w.append(_on(day, rid), sync=False)
+    wait_until(lambda: w.stats().lines_written == 3)
+    assert [read_disk(rig.directory / f"{d}.jsonl").seqs for d in days] == [[1], [2], [3]]
+    (rig.directory / f"{days[0]}.jsonl").unlink()
+    w.append(_on(days[0], 4), sync=False)
+    wait_until(lambda: w.stats().lines_written == 4)
+    assert w.append(_on(days[2], 5)) == 5
+    assert rig.commits.seqs == [1, 2, 3, 4, 5]
+    assert [read_disk(rig.directory / f"{d}.jsonl").seqs for d in days] == [[1, 4], [2], [3, 5]]
+
+
 def test_flush_syncs_buffered_lines_now(make_rig: Callable[..., Rig]) -> None:
     rig = make_rig(flush_every=30.0)
     rig.writer.append(line(), sync=False)

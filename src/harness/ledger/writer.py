@@ -20,7 +20,9 @@ Both ledgers write through this. Invariants:
   they fail fast instead of each waiting out the bound.
 * Concurrent synced appends share one fdatasync per file (group commit); lines
   appended with ``sync=False`` are synced within ``flush_every`` and always before
-  (with) any later synced line.
+  (with) any later synced line. Until then they wait in the queue, written; a pass that
+  only writes new buffered lines looks at those alone, so each append costs the same
+  however many wait.
 * Each pass (write, sync, commit) runs whole under ``passes()``: a holder of it sees no
   line written or committed meanwhile (retention deletes a day file under it).
 """
@@ -157,6 +159,11 @@ class Writer:
         self._bell = threading.Lock()
         self._bell.acquire()
         self._queue: deque[Entry] = deque()
+        self._synced_queued = 0  # queued entries a synced caller waits for
+        # No unwritten line precedes a written one in the queue: lines not yet written are
+        # its tail. Cleared where lines are marked unwritten again (a failed sync, a file
+        # gone), set again by a general pass that wrote all it took.
+        self._gapless = True
         self._next_seq = next_seq
         self._head = head_hash
         self._open: dict[str, _File] = {}
@@ -251,6 +258,7 @@ class Writer:
         self._next_seq = seq + 1
         self._head = digest
         self._queue.append(e)
+        self._synced_queued += sync
         return e
 
     def _behind_failure(self, now: float) -> bool:
@@ -386,7 +394,11 @@ class Writer:
             with self._cv:
                 calm = not retry_at and not self._closing and not self._flush_now
                 idle = calm and not self._queue
-                common = calm and bool(self._queue) and self._failing is None
+                # The common pass takes only fresh lines, one of them synced: with the
+                # head already written (buffered lines) it would decline, after a copy
+                # of the whole queue.
+                common = (calm and self._synced_queued > 0 and self._failing is None
+                          and not self._queue[0].written)
                 if common:
                     batch = list(self._queue)
             if idle:  # nothing queued, no retry or close pending: a later enqueue rings
@@ -429,17 +441,26 @@ class Writer:
                 # to retry_max away) must not outlast the close's own timeout.
                 self._retry_now = False
                 retry_at = 0.0
-            pending = any(not e.written for e in self._queue)
-            waiting_sync = any(e.sync for e in self._queue)
+            # From the tail: new lines are there, behind those written and waiting to
+            # be synced (which, with sync=False, can be thousands).
+            pending = any(not e.written for e in reversed(self._queue))
+            waiting_sync = self._synced_queued > 0
             oldest = self._queue[0].enqueued if self._queue else None
             due = oldest is not None and (
                 now - oldest >= self.flush_every or self._flush_now or self._closing
             )
             ready = now >= retry_at and (pending or waiting_sync or due)
             if ready:
-                batch = list(self._queue)
                 force = self._flush_now or self._closing
                 self._flush_now = False
+                fresh = None
+                # Not where a handle was dropped either: writing to its path again may
+                # mark lines before these unwritten (`_reopened_elsewhere`).
+                if not (waiting_sync or due or force or retry_at) and self._gapless \
+                        and self._failing is None and not self._unread and not self._dropped:
+                    fresh = self._fresh_locked() or None
+                if fresh is None:
+                    batch = list(self._queue)
             else:
                 timeout = -1.0  # block until rung
                 if now < retry_at:
@@ -453,7 +474,40 @@ class Writer:
             self._bell.acquire(timeout=timeout)
             return False
         with self._passing:
+            if fresh is not None:
+                return self._write_fresh(fresh)
             return self._write_and_sync(batch, force)
+
+    def _fresh_locked(self) -> list[Entry]:
+        """The unwritten tail of the queue, in seq order (call with `_cv` held)."""
+        fresh = []
+        for e in reversed(self._queue):
+            if e.written:
+                break
+            fresh.append(e)
+        fresh.reverse()
+        return fresh
+
+    def _write_fresh(self, fresh: list[Entry]) -> LedgerError | None:
+        """Write buffered lines when nothing asks for a sync (no synced caller, no flush
+        due, no failure being retried): what `_write_and_sync` does for them, looking at
+        these lines only. It would walk every line written and waiting for its sync, on
+        every wake-up: with thousands buffered, each append would cost them all. The
+        lines stay queued, uncommitted, until the pass that syncs them."""
+        with self._cv:
+            self._io_started = started = time.monotonic()
+        try:
+            error = self._write_pending(fresh)
+        finally:
+            with self._cv:
+                self._io_started = None
+        self._trim_handles()
+        if error is not None:
+            return self._fail(error)
+        took = time.monotonic() - started
+        if took > self.sync_timeout:
+            self._late_sync(fresh[0], took, synced=False)
+        return None
 
     def _common_pass(self, batch: list[Entry]) -> LedgerError | Literal[False] | None:
         """Write and sync a batch the way nearly every wake-up finds it, or decline.
@@ -552,6 +606,7 @@ class Writer:
             lines = [e for e in self._queue if e.path == path and e.written]
         for e in lines:
             e.written = False
+            self._gapless = False
         self._lines_written -= len(lines)
         return lines
 
@@ -693,11 +748,17 @@ class Writer:
         return []
 
     def _write_and_sync(self, batch: list[Entry], force: bool) -> LedgerError | None:
-        error: LedgerError | None = None
-        failed_at: Entry | None = None
         with self._cv:
             self._io_started = started = time.monotonic()
-        # Write every unwritten line in seq order, one write per run of same-file lines.
+        error = self._write_pending(batch)
+        if error is None:
+            self._gapless = True  # all it took is written; lines queued since are a tail
+        written = [e for e in batch if e.written]
+        return self._finish_pass(batch, written, error, force, started)
+
+    def _write_pending(self, batch: list[Entry]) -> LedgerError | None:
+        """Write every unwritten line of `batch` in seq order, one write per run of
+        same-file lines; the error of the first write that failed."""
         i = 0
         todo = [e for e in batch if not e.written]
         while i < len(todo):
@@ -712,11 +773,9 @@ class Writer:
                 self._write_group(todo[i].path, todo[i:j])
             except OSError as exc:
                 failed_at = next((e for e in todo[i:j] if not e.written), todo[i])
-                error = self._error("write", exc, failed_at)
-                break
+                return self._error("write", exc, failed_at)
             i = j
-        written = [e for e in batch if e.written]
-        return self._finish_pass(batch, written, error, force, started)
+        return None
 
     def _finish_pass(
         self, batch: list[Entry], written: list[Entry], error: LedgerError | None, force: bool,
@@ -767,13 +826,16 @@ class Writer:
                 break
         if commit:
             self._commit_prefix(commit, error)
+        self._trim_handles()
+        if error is not None:
+            return self._fail(error)
+        return None
+
+    def _trim_handles(self) -> None:
         if len(self._open) > 2:
             # Day rollover leaves yesterday's handle open; keep only the newest.
             for p in list(self._open)[:-1]:
                 self._drop(p)
-        if error is not None:
-            return self._fail(error)
-        return None
 
     def _sync_file(self, path: str, f: _File) -> None:
         """fdatasync one file, and its directory entry when this writer created it; then
@@ -848,8 +910,9 @@ class Writer:
             except Exception:  # a reader-side bug must not stop durability
                 log.exception("ledger: commit callback failed (seq %d)", commit[0].seq)
         with self._cv:
-            for _ in commit:
+            for e in commit:
                 self._queue.popleft()
+                self._synced_queued -= e.sync
             if error is None:
                 self._failing = None
         for e in commit:
@@ -875,6 +938,7 @@ class Writer:
             # them too would put their seqs in the file twice.
             if e.path == path and e.written and e.end > f.synced:
                 e.written = False
+                self._gapless = False
                 self._lines_written -= 1
         self._drop(path)
 
