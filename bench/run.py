@@ -43,6 +43,7 @@ import msgspec
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import native  # noqa: E402
 from harness.ledger import RunLedger  # noqa: E402
 from harness.ledger.canonical import canonical  # noqa: E402
 from harness.ledger.chain import seal_line  # noqa: E402
@@ -308,6 +309,85 @@ def race(threads: int, per_thread: int, append: Any) -> float:
     return time.perf_counter() - t
 
 
+class NativeAppender:
+    """Appends through the C writer thread (bench/native_floor.c). With `work`, the caller
+    does what RunLedger.append does before its wait (schema, scrub, seq, chain, canonical
+    bytes); without, it hands over one fixed line. Either way nothing of the engine's
+    writer runs: this is what the interpreter alone leaves of an append."""
+
+    def __init__(self, mod: Any, path: str, work: bool) -> None:
+        self.mod, self.path, self.work = mod, path, work
+        self.lock = threading.Lock()
+        self.seq, self.prev = 0, "0" * 64
+        self.submitted = 0
+        mod.open(path)
+
+    def append(self, line: dict[str, Any], sample: bytes) -> None:
+        if self.work:
+            out, _ = prepare_line(line)
+            with self.lock:  # seq order is submit order, as under the writer's enqueue lock
+                self.seq += 1
+                data, self.prev = seal_line(out, self.seq, self.prev)
+                ticket = self.mod.submit(data + b"\n")
+        else:
+            ticket = self.mod.submit(sample)
+        if not self.mod.wait(ticket, 2.0):
+            raise TimeoutError(f"line {ticket} not synced within 2 s")
+
+    def close(self, expected: int) -> int:
+        """Stop the thread; check every line reached the file whole; return the syncs."""
+        syncs = int(self.mod.close())
+        with open(self.path, "rb") as f:
+            lines = f.read().split(b"\n")
+        assert lines.pop() == b"" and len(lines) == expected, (self.path, len(lines))
+        if self.work:
+            assert [msgspec.json.decode(x)["seq"] for x in lines] == list(range(1, expected + 1))
+        return syncs
+
+
+def bench_native(work: str, n: int, per_thread: int, threads: int = 16) -> dict[str, Any]:
+    """Figures 1 and 2 with the writer thread in C (no GIL, no per-line work of its own),
+    callers with and without the real per-line work: the floor any Python writer design
+    meets on this machine. Skipped, saying why, where no C compiler is at hand."""
+    mod, why = native.load(work)
+    if mod is None:
+        return {"skipped": why}
+    sample = canonical({**opened_line(1), "v": 1, "seq": 1, "at": format_ns(now_ns()),
+                        "prev": "0" * 64, "hash": "0" * 64}) + b"\n"
+    xs: dict[str, list[float]] = {"raw": [], "bare": [], "work": []}
+    blocks = 10
+    for b in range(blocks):
+        xs["raw"] += raw_latencies(os.path.join(work, "native-raw.bin"), sample, n // blocks)
+        for key in ("bare", "work"):
+            nat = NativeAppender(mod, os.path.join(work, f"native-{key}-{b}.jsonl"), key == "work")
+            for i in range(n // blocks):
+                line = opened_line(i + 1)
+                t = time.perf_counter()
+                nat.append(line, sample)
+                xs[key].append(time.perf_counter() - t)
+            nat.close(n // blocks)
+    r50 = pct(xs["raw"], .5)
+    res: dict[str, Any] = {"n": n, "raw_p50_us": r50 * 1e6}
+    for key in ("bare", "work"):
+        res[f"{key}_p50_us"] = pct(xs[key], .5) * 1e6
+        res[f"{key}_ratio_p50"] = pct(xs[key], .5) / r50
+    total = threads * per_thread
+    n_raw = total // 4
+    t = time.perf_counter()
+    raw_latencies(os.path.join(work, "native-raw-gc.bin"), sample, n_raw)
+    raw_rate = n_raw / (time.perf_counter() - t)
+    lines = [opened_line(k) for k in range(1, total + 1)]
+    res.update({"threads": threads, "lines": total, "raw_one_thread_lines_per_s": raw_rate})
+    for key in ("bare", "work"):
+        nat = NativeAppender(mod, os.path.join(work, f"native-gc-{key}.jsonl"), key == "work")
+        el = race(threads, per_thread, lambda k, nat=nat: nat.append(lines[k - 1], sample))
+        syncs = nat.close(total)
+        res.update({f"{key}_16_threads_lines_per_s": total / el,
+                    f"{key}_16_threads_ratio": total / el / raw_rate,
+                    f"{key}_16_threads_lines_per_sync": total / syncs})
+    return res
+
+
 def bench_group_commit(work: str, per_thread: int, threads: int = 16,
                        sync_delay: float = 0.0) -> dict[str, Any]:
     sample = canonical({**opened_line(1), "v": 1, "seq": 1, "at": format_ns(now_ns()),
@@ -339,10 +419,23 @@ def bench_group_commit(work: str, per_thread: int, threads: int = 16,
     el = race(threads, per_thread, lambda n: led.append(lines[n - 1], sync=False))
     led.close()
     ceiling = threads * per_thread / el
+    # The per-line work alone (schema, scrub, seq, chain, encoding) in the same threads,
+    # under one lock as the writer's enqueue holds it: no writer, no disk, no wait. An
+    # engine that does this work per line cannot go faster on this interpreter.
+    mu, head = threading.Lock(), ["0" * 64, 0]
+
+    def work_only(n: int) -> None:
+        out, _ = prepare_line(lines[n - 1])
+        with mu:
+            head[1] += 1
+            head[0] = seal_line(out, head[1], head[0])[1]
+
+    work_rate = threads * per_thread / race(threads, per_thread, work_only)
     return {"threads": threads, "lines": threads * per_thread, "sync_delay_s": sync_delay,
             "lines_per_s": rate, "raw_one_thread_lines_per_s": raw_rate, "ratio": rate / raw_rate,
             "bare_writer_16_threads_lines_per_s": floor_rate, "floor_ratio": floor_rate / raw_rate,
             "no_sync_16_threads_lines_per_s": ceiling, "no_sync_ratio": ceiling / raw_rate,
+            "work_only_16_threads_lines_per_s": work_rate, "work_only_ratio": work_rate / raw_rate,
             "lines_per_sync": threads * per_thread / max(1, syncs)}
 
 
@@ -470,6 +563,9 @@ def main() -> None:
         print("   where a group commit's time goes, 1 caller and 16", flush=True)
         res["gil"] = bench_gil(work, 10 if args.quick else 100)
         print(json.dumps(res["gil"], indent=1), flush=True)
+        print("1+2 with the writer thread in C: what CPython itself leaves", flush=True)
+        res["native"] = bench_native(work, 400 if args.quick else 3000, 20 if args.quick else 200)
+        print(json.dumps(res["native"], indent=1), flush=True)
         print(f"1+2 again on a disk whose sync costs {SLOW_SYNC * 1e3:g} ms more", flush=True)
         res["slow_latency"] = bench_latency(work, 100 if args.quick else 600, SLOW_SYNC)
         res["slow_group_commit"] = bench_group_commit(work, 5 if args.quick else 40,
@@ -516,6 +612,9 @@ def main() -> None:
     print(f"| same, our appends with sync=False (no fdatasync in the way) | "
           f"{gcm['no_sync_16_threads_lines_per_s']:,.0f} lines/s | — | "
           f"{gcm['no_sync_ratio']:.1f}× | — |")
+    print(f"| same, the per-line work alone (no writer, no disk, no wait) | "
+          f"{gcm['work_only_16_threads_lines_per_s']:,.0f} lines/s | — | "
+          f"{gcm['work_only_ratio']:.1f}× | — |")
     gil = res["gil"]
     print(f"| same, the writer's write / fdatasync call, p50 wall time (getting the GIL back "
           f"included) | {gil['many_write_p50_us']:.0f} / {gil['many_sync_p50_us']:.0f} µs | "
@@ -524,6 +623,19 @@ def main() -> None:
     print(f"| same, one group commit | {gil['many_commit_us']:.0f} µs for "
           f"{gil['many_lines_per_commit']:.1f} lines | {gil['one_commit_us']:.0f} µs for "
           f"{gil['one_lines_per_commit']:.1f} with one caller | — | — |")
+    nat = res["native"]
+    if "skipped" in nat:
+        print(f"| writer thread in C | skipped: {nat['skipped']} | — | — | — |")
+    else:
+        print(f"| synced append p50, writer thread in C, callers with / without the per-line "
+              f"work | {nat['work_p50_us']:.0f} / {nat['bare_p50_us']:.0f} µs | "
+              f"{nat['raw_p50_us']:.0f} µs | {nat['work_ratio_p50']:.2f}× / "
+              f"{nat['bare_ratio_p50']:.2f}× | — |")
+        print(f"| 16 threads, writer thread in C, callers with / without the per-line work | "
+              f"{nat['work_16_threads_lines_per_s']:,.0f} / "
+              f"{nat['bare_16_threads_lines_per_s']:,.0f} lines/s | "
+              f"{nat['raw_one_thread_lines_per_s']:,.0f} lines/s | "
+              f"{nat['work_16_threads_ratio']:.1f}× / {nat['bare_16_threads_ratio']:.1f}× | — |")
     ms = f"{SLOW_SYNC * 1e3:g} ms"
     print(f"| synced append p50 / p99, sync + {ms} (both sides) | {slat['append_p50_us']:.0f} / "
           f"{slat['append_p99_us']:.0f} µs | {slat['raw_p50_us']:.0f} / {slat['raw_p99_us']:.0f}"

@@ -20,7 +20,7 @@ def test_bench_ledger_smoke(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((tmp_path / "results.json").read_text())
-    assert set(res) == {"machine", "latency", "cold", "path", "group_commit", "gil",
+    assert set(res) == {"machine", "latency", "cold", "path", "group_commit", "gil", "native",
                         "slow_latency", "slow_group_commit", "reads", "index"}
 
     for lat, n, delay in ((res["latency"], 400, 0.0), (res["slow_latency"], 100, 0.001)):
@@ -49,12 +49,25 @@ def test_bench_ledger_smoke(tmp_path: Path) -> None:
         assert gc["ratio"] == gc["lines_per_s"] / gc["raw_one_thread_lines_per_s"]
         assert gc["no_sync_ratio"] == (gc["no_sync_16_threads_lines_per_s"]
                                        / gc["raw_one_thread_lines_per_s"])
+        assert gc["work_only_ratio"] == (gc["work_only_16_threads_lines_per_s"]
+                                         / gc["raw_one_thread_lines_per_s"])
 
     # One caller's every line has a sync of its own; sixteen share them.
     gil = res["gil"]
     assert gil["one_lines_per_commit"] == 1.0
     assert 1 <= gil["many_lines_per_commit"] <= 16
     assert all(gil[f"{k}_{leg}_p50_us"] > 0 for k in ("one", "many") for leg in ("write", "sync"))
+
+    # The C writer thread is built here (this project's machines have a compiler), and
+    # the bench itself checks that every line it acknowledged lies whole in its file.
+    nat = res["native"]
+    assert "skipped" not in nat, nat
+    assert (nat["n"], nat["threads"], nat["lines"]) == (400, 16, 320)
+    for key in ("bare", "work"):
+        assert nat[f"{key}_ratio_p50"] == nat[f"{key}_p50_us"] / nat["raw_p50_us"]
+        assert nat[f"{key}_16_threads_ratio"] == (nat[f"{key}_16_threads_lines_per_s"]
+                                                  / nat["raw_one_thread_lines_per_s"])
+        assert 1 <= nat[f"{key}_16_threads_lines_per_sync"] <= 16
 
     rd = res["reads"]
     assert (rd["runs"], rd["lines"]) == (10_000, 40_000)  # four lines a run
@@ -63,7 +76,7 @@ def test_bench_ledger_smoke(tmp_path: Path) -> None:
     assert res["index"]["records_in_memory"] == 7_000
 
     rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| ")]
-    assert len(rows) == 20  # the header, its rule and eighteen figures
+    assert len(rows) == 23  # the header, its rule and twenty-one figures
     assert rows[0].startswith("| figure |") and rows[2].startswith("| synced append p50 |")
     # The throwaway working directory is gone; only the cached ledgers and results stay.
     assert sorted(p.name for p in tmp_path.iterdir()) == [
