@@ -27,8 +27,9 @@ IMPORTED_FILE = ".imported"  # the legacy import's marker (supervisor/history.py
 # line of brackets is enough). Every reader skips such a line; none may crash on it.
 UNREADABLE = (msgspec.MsgspecError, RecursionError)
 CHUNK = 1 << 22  # 4 MiB: big enough to amortise syscalls, small enough to keep RSS flat
-# Files the ledger itself keeps beside the day files: not strays.
-KNOWN_FILES = frozenset({CHAIN_FILE, IMPORTED_FILE, "CHAIN.tmp"})
+# Files the ledger itself keeps beside the day files: not strays. (An atomic
+# replacement's leftover, `.<name>.<pid>.<tid>.tmp`, is not a stray either: see below.)
+KNOWN_FILES = frozenset({CHAIN_FILE, IMPORTED_FILE})
 
 
 class LedgerDirError(OSError):
