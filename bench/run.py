@@ -13,11 +13,13 @@ Figures (ratios are what the targets bind; absolute numbers depend on the disk):
 Beside 1 and 2, what explains them: the same handoff with a bare thread that only writes and
 syncs (the design's floor), the engine's writer with no per-line work, the per-line work warm
 and right after an fdatasync, where one synced append's time goes (stamped through the
-injectable file layer), 2 with sync=False (no fdatasync in the way, though the writer
-still passes over every buffered line each time it wakes), how long the writer's write
+injectable file layer), 2 with sync=False (no fdatasync in the way; the writer thread
+still shares the GIL with the callers), how long the writer's write
 and fdatasync calls take with 16 callers against one (each includes getting the GIL
-back), and 1 and 2 again on a disk whose sync costs 1 ms more (FaultyFiles' slow-sync
-model, applied to the raw baseline too).
+back), the per-line work alone in 16 threads (no writer, no disk, no wait), 1 and 2 with
+a writer thread in C that never holds the GIL (bench/native_floor.c, built here; the floor
+of any writer in this interpreter), and 1 and 2 again on a disk whose sync costs 1 ms
+more (FaultyFiles' slow-sync model, applied to the raw baseline too).
 The generated ledgers are cached in bench/out/ (regenerated when missing).
 """
 
@@ -413,8 +415,7 @@ def bench_group_commit(work: str, per_thread: int, threads: int = 16,
     led.close()
     rate = threads * per_thread / el
     # The same appends with no caller waiting for a disk (sync=False), so no handoff and
-    # no fdatasync is in their way. Meant as the per-line work's ceiling, but the writer
-    # walks every buffered line on each pass, so this falls with their count (README).
+    # no fdatasync is in their way; the writer thread still takes its share of the GIL.
     led = RunLedger(os.path.join(work, f"gc-nosync-{sync_delay}"), files=files)
     el = race(threads, per_thread, lambda n: led.append(lines[n - 1], sync=False))
     led.close()
