@@ -487,6 +487,15 @@ def _by_seq(fi: int, lines: Iterator[_Item], before: int, frags: _Fragments,
     place(before if seq is None else seq)  # after the file's last line
 
 
+def _end_seq(path: str, name: str) -> int:
+    """The highest seq of any ledger line in one day file, whether it verifies or not."""
+    end = 0
+    for _, _, link in _lines(path, name, _Fragments([])):
+        if isinstance(link, _Link) and link.seq > end:
+            end = link.seq
+    return end
+
+
 def _file_then_line(where: str) -> tuple[str, int]:
     """Sort key of a `file:line` place: day-file names sort in day order."""
     name, _, line = where.rpartition(":")
@@ -503,7 +512,13 @@ def _verify_merged(listing: Listing, anchor: tuple[int, str] | None, checks: lis
     prev_seq, prev_hash = anchor if anchor else (0, ZERO_HASH)
     names = [os.path.basename(p) for _, p in listing.days]
     behind = _Behind(anchor)
-    ends = itertools.accumulate((c.last_seq or 0 for c in checks), max, initial=prev_seq)
+    # Where each file's predecessors end, for a file with no linked line (`_by_seq`). A
+    # file's own check stops at its first fault, so its last verified seq can fall short
+    # of its end: a file that faulted is read to its end for its highest seq.
+    ends = itertools.accumulate(
+        ((c.last_seq or 0) if c.error is None else _end_seq(p, c.name)
+         for c, (_, p) in zip(checks, listing.days, strict=True)),
+        max, initial=prev_seq)
     placed: list[tuple[tuple[int, int, int], str]] = []
     streams = []
     for (fi, (_, p)), end in zip(enumerate(listing.days), ends, strict=False):
