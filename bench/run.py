@@ -205,6 +205,7 @@ def bench_cold(work: str, n: int) -> dict[str, Any]:
     fd = os.open(os.path.join(work, "cold.bin"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     warm: list[float] = []
     cold: list[float] = []
+    plw = PerLineWork()
     try:
         for i in range(n):
             for out in (warm, cold):
@@ -213,8 +214,7 @@ def bench_cold(work: str, n: int) -> dict[str, Any]:
                     os.fdatasync(fd)
                 line = opened_line(i + 1)
                 t = time.perf_counter()
-                obj, _ = prepare_line(line)
-                seal_line(obj, i + 1, "0" * 64)
+                plw.make(line, len)
                 out.append(time.perf_counter() - t)
     finally:
         os.close(fd)
@@ -311,26 +311,36 @@ def race(threads: int, per_thread: int, append: Any) -> float:
     return time.perf_counter() - t
 
 
-class NativeAppender:
-    """Appends through the C writer thread (bench/native_floor.c). With `work`, the caller
-    does what RunLedger.append does before its wait (schema, scrub, seq, chain, canonical
-    bytes); without, it hands over one fixed line. Either way nothing of the engine's
-    writer runs: this is what the interpreter alone leaves of an append."""
+class PerLineWork:
+    """What an append does to a line before it waits, as RunLedger does it: validate and
+    scrub, then, under one lock as the writer's enqueue holds it, seq, chain and canonical
+    bytes, handed on (`hand`, under the lock) in seq order."""
 
-    def __init__(self, mod: Any, path: str, work: bool) -> None:
-        self.mod, self.path, self.work = mod, path, work
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         self.seq, self.prev = 0, "0" * 64
-        self.submitted = 0
+
+    def make(self, line: dict[str, Any], hand: Any) -> Any:
+        out, _ = prepare_line(line)
+        with self.lock:
+            self.seq += 1
+            data, self.prev = seal_line(out, self.seq, self.prev)
+            return hand(data + b"\n")
+
+
+class NativeAppender:
+    """Appends through the C writer thread (bench/native_floor.c). With `work`, the caller
+    does the per-line work; without, it hands over one fixed line. Either way nothing of
+    the engine's writer runs: this is what the interpreter alone leaves of an append."""
+
+    def __init__(self, mod: Any, path: str, work: bool) -> None:
+        self.mod, self.path = mod, path
+        self.work = PerLineWork() if work else None
         mod.open(path)
 
     def append(self, line: dict[str, Any], sample: bytes) -> None:
-        if self.work:
-            out, _ = prepare_line(line)
-            with self.lock:  # seq order is submit order, as under the writer's enqueue lock
-                self.seq += 1
-                data, self.prev = seal_line(out, self.seq, self.prev)
-                ticket = self.mod.submit(data + b"\n")
+        if self.work is not None:
+            ticket = self.work.make(line, self.mod.submit)
         else:
             ticket = self.mod.submit(sample)
         if not self.mod.wait(ticket, 2.0):
@@ -342,7 +352,7 @@ class NativeAppender:
         with open(self.path, "rb") as f:
             lines = f.read().split(b"\n")
         assert lines.pop() == b"" and len(lines) == expected, (self.path, len(lines))
-        if self.work:
+        if self.work is not None:
             assert [msgspec.json.decode(x)["seq"] for x in lines] == list(range(1, expected + 1))
         return syncs
 
@@ -420,18 +430,11 @@ def bench_group_commit(work: str, per_thread: int, threads: int = 16,
     el = race(threads, per_thread, lambda n: led.append(lines[n - 1], sync=False))
     led.close()
     ceiling = threads * per_thread / el
-    # The per-line work alone (schema, scrub, seq, chain, encoding) in the same threads,
-    # under one lock as the writer's enqueue holds it: no writer, no disk, no wait. An
+    # The per-line work alone in the same threads: no writer, no disk, no wait. An
     # engine that does this work per line cannot go faster on this interpreter.
-    mu, head = threading.Lock(), ["0" * 64, 0]
-
-    def work_only(n: int) -> None:
-        out, _ = prepare_line(lines[n - 1])
-        with mu:
-            head[1] += 1
-            head[0] = seal_line(out, head[1], head[0])[1]
-
-    work_rate = threads * per_thread / race(threads, per_thread, work_only)
+    plw = PerLineWork()
+    work_rate = threads * per_thread / race(threads, per_thread,
+                                            lambda n: plw.make(lines[n - 1], len))
     return {"threads": threads, "lines": threads * per_thread, "sync_delay_s": sync_delay,
             "lines_per_s": rate, "raw_one_thread_lines_per_s": raw_rate, "ratio": rate / raw_rate,
             "bare_writer_16_threads_lines_per_s": floor_rate, "floor_ratio": floor_rate / raw_rate,
