@@ -529,6 +529,11 @@ class RunLedger:
     def _forget_pruned(self, upto: int) -> None:
         """Make memory agree with the files after lines up to seq `upto` were deleted.
 
+        The ring lets go of every line up to `upto`, or `since` would answer from memory
+        what no file holds any more (and what it answers after a restart). It stays the
+        newest lines without a gap; a line at or below `upto` a stepped-back clock put in
+        a kept file is then read from that file, like any line older than the ring.
+
         A closed record whose lines are all gone is dropped. A record that lost only its
         first lines (a run across the cut, a carried-forward resident) is refolded from
         the lines left on disk, so its seq is its first remaining line's, as a file read
@@ -537,6 +542,8 @@ class RunLedger:
         """
         later: list[dict[str, Any]] = []
         with self._lock:
+            while self._ring and self._ring[0]["seq"] <= upto:
+                self._ring.popleft()
             # Every record that began before the cut is refolded from the files left: by
             # seq alone it cannot be told whether its lines went (a clock stepped back
             # puts lower seqs in a later day's file, which is kept).
