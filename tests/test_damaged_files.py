@@ -223,7 +223,7 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
 
 
 def _records(d: Path) -> dict[tuple[str, int], dict[str, Any]]:
-    found, _, _ = scan(str(d), Query(), offline=False)
+    found, _, _ = scan(str(d), Query())
     return {(r.harness, r.run_id): r.to_json() for r in found}
 
 
@@ -235,7 +235,7 @@ class Boot:
         led = RunLedger(str(d), clock=Clock(T0 + HOUR), window_ns=window)
         try:
             self.mem, _ = led.query(Query(limit=1000))
-            found, _, self.stats = scan(str(d), Query(limit=1000), offline=False)
+            found, _, self.stats = scan(str(d), Query(limit=1000))
             self.files = [r.to_json() for r in found]
             self.files_open = {(r.harness, r.run_id) for r in found if r.opened and not r.closed}
             self.open = {(o["harness"], o["run_id"]) for o in led.open_records()}
@@ -322,7 +322,7 @@ def test_damaged_day_files(template: Path, ops: list[tuple[Any, ...]], window: i
             moved = any(op[0] == "double" and op[1] != op[3] for op in ops)
             assert open_after >= open_before if moved else open_after == open_before, ops
             mem, _ = led.query(Query(limit=1000))
-            found, _, _ = scan(str(d), Query(limit=1000), offline=False)
+            found, _, _ = scan(str(d), Query(limit=1000))
             assert mem == [r.to_json() for r in found], ops
             assert {(r.harness, r.run_id) for r in found
                     if r.opened and not r.closed} == open_after, ops
@@ -493,7 +493,7 @@ def test_a_pruned_file_anchors_the_chain_at_its_highest_line(template: Path, tmp
     try:
         assert led.prune().deleted == ["2026-06-13"]
         mem, _ = led.query(Query(limit=1000))
-        found, _, _ = scan(str(d), Query(limit=1000), offline=False)
+        found, _, _ = scan(str(d), Query(limit=1000))
         assert mem == [r.to_json() for r in found]
         assert {(r["harness"], r["run_id"]) for r in mem} == {
             ("nightly", 2), ("nightly", 3), ("nightly", 101), ("nightly", 102),
@@ -523,7 +523,7 @@ def test_a_pruned_files_highest_line_without_its_hash_still_goes_from_memory(
         assert led.get("nightly", 100) is not None
         assert led.prune().deleted == ["2026-06-13"]
         mem, _ = led.query(Query(limit=1000))
-        found, _, _ = scan(str(d), Query(limit=1000), offline=False)
+        found, _, _ = scan(str(d), Query(limit=1000))
         assert mem == [r.to_json() for r in found]
         assert led.get("nightly", 100) is None
     finally:
@@ -578,7 +578,7 @@ def test_a_run_whose_opened_line_sits_in_another_days_file_is_carried(
         assert (res.deleted, res.carried_forward) == (["2026-06-13"], 1)
         assert {(o["harness"], o["run_id"]) for o in led.open_records()} == {
             ("nightly", 2), ("worker", 3)}
-        found, _, _ = scan(str(d), Query(names=("nightly",), limit=1000), offline=False)
+        found, _, _ = scan(str(d), Query(names=("nightly",), limit=1000))
         assert [(r.harness, r.run_id, r.opened, r.closed) for r in found
                 if r.run_id == 2] == [("nightly", 2, True, False)]
     finally:
@@ -607,7 +607,7 @@ def test_an_open_run_with_damaged_fields_is_still_carried(template: Path,
         res = led.prune()
         assert (res.error, res.deleted, res.carried_forward) == (None, ["2026-06-13"], 1)
         mem, _ = led.query(Query(names=("worker",), limit=1000))
-        found, _, _ = scan(str(d), Query(names=("worker",), limit=1000), offline=False)
+        found, _, _ = scan(str(d), Query(names=("worker",), limit=1000))
         assert mem == [r.to_json() for r in found]
         assert [r for r in mem if r["run_id"] == 1] == [{
             "harness": "worker", "run_id": 1, "seq": 18, "trigger": "schedule",

@@ -622,13 +622,13 @@ def test_the_index_answers_exactly_what_the_files_say(tmp_path: Path, seed: int,
                 # so no ended run reads open, in memory or on disk.
                 assert {(o["harness"], o["run_id"]) for o in led.open_records()} == set(
                     open_runs)
-                on_disk, _, _ = scan(str(d), Query(), offline=False)
+                on_disk, _, _ = scan(str(d), Query())
                 assert {(r.harness, r.run_id) for r in on_disk
                         if r.opened and not r.closed} == set(open_runs)
             if step % 25 == 24:
                 settle(led)  # a written, unsynced line is in the file but not yet in memory
                 for q in _random_queries(rng, names, clock.ns):
-                    files, low, _ = scan(str(d), q, offline=False)
+                    files, low, _ = scan(str(d), q)
                     want = [x.to_json() for x in files]
                     assert led.query(q) == (want, low), (step, q)
     finally:
@@ -976,7 +976,7 @@ def test_an_unreadable_start_filters_on_the_first_line_as_in_memory(tmp_path: Pa
 
 def assert_memory_is_the_files(led: RunLedger, d: Path, *queries: Query) -> None:
     for q in queries:
-        files, low, _ = scan(str(d), q, offline=False)
+        files, low, _ = scan(str(d), q)
         assert led.query(q) == ([x.to_json() for x in files], low), q
 
 

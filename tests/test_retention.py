@@ -328,7 +328,7 @@ def test_a_closing_line_in_a_doomed_file_is_carried_when_the_run_opened_later(
     assert (carried["type"], carried["outcome"], carried["exit_code"], carried["trigger"]) == (
         "closed", "success", 0, "manual")
     assert led.open_records() == []
-    recs, _, _ = scan(str(d), Query(names=("x",), limit=5), offline=False)
+    recs, _, _ = scan(str(d), Query(names=("x",), limit=5))
     assert [(r.closed, r.fields["outcome"]) for r in recs] == [(True, "success")]
     assert verify_run_ledger(str(d)).ok
 
@@ -488,7 +488,7 @@ def test_memory_agrees_with_the_files_after_a_prune(tmp_path: Path,
     assert res.deleted == [day(T0 - 40 * DAY)]
     q = Query(limit=1000)
     mem, mem_oldest = led.query(q)
-    files, files_oldest, _ = scan(str(d), q, offline=False)
+    files, files_oldest, _ = scan(str(d), q)
     assert [(r["harness"], r["run_id"], r["seq"]) for r in mem] == [("long", 1, 3)]
     assert [(r.harness, r.run_id, r.seq) for r in files] == [("long", 1, 3)]
     assert mem == [r.to_json() for r in files]
@@ -525,7 +525,7 @@ def test_a_trimmed_record_with_a_kept_late_line_is_held_again_after_the_prune(
                                "outcome": "running"}
     q = Query(limit=2)
     mem, mem_oldest = led.query(q)
-    files, files_oldest, _ = scan(str(d), q, offline=False)
+    files, files_oldest, _ = scan(str(d), q)
     assert [(r.harness, r.run_id, r.seq) for r in files] == [("z", 1, 5), ("x", 1, 4)]
     assert mem == [r.to_json() for r in files]
     assert mem_oldest == files_oldest == 4
@@ -642,7 +642,7 @@ def test_lines_committed_while_the_prune_refolds_are_folded_in(
     assert led.get("gone", 1) is None
     q = Query(limit=1000)
     mem, _ = led.query(q)
-    files, _, _ = scan(str(d), q, offline=False)
+    files, _, _ = scan(str(d), q)
     assert [(r.harness, r.run_id, r.seq) for r in files] == [("other", 1, 6), ("long", 1, 3)]
     assert mem == [r.to_json() for r in files]
 
@@ -673,7 +673,7 @@ def test_more_lines_committed_than_the_ring_holds_are_folded_in_from_one_read(
     assert led._captures == {}
     q = Query(limit=1000)
     mem, _ = led.query(q)
-    files, _, _ = scan(str(d), q, offline=False)
+    files, _, _ = scan(str(d), q)
     assert mem == [r.to_json() for r in files]
     # Lines committed after the prune reach the refolded record directly.
     led.append({"type": "updated", "harness": "long", "run_id": 1, "model_calls": 9})
@@ -855,7 +855,7 @@ def test_a_run_trimmed_once_closed_is_held_again_from_its_closing_line(
     want = {"harness": "x", "run_id": 1, "seq": 2, "outcome": "success", "exit_code": 0}
     assert led.get("x", 1) == want
     q = Query(since_ns=T0)
-    files, _, _ = scan(str(d), q, offline=False)
+    files, _, _ = scan(str(d), q)
     assert [r.to_json() for r in files] == [want]
     assert led.query(q) == ([want], 2)
 
@@ -882,7 +882,7 @@ def test_a_decided_line_in_a_doomed_file_is_carried_when_the_run_opened_later(
     assert (carried["seq"], carried["type"], carried["outcome"], carried["reason"],
             carried["trigger"]) == (3, "closed", "cancelled", "operator", "manual")
     assert led.open_records() == []
-    recs, _, _ = scan(str(d), Query(names=("x",), limit=5), offline=False)
+    recs, _, _ = scan(str(d), Query(names=("x",), limit=5))
     assert [(r.closed, r.fields["outcome"]) for r in recs] == [(True, "cancelled")]
 
 

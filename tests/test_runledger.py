@@ -535,7 +535,7 @@ def test_the_boot_skips_a_line_holding_two_objects_next_to_a_blank_one(
         + line(2, "closed", "w", outcome="success") + b" "
         + line(3, "decided", "c", outcome="missed") + b"\n")
     want = {"harness": "w", "run_id": 1, "seq": 1, "kind": "resident", "outcome": "running"}
-    found, _, _ = scan(str(ledger_dir), Query(limit=10), offline=False)
+    found, _, _ = scan(str(ledger_dir), Query(limit=10))
     assert [r.to_json() for r in found] == [want]
     led = open_ledger(ledger_dir, clock=Clock(T0))
     assert led.open_records() == [want]
@@ -574,13 +574,11 @@ def test_a_line_cut_before_a_nested_object_and_a_joined_one_fool_no_reader(
         + line(5, "decided", "z", outcome="missed") + b"\n")
     want_w = {"harness": "w", "run_id": 1, "seq": 1, "kind": "resident", "outcome": "running"}
     want_z = {"harness": "z", "run_id": 1, "seq": 5, "outcome": "missed"}
-    for offline in (True, False):
-        found, oldest, st = scan(str(ledger_dir), Query(outcomes=frozenset({"running"}),
-                                                        limit=1), offline=offline)
-        assert ([r.to_json() for r in found], oldest) == ([want_w], 1)
-        assert (st.lines, st.skipped) == (5, 3)
-        found, _, _ = scan(str(ledger_dir), Query(limit=10), offline=offline)
-        assert [r.to_json() for r in found] == [want_z, want_w]
+    found, oldest, st = scan(str(ledger_dir), Query(outcomes=frozenset({"running"}), limit=1))
+    assert ([r.to_json() for r in found], oldest) == ([want_w], 1)
+    assert (st.lines, st.skipped) == (5, 3)
+    found, _, _ = scan(str(ledger_dir), Query(limit=10))
+    assert [r.to_json() for r in found] == [want_z, want_w]
     led = open_ledger(ledger_dir, clock=Clock(T0))
     assert led.open_records() == [want_w]
     assert [led.max_run_id(n) for n in ("w", "x", "c", "z")] == [1, 0, 0, 1]

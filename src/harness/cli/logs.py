@@ -54,7 +54,7 @@ def _disk_lookup(name: str, run_id: int) -> dict[str, Any] | None:
     """The record of (name, run_id) from the day files; None when the ledger has none
     (a missing ledger directory is an empty ledger)."""
     try:
-        recs, _oldest, _stats = scan(paths.ledger_dir(), Query(names=(name,)), offline=True)
+        recs, _oldest, _stats = scan(paths.ledger_dir(), Query(names=(name,)))
     except (LedgerDirError, OSError) as exc:
         fail(f"{name} run {run_id} has no log, and the run ledger could not be read "
               f"to say why: {exc}")

@@ -134,7 +134,7 @@ def runs_command(ctx: click.Context, names: tuple[str, ...], harness: tuple[str,
         why = exc.why if isinstance(exc, DaemonUnreachable) else f"failed ({exc})"
         directory = paths.ledger_dir()
         try:
-            recs, _oldest, stats = scan(directory, q, offline=True)
+            recs, _oldest, stats = scan(directory, q)
         except (LedgerDirError, OSError) as err:
             click.echo(f"harness: daemon {why}, and the run ledger could not be read: {err}",
                        err=True)

@@ -292,7 +292,7 @@ def _fresh(h: Head, fileno: int) -> list[Any]:
 _SCANS = 3
 
 
-def scan(directory: str, q: Query, *, offline: bool = True, upto_seq: int | None = None
+def scan(directory: str, q: Query, *, upto_seq: int | None = None
          ) -> tuple[list[Record], int | None, ReadStats]:
     """Answer `q` from the day files alone; lines after `upto_seq` (not yet durable) are
     ignored.

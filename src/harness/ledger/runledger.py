@@ -452,7 +452,7 @@ class RunLedger:
                 probe = LogProbe()
                 return [r.to_json(probe=probe) for r in recs], oldest
         # Only what is durable: a buffered line may be in the file before its sync.
-        found, oldest, _stats = scan(self.directory, q, offline=False, upto_seq=self._committed)
+        found, oldest, _stats = scan(self.directory, q, upto_seq=self._committed)
         probe = LogProbe()
         return [r.to_json(probe=probe) for r in found], oldest
 
