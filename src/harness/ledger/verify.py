@@ -210,7 +210,10 @@ def _lines(path: str, name: str, frags: _Fragments, fc: FileCheck | None = None,
     link), so the caller's chain state follows. This is verify's hot loop (a million
     lines a run), so it does per line only what the common line needs."""
     decode = _link.decode
-    expect, head = -1, ""  # until the caller has taken a chain line, it judges each
+    # Until the caller has taken a chain line, it judges each: no seq equals None (a
+    # number would let a forged line of that seq, prev "", through unjudged).
+    expect: int | None = None
+    head = ""
     counted = fc if fc is not None else FileCheck(name)  # (no fast path without fc)
     for first, lines, torn in iter_chunks(path):
         if torn:
@@ -235,7 +238,7 @@ def _lines(path: str, name: str, frags: _Fragments, fc: FileCheck | None = None,
             if link.seq == expect and link.prev == head and digest is not None \
                     and hash_of_line_bytes(raw, digest):
                 counted.lines += 1
-                expect, head, run = expect + 1, digest, link
+                expect, head, run = link.seq + 1, digest, link
                 continue
             if run is not None:
                 yield 0, b"", run
@@ -402,7 +405,11 @@ def _verify_once(directory: str, parallel: bool | None) -> VerifyResult:
     if parallel is None:
         parallel = sum(os.path.getsize(p) for p, _, _ in jobs) >= PARALLEL_BYTES
     checks = _check_all(jobs, parallel)
-    res.torn_tail = bool(checks) and checks[-1].ends_torn
+    if checks:
+        # A file's own check stops at its first fault, before it reaches the file's end.
+        last = checks[-1]
+        res.torn_tail = last.ends_torn if last.error is None else _read_through(
+            listing.days[-1][1], last.name)[1]
     # The files' own checks can be stitched only when their seq ranges follow each other.
     # A fault a file found need not be one: a clock jump leaves a gap in one file that
     # another file fills. So any fault, like any overlap, is judged by the merge, which
@@ -487,13 +494,15 @@ def _by_seq(fi: int, lines: Iterator[_Item], before: int, frags: _Fragments,
     place(before if seq is None else seq)  # after the file's last line
 
 
-def _end_seq(path: str, name: str) -> int:
-    """The highest seq of any ledger line in one day file, whether it verifies or not."""
+def _read_through(path: str, name: str) -> tuple[int, bool]:
+    """One day file read to its end, whether its lines verify or not: the highest seq of
+    any ledger line in it, and whether a torn fragment ends it."""
+    frags = _Fragments([])
     end = 0
-    for _, _, link in _lines(path, name, _Fragments([])):
+    for _, _, link in _lines(path, name, frags):
         if isinstance(link, _Link) and link.seq > end:
             end = link.seq
-    return end
+    return end, frags.tail
 
 
 def _file_then_line(where: str) -> tuple[str, int]:
@@ -516,7 +525,7 @@ def _verify_merged(listing: Listing, anchor: tuple[int, str] | None, checks: lis
     # file's own check stops at its first fault, so its last verified seq can fall short
     # of its end: a file that faulted is read to its end for its highest seq.
     ends = itertools.accumulate(
-        ((c.last_seq or 0) if c.error is None else _end_seq(p, c.name)
+        ((c.last_seq or 0) if c.error is None else _read_through(p, c.name)[0]
          for c, (_, p) in zip(checks, listing.days, strict=True)),
         max, initial=prev_seq)
     placed: list[tuple[tuple[int, int, int], str]] = []
