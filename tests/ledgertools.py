@@ -3,18 +3,22 @@
 (`ref_canonical`), `harness ledger verify` that must pass (`verify_ok`), and the small
 history the query-filter tests ask about (`append_filter_runs`), and small probes: the
 collector's state a call leaves (`gc_left_by`), the file scans a ledger makes
-(`count_scans`), waiting for a buffered line to reach a file (`wait_for_bytes`)."""
+(`count_scans`), waiting for a buffered line to reach a file (`wait_for_bytes`); and
+for verify's tests, chains of lines sealed by hand (`sealed_lines`) written as day
+files (`write_day_file`), spoiled (`edited`, `foreign`) and checked (`verify_json`)."""
 
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import harness.ledger.runledger as runledger_mod
+from harness.ledger import verify as verify_module
 from harness.ledger.query import Query
 from harness.ledger.runledger import RunLedger
 from harness.timefmt import format_ns, parse_ns
@@ -140,3 +144,51 @@ def wait_for_bytes(directory: Path, needle: bytes, timeout: float = 30.0) -> Non
     while not any(needle in p.read_bytes() for p in directory.glob("*.jsonl")):
         assert time.monotonic() < deadline, f"{needle!r} never reached a day file"
         time.sleep(0.01)
+
+
+ZERO_HASH = "0" * 64
+EDITED = "hash does not match the line's content (the line was edited)"
+FRAGMENT = b'{"v":1,"se'  # the first bytes of a line, as a crash leaves them
+
+
+def sealed_lines(days: Mapping[str, Iterable[int]], prev: str = ZERO_HASH
+                 ) -> tuple[dict[int, bytes], dict[int, str]]:
+    """Decided lines of the given seqs, each stamped with its day, linked in seq order from
+    `prev` and sealed by hand to DESIGN.md §4 (not by the engine): (bytes, hash) by seq."""
+    day_of = {seq: day for day, seqs in days.items() for seq in seqs}
+    raws: dict[int, bytes] = {}
+    hashes: dict[int, str] = {}
+    for seq in sorted(day_of):
+        at = f"{day_of[seq]}T08:00:{seq % 60:02d}Z"
+        line: dict[str, Any] = {
+            "v": 1, "type": "decided", "harness": "nightly", "run_id": seq, "at": at,
+            "kind": "oneshot", "trigger": "schedule", "outcome": "skipped",
+            "reason": "overlap", "started_at": at, "seq": seq, "prev": prev}
+        prev = line["hash"] = hashlib.sha256(ref_canonical(line)).hexdigest()
+        raws[seq], hashes[seq] = ref_canonical(line), prev
+    return raws, hashes
+
+
+def write_day_file(path: Path, lines: list[bytes], tail: bytes = b"") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(x + b"\n" for x in lines) + tail)
+
+
+def edited(raw: bytes) -> bytes:
+    """A sealed line with one value changed: its hash no longer holds."""
+    out = raw.replace(b'"outcome":"skipped"', b'"outcome":"success"')
+    assert out != raw
+    return out
+
+
+def foreign(raw: bytes) -> bytes:
+    """Whole JSON, no ledger line: its seq a string."""
+    seq = json.loads(raw)["seq"]
+    out = raw.replace(b'"seq":%d' % seq, b'"seq":"%d"' % seq)
+    assert out != raw
+    return out
+
+
+def verify_json(directory: Path) -> dict[str, Any]:
+    """`harness ledger verify --json`'s object for a run-ledger directory, in-process."""
+    return verify_module.verify_run_ledger(str(directory), parallel=False).to_json()

@@ -3,16 +3,25 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
-from harness.ledger import verify as verify_module
 from harness.ledger.index import Index
 from harness.ledger.query import Query
+from harness.ledger.verify import verify_run_ledger
 from harness.timefmt import format_ns
-from ledgertools import DAY, MINUTE, T0, ref_canonical
+from ledgertools import (
+    DAY,
+    EDITED,
+    MINUTE,
+    T0,
+    edited,
+    foreign,
+    sealed_lines,
+    verify_json,
+    write_day_file,
+)
 
 
 def _line(seq: int, harness: str, run_id: int, at: int, typ: str = "decided",
@@ -50,59 +59,6 @@ def test_a_trim_keeps_a_harness_floor_below_the_global_floor() -> None:
 
 # -- chain verification ----------------------------------------------------------------
 
-ZERO = "0" * 64
-EDITED = "hash does not match the line's content (the line was edited)"
-
-
-def _seal(obj: dict[str, Any], seq: int, prev: str) -> tuple[bytes, str]:
-    """A line sealed by hand to DESIGN.md §4: (canonical bytes, its hash)."""
-    line = {**obj, "seq": seq, "prev": prev}
-    line["hash"] = hashlib.sha256(
-        ref_canonical({k: v for k, v in line.items() if k != "hash"})).hexdigest()
-    return ref_canonical(line), line["hash"]
-
-
-def _decided(run_id: int, at: str) -> dict[str, Any]:
-    return {"v": 1, "type": "decided", "harness": "nightly", "run_id": run_id, "at": at,
-            "kind": "oneshot", "trigger": "schedule", "outcome": "skipped",
-            "reason": "overlap", "started_at": at}
-
-
-def _chain(days: dict[str, list[int]], start: int = 1, prev: str = ZERO
-           ) -> tuple[dict[int, bytes], dict[int, str]]:
-    """Seq `start` up, each line stamped with the day of the file it goes to."""
-    day_of = {seq: day for day, seqs in days.items() for seq in seqs}
-    raws: dict[int, bytes] = {}
-    hashes: dict[int, str] = {}
-    for seq in range(start, start + len(day_of)):
-        raws[seq], prev = _seal(_decided(seq, f"{day_of[seq]}T08:00:{seq % 60:02d}Z"), seq, prev)
-        hashes[seq] = prev
-    return raws, hashes
-
-
-def _write(path: Path, lines: list[bytes], tail: bytes = b"") -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(x + b"\n" for x in lines) + tail)
-
-
-def _edited(raw: bytes) -> bytes:
-    out = raw.replace(b'"outcome":"skipped"', b'"outcome":"success"')
-    assert out != raw
-    return out
-
-
-def _foreign(raw: bytes) -> bytes:
-    """Whole JSON, no ledger line: its seq a string."""
-    seq = json.loads(raw)["seq"]
-    out = raw.replace(b'"seq":%d' % seq, b'"seq":"%d"' % seq)
-    assert out != raw
-    return out
-
-
-def _verify(directory: Path) -> dict[str, Any]:
-    return verify_module.verify_run_ledger(str(directory), parallel=False).to_json()
-
-
 def test_an_edit_in_an_earlier_file_is_the_break_before_a_later_file_of_foreign_lines(
         tmp_path: Path) -> None:
     """Seq 1-5 on the 3rd, seq 4 edited; the 4th holds one whole line that is no ledger
@@ -111,14 +67,14 @@ def test_an_edit_in_an_earlier_file_is_the_break_before_a_later_file_of_foreign_
     merge puts a file with no linked line where the files before it end (5), not at the
     last seq their own checks verified (3: check_file stops at the edit), which sorted
     the foreign line ahead of seq 4 and named it instead."""
-    raws, hashes = _chain({"2025-11-03": [1, 2, 3, 4, 5], "2025-11-04": [6]})
+    raws, hashes = sealed_lines({"2025-11-03": [1, 2, 3, 4, 5], "2025-11-04": [6]})
     d = tmp_path / "ledger"
-    _write(d / "2025-11-03.jsonl", [raws[1], raws[2], raws[3], _edited(raws[4]), raws[5]])
-    alone = _verify(d)
+    write_day_file(d / "2025-11-03.jsonl", [raws[1], raws[2], raws[3], edited(raws[4]), raws[5]])
+    alone = verify_json(d)
     assert (alone["seq"], alone["file"], alone["line"], alone["reason"]) == (
         4, "2025-11-03.jsonl", 4, EDITED)
-    _write(d / "2025-11-04.jsonl", [_foreign(raws[6])])
-    out = _verify(d)
+    write_day_file(d / "2025-11-04.jsonl", [foreign(raws[6])])
+    out = verify_json(d)
     assert (out["ok"], out["entry_count"], out["head_seq"], out["head_hash"]) == (
         False, 3, 3, hashes[3])
     assert (out["seq"], out["file"], out["line"], out["reason"]) == (
@@ -131,11 +87,11 @@ def test_a_file_holding_chains_seq_and_the_lines_after_it_counts_them_from_chain
     lines in it). Seq 5-6 are checked on their own, and the chain from CHAIN is seq 7-9:
     three lines, from seq 7 to 9 — the line of CHAIN's seq does not start the file's
     chain, nor does the next line hide in the fast path."""
-    raws, hashes = _chain({"2025-11-03": [1, 2, 3, 4, 5, 6, 7, 8, 9]})
+    raws, hashes = sealed_lines({"2025-11-03": [1, 2, 3, 4, 5, 6, 7, 8, 9]})
     d = tmp_path / "ledger"
-    _write(d / "2025-11-03.jsonl", [raws[s] for s in range(5, 10)])
+    write_day_file(d / "2025-11-03.jsonl", [raws[s] for s in range(5, 10)])
     (d / "CHAIN").write_text(json.dumps({"seq": 6, "hash": hashes[6]}) + "\n")
-    res = verify_module.verify_run_ledger(str(d), parallel=False)
+    res = verify_run_ledger(str(d), parallel=False)
     assert (res.ok, res.lines, res.behind, res.start_seq, res.head_seq, res.head_hash) == (
         True, 3, 2, 7, 9, hashes[9])
 
@@ -147,13 +103,13 @@ def test_a_later_file_of_foreign_lines_breaks_after_every_line_of_the_files_befo
     line. It breaks after the files before it, so after seq 5 — not after seq 3, where
     the 3rd's own check stopped (at the gap the 4th fills), which reported three lines
     verified instead of five."""
-    raws, hashes = _chain({"2025-11-03": [1, 2, 4, 5], "2025-11-04": [3], "2025-11-05": [6]})
+    raws, hashes = sealed_lines({"2025-11-03": [1, 2, 4, 5], "2025-11-04": [3], "2025-11-05": [6]})
     d = tmp_path / "ledger"
-    _write(d / "2025-11-03.jsonl", [raws[1], raws[2], raws[4], raws[5]])
-    _write(d / "2025-11-04.jsonl", [raws[3]])
-    assert _verify(d)["ok"] is True
-    _write(d / "2025-11-05.jsonl", [_foreign(raws[6])])
-    out = _verify(d)
+    write_day_file(d / "2025-11-03.jsonl", [raws[1], raws[2], raws[4], raws[5]])
+    write_day_file(d / "2025-11-04.jsonl", [raws[3]])
+    assert verify_json(d)["ok"] is True
+    write_day_file(d / "2025-11-05.jsonl", [foreign(raws[6])])
+    out = verify_json(d)
     assert (out["ok"], out["seq"], out["file"], out["line"]) == (
         False, None, "2025-11-05.jsonl", 1)
     assert (out["entry_count"], out["head_seq"], out["head_hash"]) == (5, 5, hashes[5])
@@ -164,12 +120,12 @@ def test_a_file_of_a_fragment_only_keeps_its_place_before_a_break_in_the_merge(
     """The 2nd holds only a torn fragment (no line); seq 1-2 and 4-5 are on the 3rd and a
     clock jump put seq 3, edited, on the 4th, so the files are merged. The break is seq 3
     and the 2nd's fragment, before every line, is listed with it."""
-    raws, hashes = _chain({"2025-11-03": [1, 2, 4, 5], "2025-11-04": [3]})
+    raws, hashes = sealed_lines({"2025-11-03": [1, 2, 4, 5], "2025-11-04": [3]})
     d = tmp_path / "ledger"
-    _write(d / "2025-11-02.jsonl", [], tail=b'{"v":1,"se')
-    _write(d / "2025-11-03.jsonl", [raws[1], raws[2], raws[4], raws[5]])
-    _write(d / "2025-11-04.jsonl", [_edited(raws[3])])
-    out = _verify(d)
+    write_day_file(d / "2025-11-02.jsonl", [], tail=b'{"v":1,"se')
+    write_day_file(d / "2025-11-03.jsonl", [raws[1], raws[2], raws[4], raws[5]])
+    write_day_file(d / "2025-11-04.jsonl", [edited(raws[3])])
+    out = verify_json(d)
     assert (out["seq"], out["file"], out["line"], out["reason"]) == (
         3, "2025-11-04.jsonl", 1, EDITED)
     assert (out["entry_count"], out["head_seq"], out["head_hash"], out["torn"],

@@ -3,58 +3,21 @@ pass: each test pins a behaviour no other test held exactly."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
-from harness.ledger import verify as verify_module
-from ledgertools import ref_canonical
-
-ZERO = "0" * 64
-FRAGMENT = b'{"v":1,"se'
-
-
-def _seal(seq: int, prev: str, day: str) -> tuple[bytes, str]:
-    """A line sealed by hand to DESIGN.md §4: (canonical bytes, its hash)."""
-    at = f"{day}T08:00:{seq % 60:02d}Z"
-    line: dict[str, Any] = {
-        "v": 1, "type": "decided", "harness": "nightly", "run_id": seq, "at": at,
-        "kind": "oneshot", "trigger": "schedule", "outcome": "skipped", "reason": "overlap",
-        "started_at": at, "seq": seq, "prev": prev}
-    line["hash"] = hashlib.sha256(
-        ref_canonical({k: v for k, v in line.items() if k != "hash"})).hexdigest()
-    return ref_canonical(line), line["hash"]
-
-
-def _chain(seqs: range, prev: str = ZERO, day: str = "2025-11-03"
-           ) -> tuple[dict[int, bytes], dict[int, str]]:
-    raws: dict[int, bytes] = {}
-    hashes: dict[int, str] = {}
-    for seq in seqs:
-        raws[seq], prev = _seal(seq, prev, day)
-        hashes[seq] = prev
-    return raws, hashes
-
-
-def _write(path: Path, lines: list[bytes]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(x + b"\n" for x in lines))
-
-
-def _verify(directory: Path) -> dict[str, Any]:
-    return verify_module.verify_run_ledger(str(directory), parallel=False).to_json()
+from ledgertools import EDITED, FRAGMENT, foreign, sealed_lines, verify_json, write_day_file
 
 
 def test_merged_files_list_every_fragment_before_a_files_first_line(tmp_path: Path) -> None:
     """Seq 1-2 and 4-5 on the 3rd; a clock jump put seq 3 on the 4th after two fragments
     a crash left there. The files are merged and verify, and both fragments are listed,
     not only the last one before the 4th's first line."""
-    raws, hashes = _chain(range(1, 6))
+    raws, hashes = sealed_lines({"2025-11-03": range(1, 6)})
     d = tmp_path / "ledger"
-    _write(d / "2025-11-03.jsonl", [raws[1], raws[2], raws[4], raws[5]])
-    _write(d / "2025-11-04.jsonl", [FRAGMENT, FRAGMENT, raws[3]])
-    out = _verify(d)
+    write_day_file(d / "2025-11-03.jsonl", [raws[1], raws[2], raws[4], raws[5]])
+    write_day_file(d / "2025-11-04.jsonl", [FRAGMENT, FRAGMENT, raws[3]])
+    out = verify_json(d)
     assert (out["ok"], out["entry_count"], out["head_seq"], out["head_hash"]) == (
         True, 5, 5, hashes[5])
     assert (out["torn"], out["torn_at"], out["torn_tail"]) == (
@@ -78,12 +41,12 @@ def test_a_later_file_of_lines_from_seq_minus_1_is_a_break(tmp_path: Path) -> No
     2025-11-04.jsonl:1 (the merge, the files' seq ranges overlapping, finds it first).
     Verify said ok, three lines: the fast path took seq -1, prev "", for the chain's
     start, so the 4th's lines were never judged."""
-    raws, _ = _chain(range(1, 4))
-    bad, _ = _chain(range(-1, 3), prev="", day="2025-11-04")
+    raws, _ = sealed_lines({"2025-11-03": range(1, 4)})
+    bad, _ = sealed_lines({"2025-11-04": range(-1, 3)}, prev="")
     d = tmp_path / "ledger"
-    _write(d / "2025-11-03.jsonl", list(raws.values()))
-    _write(d / "2025-11-04.jsonl", list(bad.values()))
-    out = _verify(d)
+    write_day_file(d / "2025-11-03.jsonl", list(raws.values()))
+    write_day_file(d / "2025-11-04.jsonl", list(bad.values()))
+    out = verify_json(d)
     assert (out["ok"], out.get("seq"), out.get("file"), out.get("line"),
             out.get("reason")) == (False, -1, "2025-11-04.jsonl", 1, BAD_REASON)
     assert (out["entry_count"], out["head_seq"], out["head_hash"]) == (0, None, None)
@@ -92,10 +55,10 @@ def test_a_later_file_of_lines_from_seq_minus_1_is_a_break(tmp_path: Path) -> No
 def test_a_ledger_of_lines_from_seq_minus_1_is_no_chain(tmp_path: Path) -> None:
     """One file of four lines, seq -1 (prev "") to 2: its first line does not follow
     genesis. Verify said ok with no line verified."""
-    bad, _ = _chain(range(-1, 3), prev="")
+    bad, _ = sealed_lines({"2025-11-03": range(-1, 3)}, prev="")
     d = tmp_path / "ledger"
-    _write(d / "2025-11-03.jsonl", list(bad.values()))
-    out = _verify(d)
+    write_day_file(d / "2025-11-03.jsonl", list(bad.values()))
+    out = verify_json(d)
     assert (out["ok"], out.get("seq"), out.get("file"), out.get("line"),
             out.get("reason")) == (False, -1, "2025-11-03.jsonl", 1, BAD_REASON)
 
@@ -105,26 +68,18 @@ def test_in_the_merge_the_break_is_named_by_a_real_line(tmp_path: Path) -> None:
     seq -1 (prev "") to 1. The break is seq -1 at 2025-11-05.jsonl:1, before any line; the
     merge reads files without `check_file`, yet `_lines`' fast path had swallowed the run
     and named seq 1 at 2025-11-05.jsonl:0, a line that does not exist."""
-    raws, _ = _chain(range(1, 6))
-    bad, _ = _chain(range(-1, 2), prev="", day="2025-11-05")
+    raws, _ = sealed_lines({"2025-11-03": range(1, 6)})
+    bad, _ = sealed_lines({"2025-11-05": range(-1, 2)}, prev="")
     d = tmp_path / "ledger"
-    _write(d / "2025-11-03.jsonl", [raws[1], raws[2], raws[4], raws[5]])
-    _write(d / "2025-11-04.jsonl", [raws[3]])
-    _write(d / "2025-11-05.jsonl", list(bad.values()))
-    out = _verify(d)
+    write_day_file(d / "2025-11-03.jsonl", [raws[1], raws[2], raws[4], raws[5]])
+    write_day_file(d / "2025-11-04.jsonl", [raws[3]])
+    write_day_file(d / "2025-11-05.jsonl", list(bad.values()))
+    out = verify_json(d)
     assert (out["ok"], out["seq"], out["file"], out["line"], out["reason"]) == (
         False, -1, "2025-11-05.jsonl", 1, BAD_REASON)
     assert (out["entry_count"], out["head_seq"]) == (0, None)
 
 
-def _foreign(raw: bytes, seq: int) -> bytes:
-    """Whole JSON, no ledger line: its seq a string."""
-    out = raw.replace(b'"seq":%d' % seq, b'"seq":"%d"' % seq)
-    assert out != raw
-    return out
-
-
-EDITED = "hash does not match the line's content (the line was edited)"
 
 
 def test_a_files_opening_foreign_line_breaks_just_before_its_first_line(
@@ -133,11 +88,11 @@ def test_a_files_opening_foreign_line_breaks_just_before_its_first_line(
     line, then seq 3 (a clock jump: merged). The foreign line goes just ahead of the 4th's
     first line (seq 3), so after seq 2: the break is 2025-11-04.jsonl:2 with two lines
     verified, and the fragment before it is listed."""
-    raws, hashes = _chain(range(1, 5))
+    raws, hashes = sealed_lines({"2025-11-03": range(1, 5)})
     d = tmp_path / "ledger"
-    _write(d / "2025-11-03.jsonl", [raws[1], raws[2], raws[4]])
-    _write(d / "2025-11-04.jsonl", [FRAGMENT, _foreign(raws[3], 3), raws[3]])
-    out = _verify(d)
+    write_day_file(d / "2025-11-03.jsonl", [raws[1], raws[2], raws[4]])
+    write_day_file(d / "2025-11-04.jsonl", [FRAGMENT, foreign(raws[3]), raws[3]])
+    out = verify_json(d)
     assert (out["ok"], out["seq"], out["file"], out["line"]) == (
         False, None, "2025-11-04.jsonl", 2)
     assert out["reason"].startswith("complete line is not a ledger line")
@@ -151,12 +106,12 @@ def test_fragments_before_a_later_files_opening_foreign_line_come_after_an_earli
     then seq 4. The break is the edit of seq 3 in the 3rd; the 4th's foreign line, and
     the fragment before it, come after seq 3 of the earlier file, so no fragment is
     listed."""
-    raws, hashes = _chain(range(1, 6))
+    raws, hashes = sealed_lines({"2025-11-03": range(1, 6)})
     edited = raws[3].replace(b'"outcome":"skipped"', b'"outcome":"success"')
     d = tmp_path / "ledger"
-    _write(d / "2025-11-03.jsonl", [raws[1], raws[2], edited, raws[5]])
-    _write(d / "2025-11-04.jsonl", [FRAGMENT, _foreign(raws[4], 4), raws[4]])
-    out = _verify(d)
+    write_day_file(d / "2025-11-03.jsonl", [raws[1], raws[2], edited, raws[5]])
+    write_day_file(d / "2025-11-04.jsonl", [FRAGMENT, foreign(raws[4]), raws[4]])
+    out = verify_json(d)
     assert (out["ok"], out["seq"], out["file"], out["line"], out["reason"]) == (
         False, 3, "2025-11-03.jsonl", 3, EDITED)
     assert (out["entry_count"], out["head_seq"], out["head_hash"]) == (2, 2, hashes[2])
@@ -169,13 +124,13 @@ def test_a_merged_ledger_whose_newest_file_ends_torn_says_so(tmp_path: Path) -> 
     (2025-11-04.jsonl:5), so the newest file ends torn: torn_tail is true. It was false,
     taken from the 4th's own check, which stopped at the gap after seq 2 (the 3rd fills
     it) before it read the file's end."""
-    raws, hashes = _chain(range(1, 6))
+    raws, hashes = sealed_lines({"2025-11-03": range(1, 6)})
     d = tmp_path / "ledger"
-    _write(d / "2025-11-03.jsonl", [raws[3]])
-    _write(d / "2025-11-04.jsonl", [raws[1], raws[2], raws[4], raws[5]])
+    write_day_file(d / "2025-11-03.jsonl", [raws[3]])
+    write_day_file(d / "2025-11-04.jsonl", [raws[1], raws[2], raws[4], raws[5]])
     with (d / "2025-11-04.jsonl").open("ab") as f:
         f.write(FRAGMENT)
-    out = _verify(d)
+    out = verify_json(d)
     assert (out["ok"], out["entry_count"], out["head_seq"], out["head_hash"]) == (
         True, 5, 5, hashes[5])
     assert (out["torn"], out["torn_at"]) == (1, ["2025-11-04.jsonl:5"])
@@ -188,11 +143,11 @@ def test_a_foreign_line_in_a_file_before_the_last_is_the_break_of_a_merge(
     3 on the 4th: the 3rd's own check fails, so the files are merged, and the 3rd is read
     to its end for its highest ledger seq (2: the foreign line has none). The break is the
     foreign line, 2025-11-03.jsonl:3, after seq 1-2."""
-    raws, hashes = _chain(range(1, 4))
+    raws, hashes = sealed_lines({"2025-11-03": range(1, 4)})
     d = tmp_path / "ledger"
-    _write(d / "2025-11-03.jsonl", [raws[1], raws[2], _foreign(raws[3], 3)])
-    _write(d / "2025-11-04.jsonl", [raws[3]])
-    out = _verify(d)
+    write_day_file(d / "2025-11-03.jsonl", [raws[1], raws[2], foreign(raws[3])])
+    write_day_file(d / "2025-11-04.jsonl", [raws[3]])
+    out = verify_json(d)
     assert (out["ok"], out["seq"], out["file"], out["line"]) == (
         False, None, "2025-11-03.jsonl", 3)
     assert (out["entry_count"], out["head_seq"], out["head_hash"]) == (2, 2, hashes[2])
@@ -204,12 +159,12 @@ def test_a_file_of_fragments_only_puts_a_later_foreign_file_at_genesis(
     the 4th a line of seq 0 (the 3rd's fault sends the files to the merge). Nothing before
     the 3rd ends past genesis (seq 0), so its foreign line goes at seq 0, ahead of the
     4th's line of seq 0 (a later file): the break is 2025-11-03.jsonl:1."""
-    raws, _ = _chain(range(0, 1))
+    raws, _ = sealed_lines({"2025-11-03": range(0, 1)})
     d = tmp_path / "ledger"
-    _write(d / "2025-11-02.jsonl", [FRAGMENT])
-    _write(d / "2025-11-03.jsonl", [_foreign(raws[0], 0)])
-    _write(d / "2025-11-04.jsonl", [raws[0]])
-    out = _verify(d)
+    write_day_file(d / "2025-11-02.jsonl", [FRAGMENT])
+    write_day_file(d / "2025-11-03.jsonl", [foreign(raws[0])])
+    write_day_file(d / "2025-11-04.jsonl", [raws[0]])
+    out = verify_json(d)
     assert (out["ok"], out["seq"], out["file"], out["line"]) == (
         False, None, "2025-11-03.jsonl", 1)
     assert (out["entry_count"], out["torn_at"]) == (0, ["2025-11-02.jsonl:1"])
@@ -221,12 +176,12 @@ def test_fragments_before_a_foreign_only_files_line_are_listed_with_its_break(
     fragment and then a whole line that is no ledger line. That line goes where the files
     before it end (seq 4) and is the break, 2025-11-05.jsonl:2, after four lines; the
     fragment before it is listed."""
-    raws, hashes = _chain(range(1, 6))
+    raws, hashes = sealed_lines({"2025-11-03": range(1, 6)})
     d = tmp_path / "ledger"
-    _write(d / "2025-11-03.jsonl", [raws[1], raws[2], raws[4]])
-    _write(d / "2025-11-04.jsonl", [raws[3]])
-    _write(d / "2025-11-05.jsonl", [FRAGMENT, _foreign(raws[5], 5)])
-    out = _verify(d)
+    write_day_file(d / "2025-11-03.jsonl", [raws[1], raws[2], raws[4]])
+    write_day_file(d / "2025-11-04.jsonl", [raws[3]])
+    write_day_file(d / "2025-11-05.jsonl", [FRAGMENT, foreign(raws[5])])
+    out = verify_json(d)
     assert (out["ok"], out["seq"], out["file"], out["line"]) == (
         False, None, "2025-11-05.jsonl", 2)
     assert (out["entry_count"], out["head_seq"], out["head_hash"]) == (4, 4, hashes[4])
@@ -239,14 +194,14 @@ def test_an_edited_line_behind_chain_in_a_merge_is_the_break_and_ends_it(
     own); the 3rd a fragment, then seq 4 and 6; the 4th seq 5 (merged). The edit is the
     break, 2025-11-02.jsonl:1, with nothing verified, and the 3rd's fragment, after it
     in seq order, is not listed."""
-    raws, hashes = _chain(range(1, 7))
+    raws, hashes = sealed_lines({"2025-11-03": range(1, 7)})
     edited = raws[2].replace(b'"outcome":"skipped"', b'"outcome":"success"')
     d = tmp_path / "ledger"
-    _write(d / "2025-11-02.jsonl", [edited])
-    _write(d / "2025-11-03.jsonl", [FRAGMENT, raws[4], raws[6]])
-    _write(d / "2025-11-04.jsonl", [raws[5]])
+    write_day_file(d / "2025-11-02.jsonl", [edited])
+    write_day_file(d / "2025-11-03.jsonl", [FRAGMENT, raws[4], raws[6]])
+    write_day_file(d / "2025-11-04.jsonl", [raws[5]])
     (d / "CHAIN").write_text(json.dumps({"seq": 3, "hash": hashes[3]}) + "\n")
-    out = _verify(d)
+    out = verify_json(d)
     assert (out["ok"], out["seq"], out["file"], out["line"], out["reason"]) == (
         False, 2, "2025-11-02.jsonl", 1, EDITED)
     assert (out["entry_count"], out["behind_anchor"], out["torn"], out["torn_at"]) == (
