@@ -75,6 +75,12 @@ def fd(world: World) -> Iterator[FaultDaemons]:
 
 
 @pytest.fixture
+def ledger_dir(tmp_path: Path) -> Path:
+    """Where a run ledger lives under a throwaway XDG state dir."""
+    return tmp_path / "state" / "harness" / "ledger"
+
+
+@pytest.fixture
 def opened_ledgers() -> Iterator[list[RunLedger]]:
     """Ledgers a test opened; closed at teardown so no writer thread outlives its test."""
     ledgers: list[RunLedger] = []

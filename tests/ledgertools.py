@@ -47,6 +47,12 @@ class Clock:
         return self.ns
 
 
+def decided(harness: str, run_id: int, **kw: Any) -> dict[str, Any]:
+    """A `decided` line as the daemon appends it (the writer stamps at, seq and chain)."""
+    return {"type": "decided", "harness": harness, "run_id": run_id, "outcome": "skipped",
+            "reason": "overlap", "trigger": "schedule", **kw}
+
+
 def lines_of(path: Path) -> list[dict[str, Any]]:
     """Every complete line of a day file, parsed."""
     data = path.read_bytes()

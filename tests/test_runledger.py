@@ -38,6 +38,7 @@ from ledgertools import (
     OpenLedger,
     all_lines,
     count_scans,
+    decided,
     gc_left_by,
     lines_of,
     ref_canonical,
@@ -57,16 +58,6 @@ def seal(obj: dict[str, Any], prev: str) -> bytes:
 
 def day_file(directory: Path, ns: int) -> Path:
     return directory / f"{format_ns(ns)[:10]}.jsonl"
-
-
-@pytest.fixture
-def ledger_dir(tmp_path: Path) -> Path:
-    return tmp_path / "state" / "harness" / "ledger"
-
-
-def decided(harness: str, run_id: int, **kw: Any) -> dict[str, Any]:
-    return {"type": "decided", "harness": harness, "run_id": run_id, "outcome": "skipped",
-            "reason": "overlap", "trigger": "schedule", **kw}
 
 
 def write_many(led: RunLedger, n: int, harness: str = "nightly", first_run: int = 1) -> None:

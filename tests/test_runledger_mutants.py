@@ -12,17 +12,7 @@ import pytest
 import harness.ledger.runledger as runledger_mod
 from harness.ledger.query import Query
 from harness.timefmt import format_ns
-from ledgertools import DAY, HOUR, T0, Clock, OpenLedger, all_lines, count_scans, lines_of
-
-
-@pytest.fixture
-def ledger_dir(tmp_path: Path) -> Path:
-    return tmp_path / "state" / "harness" / "ledger"
-
-
-def decided(harness: str, run_id: int, **kw: Any) -> dict[str, Any]:
-    return {"type": "decided", "harness": harness, "run_id": run_id, "outcome": "skipped",
-            "reason": "overlap", "trigger": "schedule", **kw}
+from ledgertools import DAY, HOUR, T0, Clock, OpenLedger, all_lines, count_scans, decided, lines_of
 
 
 def day(ns: int) -> str:
