@@ -206,3 +206,18 @@ def test_an_edited_line_behind_chain_in_a_merge_is_the_break_and_ends_it(
         False, 2, "2025-11-02.jsonl", 1, EDITED)
     assert (out["entry_count"], out["behind_anchor"], out["torn"], out["torn_at"]) == (
         0, 1, 0, [])
+
+
+def test_an_opening_foreign_line_sorts_ahead_of_an_earlier_files_line_of_its_files_first_seq(
+        tmp_path: Path) -> None:
+    """Seq 1-4 on the 3rd; the 4th holds a whole line that is no ledger line, then a second
+    seq 3. The foreign line is keyed at the seq before the 4th's first line (2): it is the
+    break after seq 1-2, ahead of the 3rd's own seq 3, not after it."""
+    raws, hashes = sealed_lines({"2025-11-03": range(1, 5)})
+    d = tmp_path / "ledger"
+    write_day_file(d / "2025-11-03.jsonl", [raws[1], raws[2], raws[3], raws[4]])
+    write_day_file(d / "2025-11-04.jsonl", [foreign(raws[3]), raws[3]])
+    out = verify_json(d)
+    assert (out["ok"], out["seq"], out["file"], out["line"]) == (
+        False, None, "2025-11-04.jsonl", 1)
+    assert (out["entry_count"], out["head_seq"], out["head_hash"]) == (2, 2, hashes[2])

@@ -453,10 +453,11 @@ def _by_seq(fi: int, lines: Iterator[_Item], before: int, frags: _Fragments,
     """One file's lines keyed for the merge: (seq, file index, line number, bytes, link).
 
     A foreign line keeps its place after the line before it. One that opens the file has
-    no line before it there, so it goes just ahead of the file's first linked line (the
-    earlier files' line of that seq sorts first, being in an earlier stream), or, in a
-    file with no linked line, at `before`: where the files before it ended. Only the first
-    such line can be the break, so the rest are not held.
+    no line before it there, so it is keyed at the seq before the file's first linked
+    line: after the earlier files' line of that seq (an earlier stream sorts first), and
+    ahead of every line of the first linked line's own seq, an earlier file's duplicate
+    of it included. In a file with no linked line it goes at `before`: where the files
+    before it end. Only the first such line can be the break, so the rest are not held.
 
     The torn fragments `lines` passes over go to `placed` with their place in the merge
     (the key of the line after them, the file, their own line number), so that a break
