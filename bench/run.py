@@ -72,6 +72,12 @@ def opened_line(rid: int) -> dict[str, Any]:
             "log": f"/home/u/.local/state/harness/jobs/bench/{rid}.log"}
 
 
+def sample_line() -> bytes:
+    """One finished run-ledger line (with its newline), as the raw baselines write it."""
+    return canonical({**opened_line(1), "v": 1, "seq": 1, "at": format_ns(now_ns()),
+                      "prev": "0" * 64, "hash": "0" * 64}) + b"\n"
+
+
 def raw_latencies(path: str, data: bytes, n: int, sync: Any = os.fdatasync) -> list[float]:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     out = []
@@ -84,6 +90,13 @@ def raw_latencies(path: str, data: bytes, n: int, sync: Any = os.fdatasync) -> l
     finally:
         os.close(fd)
     return out
+
+
+def raw_rate(path: str, data: bytes, n: int, sync: Any = os.fdatasync) -> float:
+    """Lines/s of one thread doing raw write + sync per line, by wall time."""
+    t = time.perf_counter()
+    raw_latencies(path, data, n, sync)
+    return n / (time.perf_counter() - t)
 
 
 class BareWriter:
@@ -161,8 +174,7 @@ def bench_latency(work: str, n: int, sync_delay: float = 0.0) -> dict[str, Any]:
         files = FaultyFiles()
         files.inject("sync", delay=sync_delay)
     led = RunLedger(os.path.join(work, f"lat-ledger-{sync_delay}"), files=files)
-    sample = canonical({**opened_line(1), "v": 1, "seq": 1, "at": format_ns(now_ns()),
-                        "prev": "0" * 64, "hash": "0" * 64}) + b"\n"
+    sample = sample_line()
     bare = BareWriter(os.path.join(work, f"bare-{sync_delay}.bin"), sync_delay)
     plain = Writer(PlainSealer(os.path.join(work, f"plain-{sync_delay}.bin"), sample),
                    next_seq=1, head_hash="0" * 64, files=files)
@@ -364,8 +376,7 @@ def bench_native(work: str, n: int, per_thread: int, threads: int = 16) -> dict[
     mod, why = native.load(work)
     if mod is None:
         return {"skipped": why}
-    sample = canonical({**opened_line(1), "v": 1, "seq": 1, "at": format_ns(now_ns()),
-                        "prev": "0" * 64, "hash": "0" * 64}) + b"\n"
+    sample = sample_line()
     xs: dict[str, list[float]] = {"raw": [], "bare": [], "work": []}
     blocks = 10
     for b in range(blocks):
@@ -384,35 +395,28 @@ def bench_native(work: str, n: int, per_thread: int, threads: int = 16) -> dict[
         res[f"{key}_p50_us"] = pct(xs[key], .5) * 1e6
         res[f"{key}_ratio_p50"] = pct(xs[key], .5) / r50
     total = threads * per_thread
-    n_raw = total // 4
-    t = time.perf_counter()
-    raw_latencies(os.path.join(work, "native-raw-gc.bin"), sample, n_raw)
-    raw_rate = n_raw / (time.perf_counter() - t)
+    one = raw_rate(os.path.join(work, "native-raw-gc.bin"), sample, total // 4)
     lines = [opened_line(k) for k in range(1, total + 1)]
-    res.update({"threads": threads, "lines": total, "raw_one_thread_lines_per_s": raw_rate})
+    res.update({"threads": threads, "lines": total, "raw_one_thread_lines_per_s": one})
     for key in ("bare", "work"):
         nat = NativeAppender(mod, os.path.join(work, f"native-gc-{key}.jsonl"), key == "work")
         el = race(threads, per_thread, lambda k, nat=nat: nat.append(lines[k - 1], sample))
         syncs = nat.close(total)
         res.update({f"{key}_16_threads_lines_per_s": total / el,
-                    f"{key}_16_threads_ratio": total / el / raw_rate,
+                    f"{key}_16_threads_ratio": total / el / one,
                     f"{key}_16_threads_lines_per_sync": total / syncs})
     return res
 
 
 def bench_group_commit(work: str, per_thread: int, threads: int = 16,
                        sync_delay: float = 0.0) -> dict[str, Any]:
-    sample = canonical({**opened_line(1), "v": 1, "seq": 1, "at": format_ns(now_ns()),
-                        "prev": "0" * 64, "hash": "0" * 64}) + b"\n"
+    sample = sample_line()
     files = None
     if sync_delay:
         files = FaultyFiles()
         files.inject("sync", delay=sync_delay)
-    n_raw = threads * per_thread // 4
-    t = time.perf_counter()
-    raw_latencies(os.path.join(work, "raw-gc.bin"), sample, n_raw,
-                  slow_raw(sync_delay) if sync_delay else os.fdatasync)
-    raw_rate = n_raw / (time.perf_counter() - t)
+    one = raw_rate(os.path.join(work, "raw-gc.bin"), sample, threads * per_thread // 4,
+                   slow_raw(sync_delay) if sync_delay else os.fdatasync)
     bare = BareWriter(os.path.join(work, f"bare-gc-{sync_delay}.bin"), sync_delay)
     floor_rate = threads * per_thread / race(threads, per_thread, lambda _n: bare.append(sample))
     bare.close()
@@ -436,10 +440,10 @@ def bench_group_commit(work: str, per_thread: int, threads: int = 16,
     work_rate = threads * per_thread / race(threads, per_thread,
                                             lambda n: plw.make(lines[n - 1], len))
     return {"threads": threads, "lines": threads * per_thread, "sync_delay_s": sync_delay,
-            "lines_per_s": rate, "raw_one_thread_lines_per_s": raw_rate, "ratio": rate / raw_rate,
-            "bare_writer_16_threads_lines_per_s": floor_rate, "floor_ratio": floor_rate / raw_rate,
-            "no_sync_16_threads_lines_per_s": ceiling, "no_sync_ratio": ceiling / raw_rate,
-            "work_only_16_threads_lines_per_s": work_rate, "work_only_ratio": work_rate / raw_rate,
+            "lines_per_s": rate, "raw_one_thread_lines_per_s": one, "ratio": rate / one,
+            "bare_writer_16_threads_lines_per_s": floor_rate, "floor_ratio": floor_rate / one,
+            "no_sync_16_threads_lines_per_s": ceiling, "no_sync_ratio": ceiling / one,
+            "work_only_16_threads_lines_per_s": work_rate, "work_only_ratio": work_rate / one,
             "lines_per_sync": threads * per_thread / max(1, syncs)}
 
 
