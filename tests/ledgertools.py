@@ -157,6 +157,18 @@ EDITED = "hash does not match the line's content (the line was edited)"
 FRAGMENT = b'{"v":1,"se'  # the first bytes of a line, as a crash leaves them
 
 
+def chain_hash(obj: dict[str, Any]) -> str:
+    """DESIGN.md §4: sha256 of the canonical JSON of the line without `hash`."""
+    return hashlib.sha256(ref_canonical({k: v for k, v in obj.items() if k != "hash"})).hexdigest()
+
+
+def seal(obj: dict[str, Any], seq: int, prev: str) -> tuple[bytes, str]:
+    """A line sealed by hand to DESIGN.md §4, not by the engine: (canonical bytes, hash)."""
+    line = {**obj, "seq": seq, "prev": prev}
+    line["hash"] = chain_hash(line)
+    return ref_canonical(line), line["hash"]
+
+
 def sealed_lines(days: Mapping[str, Iterable[int]], prev: str = ZERO_HASH
                  ) -> tuple[dict[int, bytes], dict[int, str]]:
     """Decided lines of the given seqs, each stamped with its day, linked in seq order from
@@ -166,12 +178,11 @@ def sealed_lines(days: Mapping[str, Iterable[int]], prev: str = ZERO_HASH
     hashes: dict[int, str] = {}
     for seq in sorted(day_of):
         at = f"{day_of[seq]}T08:00:{seq % 60:02d}Z"
-        line: dict[str, Any] = {
+        raws[seq], prev = seal({
             "v": 1, "type": "decided", "harness": "nightly", "run_id": seq, "at": at,
             "kind": "oneshot", "trigger": "schedule", "outcome": "skipped",
-            "reason": "overlap", "started_at": at, "seq": seq, "prev": prev}
-        prev = line["hash"] = hashlib.sha256(ref_canonical(line)).hexdigest()
-        raws[seq], hashes[seq] = ref_canonical(line), prev
+            "reason": "overlap", "started_at": at}, seq, prev)
+        hashes[seq] = prev
     return raws, hashes
 
 

@@ -26,27 +26,12 @@ from conftest import World
 from harness.ledger import RunLedger
 from harness.ledger import verify as verify_module
 from harness.timefmt import format_ns, parse_ns
-from ledgertools import ref_canonical
+from ledgertools import EDITED, ZERO_HASH, chain_hash, ref_canonical, seal, write_day_file
 
 DAY = 86_400 * 1_000_000_000
 DAY1 = "2025-11-03"
 FILE1 = f"{DAY1}.jsonl"
-ZERO = "0" * 64
-
-
 # -- helpers -------------------------------------------------------------------------------
-
-
-def chain_hash(obj: dict[str, Any]) -> str:
-    """§4: sha256 of the canonical JSON of the line without `hash`."""
-    return hashlib.sha256(ref_canonical({k: v for k, v in obj.items() if k != "hash"})).hexdigest()
-
-
-def seal(obj: dict[str, Any], seq: int, prev: str) -> tuple[bytes, str]:
-    """A line sealed by hand to the §4 contract: (canonical bytes, its hash)."""
-    line = {**obj, "seq": seq, "prev": prev}
-    line["hash"] = chain_hash(line)
-    return ref_canonical(line), line["hash"]
 
 
 def decided(run_id: int, at: str, harness: str = "nightly") -> dict[str, Any]:
@@ -77,10 +62,6 @@ def lines_of(path: Path) -> list[bytes]:
     data = path.read_bytes()
     assert data.endswith(b"\n")
     return data.split(b"\n")[:-1]
-
-
-def write_lines(path: Path, lines: list[bytes], tail: bytes = b"") -> None:
-    path.write_bytes(b"".join(line + b"\n" for line in lines) + tail)
 
 
 def verify(world: World, *args: str) -> subprocess.CompletedProcess[str]:
@@ -138,7 +119,6 @@ def snapshot(root: Path) -> dict[str, tuple[str, int, int]]:
 
 REMOVED = "prev does not match the hash of the line before (seq {}): " \
           "a line was removed, inserted or edited"
-EDITED = "hash does not match the line's content (the line was edited)"
 REORDERED = "seq {} does not follow seq {} (duplicated or reordered line)"
 NO_CHAIN = "line has no prev/hash chain fields"
 SKIPPED = "seq {} follows seq {}: a seq is missing (each line's is one more than the last)"
@@ -170,7 +150,7 @@ def test_json_names_every_field(world: World) -> None:
     """--json is the whole result: counts, torn fragments, head, anchor and the files
     that are not day files; a break adds where and why."""
     lines = one_day(world, 3)
-    write_lines(world.ledger / FILE1, lines, tail=lines[-1][:40])
+    write_day_file(world.ledger / FILE1, lines, tail=lines[-1][:40])
     (world.ledger / "notes.txt").write_text("not a day file")
     code, out = verify_json(world)
     assert code == 0
@@ -178,7 +158,7 @@ def test_json_names_every_field(world: World) -> None:
                    "files": 1, "torn": 1, "torn_tail": True, "torn_at": [f"{FILE1}:4"],
                    "head_seq": 3, "head_hash": hash_of(lines[2]), "anchor": "genesis",
                    "behind_anchor": 0, "strays": ["notes.txt"]}
-    write_lines(world.ledger / FILE1, [lines[0], lines[2]])
+    write_day_file(world.ledger / FILE1, [lines[0], lines[2]])
     code, out = verify_json(world)
     assert code == 2
     assert out == {"ledger": str(world.ledger), "ok": False, "lines": 1, "entry_count": 1,
@@ -191,7 +171,7 @@ def test_json_names_every_field(world: World) -> None:
 def test_engine_lines_follow_the_documented_chain(world: World) -> None:
     """What RunLedger wrote is exactly §4's chain, so a hand-written ledger can match it."""
     lines = one_day(world, 3)
-    prev = ZERO
+    prev = ZERO_HASH
     for i, raw in enumerate(lines, start=1):
         obj = json.loads(raw)
         assert (obj["seq"], obj["prev"]) == (i, prev)
@@ -202,11 +182,11 @@ def test_engine_lines_follow_the_documented_chain(world: World) -> None:
 
 def test_hand_sealed_ledger_verifies(world: World) -> None:
     world.ledger.mkdir(parents=True, mode=0o700)
-    prev, out = ZERO, []
+    prev, out = ZERO_HASH, []
     for i in range(1, 5):
         raw, prev = seal({"v": 1, **decided(i, f"{DAY1}T10:00:0{i}.000000000Z")}, i, prev)
         out.append(raw)
-    write_lines(world.ledger / FILE1, out)
+    write_day_file(world.ledger / FILE1, out)
     res = verify(world)
     assert (res.returncode, res.stdout) == (0, ok_text(4, 1, 4, prev))
 
@@ -217,7 +197,7 @@ def test_non_canonical_but_unedited_line_still_verifies(world: World) -> None:
     obj = json.loads(lines[2])
     lines[2] = json.dumps(dict(reversed(list(obj.items()))), indent=None).encode()
     assert lines[2] != ref_canonical(obj)
-    write_lines(world.ledger / FILE1, lines)
+    write_day_file(world.ledger / FILE1, lines)
     res = verify(world)
     assert (res.returncode, res.stdout) == (0, ok_text(6, 1, 6, hash_of(lines[-1])))
 
@@ -317,7 +297,7 @@ def test_mutation_breaks_the_chain(world: World, name: str) -> None:
     mutate, seq, where, reason = MUTATIONS[name]
     lines = one_day(world)
     mutate(lines)
-    write_lines(world.ledger / FILE1, lines)
+    write_day_file(world.ledger / FILE1, lines)
     before = snapshot(world.root)
     assert_broken(world, seq, where, reason)
     assert snapshot(world.root) == before
@@ -349,7 +329,7 @@ def test_a_break_in_the_first_line_of_a_one_file_ledger(world: World, name: str)
     mutate, seq, reason = FIRST_LINE[name]
     lines = one_day(world)
     mutate(lines)
-    write_lines(world.ledger / FILE1, lines)
+    write_day_file(world.ledger / FILE1, lines)
     if seq is not None:
         assert_broken(world, seq, f"{FILE1}:1", reason)
     code, out = verify_json(world)
@@ -363,7 +343,7 @@ def test_a_line_with_a_number_out_of_range_is_an_edit(world: World) -> None:
     lines = one_day(world)
     assert lines[2].startswith(b'{"')
     lines[2] = b'{"aaa":1e400,' + lines[2][1:]
-    write_lines(world.ledger / FILE1, lines)
+    write_day_file(world.ledger / FILE1, lines)
     assert_broken(world, 3, f"{FILE1}:3", EDITED)
 
 
@@ -371,11 +351,11 @@ def test_a_line_numbered_zero_or_below_is_a_break(world: World) -> None:
     """With no CHAIN no line is one a prune left behind: a forged line numbered 0 (or
     below) breaks the chain where it lies, inside a file or as its first line."""
     lines = one_day(world, 4)
-    forged, _ = seal({"v": 1, **decided(9, f"{DAY1}T09:00:09.000000000Z")}, 0, ZERO)
-    write_lines(world.ledger / FILE1, [*lines[:2], forged, *lines[2:]])
+    forged, _ = seal({"v": 1, **decided(9, f"{DAY1}T09:00:09.000000000Z")}, 0, ZERO_HASH)
+    write_day_file(world.ledger / FILE1, [*lines[:2], forged, *lines[2:]])
     assert_broken(world, 0, f"{FILE1}:3", REORDERED.format(0, 2))
-    forged, _ = seal({"v": 1, **decided(9, f"{DAY1}T09:00:09.000000000Z")}, -3, ZERO)
-    write_lines(world.ledger / FILE1, [forged, *lines])
+    forged, _ = seal({"v": 1, **decided(9, f"{DAY1}T09:00:09.000000000Z")}, -3, ZERO_HASH)
+    write_day_file(world.ledger / FILE1, [forged, *lines])
     assert_broken(world, -3, f"{FILE1}:1", REORDERED.format(-3, 0))
 
 
@@ -420,7 +400,7 @@ def test_verify_leaves_the_garbage_collector_as_it_found_it(world: World, enable
 
 def test_torn_tail_is_reported_not_a_failure(world: World) -> None:
     lines = one_day(world)
-    write_lines(world.ledger / FILE1, lines, tail=lines[-1][:40])
+    write_day_file(world.ledger / FILE1, lines, tail=lines[-1][:40])
     res = verify(world)
     assert res.returncode == 0, res.stderr
     assert res.stdout == ok_text(6, 1, 6, hash_of(lines[-1]),
@@ -452,7 +432,7 @@ def test_whole_line_that_is_no_ledger_line_breaks_the_chain(world: World, where:
     obj = json.loads(lines[where - 1])
     obj["seq"] = str(obj["seq"])
     lines[where - 1] = ref_canonical(obj)
-    write_lines(world.ledger / FILE1, lines)
+    write_day_file(world.ledger / FILE1, lines)
     res = verify(world)
     assert res.returncode == 2
     reason = "complete line is not a ledger line (Expected `int`, got `str` - at `$.seq`)"
@@ -463,7 +443,7 @@ def test_whole_line_that_is_no_ledger_line_breaks_the_chain(world: World, where:
         2, None, FILE1, where, reason)
     obj["seq"], obj["prev"] = where, 7
     lines[where - 1] = ref_canonical(obj)
-    write_lines(world.ledger / FILE1, lines)
+    write_day_file(world.ledger / FILE1, lines)
     code, out = verify_json(world)
     assert (code, out["seq"], out["line"]) == (2, where, where)
     assert out["reason"] == ("complete line is not a ledger line "
@@ -478,7 +458,7 @@ def test_fragment_inside_a_file_followed_by_later_lines(world: World) -> None:
     for seq in (7, 8):
         raw, head = seal({"v": 1, **decided(seq, f"{DAY1}T09:01:0{seq}.000000000Z")}, seq, head)
         later.append(raw)
-    write_lines(world.ledger / FILE1, [*lines, lines[-1][:55], *later])
+    write_day_file(world.ledger / FILE1, [*lines, lines[-1][:55], *later])
     res = verify(world)
     assert res.returncode == 0, res.stderr
     assert res.stdout == ok_text(8, 1, 8, head, torn=f"1 torn fragment(s) skipped ({FILE1}:7)")
@@ -488,7 +468,7 @@ def test_fragment_inside_a_file_followed_by_later_lines(world: World) -> None:
     # An edit after the fragment is still found, at its own line number.
     obj = json.loads(later[1])
     obj["reason"] = "operator"
-    write_lines(world.ledger / FILE1, [*lines, lines[-1][:55], later[0], ref_canonical(obj)])
+    write_day_file(world.ledger / FILE1, [*lines, lines[-1][:55], later[0], ref_canonical(obj)])
     assert_broken(world, 8, f"{FILE1}:9", EDITED)
 
 
@@ -538,7 +518,7 @@ def test_chain_across_day_files(world: World) -> None:
 
 def test_break_in_a_later_day_file_names_that_file(world: World) -> None:
     files = three_days(world)
-    write_lines(world.ledger / f"{DAYS[1]}.jsonl", files[DAYS[1]][1:])
+    write_day_file(world.ledger / f"{DAYS[1]}.jsonl", files[DAYS[1]][1:])
     assert_broken(world, 4, f"{DAYS[1]}.jsonl:1", REMOVED.format(2))
 
 
@@ -552,13 +532,13 @@ def test_edit_in_the_last_day_file(world: World) -> None:
     files = three_days(world)
     obj = json.loads(files[DAYS[2]][1])
     obj["trigger"] = "manual"
-    write_lines(world.ledger / f"{DAYS[2]}.jsonl", [files[DAYS[2]][0], ref_canonical(obj)])
+    write_day_file(world.ledger / f"{DAYS[2]}.jsonl", [files[DAYS[2]][0], ref_canonical(obj)])
     assert_broken(world, 6, f"{DAYS[2]}.jsonl:2", EDITED)
 
 
 def test_duplicate_across_day_files(world: World) -> None:
     files = three_days(world)
-    write_lines(world.ledger / f"{DAYS[1]}.jsonl", [files[DAYS[0]][1], *files[DAYS[1]]])
+    write_day_file(world.ledger / f"{DAYS[1]}.jsonl", [files[DAYS[0]][1], *files[DAYS[1]]])
     assert_broken(world, 2, f"{DAYS[1]}.jsonl:1", REORDERED.format(2, 2))
 
 
@@ -588,7 +568,7 @@ def test_a_foreign_line_inside_a_later_day_file_breaks_the_merged_chain(
     line (not skip it, not crash on it) and count what verified before it: seq 1-5."""
     files = three_days(world)
     last = world.ledger / f"{DAYS[2]}.jsonl"
-    write_lines(last, [files[DAYS[2]][0], damage(files[DAYS[2]][1])])
+    write_day_file(last, [files[DAYS[2]][0], damage(files[DAYS[2]][1])])
     code, out = verify_json(world)
     assert (code, out["ok"], out["seq"], out["file"], out["line"], out["reason"]) == (
         2, False, seq, last.name, 2, reason)
@@ -607,7 +587,7 @@ def test_a_foreign_first_line_of_a_later_day_file_keeps_its_place_in_the_merge(
     ahead of the whole chain (nothing verified, no head)."""
     files = three_days(world)
     last = world.ledger / f"{DAYS[2]}.jsonl"
-    write_lines(last, [damage(files[DAYS[2]][0]), files[DAYS[2]][1]])
+    write_day_file(last, [damage(files[DAYS[2]][0]), files[DAYS[2]][1]])
     code, out = verify_json(world)
     assert (code, out["ok"], out["seq"], out["file"], out["line"], out["reason"]) == (
         2, False, seq, last.name, 1, reason)
@@ -621,7 +601,7 @@ def test_a_day_file_of_foreign_lines_only_breaks_after_the_files_before_it(
     after the first file's seq 1-2."""
     files = three_days(world)
     middle = world.ledger / f"{DAYS[1]}.jsonl"
-    write_lines(middle, [_seq_as_string(x) for x in files[DAYS[1]]])
+    write_day_file(middle, [_seq_as_string(x) for x in files[DAYS[1]]])
     code, out = verify_json(world)
     assert (code, out["seq"], out["file"], out["line"], out["reason"]) == (
         2, None, middle.name, 1, NOT_A_LEDGER_LINE)
@@ -654,7 +634,7 @@ def test_a_break_in_a_single_file_reports_what_verified_before_it(world: World) 
     line before the break."""
     lines = one_day(world)
     _edit(lines, rehash=False)
-    write_lines(world.ledger / FILE1, lines)
+    write_day_file(world.ledger / FILE1, lines)
     code, out = verify_json(world)
     assert (code, out["seq"], out["file"], out["line"], out["reason"]) == (2, 3, FILE1, 3, EDITED)
     assert (out["entry_count"], out["head_seq"], out["head_hash"]) == (2, 2, hash_of(lines[1]))
@@ -666,7 +646,7 @@ def test_clock_jump_across_day_files_verifies_in_seq_order(world: World) -> None
     head = hash_of(files["2025-11-04"][1])
     assert verify(world).stdout == ok_text(4, 2, 4, head)
     # A fragment a crash left between seq 2 and 3 is skipped and named, as in one file.
-    write_lines(world.ledger / FILE1, [files[DAY1][0], files[DAY1][1][:30], files[DAY1][1]])
+    write_day_file(world.ledger / FILE1, [files[DAY1][0], files[DAY1][1][:30], files[DAY1][1]])
     res = verify(world)
     assert (res.returncode, res.stdout) == (
         0, ok_text(4, 2, 4, head, torn=f"1 torn fragment(s) skipped ({FILE1}:2)"))
@@ -676,14 +656,14 @@ def test_clock_jump_edit_is_named_by_its_file_and_line(world: World) -> None:
     files = clock_jump(world)
     obj = json.loads(files[DAY1][1])
     obj["reason"] = "operator"
-    write_lines(world.ledger / FILE1, [files[DAY1][0], ref_canonical(obj)])
+    write_day_file(world.ledger / FILE1, [files[DAY1][0], ref_canonical(obj)])
     assert_broken(world, 3, f"{FILE1}:2", EDITED)
     # A line without its chain fields breaks the chain where it lies.
     del obj["prev"], obj["hash"]
-    write_lines(world.ledger / FILE1, [files[DAY1][0], ref_canonical(obj)])
+    write_day_file(world.ledger / FILE1, [files[DAY1][0], ref_canonical(obj)])
     assert_broken(world, 3, f"{FILE1}:2", NO_CHAIN)
     # seq 2 removed: seq 3 no longer links to seq 1.
-    write_lines(world.ledger / FILE1, files[DAY1][1:])
+    write_day_file(world.ledger / FILE1, files[DAY1][1:])
     assert_broken(world, 3, f"{FILE1}:1", REMOVED.format(1))
 
 
@@ -695,14 +675,14 @@ def test_clock_jump_break_at_the_first_seq_reports_nothing_verified(world: World
     obj = json.loads(files["2025-11-04"][0])
     assert obj["seq"] == 1
     obj["reason"] = "operator"
-    write_lines(world.ledger / later, [ref_canonical(obj), files["2025-11-04"][1]])
+    write_day_file(world.ledger / later, [ref_canonical(obj), files["2025-11-04"][1]])
     assert_broken(world, 1, f"{later}:1", EDITED)
     code, out = verify_json(world)
     assert (code, out["entry_count"], out["head_seq"], out["head_hash"]) == (2, 0, None, None)
     # A forged line numbered 0 before seq 1 breaks the chain where it lies, as in one file.
-    forged, _ = seal({"v": 1, **decided(9, f"{DAY1}T07:00:00.000000000Z")}, 0, ZERO)
-    write_lines(world.ledger / FILE1, [forged, *files[DAY1]])
-    write_lines(world.ledger / later, files["2025-11-04"])
+    forged, _ = seal({"v": 1, **decided(9, f"{DAY1}T07:00:00.000000000Z")}, 0, ZERO_HASH)
+    write_day_file(world.ledger / FILE1, [forged, *files[DAY1]])
+    write_day_file(world.ledger / later, files["2025-11-04"])
     assert_broken(world, 0, f"{FILE1}:1", REORDERED.format(0, 0))
 
 
@@ -736,9 +716,9 @@ def test_torn_fragments_of_merged_files_are_listed_in_file_order(world: World) -
     named file by file, line by line, as for files read one after another."""
     files = clock_jump(world)
     later = "2025-11-04"
-    write_lines(world.ledger / f"{later}.jsonl",
+    write_day_file(world.ledger / f"{later}.jsonl",
                 [files[later][0], b'{"v":1,"seq":2,"ty', files[later][1]])
-    write_lines(world.ledger / FILE1, files[DAY1], tail=b'{"v":1,"seq":5,')
+    write_day_file(world.ledger / FILE1, files[DAY1], tail=b'{"v":1,"seq":5,')
     code, out = verify_json(world)
     assert (code, out["entry_count"], out["torn"], out["torn_tail"]) == (0, 4, 2, False)
     assert out["torn_at"] == [f"{FILE1}:3", f"{later}.jsonl:2"]
@@ -756,18 +736,18 @@ def test_a_break_in_merged_files_lists_only_the_fragments_before_it(world: World
     later = "2025-11-04.jsonl"
     edited = json.loads(files[DAY1][0])
     edited["reason"] = "operator"
-    write_lines(world.ledger / FILE1, [b'{"v":1,"seq":2,"ty', ref_canonical(edited),
+    write_day_file(world.ledger / FILE1, [b'{"v":1,"seq":2,"ty', ref_canonical(edited),
                                        b'{"v":1,"seq":3,', files[DAY1][1]])
-    write_lines(world.ledger / later, [files["2025-11-04"][0], b'{"v":1,"seq":4,"t',
+    write_day_file(world.ledger / later, [files["2025-11-04"][0], b'{"v":1,"seq":4,"t',
                                        files["2025-11-04"][1]], tail=b'{"v":1,"seq":5,')
     code, out = verify_json(world)
     assert (code, out["seq"], out["file"], out["line"], out["reason"]) == (2, 2, FILE1, 2, EDITED)
     assert (out["entry_count"], out["torn"], out["torn_at"]) == (1, 1, [f"{FILE1}:1"])
     # The break a foreign line makes where it lies (after seq 3): the fragments before it
     # in both files are listed, the two after it are not.
-    write_lines(world.ledger / FILE1, [files[DAY1][0], b'{"v":1,"seq":3,', files[DAY1][1],
+    write_day_file(world.ledger / FILE1, [files[DAY1][0], b'{"v":1,"seq":3,', files[DAY1][1],
                                        b'{"v":1,', b'["not", "a", "ledger line"]', b'{"v'])
-    write_lines(world.ledger / later, [b'{"v":1,"seq":1', files["2025-11-04"][0],
+    write_day_file(world.ledger / later, [b'{"v":1,"seq":1', files["2025-11-04"][0],
                                        b'{"v":1,"seq":4,"t', files["2025-11-04"][1]])
     code, out = verify_json(world)
     assert (code, out["file"], out["line"], out["entry_count"]) == (2, FILE1, 5, 3)
@@ -776,7 +756,7 @@ def test_a_break_in_merged_files_lists_only_the_fragments_before_it(world: World
 
 def test_torn_tail_in_an_older_day_file(world: World) -> None:
     files = three_days(world)
-    write_lines(world.ledger / f"{DAYS[0]}.jsonl", files[DAYS[0]], tail=b'{"v":1,"seq":3,')
+    write_day_file(world.ledger / f"{DAYS[0]}.jsonl", files[DAYS[0]], tail=b'{"v":1,"seq":3,')
     res = verify(world)
     assert res.returncode == 0, res.stderr
     assert res.stdout == ok_text(6, 3, 6, hash_of(files[DAYS[2]][-1]),
@@ -784,8 +764,8 @@ def test_torn_tail_in_an_older_day_file(world: World) -> None:
     # Only the newest file's end is the ledger's torn tail.
     code, out = verify_json(world)
     assert (code, out["torn"], out["torn_tail"]) == (0, 1, False)
-    write_lines(world.ledger / f"{DAYS[0]}.jsonl", files[DAYS[0]])
-    write_lines(world.ledger / f"{DAYS[2]}.jsonl", files[DAYS[2]], tail=b'{"v":1,"seq":7,')
+    write_day_file(world.ledger / f"{DAYS[0]}.jsonl", files[DAYS[0]])
+    write_day_file(world.ledger / f"{DAYS[2]}.jsonl", files[DAYS[2]], tail=b'{"v":1,"seq":7,')
     code, out = verify_json(world)
     assert (code, out["torn_at"], out["torn_tail"]) == (0, [f"{DAYS[2]}.jsonl:3"], True)
 
@@ -846,12 +826,12 @@ def test_pruned_file_a_crash_left_behind_chain_is_checked_on_its_own(world: Worl
     # An edit of seq 5 used to pass unseen: every line up to CHAIN's seq was skipped.
     obj = json.loads(left[0])
     obj["reason"] = "edited"
-    write_lines(world.ledger / "2025-11-03.jsonl", [ref_canonical(obj), left[1]])
+    write_day_file(world.ledger / "2025-11-03.jsonl", [ref_canonical(obj), left[1]])
     assert_broken(world, 5, "2025-11-03.jsonl:1", EDITED)
     # Re-sealed, the edit breaks the link of seq 6 to it.
     sealed, _ = seal({k: v for k, v in obj.items() if k not in ("seq", "prev", "hash")},
                      5, obj["prev"])
-    write_lines(world.ledger / "2025-11-03.jsonl", [sealed, left[1]])
+    write_day_file(world.ledger / "2025-11-03.jsonl", [sealed, left[1]])
     assert_broken(world, 6, "2025-11-03.jsonl:2", REMOVED.format(5))
 
 
@@ -863,7 +843,7 @@ def test_a_line_holding_chains_seq_must_hold_its_hash(world: World, tmp_path: Pa
     obj = json.loads(left[1])
     sealed, _ = seal({**{k: v for k, v in obj.items() if k not in ("seq", "prev", "hash")},
                       "reason": "rewritten"}, 6, obj["prev"])
-    write_lines(world.ledger / "2025-11-03.jsonl", [left[0], sealed])
+    write_day_file(world.ledger / "2025-11-03.jsonl", [left[0], sealed])
     assert_broken(world, 6, "2025-11-03.jsonl:2", verify_module.CHAIN_MISMATCH)
 
 
@@ -872,10 +852,10 @@ def test_a_chain_beyond_every_line_verifies_none_of_them_from_it(world: World) -
     leaves the chain from it empty: what lies before it is said, each line checked on its
     own, rather than "0 lines" alone."""
     lines = one_day(world)
-    (world.ledger / "CHAIN").write_text(json.dumps({"seq": 999, "hash": ZERO}) + "\n")
+    (world.ledger / "CHAIN").write_text(json.dumps({"seq": 999, "hash": ZERO_HASH}) + "\n")
     res = verify(world)
     assert (res.returncode, res.stdout) == (
-        0, ok_text(0, 1, 999, ZERO, anchor="CHAIN seq 999", behind=len(lines)))
+        0, ok_text(0, 1, 999, ZERO_HASH, anchor="CHAIN seq 999", behind=len(lines)))
 
 
 def behind_chain(world: World, chain_seq: int, files: dict[str, list[int]],
@@ -886,14 +866,14 @@ def behind_chain(world: World, chain_seq: int, files: dict[str, list[int]],
     Returns each seq's hash."""
     world.ledger.mkdir(parents=True, mode=0o700)
     day_of = {seq: day for day, seqs in files.items() for seq in seqs}
-    prev, raws, hashes = ZERO, {}, {}
+    prev, raws, hashes = ZERO_HASH, {}, {}
     for seq in range(1, len(day_of) + 1):
         at = f"{day_of[seq]}T08:00:0{seq}.000000000Z"
         raws[seq], prev = seal({"v": 1, **decided(seq, at)}, seq, prev)
         hashes[seq] = prev
     for day, seqs in files.items():
         if day != pruned:
-            write_lines(world.ledger / f"{day}.jsonl", [raws[seq] for seq in seqs])
+            write_day_file(world.ledger / f"{day}.jsonl", [raws[seq] for seq in seqs])
     (world.ledger / "CHAIN").write_text(
         json.dumps({"hash": hashes[chain_seq], "seq": chain_seq}) + "\n")
     return hashes
@@ -912,7 +892,7 @@ def test_lines_at_or_before_chain_are_checked_on_their_own_after_a_clock_jump(
     three, four = lines_of(world.ledger / "2025-11-03.jsonl")
     obj = json.loads(three)
     obj["reason"] = "edited"
-    write_lines(world.ledger / "2025-11-03.jsonl", [ref_canonical(obj), four])
+    write_day_file(world.ledger / "2025-11-03.jsonl", [ref_canonical(obj), four])
     assert_broken(world, 3, "2025-11-03.jsonl:1", EDITED)
 
 
@@ -937,14 +917,14 @@ def test_a_line_from_before_chain_inside_a_kept_file_is_a_break(world: World,
     kept, copy = pruned(world, tmp_path)
     five = lines_of(copy / "2025-11-03.jsonl")[0]
     assert json.loads(five)["seq"] == 5
-    write_lines(world.ledger / "2025-11-09.jsonl", [kept[0], five, kept[1]])
+    write_day_file(world.ledger / "2025-11-09.jsonl", [kept[0], five, kept[1]])
     assert_broken(world, 5, "2025-11-09.jsonl:2", REORDERED.format(5, 7))
     (world.ledger / "2025-11-10.jsonl").unlink()
     assert_broken(world, 5, "2025-11-09.jsonl:2", REORDERED.format(5, 7))
     # A line numbered 0 was never pruned, wherever it lies.
-    write_lines(world.ledger / "2025-11-09.jsonl", kept[:2])
-    forged, _ = seal({"v": 1, **decided(11, "2025-11-10T08:00:00.000000000Z")}, 0, ZERO)
-    write_lines(world.ledger / "2025-11-10.jsonl", [forged, *kept[2:]])
+    write_day_file(world.ledger / "2025-11-09.jsonl", kept[:2])
+    forged, _ = seal({"v": 1, **decided(11, "2025-11-10T08:00:00.000000000Z")}, 0, ZERO_HASH)
+    write_day_file(world.ledger / "2025-11-10.jsonl", [forged, *kept[2:]])
     assert_broken(world, 0, "2025-11-10.jsonl:1", REORDERED.format(0, 6))
 
 
@@ -956,8 +936,8 @@ def test_the_first_seq_checked(world: World, tmp_path: Path) -> None:
     shutil.copy(copy / "2025-11-03.jsonl", world.ledger / "2025-11-03.jsonl")
     assert verify_module.verify_run_ledger(str(world.ledger)).start_seq == 7
     # Seq 7 and 9 in one file, 8 and 10 in the other: the files overlap and are merged.
-    write_lines(world.ledger / "2025-11-09.jsonl", [kept[0], kept[2]])
-    write_lines(world.ledger / "2025-11-10.jsonl", [kept[1], kept[3]])
+    write_day_file(world.ledger / "2025-11-09.jsonl", [kept[0], kept[2]])
+    write_day_file(world.ledger / "2025-11-10.jsonl", [kept[1], kept[3]])
     res = verify_module.verify_run_ledger(str(world.ledger))
     assert (res.ok, res.start_seq, res.lines, res.head_seq) == (True, 7, 4, 10)
     shutil.rmtree(world.ledger)
@@ -1028,7 +1008,7 @@ BIG_PER_DAY = 14_000
 @pytest.fixture(scope="module")
 def big_chain() -> dict[str, list[bytes]]:
     """~19 MB of hand-sealed lines over three day files (more than verify checks serially)."""
-    prev, seq, out = ZERO, 0, {}
+    prev, seq, out = ZERO_HASH, 0, {}
     todo = "todo-" + "x" * 250
     for day in BIG_DAYS:
         lines = []
@@ -1044,7 +1024,7 @@ def big_chain() -> dict[str, list[bytes]]:
 def write_big(world: World, chain: dict[str, list[bytes]]) -> None:
     world.ledger.mkdir(parents=True, mode=0o700)
     for day, lines in chain.items():
-        write_lines(world.ledger / f"{day}.jsonl", lines)
+        write_day_file(world.ledger / f"{day}.jsonl", lines)
     total = sum(p.stat().st_size for p in world.ledger.iterdir())
     assert total >= getattr(verify_module, "PARALLEL_BYTES", 16 << 20)
 
@@ -1062,9 +1042,9 @@ def test_big_ledger_with_fragments_verifies(world: World,
     write_big(world, big_chain)
     second = big_chain[BIG_DAYS[1]]
     frag = second[99][:70]
-    write_lines(world.ledger / f"{BIG_DAYS[1]}.jsonl", [*second[:100], frag, *second[100:]])
+    write_day_file(world.ledger / f"{BIG_DAYS[1]}.jsonl", [*second[:100], frag, *second[100:]])
     third = world.ledger / f"{BIG_DAYS[2]}.jsonl"
-    write_lines(third, big_chain[BIG_DAYS[2]], tail=frag)
+    write_day_file(third, big_chain[BIG_DAYS[2]], tail=frag)
     n = 3 * BIG_PER_DAY
     code, out = verify_json(world)
     assert code == 0, out
@@ -1082,13 +1062,13 @@ def test_big_ledger_edit_is_found(world: World, big_chain: dict[str, list[bytes]
     obj = json.loads(lines[k])
     obj["outcome"] = "success"
     lines[k] = ref_canonical(obj)
-    write_lines(world.ledger / f"{day}.jsonl", lines)
+    write_day_file(world.ledger / f"{day}.jsonl", lines)
     assert_broken(world, obj["seq"], f"{day}.jsonl:{k + 1}", EDITED)
 
 
 def test_big_ledger_removed_file_start(world: World, big_chain: dict[str, list[bytes]]) -> None:
     write_big(world, big_chain)
-    write_lines(world.ledger / f"{BIG_DAYS[2]}.jsonl", big_chain[BIG_DAYS[2]][1:])
+    write_day_file(world.ledger / f"{BIG_DAYS[2]}.jsonl", big_chain[BIG_DAYS[2]][1:])
     seq = 2 * BIG_PER_DAY + 2
     assert_broken(world, seq, f"{BIG_DAYS[2]}.jsonl:1", REMOVED.format(2 * BIG_PER_DAY))
 
@@ -1103,7 +1083,7 @@ def test_a_whole_line_with_a_byte_that_is_not_utf8_is_damage_not_a_fragment(
     lines = one_day(world)
     at = lines[3].index(f'"{field}":"'.encode()) + len(field) + 4
     lines[3] = lines[3][:at] + b"\x80" + lines[3][at + 1:]
-    write_lines(world.ledger / FILE1, lines)
+    write_day_file(world.ledger / FILE1, lines)
     assert_broken(world, 4, f"{FILE1}:4", "line is not valid UTF-8: damaged on disk")
 
 
@@ -1113,7 +1093,7 @@ def test_a_fragment_cut_inside_a_character_is_still_a_fragment(world: World) -> 
     head = hash_of(lines[-1])
     raw, head = seal({**decided(7, f"{DAY1}T09:01:07.000000000Z"), "reason": "café"}, 7, head)
     cut = raw[: raw.index("é".encode()) + 1]  # the first byte of a two-byte character
-    write_lines(world.ledger / FILE1, [*lines, cut, raw])
+    write_day_file(world.ledger / FILE1, [*lines, cut, raw])
     res = verify(world)
     assert res.returncode == 0, res.stderr
     assert res.stdout == ok_text(7, 1, 7, head, torn=f"1 torn fragment(s) skipped ({FILE1}:7)")
@@ -1127,7 +1107,7 @@ def test_a_day_file_that_starts_past_a_missing_seq_breaks_the_chain(world: World
     of an earlier day holding the newest line), both name it."""
     lines = one_day(world)
     line, _ = seal(decided(7, f"{day}T09:00:07Z"), 8, hash_of(lines[-1]))
-    write_lines(world.ledger / f"{day}.jsonl", [line])
+    write_day_file(world.ledger / f"{day}.jsonl", [line])
     assert_broken(world, 8, f"{day}.jsonl:1", SKIPPED.format(8, 6))
 
 
