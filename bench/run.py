@@ -51,7 +51,7 @@ from harness.ledger.canonical import canonical  # noqa: E402
 from harness.ledger.chain import seal_line  # noqa: E402
 from harness.ledger.dayfiles import iter_chunks, list_day_files  # noqa: E402
 from harness.ledger.files import FaultyFiles, FileLayer  # noqa: E402
-from harness.ledger.schema import prepare_line  # noqa: E402
+from harness.ledger.schema import prepare_line, ready_to_encode  # noqa: E402
 from harness.ledger.writer import Writer  # noqa: E402
 from harness.timefmt import format_ns, now_ns  # noqa: E402
 
@@ -336,7 +336,7 @@ class PerLineWork:
         out, _ = prepare_line(line)
         with self.lock:
             self.seq += 1
-            data, self.prev = seal_line(out, self.seq, self.prev)
+            data, self.prev = seal_line(out, self.seq, self.prev, ready_to_encode)
             return hand(data + b"\n")
 
 

@@ -6,6 +6,7 @@ secrets, long and non-ASCII text and nested values."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.ledger.chain import seal_line
 from harness.ledger.errors import LineRejected
 from harness.ledger.schema import (
     _ENUMS,
@@ -32,6 +34,7 @@ from harness.ledger.schema import (
     _validate,
     fit_line,
     prepare_line,
+    ready_to_encode,
 )
 from harness.ledger.scrub import scrub_text
 from harness.timefmt import canon, format_ns, now_ns, parse_ns
@@ -148,6 +151,33 @@ def test_one_pass_prepare_agrees_with_the_two_pass_reference(line: dict[str, Any
             prepare_line(line, NOW)
         return
     assert outcome(lambda x: prepare_line(x, NOW), line) == outcome(two_pass, line)
+
+
+@settings(max_examples=400, deadline=None)
+@given(lines)
+def test_sealing_a_prepared_line_unwalked_gives_the_standard_bytes(line: dict[str, Any]) -> None:
+    # The run ledger seals without `canonical.prepare`'s walk (`ready_to_encode`): for
+    # every line the schema accepts, the bytes and hash must be the standard library's.
+    try:
+        out, _ = prepare_line(line, NOW)
+    except LineRejected:
+        return
+    data, digest = seal_line(dict(out), 7, "ab" * 32, ready_to_encode)
+    want = {**out, "seq": 7, "prev": "ab" * 32}
+    assert digest == hashlib.sha256(stdlib_bytes(want)).hexdigest()
+    assert data == stdlib_bytes({**want, "hash": digest})
+
+
+def test_an_unwalked_seal_spells_floats_as_the_standard_library_does() -> None:
+    out, _ = prepare_line({"type": "closed", "harness": "h", "run_id": 1, "cost_usd": 1e-05},
+                          NOW)
+    data, _ = seal_line(out, 1, "0" * 64, ready_to_encode)
+    assert b'"cost_usd":1e-05,' in data  # msgspec alone would write 0.00001
+
+
+def stdlib_bytes(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
 
 
 def test_the_reference_sees_what_the_properties_need() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .canonical import canonical, encode_prepared, prepare
@@ -27,12 +28,17 @@ def link_to(digest: object) -> str:
     return digest if type(digest) is str and _DIGEST.fullmatch(digest) else ZERO_HASH
 
 
-def seal_line(obj: dict[str, Any], seq: int, prev: str) -> tuple[bytes, str]:
-    """Stamp seq and prev into `obj`, compute its hash; return (canonical line, hash)."""
+def seal_line(obj: dict[str, Any], seq: int, prev: str,
+              ready_for: Callable[[Any], Any] = prepare) -> tuple[bytes, str]:
+    """Stamp seq and prev into `obj`, compute its hash; return (canonical line, hash).
+
+    `ready_for` makes the object canonical encoding takes (`prepare`'s contract); a
+    caller whose schema already vouches for the object passes a cheaper one.
+    """
     obj.pop("hash", None)
     obj["seq"] = seq
     obj["prev"] = prev
-    ready = prepare(obj)  # one walk of the object serves both encodings
+    ready = ready_for(obj)  # one readying of the object serves both encodings
     digest = hashlib.sha256(encode_prepared(ready, obj)).hexdigest()
     obj["hash"] = ready["hash"] = digest
     return encode_prepared(ready, obj), digest

@@ -43,7 +43,7 @@ from .index import Index
 from .query import Query
 from .reader import Head, ReadStats, decode_line, head_of, heads, scan
 from .retention import PruneResult, prune
-from .schema import RECORD_FIELDS, fit_line, prepare_line, writable
+from .schema import RECORD_FIELDS, fit_line, prepare_line, ready_to_encode, writable
 from .verify import read_chain_file
 from .writer import Entry, Writer
 
@@ -61,7 +61,7 @@ class _DaySealer:
         self.directory = directory
 
     def seal(self, obj: dict[str, Any], seq: int, prev: str) -> tuple[bytes, str, str]:
-        data, digest = seal_line(obj, seq, prev)
+        data, digest = seal_line(obj, seq, prev, ready_to_encode)
         return data, digest, day_path(self.directory, obj["at"][:10])
 
 
