@@ -28,7 +28,7 @@ from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
 from harness.ledger.verify import verify_run_ledger
 from harness.timefmt import format_ns, parse_ns
-from ledgertools import DAY, HOUR, T0, Clock, OpenLedger, lines_of
+from ledgertools import DAY, HOUR, T0, Clock, OpenLedger, decided, lines_of
 
 
 def day(ns: int) -> str:
@@ -780,7 +780,7 @@ def test_a_carried_line_of_a_record_memory_no_longer_holds_is_not_built(
     """The record a carry was planned for left memory before its line was built: no
     line, rather than a writer-side error."""
     led = open_ledger(tmp_path / "ledger", clock=Clock(T0))
-    assert led._carried_line(("ghost", 1), "opened", []) is None
+    assert led._carried_line(("ghost", 1), "opened", None, []) is None
 
 
 def test_a_run_opened_and_closed_in_the_doomed_file_is_not_carried(
@@ -858,6 +858,68 @@ def test_a_run_trimmed_once_closed_is_held_again_from_its_closing_line(
     files, _, _ = scan(str(d), q)
     assert [r.to_json() for r in files] == [want]
     assert led.query(q) == ([want], 2)
+
+
+@pytest.mark.parametrize("ending,outcome", [("closed", "success"), ("decided", "cancelled")])
+def test_a_closing_line_in_a_doomed_file_is_carried_for_a_run_memory_let_go(
+    tmp_path: Path, open_ledger: OpenLedger, ending: str, outcome: str
+) -> None:
+    """x/1 opens just after a midnight 40 days back; the clock steps back and the line
+    ending it lands in the day before. Ended and older than the window, the run leaves
+    memory at the first commit (tail=0 here; 20 newer runs of x do the same by default).
+    The prune deletes the day holding that line and keeps the next, holding the opened
+    line: the run is read from the files and a fresh closed line keeps it ended on disk,
+    as when memory holds it; else every reader finds it running and the next boot
+    closes it a second time, losing its outcome."""
+    d = tmp_path / "ledger"
+    midnight = T0 - T0 % DAY - 40 * DAY
+    clock = Clock(midnight + 10 * 10**9)
+    led = open_ledger(d, clock=clock)
+    led.append({"type": "opened", "harness": "x", "run_id": 1, "kind": "oneshot",
+                "trigger": "manual"})
+    clock.ns = midnight - 10 * 10**9
+    led.append({"type": ending, "harness": "x", "run_id": 1, "outcome": outcome})
+    led.close()
+    led = open_ledger(d, clock=Clock(T0), retention_ns=40 * DAY, tail=0)
+    assert led.get("x", 1) is not None  # the boot folds it whole: ended
+    assert led.append(decided("cron", 1)) == 3
+    assert led.get("x", 1) is None  # trimmed at the first commit
+    res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == ([day(midnight - DAY)], 1, None)
+    carried = [(x["type"], x["harness"], x["run_id"], x.get("outcome"), x.get("trigger"))
+               for x in lines_of(d / f"{day(T0)}.jsonl")]
+    assert carried == [("decided", "cron", 1, "skipped", "schedule"),
+                       ("closed", "x", 1, outcome, "manual")]
+    led.close()
+    again = open_ledger(d, clock=Clock(T0))
+    assert again.open_records() == []
+    recs, _, _ = scan(str(d), Query(names=("x",), since_ns=0, limit=5))
+    assert [(r.closed, r.fields["outcome"]) for r in recs] == [(True, outcome)]
+
+
+def test_a_run_memory_let_go_that_opened_in_an_earlier_file_is_not_carried(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """The usual run across midnight: opened in the day before the one its closed line is
+    in. Pruning both days leaves nothing of it to read open, so nothing is carried."""
+    d = tmp_path / "ledger"
+    midnight = T0 - T0 % DAY - 40 * DAY
+    clock = Clock(midnight - 10 * 10**9)
+    led = open_ledger(d, clock=clock)
+    led.append({"type": "opened", "harness": "x", "run_id": 1, "kind": "oneshot"})
+    clock.ns = midnight + 10 * 10**9
+    led.append({"type": "closed", "harness": "x", "run_id": 1, "outcome": "success"})
+    clock.ns = midnight + 2 * DAY
+    led.append({"type": "opened", "harness": "x", "run_id": 2, "kind": "oneshot"})
+    led.close()
+    led = open_ledger(d, clock=Clock(T0), retention_ns=39 * DAY, tail=0)
+    assert led.append(decided("cron", 1)) == 4
+    assert led.get("x", 1) is None
+    res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == (
+        [day(midnight - DAY), day(midnight)], 0, None)
+    assert [x["seq"] for x in lines_of(d / f"{day(T0)}.jsonl")] == [4]
+    assert [r["run_id"] for r in led.open_records()] == [2]
 
 
 def test_a_decided_line_in_a_doomed_file_is_carried_when_the_run_opened_later(

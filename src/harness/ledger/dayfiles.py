@@ -103,10 +103,12 @@ def _open_listed(path: str, gone_ok: bool) -> Any:
         raise
 
 
-def iter_chunks(path: str, gone_ok: bool = False) -> Iterator[tuple[int, list[bytes], bool]]:
+def iter_chunks(path: str, gone_ok: bool = False, first: int = CHUNK
+                ) -> Iterator[tuple[int, list[bytes], bool]]:
     """Yield (number of the first line, complete lines, ends_torn) per chunk of `path`,
     for readers that look at each line's bytes (`iter_blocks` is for batch decoders);
-    nothing for a file that is gone, when `gone_ok`.
+    nothing for a file that is gone, when `gone_ok`. The first read takes `first` bytes,
+    for a reader that usually stops at the file's first lines.
 
     A final unterminated fragment comes once as (its line number, [], True); one that is
     a whole line comes as a chunk of that one line.
@@ -117,8 +119,10 @@ def iter_chunks(path: str, gone_ok: bool = False) -> Iterator[tuple[int, list[by
         return
     with f:
         rest = b""
+        size = first
         while True:
-            chunk = f.read(CHUNK)
+            chunk = f.read(size)
+            size = CHUNK
             if not chunk:
                 break
             buf = rest + chunk if rest else chunk

@@ -28,6 +28,7 @@ from ..timefmt import canon, day_start_ns, format_ns, now_ns, utc_day
 from .chain import ZERO_HASH, hash_of_line_bytes, link_to, seal_line
 from .dayfiles import (
     CHAIN_FILE,
+    CHUNK,
     IMPORTED_FILE,
     day_path,
     is_whole,
@@ -52,6 +53,9 @@ log = logging.getLogger("harness.ledger")
 DAY_NS = 86_400 * 1_000_000_000
 WINDOW_NS = 7 * DAY_NS
 RING = 10_000
+# The first read of a later day file when a prune looks for opened lines below a seq:
+# room for a few lines, where the first is usually above it already.
+_PEEK = 1 << 16
 
 
 class _DaySealer:
@@ -369,16 +373,17 @@ class RunLedger:
     def _count(self, name: str) -> int:
         return sum(1 for (h, _), _r in self._index.records.items() if h == name)
 
-    def _file_lines(self, path: str) -> Iterator[bytes]:
+    def _file_lines(self, path: str, first: int = CHUNK) -> Iterator[bytes]:
         """Every complete line of one day file, blank ones too: a blank line is a line
         readers skip and count, in the window's pass as in `heads`. A file a prune
-        deleted since it was listed (a `since` reading outside the lock) has none."""
-        for _first, lines, _torn in iter_chunks(path, gone_ok=True):
+        deleted since it was listed (a `since` reading outside the lock) has none.
+        `first`: the first read's size, for a reader that usually stops early."""
+        for _first, lines, _torn in iter_chunks(path, gone_ok=True, first=first):
             yield from lines
 
-    def _envelopes(self, path: str) -> Iterator[tuple[Head, bytes]]:
+    def _envelopes(self, path: str, first: int = CHUNK) -> Iterator[tuple[Head, bytes]]:
         """(envelope, bytes) of each complete line of one day file that readers keep."""
-        for raw in self._file_lines(path):
+        for raw in self._file_lines(path, first):
             h = head_of(raw)
             if h is not None:
                 yield h, raw
@@ -589,24 +594,35 @@ class RunLedger:
             # from now on is one this carry may not have seen (`_quiet` tells).
             self._carry_marks[path] = self._path_commits.get(path, 0)
         opening, ending = self._keys_in(path)
+        forgotten: dict[tuple[str, int], int] = {}
         with self._lock:
             # By the file's own lines too: a line's `at` names its file unless the files
             # were edited, and an open run whose only opened line is gone reads as none.
             # Not a run whose newest opened line is elsewhere, though: carried already
             # by a prune that failed after the carry, it needs no second line.
-            doomed = [((r.harness, r.run_id), "opened") for r in self._index.open_records()
-                      if r.opened_at[:10] == day
-                      or opening.get((r.harness, r.run_id), "") >= r.opened_at]
-            for key in ending:
+            doomed: list[tuple[tuple[str, int], str, Record | None]] = [
+                ((r.harness, r.run_id), "opened", None) for r in self._index.open_records()
+                if r.opened_at[:10] == day
+                or opening.get((r.harness, r.run_id), "") >= r.opened_at]
+            for key, seq in ending.items():
                 r = self._index.records.get(key)
-                if r is not None and r.closed and r.opened_at[:10] > day:
-                    doomed.append((key, "closed"))
+                if r is None:
+                    if key not in opening:
+                        forgotten[key] = seq
+                elif r.closed and r.opened_at[:10] > day:
+                    doomed.append((key, "closed", None))
+        if forgotten:
+            # Closed runs memory let go (older than the window, past the tail) are read
+            # from the files: the same clock step may have put their opened line later.
+            doomed += [((r.harness, r.run_id), "closed", r)
+                       for r in self._opened_later(day, forgotten)]
         entries = []
-        for key, typ in doomed:
+        for key, typ, known in doomed:
             # Built and queued in one step with the lines still queued in view: a line of
             # the run appended meanwhile (its closed line, a usage update) is folded in,
             # never overwritten by the older state the carried line would otherwise hold.
-            e = self._writer.enqueue_built(functools.partial(self._carried_line, key, typ))
+            e = self._writer.enqueue_built(
+                functools.partial(self._carried_line, key, typ, known))
             if e is not None:
                 entries.append(e)
         for e in entries:
@@ -627,25 +643,55 @@ class RunLedger:
                     self._path_commits.pop(path, None)
             yield still
 
-    def _keys_in(self, path: str) -> tuple[dict[tuple[str, int], str], set[tuple[str, int]]]:
+    def _keys_in(self, path: str) -> tuple[dict[tuple[str, int], str], dict[tuple[str, int], int]]:
         """The records with an opened line in one day file (with the newest such line's
-        `at`), and those with a closed or decided line in it."""
+        `at`), and those with a closed or decided line in it (with its highest seq)."""
         opening: dict[tuple[str, int], str] = {}
-        ending = set()
+        ending: dict[tuple[str, int], int] = {}
         for e, _raw in self._envelopes(path):
+            key = (e.harness, e.run_id)
             if e.type == "opened":
-                key = (e.harness, e.run_id)
                 opening[key] = max(opening.get(key, ""), e.at)
             elif e.type in ("closed", "decided"):
-                ending.add((e.harness, e.run_id))
+                ending[key] = max(ending.get(key, 0), e.seq)
         return opening, ending
 
-    def _carried_line(self, key: tuple[str, int], typ: str, queued: Iterable[Entry]
-                      ) -> tuple[dict[str, Any], str, int] | None:
-        """The carried-forward line of run `key`, of type `typ`: its committed record with
-        the lines of it still queued folded in (called by the writer, queue locked)."""
+    def _opened_later(self, day: str, ending: dict[tuple[str, int], int]) -> list[Record]:
+        """Of the runs `ending` (key: the seq of its closing line in `day`'s file), those
+        whose opened line lies in a later file, folded from the files; closed ones only.
+
+        Such an opened line was written before the close, so it has a lower seq. Each
+        file is in seq order, so only the lines of later files below the highest of those
+        seqs need a look: none at all in a ledger whose clock never stepped back, where
+        a small first read of each later file shows a first line above them."""
+        bound = max(ending.values())
+        days = list_day_files(self.directory).days
+        found: set[tuple[str, int]] = set()
+        for d, path in days:
+            if d <= day:
+                continue
+            for e, _raw in self._envelopes(path, first=_PEEK):
+                if e.seq > bound:
+                    break
+                key = (e.harness, e.run_id)
+                if e.type == "opened" and e.seq < ending.get(key, 0):
+                    found.add(key)
+        if not found:
+            return []
         with self._lock:
-            r = self._index.records.get(key)
+            upto = self._committed
+        folded = {k: Record(*k) for k in found}
+        for obj in self._lines_of(days, folded, upto):
+            folded[(obj["harness"], obj["run_id"])].apply(obj)
+        return [r for r in folded.values() if r.closed and r.opened_at[:10] > day]
+
+    def _carried_line(self, key: tuple[str, int], typ: str, known: Record | None,
+                      queued: Iterable[Entry]) -> tuple[dict[str, Any], str, int] | None:
+        """The carried-forward line of run `key`, of type `typ`: its committed record (from
+        memory, or `known`, folded from the files) with the lines of it still queued
+        folded in (called by the writer, queue locked)."""
+        with self._lock:
+            r = known or self._index.records.get(key)
             if r is None:
                 return None
             fields = dict(r.fields)
