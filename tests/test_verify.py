@@ -976,8 +976,10 @@ def test_unreadable_chain_file(world: World, tmp_path: Path) -> None:
     '{"seq": 6, "hash": "%s"}' % ("a" * 65),
     '{"hash": "%s"}' % ("a" * 64),
     '[6, "%s"]' % ("a" * 64),
+    '{"seq": 6, "hash": "%s"}' % ("z" * 64),
+    '{"seq": 6, "hash": "%s"}' % ("A" * 64),
 ], ids=["seq string", "seq bool", "seq float", "hash null", "hash 63", "hash 65",
-        "no seq", "array"])
+        "no seq", "array", "hash not hex", "hash upper case"])
 def test_chain_file_of_the_wrong_shape_is_refused(tmp_path: Path, text: str) -> None:
     (tmp_path / "CHAIN").write_text(text)
     with pytest.raises(ValueError, match="chain anchor must be"):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from .chain import ZERO_HASH, hash_of_line_bytes, hash_of_object
+from .chain import ZERO_HASH, hash_of_line_bytes, hash_of_object, link_to
 from .dayfiles import (
     CHAIN_FILE,
     UNREADABLE,
@@ -99,10 +99,12 @@ def read_chain_file(directory: str) -> tuple[int, str] | None:
             data = json.loads(f.read())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # nested past the decoder's depth
         raise ValueError(f"{path}: unreadable chain anchor: {exc}") from None
     seq, digest = (data.get("seq"), data.get("hash")) if isinstance(data, dict) else (None, None)
-    if type(seq) is not int or not isinstance(digest, str) or len(digest) != 64:
+    # A hash that is not one would break the chain at the next kept line, and verify
+    # would blame that line for what CHAIN holds.
+    if type(seq) is not int or not isinstance(digest, str) or link_to(digest) != digest:
         raise ValueError(f"{path}: chain anchor must be {{\"seq\": N, \"hash\": HEX64}}")
     return seq, digest
 
@@ -422,9 +424,9 @@ def _verify_once(directory: str, parallel: bool | None) -> VerifyResult:
         return _verify_merged(listing, anchor, checks, res)
     prev_seq, prev_hash = anchor if anchor else (0, ZERO_HASH)
     for c in checks:
-        res.torn_at.extend(c.torn_at)
         res.behind += c.behind
         if c.first_seq is None:
+            res.torn_at.extend(c.torn_at)
             if c.error is not None:
                 res.error = c.error
                 break
@@ -432,7 +434,11 @@ def _verify_once(directory: str, parallel: bool | None) -> VerifyResult:
         err = _link_error(c.first_seq, c.first_prev or "", prev_seq, prev_hash)
         if err:
             res.error = Break(c.first_seq, c.name, c.first_line, err)
+            # The file's own check read past its first line: only fragments before it,
+            # as for a break inside a file.
+            res.torn_at.extend(w for w in c.torn_at if _file_then_line(w)[1] < c.first_line)
             break
+        res.torn_at.extend(c.torn_at)
         if res.start_seq is None:
             res.start_seq = c.first_seq
         res.lines += c.lines
