@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+import harness.ledger.dayfiles as dayfiles_mod
 import harness.ledger.retention as retention_mod
 import harness.ledger.runledger as runledger_mod
 from harness.ledger.files import FaultyFiles
@@ -1072,3 +1073,49 @@ def test_a_ledger_that_cannot_be_locked_leaves_chain_leftovers_alone(
     monkeypatch.setattr(runledger_mod, "hold_dir", lambda path: -1)
     open_ledger(d, clock=Clock(T0))
     assert (d / ".CHAIN.4242.139872.tmp").read_bytes() == b"maybe live"
+
+
+def test_a_chain_damaged_under_a_running_ledger_stops_the_prune_before_any_delete(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """CHAIN edited by hand while the daemon runs: the prune deletes nothing (the kept
+    lines would be anchored to nothing checkable) and says why, rather than raise out of
+    the daily prune; once CHAIN is mended, the next prune goes ahead."""
+    d = tmp_path / "ledger"
+    led = open_ledger(d, clock=Clock(T0 - 40 * DAY))
+    led.append(decided("a", 1))
+    led.close()
+    led = open_ledger(d, clock=Clock(T0), retention_ns=30 * DAY)
+    (d / "CHAIN").write_text("[" * 100_000)
+    res = led.prune()
+    assert (res.deleted, res.carried_forward) == ([], 0)
+    assert res.error is not None
+    assert res.error.startswith(f"{d / 'CHAIN'}: unreadable chain anchor: maximum recursion")
+    assert res.error.endswith("; nothing is pruned until it is mended")
+    assert sorted(p.name for p in d.iterdir()) == [f"{day(T0 - 40 * DAY)}.jsonl", "CHAIN"]
+    (d / "CHAIN").unlink()
+    res = led.prune()
+    assert (res.deleted, res.error) == ([day(T0 - 40 * DAY)], None)
+
+
+def test_a_ledger_directory_unreadable_at_the_prune_is_a_prune_error(
+    tmp_path: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listing the day files fails (the directory's permissions changed under the daemon;
+    injected, as root reads any directory): an error of the prune, nothing deleted."""
+    d = tmp_path / "ledger"
+    led = open_ledger(d, clock=Clock(T0 - 40 * DAY))
+    led.append(decided("a", 1))
+    led.close()
+    led = open_ledger(d, clock=Clock(T0), retention_ns=30 * DAY)
+
+    def refused(path: str) -> Any:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(dayfiles_mod.os, "scandir", refused)
+    res = led.prune()
+    assert (res.deleted, res.carried_forward) == ([], 0)
+    assert res.error == (f"listing {d} failed: ledger directory {d} cannot be read: "
+                         "permission denied; retrying at the next prune")
+    monkeypatch.undo()
+    assert led.prune().deleted == [day(T0 - 40 * DAY)]

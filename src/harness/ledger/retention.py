@@ -104,11 +104,23 @@ def prune(
     `quiet(day)` holds every write while the file goes, and yields whether nothing was
     committed to the day's file since `carry_forward` looked (else it carries again)."""
     res = PruneResult()
-    anchor = read_chain_file(directory)
+    try:
+        # Deleting a file under a CHAIN that cannot be read would leave the kept lines
+        # anchored to nothing anyone can check: nothing goes until it is mended.
+        anchor = read_chain_file(directory)
+    except ValueError as exc:
+        res.error = f"{exc}; nothing is pruned until it is mended"
+        log.error("ledger: %s", res.error)
+        return res
     # Carried-forward lines make today's file grow after the plan sized it: plan again
     # until nothing more is due, so the total ends under max_bytes all the same.
     while res.error is None:
-        sized = _sized(directory)
+        try:
+            sized = _sized(directory)
+        except OSError as exc:  # the directory became unreadable (LedgerDirError)
+            res.error = f"listing {directory} failed: {exc}; retrying at the next prune"
+            log.error("ledger: %s", res.error)
+            break
         paths = {d: p for d, p, _ in sized}
         doomed = plan(sized, now_ns, retention_ns, max_bytes)
         if not doomed:
