@@ -691,7 +691,7 @@ class RunLedger:
         memory, or `known`, folded from the files) with the lines of it still queued
         folded in (called by the writer, queue locked)."""
         with self._lock:
-            r = known or self._index.records.get(key)
+            r = known if known is not None else self._index.records.get(key)
             if r is None:
                 return None
             fields = dict(r.fields)
