@@ -46,6 +46,8 @@ def seal_line(obj: dict[str, Any], seq: int, prev: str,
 
 def hash_of_line_bytes(line: bytes, digest: str) -> bool:
     """Whether `line` (canonical bytes, no newline) hashes to `digest` as it lies."""
+    if not digest.isascii():  # edited to text no hex digest holds; nor can it be looked for
+        return False
     i = line.find(b'"hash":"')
     if i >= 0 and line[i + 72 : i + 74] == b'",' \
             and line[i + 8 : i + 72].decode("ascii", "replace") == digest:

@@ -170,8 +170,8 @@ class Frozen:
     for a frozen record thaws it (`thaw`), and the index freezes it again once folded.
     """
 
-    __slots__ = ("_blob", "first_at", "harness", "last_seq", "opened", "opened_at", "outcome",
-                 "run_id", "seq", "started_key", "trigger")
+    __slots__ = ("_blob", "_older", "first_at", "harness", "last_seq", "opened", "opened_at",
+                 "outcome", "run_id", "seq", "started_key", "trigger")
     closed = True
     is_open = False
 
@@ -187,20 +187,29 @@ class Frozen:
         self.trigger = r.trigger
         self.started_key = r.started_key
         self._blob = _pack.encode(r.fields)
+        # How many seqs before the last line each field was set, in the fields' order
+        # (None when the last line set them all): a late line (a clock stepped back, read
+        # from a later day's file) must still lose only to a newer setter. Small numbers
+        # in one list: the index holds tens of thousands of these.
+        ages = [r.last_seq - r._field_seq.get(k, r.last_seq) for k in r.fields]
+        self._older = _pack.encode(ages) if any(ages) else None
 
     @property
     def fields(self) -> dict[str, Any]:
         return _unpack.decode(self._blob)
 
     def thaw(self) -> Record:
-        """The record, live again. Each field counts as set by its last line: exact for
-        lines that arrive in seq order, which is how the index receives them."""
+        """The record, live again, each field dated by the line that set it."""
         r = Record(self.harness, self.run_id)
         r.seq, r.last_seq, r.first_at, r.opened_at = (self.seq, self.last_seq, self.first_at,
                                                        self.opened_at)
         r.opened, r.closed = self.opened, True
         r.fields = self.fields
-        r._field_seq = dict.fromkeys(r.fields, self.last_seq)
+        if self._older is None:
+            r._field_seq = dict.fromkeys(r.fields, self.last_seq)
+        else:
+            r._field_seq = {k: self.last_seq - age
+                            for k, age in zip(r.fields, _unpack.decode(self._older), strict=True)}
         return r
 
     def to_json(self, *, offline: bool = False, check_log: bool = True,
