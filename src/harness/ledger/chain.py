@@ -46,8 +46,6 @@ def seal_line(obj: dict[str, Any], seq: int, prev: str,
 
 def hash_of_line_bytes(line: bytes, digest: str) -> bool:
     """Whether `line` (canonical bytes, no newline) hashes to `digest` as it lies."""
-    if not digest.isascii():  # edited to text no hex digest holds; nor can it be looked for
-        return False
     i = line.find(b'"hash":"')
     if i >= 0 and line[i + 72 : i + 74] == b'",' \
             and line[i + 8 : i + 72].decode("ascii", "replace") == digest:
@@ -56,6 +54,8 @@ def hash_of_line_bytes(line: bytes, digest: str) -> bool:
         h = hashlib.sha256(line[:i])
         h.update(line[i + 74 :])
         return h.hexdigest() == digest
+    if not digest.isascii():  # edited to text no hex digest holds; nor can it be looked for
+        return False
     member = b'"hash":"' + digest.encode("ascii") + b'"'
     i = line.find(member)
     if i < 0:
