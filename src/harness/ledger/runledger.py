@@ -39,7 +39,7 @@ from .dayfiles import (
 from .errors import LedgerCorrupt, LedgerInUse, LineTooLong
 from .feed import Committed, Feed, Subscription
 from .files import FileLayer, clear_leftovers, hold_dir, make_private_dir
-from .fold import LogProbe, Record
+from .fold import Frozen, LogProbe, Record
 from .index import Index
 from .query import Query
 from .reader import Head, ReadStats, decode_line, head_of, heads, scan
@@ -53,9 +53,16 @@ log = logging.getLogger("harness.ledger")
 DAY_NS = 86_400 * 1_000_000_000
 WINDOW_NS = 7 * DAY_NS
 RING = 10_000
-# The first read of a later day file when a prune looks for opened lines below a seq:
-# room for a few lines, where the first is usually above it already.
+# The first read of a day file by a reader after its first lines only (its first seq;
+# the opened lines below a seq a prune looks for): room for a few lines.
 _PEEK = 1 << 16
+
+
+def _opened_after(r: Record | Frozen, day: str) -> bool:
+    """Whether ended record `r` has its newest opened line in a later file than `day`'s
+    (a clock stepped back across midnight): with that day's file gone, the record would
+    read open, so its closing line is carried."""
+    return r.closed and r.opened_at[:10] > day
 
 
 class _DaySealer:
@@ -311,7 +318,7 @@ class RunLedger:
 
     def _first_seq(self, files: list[tuple[str, str]]) -> int | None:
         for _day, path in files:
-            for e, _raw in self._envelopes(path):
+            for e, _raw in self._envelopes(path, first=_PEEK):
                 return e.seq
         return None
 
@@ -609,7 +616,7 @@ class RunLedger:
                 if r is None:
                     if key not in opening:
                         forgotten[key] = seq
-                elif r.closed and r.opened_at[:10] > day:
+                elif _opened_after(r, day):
                     doomed.append((key, "closed", None))
         if forgotten:
             # Closed runs memory let go (older than the window, past the tail) are read
@@ -683,7 +690,7 @@ class RunLedger:
         folded = {k: Record(*k) for k in found}
         for obj in self._lines_of(days, folded, upto):
             folded[(obj["harness"], obj["run_id"])].apply(obj)
-        return [r for r in folded.values() if r.closed and r.opened_at[:10] > day]
+        return [r for r in folded.values() if _opened_after(r, day)]
 
     def _carried_line(self, key: tuple[str, int], typ: str, known: Record | None,
                       queued: Iterable[Entry]) -> tuple[dict[str, Any], str, int] | None:
