@@ -47,6 +47,11 @@ class Clock:
         return self.ns
 
 
+def day(ns: int) -> str:
+    """The UTC day (YYYY-MM-DD) of the instant `ns`: the day file a line stamped then goes to."""
+    return format_ns(ns)[:10]
+
+
 def decided(harness: str, run_id: int, **kw: Any) -> dict[str, Any]:
     """A `decided` line as the daemon appends it (the writer stamps at, seq and chain)."""
     return {"type": "decided", "harness": harness, "run_id": run_id, "outcome": "skipped",

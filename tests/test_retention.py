@@ -29,11 +29,7 @@ from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
 from harness.ledger.verify import verify_run_ledger
 from harness.timefmt import format_ns, parse_ns
-from ledgertools import DAY, HOUR, T0, Clock, OpenLedger, decided, lines_of
-
-
-def day(ns: int) -> str:
-    return format_ns(ns)[:10]
+from ledgertools import DAY, HOUR, T0, Clock, OpenLedger, day, decided, lines_of
 
 
 def digests(directory: Path) -> dict[str, str]:

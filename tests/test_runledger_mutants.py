@@ -12,11 +12,18 @@ import pytest
 import harness.ledger.runledger as runledger_mod
 from harness.ledger.query import Query
 from harness.timefmt import format_ns
-from ledgertools import DAY, HOUR, T0, Clock, OpenLedger, all_lines, count_scans, decided, lines_of
-
-
-def day(ns: int) -> str:
-    return format_ns(ns)[:10]
+from ledgertools import (
+    DAY,
+    HOUR,
+    T0,
+    Clock,
+    OpenLedger,
+    all_lines,
+    count_scans,
+    day,
+    decided,
+    lines_of,
+)
 
 
 def test_stats_name_the_oldest_day_the_bytes_and_the_records_held(

@@ -18,12 +18,7 @@ import harness.ledger.retention as retention_mod
 import harness.ledger.runledger as runledger_mod
 from harness.ledger.errors import LedgerCorrupt
 from harness.ledger.runledger import RunLedger
-from harness.timefmt import format_ns
-from ledgertools import DAY, T0, Clock, OpenLedger, decided, lines_of
-
-
-def day(ns: int) -> str:
-    return format_ns(ns)[:10]
+from ledgertools import DAY, T0, Clock, OpenLedger, day, decided, lines_of
 
 
 @contextlib.contextmanager
