@@ -93,6 +93,20 @@ def ref_canonical(obj: Any) -> bytes:
     ).encode("utf-8")
 
 
+def append_paged_runs(led: RunLedger, clock: Clock) -> None:
+    """The history the paging tests page through: 2,500 decided records of three
+    harnesses, one a minute, the last at T0 and the only one synced."""
+    clock.ns = T0 - 2500 * MINUTE
+    run_ids: dict[str, int] = {}
+    for i in range(1, 2501):
+        h = ("alpha", "beta", "gamma")[i % 3]
+        run_ids[h] = run_ids.get(h, 0) + 1
+        clock.ns += MINUTE
+        led.append({"type": "decided", "harness": h, "run_id": run_ids[h],
+                    "trigger": "schedule", "outcome": "missed",
+                    "window": format_ns(clock.ns - HOUR)}, sync=i == 2500)
+
+
 def append_filter_runs(led: RunLedger, clock: Clock, *, missed: bool = True) -> None:
     """The history the query-filter tests ask about, on T0's day (T0 = 12:00). `missed=False`
     leaves out b/2, the one record with no started_at."""

@@ -34,7 +34,16 @@ from harness.control.server import MAX_LINE, ControlServer, Handler, OpError, So
 from harness.ledger.runledger import RunLedger
 from harness.ledger.schema import OUTCOMES
 from harness.timefmt import format_ns, now_ns
-from ledgertools import DAY, HOUR, MINUTE, T0, Clock, OpenLedger, append_filter_runs
+from ledgertools import (
+    DAY,
+    HOUR,
+    MINUTE,
+    T0,
+    Clock,
+    OpenLedger,
+    append_filter_runs,
+    append_paged_runs,
+)
 
 T = TypeVar("T")
 
@@ -448,23 +457,11 @@ def test_twenty_clients_of_fifty_requests_each_get_their_own_replies(
 # -- the runs op -----------------------------------------------------------------------
 
 
-def _paged_ledger(open_ledger: OpenLedger, d: Path) -> RunLedger:
-    """2,500 decided records of three harnesses, one a minute, the last at T0."""
-    clock = Clock(T0 - 2500 * MINUTE)
-    led = open_ledger(d, clock=clock)
-    run_ids: dict[str, int] = {}
-    for i in range(1, 2501):
-        h = ("alpha", "beta", "gamma")[i % 3]
-        run_ids[h] = run_ids.get(h, 0) + 1
-        clock.ns += MINUTE
-        led.append({"type": "decided", "harness": h, "run_id": run_ids[h],
-                    "trigger": "schedule", "outcome": "missed"}, sync=i == 2500)
-    return led
-
-
 def test_runs_pages_2500_records_with_no_duplicates_and_no_gaps(
         serve: Serve, sockdir: Path, open_ledger: OpenLedger, tmp_path: Path) -> None:
-    led = _paged_ledger(open_ledger, tmp_path / "ledger")
+    clock = Clock(T0)
+    led = open_ledger(tmp_path / "ledger", clock=clock)
+    append_paged_runs(led, clock)
     serve({"runs": runs_op(led)})
     client = Client(str(sockdir / "harness.sock"))
     sizes: list[int] = []

@@ -33,6 +33,7 @@ from ledgertools import (
     T0,
     Clock,
     append_filter_runs,
+    append_paged_runs,
     gc_left_by,
     wait_for_bytes,
 )
@@ -78,16 +79,9 @@ def reopen(directory: Path, mode: str, now: int, opened: list[RunLedger]) -> Run
 def paged_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """2,500 decided records of three harnesses, one per minute, the last at T0."""
     d = tmp_path_factory.mktemp("paging") / "ledger"
-    clock = Clock(T0 - 2500 * MINUTE)
+    clock = Clock(T0)
     led = RunLedger(str(d), clock=clock)
-    run_ids: dict[str, int] = {}
-    for i in range(1, 2501):
-        h = ("alpha", "beta", "gamma")[i % 3]
-        run_ids[h] = run_ids.get(h, 0) + 1
-        clock.ns += MINUTE
-        led.append({"type": "decided", "harness": h, "run_id": run_ids[h],
-                    "trigger": "schedule", "outcome": "missed",
-                    "window": format_ns(clock.ns - HOUR)}, sync=i == 2500)
+    append_paged_runs(led, clock)
     led.close()
     return d
 
