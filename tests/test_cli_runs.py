@@ -934,6 +934,9 @@ T = "2025-11-03T09:00:00Z"
     ({"outcome": "success", "started_at": T, "ended_at": "2025-11-03T09:00:00.250Z"},
      "250ms"),
     ({"outcome": "success", "started_at": T, "ended_at": "2025-11-03T08:00:00Z"}, "0ms"),
+    # whole milliseconds, cut down: 999,999 ns is not yet one
+    ({"outcome": "success", "started_at": T, "ended_at": "2025-11-03T09:00:00.000999999Z"},
+     "0ms"),
     ({"outcome": "failed", "duration_ms": -5, "started_at": T,
       "ended_at": "2025-11-03T10:30:00Z"}, "1h30m"),
     ({"outcome": "failed", "started_at": T, "ended_at": "soon"}, "unknown"),
@@ -1119,6 +1122,7 @@ def test_table_cuts_hand_edited_values_widest_first_to_80_columns(utc_plus_2: No
     ([9, 90, 90, 90], [2, 3, 7, 4], 19, [2, 5, 7, 5]),  # levelled at 5, one at its floor
     ([9, 90, 90, 90], [2, 3, 7, 4], 20, [2, 6, 7, 5]),  # the one left over goes leftmost
     ([9, 90, 9, 90], [2, 3, 7, 4], 10, [2, 3, 7, 4]),  # no room at all: every floor kept
+    ([9, 90, 90, 90], [2, 3, 3, 3], 34, [2, 11, 11, 10]),  # two left over: one each, leftmost
 ])
 def test_fit_levels_the_widest_columns(widths: list[int], floors: list[int], budget: int,
                                        fitted: list[int]) -> None:
