@@ -11,6 +11,7 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -294,14 +295,16 @@ def test_names_is_true_when_the_path_cannot_be_looked_up(tmp_path: Path) -> None
 def fsynced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """What each os.fsync of the test is for (the fd's path), the real fsync still done."""
     seen: list[str] = []
-    real = os.fsync
+    monkeypatch.setattr(os, "fsync", _noting(seen, os.fsync))
+    return seen
 
+
+def _noting(seen: list[str], sync: Callable[[int], None]) -> Callable[[int], None]:
+    """`sync`, noting in `seen` the path of each fd it is called on."""
     def spy(fd: int) -> None:
         seen.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", spy)
-    return seen
+        sync(fd)
+    return spy
 
 
 def test_atomic_replace_syncs_the_file_before_the_rename_and_the_directory_after(
@@ -396,13 +399,7 @@ def test_the_layers_sync_is_the_data_sync_of_that_fd(
     """`sync` of the real layer, and of the faulty one when no fault is armed, reaches the
     data sync (fdatasync where there is one) for the fd it is given."""
     synced: list[str] = []
-    real = files_mod._SYNC
-
-    def spy(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real(fd)
-
-    monkeypatch.setattr(files_mod, "_SYNC", spy)
+    monkeypatch.setattr(files_mod, "_SYNC", _noting(synced, files_mod._SYNC))
     for layer in (FileLayer(), FaultyFiles()):
         fd, _ = layer.open_append(str(tmp_path / "f"))
         try:
