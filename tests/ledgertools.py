@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -132,6 +133,12 @@ def append_filter_runs(led: RunLedger, clock: Clock, *, missed: bool = True) -> 
     # c/1: started 11:00, still running.
     led.append({"type": "opened", "harness": "c", "run_id": 1, "trigger": "channel",
                 "started_at": format_ns(T0 - HOUR), "todo_id": "t1"})
+
+
+def open_fds() -> set[str]:
+    """The descriptors this process holds open now: a test compares two calls to show
+    that code between them leaked none."""
+    return set(os.listdir("/proc/self/fd"))
 
 
 def gc_left_by(action: Callable[[], None]) -> list[bool]:

@@ -30,6 +30,7 @@ from harness.ledger.files import (
     make_private_dirs,
 )
 from harness.timefmt import canon, day_start_ns, is_rfc3339, now_ns, parse_ns
+from ledgertools import open_fds
 
 S = 1_000_000_000
 NOON = parse_ns("2026-06-15T12:00:00Z")
@@ -129,10 +130,6 @@ def test_now_ns_is_the_wall_clock_in_nanoseconds() -> None:
 # -- harness.ledger.files ---------------------------------------------------------------
 
 
-def fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
-
-
 def test_make_private_dirs_names_each_directory_it_made_outermost_first(
         tmp_path: Path) -> None:
     deep = tmp_path / "a" / "b" / "c"
@@ -174,9 +171,9 @@ def test_hold_dir_refuses_a_held_directory_without_keeping_a_descriptor(
     held = hold_dir(str(tmp_path))
     assert held is not None and held >= 0
     try:
-        before = fds()
+        before = open_fds()
         assert hold_dir(str(tmp_path)) is None
-        assert fds() == before
+        assert open_fds() == before
     finally:
         os.close(held)
     again = hold_dir(str(tmp_path))
@@ -187,21 +184,21 @@ def test_hold_dir_refuses_a_held_directory_without_keeping_a_descriptor(
 def test_a_regular_file_is_no_directory_to_hold_or_sync(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.write_bytes(b"x")
-    before = fds()
+    before = open_fds()
     with pytest.raises(NotADirectoryError):
         hold_dir(str(plain))
     with pytest.raises(NotADirectoryError):
         fsync_dir(plain)
     with pytest.raises(FileNotFoundError):
         fsync_dir(tmp_path / "missing")
-    assert fds() == before
+    assert open_fds() == before
 
 
 def test_fsync_dir_closes_what_it_opens(tmp_path: Path) -> None:
-    before = fds()
+    before = open_fds()
     for _ in range(3):
         fsync_dir(tmp_path)
-    assert fds() == before
+    assert open_fds() == before
 
 
 def test_atomic_replace_fills_a_0600_temporary_named_for_its_target_pid_and_thread(
@@ -219,13 +216,13 @@ def test_atomic_replace_fills_a_0600_temporary_named_for_its_target_pid_and_thre
                      os.readlink(f"/proc/self/fd/{fd}")))
         os.write(fd, b"new")
 
-    before = fds()
+    before = open_fds()
     old = os.umask(0)
     try:
         atomic_replace(target, fill)
     finally:
         os.umask(old)
-    assert fds() == before
+    assert open_fds() == before
     assert seen == [([tmp_name, "state.json"], 0o600, str(tmp_path / tmp_name))]
     assert sorted(os.listdir(tmp_path)) == ["state.json"]
     assert target.read_bytes() == b"new"
@@ -240,11 +237,11 @@ def test_a_fill_that_fails_leaves_the_target_and_no_temporary(tmp_path: Path) ->
         os.write(fd, b"half")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    before = fds()
+    before = open_fds()
     with pytest.raises(OSError) as info:
         atomic_replace(target, fill)
     assert info.value.errno == errno.ENOSPC
-    assert fds() == before
+    assert open_fds() == before
     assert sorted(os.listdir(tmp_path)) == ["state.json"]
     assert target.read_bytes() == b"old"
 

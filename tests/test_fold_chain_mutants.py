@@ -9,7 +9,6 @@ crashed the check of a line's hash.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,16 @@ from harness.ledger.chain import (
 )
 from harness.ledger.fold import Frozen, Record
 from harness.timefmt import parse_ns
-from ledgertools import EDITED, Clock, OpenLedger, ref_canonical, seal, verify_json, write_day_file
+from ledgertools import (
+    EDITED,
+    Clock,
+    OpenLedger,
+    chain_hash,
+    ref_canonical,
+    seal,
+    verify_json,
+    write_day_file,
+)
 
 HARNESS = "mut"
 RUN_ID = 4
@@ -36,10 +44,6 @@ def _fold(lines: list[dict[str, Any]], record: Record | None = None) -> Record:
     for line in lines:
         r.apply(dict(line))
     return r
-
-
-def _sha(b: bytes) -> str:
-    return hashlib.sha256(b).hexdigest()
 
 
 # -- fold: defects ----------------------------------------------------------------------------
@@ -118,7 +122,7 @@ def test_verify_reports_a_non_ascii_hash_as_an_edit(tmp_path: Path) -> None:
 
 def _sealed(body: dict[str, Any]) -> tuple[bytes, str]:
     """(canonical line with its hash member, the hash) for a body without `hash`."""
-    digest = _sha(ref_canonical(body))
+    digest = chain_hash(body)
     return ref_canonical({**body, "hash": digest}), digest
 
 

@@ -18,7 +18,7 @@ import harness.ledger.retention as retention_mod
 import harness.ledger.runledger as runledger_mod
 from harness.ledger.errors import LedgerCorrupt
 from harness.ledger.runledger import RunLedger
-from ledgertools import DAY, T0, Clock, OpenLedger, day, decided, lines_of
+from ledgertools import DAY, T0, Clock, OpenLedger, day, decided, lines_of, open_fds
 
 
 @contextlib.contextmanager
@@ -176,10 +176,6 @@ def closed_run_without_its_last_newline(ledger_dir: Path, open_ledger: OpenLedge
     return path
 
 
-def fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
-
-
 def test_the_newline_that_terminates_an_adopted_line_is_synced_and_its_fd_closed(
     ledger_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -194,7 +190,7 @@ def test_the_newline_that_terminates_an_adopted_line_is_synced_and_its_fd_closed
                 synced.append((name, path.read_bytes()[-2:]))
         real_fsync(fd)
 
-    before = fds()
+    before = open_fds()
     monkeypatch.setattr(os, "fsync", spy)
     led = RunLedger(str(ledger_dir), clock=Clock(T0))
     monkeypatch.setattr(os, "fsync", real_fsync)
@@ -202,7 +198,7 @@ def test_the_newline_that_terminates_an_adopted_line_is_synced_and_its_fd_closed
         assert synced == [(str(path), b"}\n")]
     finally:
         led.close()
-    assert fds() == before  # the descriptor that wrote the newline is closed too
+    assert open_fds() == before  # the descriptor that wrote the newline is closed too
 
 
 def test_a_newline_that_cannot_be_written_at_the_boot_is_written_before_the_next_line(

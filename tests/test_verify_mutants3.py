@@ -22,6 +22,7 @@ from ledgertools import (
     verify_json,
     write_day_file,
 )
+from test_verify import REMOVED, REORDERED
 
 
 def test_a_whole_line_whose_seq_no_decoder_holds_is_a_break(ledger_dir: Path) -> None:
@@ -178,9 +179,6 @@ def test_a_later_file_that_starts_with_the_earlier_files_last_seq_lists_no_fragm
     assert (out["torn"], out["torn_at"]) == (0, [])
 
 
-REORDERED = "seq {} does not follow seq {} (duplicated or reordered line)"
-UNLINKED = ("prev does not match the hash of the line before (seq {}): a line was removed, "
-            "inserted or edited")
 
 
 @pytest.mark.parametrize(("kept", "seq", "prev_of", "reason"), [
@@ -189,7 +187,7 @@ UNLINKED = ("prev does not match the hash of the line before (seq {}): a line wa
     # after seq 2, which `_lines`' fast path took: the same seq again, linked to it
     (2, 2, 2, REORDERED.format(2, 2)),
     # after seq 1: the next seq, its prev "" (no hash), its own hash holding
-    (1, 2, None, UNLINKED.format(1)),
+    (1, 2, None, REMOVED.format(1)),
 ], ids=["same seq after a judged line", "same seq after a taken line", "prev empty"])
 def test_a_hand_sealed_line_after_the_last_good_one_is_judged(
         ledger_dir: Path, kept: int, seq: int, prev_of: int | None, reason: str) -> None:
