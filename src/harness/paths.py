@@ -1,8 +1,10 @@
 """Where harness keeps things (DESIGN.md §2): XDG config, state and runtime paths.
 
-Invariant: every path is derived here and nowhere else; an unset or empty XDG
-variable means the XDG default under $HOME; a daemon's runs are told the socket it
-serves (`serve_socket`), whichever way that path was chosen.
+Invariant: every path is derived here and nowhere else; an XDG variable that is unset,
+empty or relative means the XDG default under $HOME (the XDG Base Directory spec calls
+a relative one invalid, to be ignored: taken as given, it would name a different place
+from each working directory, and a daemon and the CLI would not meet); a daemon's runs
+are told the socket it serves (`serve_socket`), whichever way that path was chosen.
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ import os
 _served_socket: str | None = None
 
 
-def _xdg(var: str, default: str) -> str:
+def _xdg_var(var: str) -> str | None:
     v = os.environ.get(var)
-    return v if v else os.path.join(os.path.expanduser("~"), default)
+    return v if v and os.path.isabs(v) else None
+
+
+def _xdg(var: str, default: str) -> str:
+    return _xdg_var(var) or os.path.join(os.path.expanduser("~"), default)
 
 
 def config_path(override: str | None = None) -> str:
@@ -51,7 +57,7 @@ def socket_path(override: str | None = None) -> str:
     env = os.environ.get("HARNESS_SOCKET")
     if env:
         return env
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    runtime = _xdg_var("XDG_RUNTIME_DIR")
     if runtime:
         return os.path.join(runtime, "harness.sock")
     return os.path.join(state_dir(), "harness.sock")
