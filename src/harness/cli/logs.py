@@ -16,7 +16,6 @@ disk, cut to the cap, a resident's shared log) goes to stderr, one line each.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Any
 
@@ -125,15 +124,8 @@ def logs_command(ctx: click.Context, name: str, run: int | None, lines: int | No
         click.echo(f"harness: showing the end of {data.get('path')}; the first "
                    f"{data['cut_bytes']} byte(s) were left out", err=True)
     text = data["text"]
-    try:
-        sys.stdout.write(text if not text or text.endswith("\n") else text + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # `harness logs x | head`: the reader has what it wanted. Point stdout at
-        # /dev/null so the interpreter's final flush does not fail a second time.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+    # A reader that closes the pipe early (`| head`) ends the command quietly (output.py).
+    sys.stdout.write(text if not text or text.endswith("\n") else text + "\n")
 
 
 COMMANDS = (logs_command,)

@@ -12,6 +12,7 @@ import sys
 import click
 
 from .. import __version__
+from .output import guarded_stdout
 
 # Each command and the module of this package that defines it (in its COMMANDS). A
 # command's module is imported only when that command runs (or help lists them): a
@@ -50,6 +51,7 @@ def cli(ctx: click.Context, socket_path: str | None, config_path: str | None) ->
 
 def main() -> None:
     try:
-        cli.main(prog_name="harness")
+        with guarded_stdout():
+            cli.main(prog_name="harness")
     except KeyboardInterrupt:
         sys.exit(130)

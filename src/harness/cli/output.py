@@ -2,12 +2,19 @@
 
 Every command but `ledger`'s (which first folds a multi-line message from git or the OS
 into one line) fails through `fail`, so the prefix and the stream are the same
-everywhere and no error ever reaches the user as a traceback.
+everywhere and no error ever reaches the user as a traceback. That includes standard
+output refusing what a command prints (`harness runs > /dev/full`): `guarded_stdout`
+makes such a write raise `OutputError`, which the entry point reports like any failure.
 """
 
 from __future__ import annotations
 
+import io
+import os
+import select
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
 import click
@@ -18,4 +25,66 @@ def fail(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
-__all__ = ["fail"]
+class OutputError(OSError):
+    """Standard output refused a write: a full disk, a failing device. (A reader that
+    closed the pipe is a BrokenPipeError as before: nothing to report.)"""
+
+
+class _Stdout(io.FileIO):
+    """Standard output's descriptor, written whole or not at all. A short write is
+    retried here, not left to the buffered layer: once part of a large write has gone
+    out, that layer returns the count and drops the error the rest met, so a disk that
+    filled mid-output would leave a cut file and exit 0."""
+
+    def write(self, b: object) -> int:  # type: ignore[override]
+        view = memoryview(b).cast("B")  # type: ignore[arg-type]
+        done = 0
+        try:
+            while done < len(view):
+                n = super().write(view[done:])
+                if n is None:  # a non-blocking descriptor that is full: wait for room
+                    select.select([], [self.fileno()], [])
+                    continue
+                done += n
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError(exc.errno, exc.strerror) from None
+        return done
+
+
+@contextmanager
+def guarded_stdout() -> Iterator[None]:
+    """Run the command with `sys.stdout` writing through `_Stdout`, flushed before the
+    command's exit code stands: output still in the buffer would otherwise fail only in
+    the interpreter's last flush, which can neither say so nor change the exit code."""
+    old = sys.stdout if isinstance(sys.stdout, io.TextIOWrapper) else None
+    try:
+        fd = old.fileno() if old is not None else -1
+    except (OSError, ValueError):
+        fd = -1
+    if old is None or fd < 0:  # no stdout (closed at start), or one that is no file
+        yield
+        return
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(_Stdout(fd, "w", closefd=False)), encoding=old.encoding,
+        errors=old.errors, line_buffering=old.line_buffering, write_through=old.write_through)
+    try:
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+    except (BrokenPipeError, OutputError) as exc:
+        # Point the descriptor at /dev/null: what is still buffered must not fail again
+        # in the interpreter's last flush.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+        if isinstance(exc, OutputError):
+            fail(f"cannot write standard output: {exc.strerror}")
+        # The reader stopped reading (`harness runs | head`): end quietly, with the 1
+        # click gives when the pipe closes mid-command and Python's docs advise.
+        sys.exit(1)
+
+
+__all__ = ["OutputError", "fail", "guarded_stdout"]

@@ -1,0 +1,140 @@
+"""What a command does when its standard output will not take what it prints.
+
+A full device (`> /dev/full`, a redirect onto a full disk) is a failure: one
+`harness: cannot write standard output: …` line on stderr and exit 1, never a traceback,
+also when the output was still buffered when the command ended. A reader that closes the
+pipe early (`harness runs --json | head -c 10`) ends the command quietly: nothing on
+stderr but what it said before, and exit 1, as click ends a command whose pipe closed and
+as Python's docs advise; the same wherever the closed pipe is met.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import World
+from harness.timefmt import now_ns
+from test_cli_runs import OFFLINE, run_lines, seed
+
+FULL = "harness: cannot write standard output: No space left on device\n"
+MIN = 60 * 1_000_000_000
+
+needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+
+
+def harness_into(world: World, stdout: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], env=world.env,
+                          stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120)
+
+
+def seed_runs(world: World, n: int) -> None:
+    start = now_ns() - n * MIN
+    seed(world, [line for i in range(n) for line in run_lines("h", i + 1, start + i * MIN)])
+
+
+@needs_dev_full
+@pytest.mark.parametrize("args", [("runs",), ("runs", "--json"), ("ledger", "verify"),
+                                  ("ledger", "verify", "--json"), ("--help",)])
+def test_a_full_stdout_is_one_line_on_stderr_and_exit_1(world: World, args: tuple[str, ...]
+                                                        ) -> None:
+    seed_runs(world, 3)  # a few lines of output: still buffered when the command ends
+    with open("/dev/full", "w") as full:
+        res = harness_into(world, full, *args)
+    assert res.returncode == 1
+    warning = OFFLINE.format(world.ledger) if args[0] == "runs" else ""
+    assert res.stderr == warning + FULL
+
+
+@needs_dev_full
+def test_a_full_stdout_mid_output_is_reported_the_same(world: World) -> None:
+    seed_runs(world, 400)  # far more than one buffer: the write fails mid-command
+    with open("/dev/full", "w") as full:
+        res = harness_into(world, full, "runs", "--json", "--limit", "400")
+    assert res.returncode == 1
+    assert res.stderr == OFFLINE.format(world.ledger) + FULL
+
+
+def test_a_file_that_fills_mid_output_is_reported(world: World, tmp_path: Path) -> None:
+    """A disk that fills while the command writes: part of the output got out. Modelled
+    with the file size limit (writes past it fail with EFBIG; SIGXFSZ, which would
+    kill the process instead, ignored as the child starts). Before, the buffered layer
+    returned the part it wrote and dropped the error: a cut file, exit 0."""
+    seed_runs(world, 1000)
+    out = tmp_path / "out.json"
+    limit = 65536
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    with open(out, "w") as f:
+        res = subprocess.run([sys.executable, "-m", "harness.cli", "runs", "--json", "--limit",
+                              "1000"], env=world.env, stdout=f, stderr=subprocess.PIPE,
+                             text=True, timeout=120, preexec_fn=limited)
+    assert out.stat().st_size == limit  # the part that got out
+    assert res.returncode == 1
+    assert res.stderr == OFFLINE.format(world.ledger) + \
+        "harness: cannot write standard output: File too large\n"
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(world: World) -> None:
+    seed_runs(world, 1000)
+    whole = world.harness("runs", "--json", "--limit", "1000").stdout
+    assert len(whole) > 2 * 65536  # more than a pipe holds: the command meets the close
+    p = subprocess.Popen([sys.executable, "-m", "harness.cli", "runs", "--json", "--limit",
+                          "1000"], env=world.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert p.stdout is not None and p.stderr is not None
+    assert p.stdout.read(12) == '[\n  {\n    "h'
+    p.stdout.close()  # `| head -c 12`
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 1
+    assert err == OFFLINE.format(world.ledger)
+
+
+def a_log_on_disk(world: World) -> None:
+    """A one-shot `job` whose run 1 wrote a short log, for `harness logs job` from disk."""
+    (world.root / "config" / "harness").mkdir(parents=True)
+    (world.root / "config" / "harness" / "harness.toml").write_text(
+        '[harness.job]\nkind = "oneshot"\nargv = ["true"]\n')
+    seed(world, run_lines("job", 1, now_ns() - MIN))
+    (world.state / "jobs" / "job").mkdir(parents=True)
+    (world.state / "jobs" / "job" / "1.log").write_text("one\ntwo\n")
+
+
+LOGS_OFFLINE = "harness: daemon not running; read the log from disk\n"
+
+
+@pytest.mark.parametrize(("cmd", "note"), [(("runs",), "runs"), (("logs", "job"), "logs")])
+def test_a_pipe_closed_before_anything_is_written_ends_quietly(
+        world: World, cmd: tuple[str, ...], note: str) -> None:
+    """`logs` leaves its output in the buffer, so the last flush, after the command,
+    meets the closed pipe (where the interpreter alone would print 'Exception ignored'
+    and exit 120); `runs` meets it inside the command."""
+    a_log_on_disk(world)
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        res = harness_into(world, w, *cmd)
+    finally:
+        os.close(w)
+    assert res.returncode == 1
+    assert res.stderr == (OFFLINE.format(world.ledger) if note == "runs" else LOGS_OFFLINE)
+
+
+@needs_dev_full
+def test_a_full_stdout_after_the_command_is_reported(world: World) -> None:
+    a_log_on_disk(world)
+    assert world.harness("logs", "job").stdout == "one\ntwo\n"
+    with open("/dev/full", "w") as full:
+        res = harness_into(world, full, "logs", "job")
+    assert res.returncode == 1
+    assert res.stderr == LOGS_OFFLINE + FULL
