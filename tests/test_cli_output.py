@@ -10,6 +10,7 @@ as Python's docs advise; the same wherever the closed pipe is met.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from conftest import World
-from harness.timefmt import now_ns
+from harness.timefmt import format_ns, now_ns
 from test_cli_runs import OFFLINE, run_lines, seed
 
 FULL = "harness: cannot write standard output: No space left on device\n"
@@ -138,3 +139,26 @@ def test_a_full_stdout_after_the_command_is_reported(world: World) -> None:
         res = harness_into(world, full, "logs", "job")
     assert res.returncode == 1
     assert res.stderr == LOGS_OFFLINE + FULL
+
+
+def test_text_the_locale_cannot_encode_is_escaped_not_a_traceback(world: World) -> None:
+    """Under a latin-1 locale, a table's "—" (an empty cell) and any other character
+    outside the encoding are written as backslash escapes; --json stays JSON that parses
+    to the same records as under UTF-8. (An ASCII stdout click takes for a misconfigured
+    UTF-8 one, and writes UTF-8.)"""
+    encoding = "latin-1"
+    seed(world, [{"type": "opened", "harness": "revue-été", "run_id": 1, "kind": "oneshot",
+                  "trigger": "manual", "reason": "naïve — ok", "at": format_ns(now_ns())}])
+    env = {**world.env, "PYTHONIOENCODING": encoding}
+    table = subprocess.run([sys.executable, "-m", "harness.cli", "runs", "--wide"], env=env,
+                           capture_output=True, timeout=120)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[1].split() == [
+        "revue-été".encode(encoding), b"1", b"\\u2014", b"running?", b"manual", b"running?",
+        *[b"\\u2014"] * 5]
+    as_json = subprocess.run([sys.executable, "-m", "harness.cli", "runs", "--json"], env=env,
+                             capture_output=True, timeout=120)
+    assert as_json.returncode == 0, as_json.stderr
+    utf8 = world.harness("runs", "--json")
+    assert json.loads(as_json.stdout.decode(encoding)) == json.loads(utf8.stdout)
+    assert json.loads(utf8.stdout)[0]["reason"] == "naïve — ok"

@@ -4,7 +4,8 @@ Every command but `ledger`'s (which first folds a multi-line message from git or
 into one line) fails through `fail`, so the prefix and the stream are the same
 everywhere and no error ever reaches the user as a traceback. That includes standard
 output refusing what a command prints (`harness runs > /dev/full`): `guarded_stdout`
-makes such a write raise `OutputError`, which the entry point reports like any failure.
+makes such a write raise `OutputError`, which the entry point reports like any failure,
+and writes a character the locale cannot encode as its backslash escape.
 """
 
 from __future__ import annotations
@@ -66,9 +67,12 @@ def guarded_stdout() -> Iterator[None]:
     if old is None or fd < 0:  # no stdout (closed at start), or one that is no file
         yield
         return
+    # A character the locale's encoding lacks (a table's "—" under latin-1) is written as
+    # its escape, not a traceback: in --json output that escape is the same string.
+    errors = "backslashreplace" if old.errors == "strict" else old.errors
     sys.stdout = io.TextIOWrapper(
         io.BufferedWriter(_Stdout(fd, "w", closefd=False)), encoding=old.encoding,
-        errors=old.errors, line_buffering=old.line_buffering, write_through=old.write_through)
+        errors=errors, line_buffering=old.line_buffering, write_through=old.write_through)
     try:
         try:
             yield
