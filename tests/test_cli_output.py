@@ -16,6 +16,7 @@ import resource
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +163,29 @@ def test_text_the_locale_cannot_encode_is_escaped_not_a_traceback(world: World) 
     utf8 = world.harness("runs", "--json")
     assert json.loads(as_json.stdout.decode(encoding)) == json.loads(utf8.stdout)
     assert json.loads(utf8.stdout)[0]["reason"] == "naïve — ok"
+
+
+def test_a_non_blocking_stdout_gets_the_whole_output(world: World) -> None:
+    """A parent that set O_NONBLOCK on the pipe it hands over (some CI runners do): the
+    pipe fills, a write finds no room, and the command waits for room. Before, the
+    buffered layer took the refusal after a part had gone out as the end: 64 KiB of
+    the output arrived, exit 0."""
+    seed_runs(world, 1000)
+    whole = world.harness("runs", "--json", "--limit", "1000").stdout.encode()
+    assert len(whole) > 2 * 65536
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    p = subprocess.Popen([sys.executable, "-m", "harness.cli", "runs", "--json", "--limit",
+                          "1000"], env=world.env, stdout=w, stderr=subprocess.PIPE)
+    os.close(w)
+    got = bytearray()
+    with os.fdopen(r, "rb", buffering=0) as reader:
+        time.sleep(0.5)  # let the pipe fill before anything is read
+        while chunk := reader.read(4096):
+            got += chunk
+            time.sleep(0.0005)  # a slow reader: the pipe stays full
+    assert p.stderr is not None
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 0
+    assert err == OFFLINE.format(world.ledger)
+    assert bytes(got) == whole
