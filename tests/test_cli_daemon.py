@@ -284,6 +284,28 @@ def test_the_cli_reports_a_daemon_lost_during_a_stop(world: World) -> None:
     assert [(r["op"], r["name"]) for r in daemon.requests] == [("stop", "stub")]
 
 
+@pytest.mark.parametrize("args", [("jobs",), ("stop", "job")])
+def test_only_a_daemon_that_is_not_there_is_to_be_started(world: World,
+                                                           args: tuple[str, ...]) -> None:
+    """Nothing at the socket, or a socket no process holds (a crashed daemon's): start
+    one. A socket something holds but that never answers (a daemon stopped with SIGSTOP,
+    or stuck) is no case for a second daemon, which would refuse to start: no such hint."""
+    path = world.root / "run" / "harness.sock"
+    start = "; start it with `harness daemon`\n"
+    res = world.harness(*args)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", f"harness: daemon not running ({path}){start}")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind(str(path))
+        res = world.harness(*args)  # bound, not listening: what a crash leaves
+        assert (res.returncode, res.stderr) == (
+            1, f"harness: daemon not running ({path}){start}")
+        sock.listen(4)  # connections queue in the backlog; nobody ever replies
+        res = world.harness(*args)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", f"harness: daemon not responding ({path})\n")
+
+
 def test_trigger_wait_pages_back_to_its_run_under_thousands_of_newer_records(
         world: World) -> None:
     # Run 40 (seq 100) is the one triggered; 2,500 firings skipped while it ran came after.

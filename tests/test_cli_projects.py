@@ -10,6 +10,7 @@ op (the daemon side of reload), so they pass once the daemon serves that op.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,23 @@ def test_reload_without_a_daemon_exits_1(world: World) -> None:
     assert _run(world, "reload") == (
         1, "", f"harness: daemon not running ({sock}); start it with `harness daemon`\n")
     assert _run(world, "reload", "--json")[0] == 1
+
+
+def test_a_daemon_that_holds_the_socket_but_does_not_answer(world: World) -> None:
+    """Stuck, or stopped with SIGSTOP: `reload` says so, not that none runs (a second
+    daemon would refuse to start), and `up` registers all the same and says when the
+    change will be seen."""
+    proj = _project(world)
+    sock = world.root / "run" / "harness.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(sock))
+        listener.listen(4)  # connections queue in the backlog; nobody ever replies
+        assert _run(world, "reload") == (1, "", f"harness: daemon not responding ({sock})\n")
+        assert _run(world, "up", str(proj)) == (
+            0, f"project proj registered ({proj}): proj/worker\n"
+               f"the daemon is not responding ({sock}); the project loads when it is "
+               "reloaded or started again\n", "")
+    assert _registry(world) == {"version": 1, "projects": [{"name": "proj", "dir": str(proj)}]}
 
 
 def test_up_then_a_daemon_serves_the_project_then_down(world: World, daemons: Daemons) -> None:

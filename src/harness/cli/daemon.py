@@ -54,7 +54,7 @@ def _call(ctx: click.Context, fn: Callable[[Client], Any]) -> Any:
     try:
         client = Client(sock)
     except DaemonUnreachable as exc:
-        fail(f"daemon {exc.why} ({sock}); start it with `harness daemon`")
+        fail(exc.at(sock))
     try:
         return fn(client)
     except DaemonError as exc:

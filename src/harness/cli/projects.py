@@ -43,16 +43,16 @@ from .output import fail
 EXIT_BAD_CONFIG = 2
 
 
-def _request_reload(ctx: click.Context) -> dict[str, Any] | None:
-    """The daemon's answer to `reload`; None when no daemon is running.
+def _request_reload(ctx: click.Context) -> dict[str, Any] | DaemonUnreachable:
+    """The daemon's answer to `reload`, or why no daemon took it.
 
     A refused config exits 2 with the daemon's error text; any other failure exits 1.
     """
     sock = paths.socket_path((ctx.obj or {}).get("socket"))
     try:
         client = Client(sock)
-    except DaemonUnreachable:
-        return None
+    except DaemonUnreachable as exc:
+        return exc
     try:
         data = client.request("reload")
     except DaemonError as exc:
@@ -97,9 +97,8 @@ def reload_command(ctx: click.Context, as_json: bool) -> None:
     rest are left alone. A config with errors is refused, and the old one stays.
     """
     data = _request_reload(ctx)
-    if data is None:
-        sock = paths.socket_path((ctx.obj or {}).get("socket"))
-        fail(f"daemon not running ({sock}); start it with `harness daemon`")
+    if isinstance(data, DaemonUnreachable):
+        fail(data.at(paths.socket_path((ctx.obj or {}).get("socket"))))
     if as_json:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
     else:
@@ -109,8 +108,14 @@ def reload_command(ctx: click.Context, as_json: bool) -> None:
 def _after_change(ctx: click.Context, later: str) -> None:
     """Tell a running daemon about the registry change, or say when it will see it."""
     data = _request_reload(ctx)
-    if data is None:
+    if isinstance(data, DaemonUnreachable) and data.absent:
         click.echo(f"the daemon is not running; {later} at its next start")
+    elif isinstance(data, DaemonUnreachable):
+        # Registered all the same; a daemon that holds the socket but does not answer
+        # takes the change only when it is reloaded or started again.
+        sock = paths.socket_path((ctx.obj or {}).get("socket"))
+        click.echo(f"the daemon is {data.why} ({sock}); {later} when it is reloaded or "
+                   "started again")
     else:
         click.echo(describe_reload(data))
 

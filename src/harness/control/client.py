@@ -31,9 +31,20 @@ PATIENT_OPS = frozenset({"start", "stop", "restart", "reload", "trigger"})
 
 
 class DaemonUnreachable(Exception):
-    def __init__(self, why: str) -> None:
+    """No daemon answers at the socket: `absent` when none listens there (nothing at the
+    path, or a socket no process holds), so that starting one is the remedy."""
+
+    def __init__(self, why: str, *, absent: bool = False) -> None:
         self.why = why
+        self.absent = absent
         super().__init__(f"daemon {why}")
+
+    def at(self, sock: str) -> str:
+        """What a command says when it needs the daemon at `sock`. Starting one helps only
+        where none listens: a stuck or stopped (SIGSTOP) daemon holds the socket, and a
+        second would refuse to start."""
+        return f"daemon {self.why} ({sock})" + (
+            "; start it with `harness daemon`" if self.absent else "")
 
 
 class DaemonError(Exception):
@@ -76,7 +87,7 @@ class Client:
             self._sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError):
             self._sock.close()
-            raise DaemonUnreachable("not running") from None
+            raise DaemonUnreachable("not running", absent=True) from None
         except OSError as exc:
             self._sock.close()
             raise DaemonUnreachable(f"not reachable ({exc.strerror or exc})") from None
