@@ -189,3 +189,25 @@ def test_a_non_blocking_stdout_gets_the_whole_output(world: World) -> None:
     assert p.wait(timeout=120) == 0
     assert err == OFFLINE.format(world.ledger)
     assert bytes(got) == whole
+
+
+def test_a_daemon_started_without_stdout_and_stderr_puts_dev_null_there(world: World) -> None:
+    """`harness daemon >&- 2>&-`: the descriptors the process lacks get /dev/null before
+    anything is opened, so no file or socket of the daemon's takes 1 or 2 (its epoll and a
+    socket did), where a write meant for a terminal would land."""
+    def closed_out_and_err() -> None:
+        os.close(1)
+        os.close(2)
+
+    p = subprocess.Popen([sys.executable, "-m", "harness.cli", "daemon"], env=world.env,
+                         stdin=subprocess.DEVNULL, preexec_fn=closed_out_and_err)
+    try:
+        deadline = time.monotonic() + 60
+        while world.harness("jobs").returncode != 0:  # up once the socket answers
+            assert p.poll() is None and time.monotonic() < deadline, "the daemon did not start"
+            time.sleep(0.1)
+        assert [os.readlink(f"/proc/{p.pid}/fd/{fd}") for fd in (0, 1, 2)] == \
+            [os.devnull] * 3
+    finally:
+        p.terminate()
+        assert p.wait(timeout=60) == 0

@@ -7,6 +7,7 @@ the command's documented exit code, never a traceback.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -49,7 +50,24 @@ def cli(ctx: click.Context, socket_path: str | None, config_path: str | None) ->
     ctx.obj = {"socket": socket_path, "config": config_path}
 
 
+def _std_fds_open() -> None:
+    """Put /dev/null on whichever of descriptors 0, 1 and 2 the process was started
+    without (`harness daemon >&- 2>&-`). Otherwise the next files opened take them (the
+    daemon's epoll and a socket did), and a write meant for a terminal lands there: C
+    code or faulthandler writing to 2, a library writing to 1. The lowest free
+    descriptor is the one open() returns, so each lands where it belongs."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:  # not reached: 0..fd-1 are open by now
+                os.dup2(null, fd)
+                os.close(null)
+
+
 def main() -> None:
+    _std_fds_open()
     try:
         with guarded_stdout():
             cli.main(prog_name="harness")
