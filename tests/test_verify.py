@@ -398,6 +398,23 @@ def test_verify_leaves_the_garbage_collector_as_it_found_it(world: World, enable
 # -- torn fragments ------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("fragments", [10, 12])
+def test_the_one_line_report_names_ten_fragments_and_counts_the_rest(
+        world: World, fragments: int) -> None:
+    """A day file with thousands of garbage lines would make the report a line of
+    thousands of places: it names the first ten and counts the others; --json lists all."""
+    lines = one_day(world)
+    garbage = [b"not a ledger line"] * fragments
+    write_day_file(world.ledger / FILE1, [lines[0], *garbage, *lines[1:]])
+    places = [f"{FILE1}:{n}" for n in range(2, 2 + fragments)]
+    named = ", ".join(places[:10]) + (f", and {fragments - 10} more" if fragments > 10 else "")
+    res = verify(world)
+    assert (res.returncode, res.stdout) == (0, ok_text(
+        6, 1, 6, hash_of(lines[-1]), torn=f"{fragments} torn fragment(s) skipped ({named})"))
+    code, out = verify_json(world)
+    assert (code, out["torn"], out["torn_at"]) == (0, fragments, places)
+
+
 def test_torn_tail_is_reported_not_a_failure(world: World) -> None:
     lines = one_day(world)
     write_day_file(world.ledger / FILE1, lines, tail=lines[-1][:40])
