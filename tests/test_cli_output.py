@@ -91,14 +91,14 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(world: World) -> Non
     seed_runs(world, 1000)
     whole = world.harness("runs", "--json", "--limit", "1000").stdout
     assert len(whole) > 2 * 65536  # more than a pipe holds: the command meets the close
-    p = subprocess.Popen([sys.executable, "-m", "harness.cli", "runs", "--json", "--limit",
-                          "1000"], env=world.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    assert p.stdout is not None and p.stderr is not None
-    assert p.stdout.read(12) == '[\n  {\n    "h'
-    p.stdout.close()  # `| head -c 12`
-    err = p.stderr.read()
-    assert p.wait(timeout=120) == 1
+    with subprocess.Popen([sys.executable, "-m", "harness.cli", "runs", "--json", "--limit",
+                           "1000"], env=world.env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as p:
+        assert p.stdout is not None and p.stderr is not None
+        assert p.stdout.read(12) == '[\n  {\n    "h'
+        p.stdout.close()  # `| head -c 12`
+        err = p.stderr.read()
+        assert p.wait(timeout=120) == 1
     assert err == OFFLINE.format(world.ledger)
 
 
@@ -175,18 +175,18 @@ def test_a_non_blocking_stdout_gets_the_whole_output(world: World) -> None:
     assert len(whole) > 2 * 65536
     r, w = os.pipe()
     os.set_blocking(w, False)
-    p = subprocess.Popen([sys.executable, "-m", "harness.cli", "runs", "--json", "--limit",
-                          "1000"], env=world.env, stdout=w, stderr=subprocess.PIPE)
-    os.close(w)
-    got = bytearray()
-    with os.fdopen(r, "rb", buffering=0) as reader:
-        time.sleep(0.5)  # let the pipe fill before anything is read
-        while chunk := reader.read(4096):
-            got += chunk
-            time.sleep(0.0005)  # a slow reader: the pipe stays full
-    assert p.stderr is not None
-    err = p.stderr.read().decode()
-    assert p.wait(timeout=120) == 0
+    with subprocess.Popen([sys.executable, "-m", "harness.cli", "runs", "--json", "--limit",
+                           "1000"], env=world.env, stdout=w, stderr=subprocess.PIPE) as p:
+        os.close(w)
+        got = bytearray()
+        with os.fdopen(r, "rb", buffering=0) as reader:
+            time.sleep(0.5)  # let the pipe fill before anything is read
+            while chunk := reader.read(4096):
+                got += chunk
+                time.sleep(0.0005)  # a slow reader: the pipe stays full
+        assert p.stderr is not None
+        err = p.stderr.read().decode()
+        assert p.wait(timeout=120) == 0
     assert err == OFFLINE.format(world.ledger)
     assert bytes(got) == whole
 
