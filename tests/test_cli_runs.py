@@ -878,6 +878,16 @@ def test_stray_files_are_named_and_ignored(world: World) -> None:
     assert res.returncode == 0, res.stderr
 
 
+def test_a_directory_of_strays_is_named_ten_at_a_time(world: World) -> None:
+    """A directory full of other files (a backup copied in) would make the note one line of
+    thousands of names: it names the first ten and counts the rest."""
+    _three_runs(world)
+    for i in range(12):
+        (world.ledger / f"note-{i:02}.txt").write_text("x\n")
+    _check_skips(world, skipped=0, strays=", ".join(f"note-{i:02}.txt" for i in range(10))
+                 + ", and 2 more")
+
+
 def test_all_damage_at_once(world: World) -> None:
     path, lines = _three_runs(world)
     weird = json.loads(lines[0])

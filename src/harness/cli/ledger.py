@@ -38,7 +38,7 @@ from ..worklog.resume import resume, survey
 from ..worklog.rows import ledger_dir
 from ..worklog.verify import WorkVerify, verify_dir
 from . import render
-from .output import fail
+from .output import fail, some_of
 
 __all__ = ["EXIT_BROKEN", "EXIT_DIVERGED", "EXIT_NO_LEDGER", "EXIT_OK", "ledger_group"]
 
@@ -177,10 +177,6 @@ def _unverified(run_id: str, reason: str, exit_code: int) -> dict[str, object]:
             "line": None, "reason": reason, "exit_code": exit_code}
 
 
-# Where the one-line report of a good chain names its torn fragments, it names this many.
-TORN_SHOWN = 10
-
-
 def _verify_run_ledger(as_json: bool) -> None:
     directory = paths.ledger_dir()
     try:
@@ -197,10 +193,8 @@ def _verify_run_ledger(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"ledger": directory, **res.to_json()}, indent=2))
     elif res.ok:
-        shown = ", ".join(res.torn_at[:TORN_SHOWN])
-        if res.torn > TORN_SHOWN:  # a file of garbage is thousands: --json lists every one
-            shown += f", and {res.torn - TORN_SHOWN} more"
-        torn = f"; {res.torn} torn fragment(s) skipped ({shown})" if res.torn else ""
+        torn = f"; {res.torn} torn fragment(s) skipped ({some_of(res.torn_at)})" \
+            if res.torn else ""
         behind = f"; {res.behind} line(s) at or before CHAIN checked on their own" \
             if res.behind else ""
         click.echo(f"ok: {res.lines} lines in {res.files} file(s) verify from {res.anchor} "

@@ -26,6 +26,14 @@ def fail(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
+def some_of(items: list[str], shown: int = 10) -> str:
+    """The first `shown` of `items`, comma-separated, and how many more there are: a
+    one-line report stays one line when a directory of stray files or a file of garbage
+    lines gives thousands (--json, where a command has it, lists them all)."""
+    named = ", ".join(items[:shown])
+    return named + (f", and {len(items) - shown} more" if len(items) > shown else "")
+
+
 class OutputError(OSError):
     """Standard output refused a write: a full disk, a failing device. (A reader that
     closed the pipe is a BrokenPipeError as before: nothing to report.)"""
@@ -92,4 +100,4 @@ def guarded_stdout() -> Iterator[None]:
         sys.exit(1)
 
 
-__all__ = ["OutputError", "fail", "guarded_stdout"]
+__all__ = ["OutputError", "fail", "guarded_stdout", "some_of"]

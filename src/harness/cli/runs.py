@@ -24,6 +24,7 @@ from ..ledger.reader import scan
 from ..ledger.schema import OUTCOMES, TRIGGERS
 from ..timefmt import format_ns, now_ns, parse_ns
 from . import render
+from .output import some_of
 
 
 def _split(values: tuple[str, ...]) -> frozenset[str]:
@@ -145,7 +146,7 @@ def runs_command(ctx: click.Context, names: tuple[str, ...], harness: tuple[str,
                        f"{stats.torn} torn fragment(s)", err=True)
         if stats.strays:
             click.echo(f"harness: ignored file(s) that are not day files: "
-                       f"{', '.join(stats.strays)}", err=True)
+                       f"{some_of(stats.strays)}", err=True)
         probe = LogProbe()
         records = [r.to_json(offline=True, probe=probe) for r in recs]
     if as_json:
