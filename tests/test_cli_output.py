@@ -47,7 +47,7 @@ def seed_runs(world: World, n: int) -> None:
                                   ("ledger", "verify", "--json"), ("--help",)])
 def test_a_full_stdout_is_one_line_on_stderr_and_exit_1(world: World, args: tuple[str, ...]
                                                         ) -> None:
-    seed_runs(world, 3)  # a few lines of output: still buffered when the command ends
+    seed_runs(world, 3)  # a few lines of output: the first write fails
     with open("/dev/full", "w") as full:
         res = harness_into(world, full, *args)
     assert res.returncode == 1
