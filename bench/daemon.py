@@ -78,7 +78,8 @@ class World:
     """A throwaway XDG world and one `harness daemon` process in it."""
 
     def __init__(self, root: str) -> None:
-        self.root = root
+        # Absolute: the XDG variables below ignore a relative path (--out bench/out).
+        self.root = root = os.path.abspath(root)
         self.config_home = os.path.join(root, "config")
         self.state_home = os.path.join(root, "state")
         self.runtime = os.path.join(root, "run")

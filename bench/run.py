@@ -509,7 +509,8 @@ def decode_baseline(directory: str) -> tuple[float, int]:
 
 
 def ensure_ledger(out: str, name: str, runs: int, span: int) -> tuple[str, str]:
-    state = os.path.join(out, name)
+    # Absolute: the commands get it as XDG_STATE_HOME, and a relative one is ignored there.
+    state = os.path.abspath(os.path.join(out, name))
     ledger = os.path.join(state, "harness", "ledger")
     stamp = os.path.join(state, "generated.json")
     # The ledger must lie within the last 7 days *now*: regenerate when it has aged.
