@@ -54,7 +54,7 @@ def _call(ctx: click.Context, fn: Callable[[Client], Any]) -> Any:
     try:
         client = Client(sock)
     except DaemonUnreachable as exc:
-        fail(exc.at(sock))
+        fail(exc.advice())
     try:
         return fn(client)
     except DaemonError as exc:

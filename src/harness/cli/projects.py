@@ -98,7 +98,7 @@ def reload_command(ctx: click.Context, as_json: bool) -> None:
     """
     data = _request_reload(ctx)
     if isinstance(data, DaemonUnreachable):
-        fail(data.at(paths.socket_path((ctx.obj or {}).get("socket"))))
+        fail(data.advice())
     if as_json:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
     else:
@@ -113,9 +113,8 @@ def _after_change(ctx: click.Context, later: str) -> None:
     elif isinstance(data, DaemonUnreachable):
         # Registered all the same; a daemon that holds the socket but does not answer
         # takes the change only when it is reloaded or started again.
-        sock = paths.socket_path((ctx.obj or {}).get("socket"))
-        click.echo(f"the daemon is {data.why} ({sock}); {later} when it is reloaded or "
-                   "started again")
+        click.echo(f"the daemon is {data.why} ({data.sock}); {later} when it is reloaded "
+                   "or started again")
     else:
         click.echo(describe_reload(data))
 

@@ -31,19 +31,20 @@ PATIENT_OPS = frozenset({"start", "stop", "restart", "reload", "trigger"})
 
 
 class DaemonUnreachable(Exception):
-    """No daemon answers at the socket: `absent` when none listens there (nothing at the
-    path, or a socket no process holds), so that starting one is the remedy."""
+    """No daemon answers at the socket `sock`: `absent` when none listens there (nothing
+    at the path, or a socket no process holds), so that starting one is the remedy."""
 
-    def __init__(self, why: str, *, absent: bool = False) -> None:
+    def __init__(self, why: str, sock: str, *, absent: bool = False) -> None:
         self.why = why
+        self.sock = sock
         self.absent = absent
         super().__init__(f"daemon {why}")
 
-    def at(self, sock: str) -> str:
-        """What a command says when it needs the daemon at `sock`. Starting one helps only
-        where none listens: a stuck or stopped (SIGSTOP) daemon holds the socket, and a
-        second would refuse to start."""
-        return f"daemon {self.why} ({sock})" + (
+    def advice(self) -> str:
+        """What a command says when it needs the daemon. Starting one helps only where none
+        listens: a stuck or stopped (SIGSTOP) daemon holds the socket, and a second would
+        refuse to start."""
+        return f"daemon {self.why} ({self.sock})" + (
             "; start it with `harness daemon`" if self.absent else "")
 
 
@@ -87,18 +88,18 @@ class Client:
             self._sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError):
             self._sock.close()
-            raise DaemonUnreachable("not running", absent=True) from None
+            raise DaemonUnreachable("not running", path, absent=True) from None
         except OSError as exc:
             self._sock.close()
-            raise DaemonUnreachable(f"not reachable ({exc.strerror or exc})") from None
+            raise DaemonUnreachable(f"not reachable ({exc.strerror or exc})", path) from None
         try:
             reply = self._roundtrip({"op": "hello", "proto": PROTO})
         except (OSError, ValueError):
             self.close()
-            raise DaemonUnreachable("not responding") from None
+            raise DaemonUnreachable("not responding", path) from None
         if not isinstance(reply, dict) or reply.get("ok") is False:
             self.close()
-            raise DaemonUnreachable("not responding (protocol mismatch)")
+            raise DaemonUnreachable("not responding (protocol mismatch)", path)
 
     def _roundtrip(self, msg: dict[str, Any], *, patient: bool = False) -> Any:
         self._sock.sendall(json.dumps(msg).encode() + b"\n")
