@@ -54,16 +54,13 @@ def _std_fds_open() -> None:
     """Put /dev/null on whichever of descriptors 0, 1 and 2 the process was started
     without (`harness daemon >&- 2>&-`). Otherwise the next files opened take them (the
     daemon's epoll and a socket did), and a write meant for a terminal lands there: C
-    code or faulthandler writing to 2, a library writing to 1. The lowest free
-    descriptor is the one open() returns, so each lands where it belongs."""
+    code or faulthandler writing to 2, a library writing to 1. open() returns the lowest
+    free descriptor, and those below `fd` are open by then: it lands on `fd`."""
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
         except OSError:
-            null = os.open(os.devnull, os.O_RDWR)
-            if null != fd:  # not reached: 0..fd-1 are open by now
-                os.dup2(null, fd)
-                os.close(null)
+            os.open(os.devnull, os.O_RDWR)
 
 
 def main() -> None:
