@@ -1065,6 +1065,50 @@ def test_buffered_lines_to_a_file_deleted_behind_a_dropped_handle_keep_seq_order
     assert [read_disk(rig.directory / f"{d}.jsonl").seqs for d in days] == [[1, 4], [2], [3, 5]]
 
 
+class _AppendDuringSync(RecordingFiles):
+    """Runs `hook` (once) inside the writer's `n`th fdatasync, before it."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self.hook: Callable[[], None] | None = None
+
+    def sync(self, fd: int) -> None:
+        if self.calls["sync"] + 1 == self.n and self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook()
+        super().sync(fd)
+
+
+def test_a_buffered_line_never_overtakes_an_earlier_line_rewritten_after_a_clean_pass(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """A clean pass can leave a line unwritten ahead of a written one: day 1's sync and
+    then its cut back failed, so its handle was dropped holding line 1; the file was then
+    deleted, and the next flush finds that, marks line 1 unwritten and syncs day 2's line
+    2 without error. A buffered line 3 for day 1 queued meanwhile must not be written on
+    the buffered lines' fast path, which looks at the unwritten tail only: it would land
+    in day 1's new file before line 1."""
+    days = ["2026-11-30", "2026-12-01"]
+    files = _AppendDuringSync(n=2)  # the first sync is day 1's, which fails
+    rig = make_rig(flush_every=30.0, files=files)
+    w = rig.writer
+    w.append(_on(days[0], 1), sync=False)
+    w.append(_on(days[1], 2), sync=False)
+    wait_until(lambda: w.stats().lines_written == 2)
+    files.inject("sync", errno=errno.EIO, times=1)
+    files.inject("truncate", errno=errno.EIO, times=1)
+    w.flush()
+    wait_until(lambda: files.calls["truncate"] == 1 and w.stats().append_errors == 1)
+    (rig.directory / f"{days[0]}.jsonl").unlink()
+    files.hook = lambda: w.append(_on(days[0], 3), sync=False)
+    w.flush()
+    wait_until(lambda: files.calls["sync"] >= 2 and files.hook is None)
+    w.close(timeout=WAIT)
+    assert rig.commits.seqs == [1, 2, 3]
+    assert [read_disk(rig.directory / f"{d}.jsonl").seqs for d in days] == [[1, 3], [2]]
+
+
 def test_flush_syncs_buffered_lines_now(make_rig: Callable[..., Rig]) -> None:
     rig = make_rig(flush_every=30.0)
     rig.writer.append(line(), sync=False)
