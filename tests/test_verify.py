@@ -559,6 +559,50 @@ def test_duplicate_across_day_files(world: World) -> None:
     assert_broken(world, 2, f"{DAYS[1]}.jsonl:1", REORDERED.format(2, 2))
 
 
+MOVED = "seq {} comes before seq {} (line {}) in the same file: a line was moved or reordered"
+
+
+def test_a_line_moved_into_an_earlier_day_file_is_named_where_it_lies(world: World) -> None:
+    """Seq 6 moved from the last file into the middle one, between seq 3 and 4. Every
+    link still holds in seq order, so the files are merged; that file is out of seq
+    order, which no writer leaves, and the moved line is the break. (It was blamed on
+    seq 5, untouched in the last file, as if seq 3 came before it.)"""
+    files = three_days(world)
+    write_day_file(world.ledger / f"{DAYS[1]}.jsonl",
+                   [files[DAYS[1]][0], files[DAYS[2]][1], files[DAYS[1]][1]])
+    write_day_file(world.ledger / f"{DAYS[2]}.jsonl", files[DAYS[2]][:1])
+    assert_broken(world, 6, f"{DAYS[1]}.jsonl:2", MOVED.format(6, 4, 3))
+    _, out = verify_json(world)
+    assert (out["entry_count"], out["head_seq"]) == (3, 3)
+    # Seq 2 moved the other way, after seq 4: it is the line that does not belong where it
+    # lies (not seq 3, whose link to seq 1 it left broken).
+    write_day_file(world.ledger / f"{DAYS[0]}.jsonl", files[DAYS[0]][:1])
+    write_day_file(world.ledger / f"{DAYS[1]}.jsonl", [*files[DAYS[1]], files[DAYS[0]][1]])
+    write_day_file(world.ledger / f"{DAYS[2]}.jsonl", files[DAYS[2]])
+    assert_broken(world, 2, f"{DAYS[1]}.jsonl:3", REORDERED.format(2, 4))
+
+
+def test_a_block_of_lines_moved_earlier_in_its_file_names_its_first_line(world: World) -> None:
+    """Lines 4 and 5 of one file moved ahead of seq 2 (in a file that is merged with
+    another, whose clock stepped back): the first moved line is the break, and what
+    verified is what comes before it in seq order."""
+    seed(world, [decided(i, f"{DAY1}T08:00:0{i}Z") for i in range(1, 6)]
+             + [decided(6, "2025-11-02T08:00:00Z")]).close()
+    lines = lines_of(world.ledger / FILE1)
+    write_day_file(world.ledger / FILE1, [lines[0], lines[3], lines[4], lines[1], lines[2]])
+    assert_broken(world, 4, f"{FILE1}:2", MOVED.format(4, 2, 4))
+
+
+def test_an_edited_seq_in_an_earlier_day_file_is_named_as_an_edit(world: World) -> None:
+    """Seq 3 edited to 30 (not re-hashed) in the middle file: its own hash breaks, and
+    the break is named there, not at the untouched first line of the next file."""
+    files = three_days(world)
+    obj = json.loads(files[DAYS[1]][0])
+    obj["seq"] = 30
+    write_day_file(world.ledger / f"{DAYS[1]}.jsonl", [ref_canonical(obj), files[DAYS[1]][1]])
+    assert_broken(world, 30, f"{DAYS[1]}.jsonl:1", EDITED)
+
+
 NOT_A_LEDGER_LINE = ("complete line is not a ledger line "
                      "(Expected `int`, got `str` - at `$.seq`)")
 

@@ -1,6 +1,7 @@
 """Verifying the run ledger's hash chain across its day files (DESIGN.md §4).
 
-Invariants: read-only and streaming (memory does not grow with the ledger); the
+Invariants: read-only and streaming (memory does not grow with the ledger; a day file
+that faulted costs 16 bytes a line while its seq order is checked); the
 chain is followed in seq order from ``CHAIN`` (the pruned tail) or from genesis;
 torn fragments (an unterminated tail, or an unparseable line a crash left inside
 a file) are reported, not failures; an edited, removed, duplicated or reordered
@@ -11,6 +12,8 @@ does not match (a line that is not canonical).
 
 from __future__ import annotations
 
+import array
+import bisect
 import gc
 import heapq
 import itertools
@@ -407,11 +410,13 @@ def _verify_once(directory: str, parallel: bool | None) -> VerifyResult:
     if parallel is None:
         parallel = sum(os.path.getsize(p) for p, _, _ in jobs) >= PARALLEL_BYTES
     checks = _check_all(jobs, parallel)
+    # A file's own check stops at its first fault, before it reaches the file's end: a
+    # file that faulted is read through once more, to its end.
+    scans = {i: _scan(p, name) for i, (p, name, _) in enumerate(jobs)
+             if checks[i].error is not None}
     if checks:
-        # A file's own check stops at its first fault, before it reaches the file's end.
-        last = checks[-1]
-        res.torn_tail = last.ends_torn if last.error is None else _read_through(
-            listing.days[-1][1], last.name)[1]
+        last = len(checks) - 1
+        res.torn_tail = scans[last].torn if last in scans else checks[last].ends_torn
     # The files' own checks can be stitched only when their seq ranges follow each other.
     # A fault a file found need not be one: a clock jump leaves a gap in one file that
     # another file fills. So any fault, like any overlap, is judged by the merge, which
@@ -421,7 +426,7 @@ def _verify_once(directory: str, parallel: bool | None) -> VerifyResult:
     ordered = all(c.error is None for c in checks) and all(
         b_first > a_last for (_, a_last), (b_first, _) in itertools.pairwise(spans))
     if len(checks) > 1 and not ordered:
-        return _verify_merged(listing, anchor, checks, res)
+        return _verify_merged(listing, anchor, checks, scans, res)
     prev_seq, prev_hash = anchor if anchor else (0, ZERO_HASH)
     for c in checks:
         res.behind += c.behind
@@ -501,15 +506,75 @@ def _by_seq(fi: int, lines: Iterator[_Item], before: int, frags: _Fragments,
     place(before if seq is None else seq)  # after the file's last line
 
 
-def _read_through(path: str, name: str) -> tuple[int, bool]:
-    """One day file read to its end, whether its lines verify or not: the highest seq of
-    any ledger line in it, and whether a torn fragment ends it."""
+@dataclass
+class _Disorder:
+    """Where a day file leaves seq order, which no writer does (`_scan`)."""
+
+    low: int  # the lowest seq from the first line out of order to the file's end
+    line: int  # the line blamed, its seq, and why
+    seq: int
+    reason: str
+    # The lines from the first of a seq above the one out of order to that one's line.
+    block: tuple[int, int]
+
+
+@dataclass
+class _Scan:
+    """A day file read to its end, whether its lines verify or not."""
+
+    end: int  # the highest seq of any ledger line in it
+    torn: bool  # whether a torn fragment ends it
+    disorder: _Disorder | None
+
+
+def _scan(path: str, name: str) -> _Scan:
+    """Read one day file through (`_Scan`).
+
+    A clock jump leaves a file with gaps in its seqs that other files fill, but each
+    file's seqs rise, as the writer appends them; the merge relies on that. A line whose
+    seq is below one before it breaks it: lines were moved. Which ones is a guess, made
+    as a reader would: the lines above it that come first are the ones moved in when it
+    is the seq after the line before them (it lies where it belongs); otherwise it is."""
     frags = _Fragments([])
     end = 0
-    for _, _, link in _lines(path, name, frags):
-        if isinstance(link, _Link) and link.seq > end:
-            end = link.seq
-    return end, frags.tail
+    seqs = array.array("q")  # the file's seqs while they do not fall, and their lines
+    at = array.array("q")
+    disorder: _Disorder | None = None
+    for n, _, link in _lines(path, name, frags):
+        if not isinstance(link, _Link):
+            continue
+        seq = link.seq
+        if disorder is not None:
+            disorder.low = min(disorder.low, seq)
+        elif not seqs or seq >= seqs[-1]:
+            seqs.append(seq)
+            at.append(n)
+        else:
+            i = bisect.bisect_right(seqs, seq)  # the first line above it
+            if i and seqs[i - 1] + 1 == seq:
+                why = (f"seq {seqs[i]} comes before seq {seq} (line {n}) in the same file: "
+                       "a line was moved or reordered")
+                disorder = _Disorder(seq, at[i], seqs[i], why, (at[i], n))
+            else:
+                why = _link_error(seq, "", seqs[-1], None) or ""  # "does not follow"
+                disorder = _Disorder(seq, n, seq, why, (at[i], n))
+            seqs = at = array.array("q")
+        end = max(end, seq)
+    return _Scan(end, frags.tail, disorder)
+
+
+def _blame(path: str, name: str, d: _Disorder) -> Break:
+    """The break a file's disorder makes: the first line of its block above the one out
+    of order whose own hash fails (an edited seq), else the line `_scan` blamed."""
+    first, last = d.block
+    for n, raw, link in _lines(path, name, _Fragments([])):
+        if n >= last:
+            break
+        if n >= first and isinstance(link, _Link):
+            own = _fault(link, raw, None, None)
+            if own is not None:
+                return Break(link.seq, name, n, own)
+    return Break(d.seq, name, d.line, d.reason)
 
 
 def _file_then_line(where: str) -> tuple[str, int]:
@@ -519,7 +584,7 @@ def _file_then_line(where: str) -> tuple[str, int]:
 
 
 def _verify_merged(listing: Listing, anchor: tuple[int, str] | None, checks: list[FileCheck],
-                   res: VerifyResult) -> VerifyResult:
+                   scans: dict[int, _Scan], res: VerifyResult) -> VerifyResult:
     """Follow the chain through every file at once, in seq order (the clock-jump case)."""
     res.lines = 0
     res.behind = 0
@@ -530,10 +595,9 @@ def _verify_merged(listing: Listing, anchor: tuple[int, str] | None, checks: lis
     behind = _Behind(anchor)
     # Where each file's predecessors end, for a file with no linked line (`_by_seq`). A
     # file's own check stops at its first fault, so its last verified seq can fall short
-    # of its end: a file that faulted is read to its end for its highest seq.
+    # of its end: a file that faulted was read to its end for its highest seq.
     ends = itertools.accumulate(
-        ((c.last_seq or 0) if c.error is None else _read_through(p, c.name)[0]
-         for c, (_, p) in zip(checks, listing.days, strict=True)),
+        (scans[i].end if i in scans else (c.last_seq or 0) for i, c in enumerate(checks)),
         max, initial=prev_seq)
     placed: list[tuple[tuple[int, int, int], str]] = []
     streams = []
@@ -571,6 +635,15 @@ def _verify_merged(listing: Listing, anchor: tuple[int, str] | None, checks: lis
     finally:
         if gc_was:
             gc.enable()
+    # A file out of seq order holds lines back from the merge behind a higher one, so
+    # a line after them can seem to break the chain. Lower than that, the disorder is
+    # the break.
+    disordered = [(sc.disorder.low, fi) for fi, sc in scans.items() if sc.disorder]
+    if stop is not None and disordered and min(disordered)[0] < stop[0]:
+        fi = min(disordered)[1]
+        d = scans[fi].disorder
+        assert d is not None
+        res.error = _blame(listing.days[fi][1], names[fi], d)
     res.behind = behind.count
     # Only the fragments before the break, as when files are read one after another;
     # found in merge order, they are named in file order too.
