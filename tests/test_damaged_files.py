@@ -18,6 +18,8 @@ import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -746,3 +748,65 @@ def test_the_ledger_directory_removed_under_a_running_ledger(tmp_path: Path) -> 
     assert [(r.run_id, r.seq) for r in found] == [(3, 3), (2, 2)]
     res = verify_run_ledger(str(d), parallel=False)
     assert (res.ok, res.error and (res.error.seq, res.error.line)) == (False, (2, 1))
+
+
+# A small process that runs a command and says its peak RSS (KiB) on stderr: a command
+# forked from pytest itself would start its peak at pytest's size.
+_LAUNCHER = ("import resource, subprocess, sys; "
+             "p = subprocess.run(sys.argv[1:], capture_output=True); "
+             "sys.stdout.buffer.write(p.stdout); "
+             "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
+             "file=sys.stderr)")
+_BOOT = ("import sys; from harness.ledger.runledger import RunLedger; "
+         "led = RunLedger(sys.argv[1]); "
+         "print(led.append({'type': 'decided', 'harness': 'a', 'run_id': 1, "
+         "'trigger': 'manual', 'outcome': 'missed'}), led.stats().torn); led.close()")
+
+
+def _peak(cmd: list[str], env: dict[str, str]) -> tuple[int, str, int]:
+    """(exit code, stdout, peak RSS in KiB) of `cmd`."""
+    p = subprocess.run([sys.executable, "-c", _LAUNCHER, *cmd], env=env, capture_output=True,
+                       timeout=600, check=True)
+    rc, kib = p.stderr.split()[-2:]
+    return int(rc), p.stdout.decode(), int(kib)
+
+
+def test_a_line_of_48_mb_costs_no_reader_its_size(template: Path, tmp_path: Path) -> None:
+    """A run of NUL bytes with no newline (blocks a crash left zeroed; a bad copy) as a
+    line in an old file and as the newest file's tail: `harness runs`, verify and the
+    boot read past it, skip it as they skip any bad line, and hold no more of it than a
+    chunk. Each is measured against itself over the same ledger undamaged."""
+    size = 48 << 20
+    out: dict[str, dict[str, tuple[int, Any, int]]] = {}
+    for kind in ("clean", "damaged"):
+        state = tmp_path / kind / "state"
+        d = state / "harness" / "ledger"
+        shutil.copytree(template, d)
+        if kind == "damaged":
+            files = sorted(d.glob("*.jsonl"))
+            lines = files[0].read_bytes().split(b"\n")
+            files[0].write_bytes(b"\n".join([*lines[:2], b"\0" * size, *lines[2:]]))
+            with files[-1].open("ab") as f:
+                f.write(b"\0" * size)
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / kind),
+               "XDG_STATE_HOME": str(state), "XDG_CONFIG_HOME": str(tmp_path / kind / "c"),
+               "XDG_RUNTIME_DIR": str(tmp_path / kind / "r")}
+        harness = [sys.executable, "-m", "harness.cli"]
+        runs = _peak([*harness, "runs", "--since", "100000d", "--json"], env)
+        verify = _peak([*harness, "ledger", "verify", "--json"], env)
+        boot = _peak([sys.executable, "-c", _BOOT, str(d)], env)
+        out[kind] = {"runs": (runs[0], json.loads(runs[1]), runs[2]),
+                     "verify": (verify[0], json.loads(verify[1]), verify[2]),
+                     "boot": (boot[0], boot[1].split(), boot[2])}
+    clean, damaged = out["clean"], out["damaged"]
+    assert damaged["runs"][:2] == clean["runs"][:2] == (0, clean["runs"][1])
+    assert len(clean["runs"][1]) == 9
+    v_clean, v_damaged = clean["verify"][1], damaged["verify"][1]
+    assert (damaged["verify"][0], v_damaged["ok"], v_damaged["lines"], v_damaged["torn"],
+            v_damaged["torn_tail"]) == (0, True, v_clean["lines"], 2, True)
+    n = v_clean["lines"]
+    assert clean["boot"][:2] == (0, [str(n + 1), "0"])
+    assert damaged["boot"][:2] == (0, [str(n + 1), "1"])  # the tail: counted as torn
+    for what in ("runs", "verify", "boot"):
+        grew = damaged[what][2] - clean[what][2]
+        assert grew < 24 << 10, (what, grew, clean[what][2])  # KiB; the line is 48 MiB

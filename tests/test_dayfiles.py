@@ -163,7 +163,7 @@ def test_iter_chunks_whole_tail_is_a_line(tmp_path: Path) -> None:
 
 
 def test_iter_chunks_only_a_torn_fragment(tmp_path: Path) -> None:
-    assert list(iter_chunks(_write(tmp_path / "d", b"{"))) == [(1, [], False), (1, [], True)]
+    assert list(iter_chunks(_write(tmp_path / "d", b"{"))) == [(1, [], True)]
 
 
 def test_iter_chunks_line_across_the_chunk_boundary(tmp_path: Path) -> None:
@@ -174,10 +174,19 @@ def test_iter_chunks_line_across_the_chunk_boundary(tmp_path: Path) -> None:
                                     (4, [], True)]
 
 
-def test_iter_chunks_line_longer_than_a_chunk(tmp_path: Path) -> None:
+def test_iter_chunks_line_longer_than_a_chunk_comes_as_its_first_chunk(tmp_path: Path) -> None:
+    """A line longer than CHUNK (a run of NUL bytes a crash left, say) is no ledger line:
+    it comes as its first CHUNK bytes, so no reader holds more of it."""
     a = b"a" * (CHUNK + 5)
     p = _write(tmp_path / "d", a + b"\n" + b"12")
-    assert list(iter_chunks(p)) == [(1, [], False), (1, [a], False), (2, [b"12"], False)]
+    assert list(iter_chunks(p)) == [(1, [a[:CHUNK]], False), (2, [b"12"], False)]
+    # Longer than two chunks, with lines after it in the chunk where it ends.
+    a = b"\0" * (2 * CHUNK + 5)
+    p = _write(tmp_path / "d", a + b"\n[1]\n{")
+    assert list(iter_chunks(p)) == [(1, [a[:CHUNK], b"[1]"], False), (3, [], True)]
+    # Never ended: a torn fragment, however whole its first CHUNK bytes look.
+    p = _write(tmp_path / "d", b"[1]\n" + b"7" * (CHUNK + 1))
+    assert list(iter_chunks(p)) == [(1, [b"[1]"], False), (2, [], True)]
 
 
 # --- iter_blocks -------------------------------------------------------------------
@@ -225,10 +234,18 @@ def test_iter_blocks_line_across_the_buffer_boundary(tmp_path: Path) -> None:
     assert _blocks(p) == [(a, False), (b, False), (b"{", True)]
 
 
-def test_iter_blocks_line_longer_than_the_buffer(tmp_path: Path) -> None:
+def test_iter_blocks_line_longer_than_the_buffer_comes_as_its_first_chunk(tmp_path: Path
+                                                                        ) -> None:
     a = b"a" * (2 * CHUNK + 7) + b"\n"
     p = _write(tmp_path / "d", a + b"xy\n" + b'{"s')
-    assert _blocks(p) == [(a + b"xy\n", False), (b'{"s', True)]
+    assert _blocks(p) == [(a[:CHUNK] + b"\n", False), (b"xy\n", False), (b'{"s', True)]
+    # Exactly one buffer long: whole.
+    a = b"b" * CHUNK + b"\n"
+    p = _write(tmp_path / "d", b"[1]\n" + a + b"[2]\n")
+    assert _blocks(p) == [(b"[1]\n", False), (a, False), (b"[2]\n", False)]
+    # Never ended: a fragment of its first CHUNK bytes.
+    p = _write(tmp_path / "d", b"[1]\n" + b"7" * (CHUNK + 1))
+    assert _blocks(p) == [(b"[1]\n", False), (b"7" * CHUNK, True)]
 
 
 def test_iter_blocks_file_of_exactly_one_buffer(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@ One file per UTC day, ``YYYY-MM-DD.jsonl``. Invariants: readers never write; a
 line is complete when it ends in ``\\n``, and an unterminated tail is a torn fragment
 (reported, never parsed as data) unless it is a whole JSON value: no proper prefix of
 a line is one, so that is a line a crash cut only its newline from. Files are read in
-bounded chunks so a reader's memory does not grow with the ledger; lines within one
+bounded chunks so a reader's memory does not grow with the ledger, nor with one line:
+a line longer than ``CHUNK`` (no ledger line: the writer's limit is 16 KiB; a run of
+NUL bytes a crash left, say) is seen as its first ``CHUNK`` bytes. Lines within one
 file are in seq order because the single writer appends them in that order.
 """
 
@@ -118,20 +120,38 @@ def iter_chunks(path: str, gone_ok: bool = False, first: int = CHUNK
     if f is None:
         return
     with f:
-        rest = b""
+        rest = b""  # the line begun and not yet ended, cut at CHUNK bytes
+        cut = False  # whether it was
         size = first
         while True:
             chunk = f.read(size)
             size = CHUNK
             if not chunk:
                 break
-            buf = rest + chunk if rest else chunk
-            parts = buf.split(b"\n")
-            rest = parts.pop()
+            end = chunk.find(b"\n")
+            if end < 0:  # no line ends here: a long one goes on
+                rest, cut = _longer(rest, cut, chunk)
+                continue
+            if rest:  # the line that ends here began in an earlier chunk
+                parts = [_longer(rest, cut, chunk[:end])[0], *chunk[end + 1 :].split(b"\n")]
+            else:
+                parts = chunk.split(b"\n")
+            rest, cut = parts.pop(), False
             yield lineno + 1, parts, False
             lineno += len(parts)
         if rest:
-            yield (lineno + 1, [rest], False) if is_whole(rest) else (lineno + 1, [], True)
+            yield ((lineno + 1, [rest], False) if not cut and is_whole(rest)
+                   else (lineno + 1, [], True))
+
+
+def _longer(rest: bytes, cut: bool, more: bytes) -> tuple[bytes, bool]:
+    """A line begun with `rest` and going on with `more`: its first CHUNK bytes, and
+    whether there were more."""
+    if cut:
+        return rest, True
+    if len(rest) + len(more) <= CHUNK:
+        return rest + more, False
+    return (rest + more[: CHUNK - len(rest)]), True
 
 
 def is_utf8(data: bytes) -> bool:
@@ -172,6 +192,7 @@ def iter_blocks(path: str, gone_ok: bool = False) -> Iterator[tuple[memoryview, 
 
     Each block ends in "\\n"; a final unterminated fragment comes once as (fragment, True),
     or, when it is a whole line, as a block of its own with the newline it lacked.
+    A line longer than CHUNK comes as a block of its first CHUNK bytes (and "\\n").
     The view is only valid until the next iteration (the buffer is reused: no copies).
     """
     f = _open_listed(path, gone_ok)
@@ -181,17 +202,28 @@ def iter_blocks(path: str, gone_ok: bool = False) -> Iterator[tuple[memoryview, 
     have = 0
     with f:
         while True:
-            if have == len(buf):  # one line longer than the buffer: grow (a new buffer,
-                buf = buf + bytes(len(buf))  # since a caller may still hold a view of it)
-            got = f.readinto(memoryview(buf)[have:])
-            if not got:
-                break
-            have += got
             cut = buf.rfind(b"\n", 0, have) + 1
             if cut:
                 yield memoryview(buf)[:cut], False
                 buf[: have - cut] = buf[cut:have]
                 have -= cut
+            elif have == CHUNK:
+                # One line fills the buffer: it comes as its first CHUNK bytes, and the
+                # rest of it is read past, not kept.
+                head = bytes(buf)
+                while (got := f.readinto(buf)) and (end := buf.find(b"\n", 0, got)) < 0:
+                    pass
+                if not got:
+                    yield memoryview(head), True  # it never ended: a fragment
+                    return
+                yield memoryview(head + b"\n"), False
+                have = got - end - 1
+                buf[:have] = buf[end + 1 : got]
+                continue
+            got = f.readinto(memoryview(buf)[have:])
+            if not got:
+                break
+            have += got
         if have:
             tail = memoryview(buf)[:have]
             if is_whole(tail):
@@ -234,11 +266,12 @@ class FileTail:
 
     last_seq: int | None
     last_hash: str | None
-    torn: bytes | None  # the unterminated fragment at the end, if any
+    torn: bytes | None  # the unterminated fragment at the end, if any: its last CHUNK bytes
     size: int
     # The highest seq of a line after the last one that reads, whose hash is damaged:
     # its seq was issued, so a writer must not issue it again.
     damaged_seq: int | None = None
+    torn_dropped: int = 0  # the bytes of a longer fragment before those in `torn`
 
 
 def highest_line(path: str) -> tuple[int, str | None] | None:
@@ -268,40 +301,53 @@ def read_tail(path: str, block: int = 1 << 16) -> FileTail:
     """Find the last parseable complete line of `path`, reading backwards in blocks."""
     with open(path, "rb") as f:
         size = f.seek(0, os.SEEK_END)
-        pos, data = size, b""
-        while pos > 0:  # find the last newline: what follows it is a torn fragment
-            step = min(block, pos)
-            pos -= step
-            f.seek(pos)
-            data = f.read(step) + data
-            if b"\n" in data:
-                break
-        nl = data.rfind(b"\n")
-        if nl < 0:
-            return FileTail(None, None, data or None, size)
-        torn = data[nl + 1 :] or None
-        body = data[:nl]
+        lines = _backward(f, size, block)
+        torn, torn_dropped = next(lines)
         damaged: int | None = None
-        while True:
-            lines = body.split(b"\n")
-            # Unless we reached the start, lines[0] may begin mid-line: keep it for later.
-            for raw in reversed(lines if pos == 0 else lines[1:]):
-                if not raw:
-                    continue
+        for raw, dropped in lines:
+            if not raw or dropped:  # a line past CHUNK bytes is no ledger line
+                continue
+            try:
+                t = _tail_decoder.decode(raw)
+            except UNREADABLE:
                 try:
-                    t = _tail_decoder.decode(raw)
+                    seq = _seq_decoder.decode(raw).seq
                 except UNREADABLE:
-                    try:
-                        seq = _seq_decoder.decode(raw).seq
-                    except UNREADABLE:
-                        continue
-                    damaged = seq if damaged is None else max(damaged, seq)
                     continue
-                above = damaged if damaged is not None and damaged > t.seq else None
-                return FileTail(t.seq, t.hash, torn, size, above)
-            if pos == 0:
-                return FileTail(None, None, torn, size, damaged)
-            step = min(block, pos)
-            pos -= step
-            f.seek(pos)
-            body = f.read(step) + lines[0]
+                damaged = seq if damaged is None else max(damaged, seq)
+                continue
+            above = damaged if damaged is not None and damaged > t.seq else None
+            return FileTail(t.seq, t.hash, torn or None, size, above, torn_dropped)
+        return FileTail(None, None, torn or None, size, damaged, torn_dropped)
+
+
+def _backward(f: Any, size: int, block: int) -> Iterator[tuple[bytes, int]]:
+    """The lines of open file `f` from its end back, reading `block` bytes at a time:
+    first what follows its last newline (b"" when it ends in one), then each complete
+    line, the newest first. Each comes as (its last CHUNK bytes at most, how many bytes
+    before those were dropped): a long run with no newline costs no more."""
+    pos = size
+    parts: list[bytes] = []  # the line being read, its pieces from the end back
+    kept = dropped = 0
+    while pos > 0:
+        step = min(block, pos)
+        pos -= step
+        f.seek(pos)
+        data = f.read(step)
+        end = len(data)
+        while True:
+            nl = data.rfind(b"\n", 0, end)
+            piece = data[nl + 1 : end]
+            room = CHUNK - kept
+            if len(piece) > room:  # keep the line's last CHUNK bytes
+                parts.append(piece[len(piece) - room :])
+                kept, dropped = CHUNK, dropped + len(piece) - room
+            else:
+                parts.append(piece)
+                kept += len(piece)
+            if nl < 0:
+                break
+            yield b"".join(reversed(parts)), dropped
+            parts, kept, dropped = [], 0, 0
+            end = nl
+    yield b"".join(reversed(parts)), dropped

@@ -207,7 +207,7 @@ class RunLedger:
         for path, t in tails:
             if t.torn is None:
                 continue
-            if not is_whole(t.torn):
+            if t.torn_dropped or not is_whole(t.torn):
                 self._torn += 1  # a crash fragment, which every reader skips
                 continue
             # A whole value missing only its "\n" is a line to every reader (and to the

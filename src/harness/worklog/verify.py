@@ -589,10 +589,11 @@ def _check_range(job: tuple[str, int, int]) -> _Span:
 
 def _verify_parallel(segments: list[Path], expected_head: str | None) -> WorkVerify | None:
     # The unterminated fragment after the last segment's final newline (None if none).
-    tail = read_tail(str(segments[-1])).torn
-    if tail is not None and is_whole(tail):
+    t = read_tail(str(segments[-1]))
+    tail = t.torn
+    if tail is not None and not t.torn_dropped and is_whole(tail):
         return None  # a last row without its newline: the sequential walk judges it
-    torn = len(tail) if tail is not None else 0
+    torn = len(tail) + t.torn_dropped if tail is not None else 0
     procs = os.cpu_count() or 1
     jobs = _split(segments, torn, procs * 4)
     if len(jobs) < 2:
