@@ -318,6 +318,18 @@ def test_trigger_and_harness_filters(world: World) -> None:
     (("--since", "yesterday"), "--since",
      "'yesterday' is neither a duration (e.g. 24h, 7d) nor an RFC 3339 time"),
     (("--since", "1d", "--until", "7d"), "--until", "'7d' is not an RFC 3339 time"),
+    # DESIGN.md §2: a bare number means seconds in config only; on a flag it is a slip.
+    (("--since", "24"), "--since",
+     "'24' needs a unit: a duration (e.g. 24h, 7d) or an RFC 3339 time"),
+    (("--since", "1.5"), "--since",
+     "'1.5' needs a unit: a duration (e.g. 24h, 7d) or an RFC 3339 time"),
+    # An empty value (an unset shell variable) filters nothing: refused, not ignored.
+    (("--since", ""), "--since", "'' is neither a duration (e.g. 24h, 7d) nor an RFC 3339 time"),
+    (("--until", ""), "--until", "'' is not an RFC 3339 time"),
+    (("--outcome", ""), "--outcome", f"no outcome in '' (valid: {OUTCOMES_LISTED})"),
+    (("--outcome", "failed", "--outcome", ","), "--outcome",
+     f"no outcome in ',' (valid: {OUTCOMES_LISTED})"),
+    (("--trigger", " "), "--trigger", f"no trigger in ' ' (valid: {TRIGGERS_LISTED})"),
 ])
 def test_bad_flag_values_are_refused_with_the_valid_ones(
         world: World, args: tuple[str, ...], flag: str, message: str) -> None:

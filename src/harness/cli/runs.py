@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from .. import paths
-from ..config.durations import parse_duration_ns
+from ..config.durations import is_bare_number, parse_duration_ns
 from ..control.client import Client, DaemonError, DaemonUnreachable, listing
 from ..ledger.dayfiles import LedgerDirError
 from ..ledger.fold import LogProbe
@@ -27,8 +27,20 @@ from . import render
 from .output import some_of
 
 
-def _split(values: tuple[str, ...]) -> frozenset[str]:
-    return frozenset(v.strip() for raw in values for v in raw.split(",") if v.strip())
+def _words(values: tuple[str, ...], what: str, valid: tuple[str, ...]) -> frozenset[str]:
+    """The words of --outcome/--trigger (repeated, comma-separated), each one of `valid`.
+    A value naming none (an unset shell variable) is refused: dropped, it would filter
+    nothing. Stray commas around words are not."""
+    out: set[str] = set()
+    for raw in values:
+        words = [w for v in raw.split(",") if (w := v.strip())]
+        bad = [f"unknown {what} {w!r}" for w in words if w not in valid]
+        if bad or not words:
+            raise click.BadParameter(
+                f"{bad[0] if bad else f'no {what} in {raw!r}'} (valid: {', '.join(valid)})",
+                param_hint=f"--{what}")
+        out.update(words)
+    return frozenset(out)
 
 
 def parse_since(value: str, now: int) -> int:
@@ -37,6 +49,10 @@ def parse_since(value: str, now: int) -> int:
         return parse_ns(value)
     except ValueError:
         pass
+    if is_bare_number(value):  # DESIGN.md §2: seconds only in config
+        raise click.BadParameter(
+            f"{value!r} needs a unit: a duration (e.g. 24h, 7d) or an RFC 3339 time",
+            param_hint="--since")
     try:
         return now - parse_duration_ns(value)
     except ValueError as exc:
@@ -51,22 +67,16 @@ def build_query(names: tuple[str, ...], harness: tuple[str, ...], since: str | N
                 until: str | None, outcome: tuple[str, ...], trigger: tuple[str, ...],
                 limit: int | None, now: int) -> tuple[Query, bool]:
     """The query the flags ask for, and whether it is SPEC-0008's single-NAME form."""
-    outcomes, triggers = _split(outcome), _split(trigger)
-    for o in outcomes:
-        if o not in OUTCOMES:
-            raise click.BadParameter(f"unknown outcome {o!r} (valid: {', '.join(OUTCOMES)})",
-                                     param_hint="--outcome")
-    for t in triggers:
-        if t not in TRIGGERS:
-            raise click.BadParameter(f"unknown trigger {t!r} (valid: {', '.join(TRIGGERS)})",
-                                     param_hint="--trigger")
+    outcomes = _words(outcome, "outcome", OUTCOMES)
+    triggers = _words(trigger, "trigger", TRIGGERS)
     if limit is not None and not 1 <= limit <= MAX_LIMIT:
         raise click.BadParameter(f"must be between 1 and {MAX_LIMIT}, got {limit}",
                                  param_hint="--limit")
-    legacy = len(names) == 1 and not harness and not (since or until or outcomes or triggers)
-    since_ns = parse_since(since, now) if since else None
+    legacy = (len(names) == 1 and not harness and since is None and until is None
+              and not (outcomes or triggers))
+    since_ns = parse_since(since, now) if since is not None else None
     until_ns = None
-    if until:
+    if until is not None:
         try:
             until_ns = parse_ns(until)
         except ValueError:

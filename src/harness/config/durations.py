@@ -22,7 +22,8 @@ import math
 import re
 from decimal import Decimal, localcontext
 
-__all__ = ["MAX_DURATION", "MAX_DURATION_NS", "format_duration_ms", "parse_duration_ns"]
+__all__ = ["MAX_DURATION", "MAX_DURATION_NS", "format_duration_ms", "is_bare_number",
+           "parse_duration_ns"]
 
 _SECOND = 1_000_000_000
 _UNITS = {"ms": 1_000_000, "s": _SECOND, "m": 60 * _SECOND, "h": 3_600 * _SECOND,
@@ -61,6 +62,11 @@ def _number_ns(number: str, unit: int, value: str) -> int:
             ctx.prec = len(frac) + 20
             ns += int(Decimal("0." + frac) * unit)
     return ns
+
+
+def is_bare_number(value: str) -> bool:
+    """Whether `value` is a number with no unit: seconds in config, a slip on a flag."""
+    return bool(_NUMBER.fullmatch(value.strip()))
 
 
 def parse_duration_ns(value: str | int | float) -> int:
