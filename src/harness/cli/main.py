@@ -1,7 +1,9 @@
 """The `harness` entry point: global options and the command groups.
 
 Invariant: every failure a user can cause ends in a one-line message on stderr and
-the command's documented exit code, never a traceback.
+the command's documented exit code, never a traceback. A bad flag or argument gets
+click's form, as most command lines do: the usage line and where help is, then one
+`Error:` line, exit 2.
 """
 
 from __future__ import annotations
