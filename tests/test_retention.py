@@ -439,6 +439,31 @@ def test_pruning_a_file_with_no_complete_line_leaves_chain_alone(
     assert (v.ok, v.anchor, v.start_seq, v.lines) == (True, "genesis", 1, 1)
 
 
+def test_pruning_a_file_whose_lines_are_numbered_below_one_leaves_chain_alone(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """No seq below 1 was ever issued, so an old day file whose only line claims one (a
+    hand-made file) anchors nothing. CHAIN holding a seq below 0 is refused as malformed,
+    and would stop every later boot."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - DAY)
+    led = open_ledger(d, clock=clock)
+    led.append({"type": "decided", "harness": "nightly", "run_id": 1, "outcome": "missed"})
+    led.close()
+    for age, seq in ((40, 0), (39, -3)):
+        forged = {"v": 1, "seq": seq, "type": "decided", "harness": "x", "run_id": 1,
+                  "at": format_ns(T0 - age * DAY), "prev": "0" * 64, "hash": "1" * 64}
+        (d / f"{day(T0 - age * DAY)}.jsonl").write_text(json.dumps(forged) + "\n")
+    led = open_ledger(d, clock=Clock(T0), retention_ns=30 * DAY)
+    res = led.prune()
+    assert (res.deleted, res.error) == ([day(T0 - 40 * DAY), day(T0 - 39 * DAY)], None)
+    assert not (d / "CHAIN").exists()
+    led.close()
+    led = open_ledger(d, clock=Clock(T0))
+    assert led.append({"type": "decided", "harness": "nightly", "run_id": 2,
+                       "outcome": "missed"}) == 2
+
+
 def test_a_failed_carry_forward_keeps_the_file(tmp_path: Path, open_ledger: OpenLedger,
                                                caplog: pytest.LogCaptureFixture) -> None:
     d = tmp_path / "ledger"

@@ -1039,8 +1039,9 @@ def test_unreadable_chain_file(world: World, tmp_path: Path) -> None:
     '[6, "%s"]' % ("a" * 64),
     '{"seq": 6, "hash": "%s"}' % ("z" * 64),
     '{"seq": 6, "hash": "%s"}' % ("A" * 64),
+    '{"seq": -1, "hash": "%s"}' % ("a" * 64),
 ], ids=["seq string", "seq bool", "seq float", "hash null", "hash 63", "hash 65",
-        "no seq", "array", "hash not hex", "hash upper case"])
+        "no seq", "array", "hash not hex", "hash upper case", "seq negative"])
 def test_chain_file_of_the_wrong_shape_is_refused(tmp_path: Path, text: str) -> None:
     (tmp_path / "CHAIN").write_text(text)
     with pytest.raises(ValueError, match="chain anchor must be"):
@@ -1051,6 +1052,9 @@ def test_chain_file_of_the_right_shape_is_read(tmp_path: Path) -> None:
     assert verify_module.read_chain_file(str(tmp_path)) is None
     (tmp_path / "CHAIN").write_text(json.dumps({"hash": "0f" * 32, "seq": 6}) + "\n")
     assert verify_module.read_chain_file(str(tmp_path)) == (6, "0f" * 32)
+    # Where genesis anchors: no prune writes it, and it asks nothing of the first line.
+    (tmp_path / "CHAIN").write_text(json.dumps({"hash": "0" * 64, "seq": 0}) + "\n")
+    assert verify_module.read_chain_file(str(tmp_path)) == (0, "0" * 64)
 
 
 def test_day_named_after_its_at_in_utc(world: World) -> None:

@@ -76,7 +76,8 @@ def _delete(directory: str, path: str, anchor: tuple[int, str] | None
     """Delete one day file, its highest line first recorded in CHAIN; the new anchor."""
     # The next kept line links to the doomed file's highest seq.
     last = highest_line(path)
-    if last is not None and (anchor is None or last[0] > anchor[0]):
+    # A line numbered below 1 was never issued (a hand-made file): it anchors nothing.
+    if last is not None and last[0] >= 1 and (anchor is None or last[0] > anchor[0]):
         # A damaged hash anchors nothing: the next line's link fails verify, which
         # names it, as it named the damage before.
         anchor = (last[0], link_to(last[1]))

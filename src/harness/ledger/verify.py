@@ -107,8 +107,11 @@ def read_chain_file(directory: str) -> tuple[int, str] | None:
     seq, digest = (data.get("seq"), data.get("hash")) if isinstance(data, dict) else (None, None)
     # A hash that is not one would break the chain at the next kept line, and verify
     # would blame that line for what CHAIN holds.
-    if type(seq) is not int or not isinstance(digest, str) or link_to(digest) != digest:
-        raise ValueError(f"{path}: chain anchor must be {{\"seq\": N, \"hash\": HEX64}}")
+    # Seqs start at 1, so 0 is where genesis anchors (no prune writes it); below that an
+    # anchor names nothing at all.
+    if type(seq) is not int or seq < 0 or not isinstance(digest, str) \
+            or link_to(digest) != digest:
+        raise ValueError(f"{path}: chain anchor must be {{\"seq\": N ≥ 0, \"hash\": HEX64}}")
     return seq, digest
 
 
