@@ -200,6 +200,13 @@ REDACTED_CASES = [
                  "https://hooks.slack.com/services/[REDACTED]", id="slack-webhook"),
     pytest.param(f"https://discord.com/api/webhooks/12345678/{BODY}",
                  "https://discord.com/api/webhooks/[REDACTED]", id="discord-webhook"),
+    # "pass" alone, with each separator the credential rules take (the cheap pre-check
+    # once let these through whole)
+    pytest.param('{\\"user\\":\\"bob\\",\\"pass\\":\\"hunter2\\"}',
+                 '{\\"user\\":\\"bob\\",\\"pass\\":\\"[REDACTED]\\"}',
+                 id="pass-json-in-a-string"),
+    pytest.param("('pass', 'hunter2')", "('pass', '[REDACTED]')", id="pass-pair"),
+    pytest.param("pass%20=%20hunter2", "pass%20=%20[REDACTED]", id="pass-url-encoded-space"),
 ]
 
 
@@ -342,6 +349,8 @@ FRAGMENTS = [
     "hf_", "gsk_", "xai-", "pplx-", "r8_", "lsv2_pt_", "SG.", "dop_v1_", "Cookie: ",
     "--api-key ", "--password ", " -u ", "?key=", "&sig=", "hooks.slack.com/services/",
     "discord.com/api/webhooks/", "AccountKey=", OPENROUTER, HUGGINGFACE,
+    # every separator of a credential assignment, after each key that needs one
+    "pass", "pwd", "%20", "%3A", "%3d", "\\", ", ", "\t",
 ]
 secretish_text = st.lists(
     st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=8)), max_size=24

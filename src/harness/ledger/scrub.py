@@ -35,7 +35,9 @@ _CASELESS_FRAGMENTS = (
     ("z", "ation"),  # authorization
     ("b", "earer"),
     ("p", "wd"),  # pwd=
-    ("p", "ass[\"']?[ \t]*(?:[:=]|%3[ad])"),  # pass=
+    # pass=, with every separator _SEP takes: a quote (escaped or not) before it,
+    # spaces or %20 around it, or a comma between two quoted strings
+    ("p", "ass(?:\\\\?[\"'])?(?:[ \t]|%20)*(?:[:=]|%3[ad])|ass\\\\?[\"'][ \t]*,"),
     ("c", "ookie"),  # Cookie:, Set-Cookie:
     ("s", "ig(?:nature)?(?:=|%3d)"),  # a URL query's sig=, X-Amz-Signature=
 )
