@@ -264,6 +264,47 @@ def test_a_run_open_across_the_prune_is_carried_forward_before_its_file_goes(
     assert led.prune().carried_forward == 0  # it now lives in today's file
 
 
+def test_a_carried_line_past_the_line_limit_is_cut_to_fit_not_refused(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """An open resident's opened line (every string at its 256-byte cap, 16 models) and a
+    usage update (16 sessions) fit the line limit each, but not folded into one carried
+    line (23.7 KB). Refused, it failed every prune while the run stayed open, and the
+    file was never deleted. It is cut to fit as a closing line is: the last sessions
+    first, each cut counted."""
+    d = tmp_path / "ledger"
+    old = T0 - 100 * DAY
+    clock = Clock(old)
+    led = open_ledger(d, clock=clock)
+    big = {k: k[0] * 256 for k in ("reason", "source", "event_id", "todo_id", "model",
+                                    "trace_url", "log")}
+    led.append({"type": "opened", "harness": "h", "run_id": 1, "kind": "resident",
+                "trigger": "autostart", **big,
+                "models": [{"model": chr(97 + i) * 256, "provider": "p" * 256}
+                           for i in range(16)]})
+    led.append({"type": "updated", "harness": "h", "run_id": 1,
+                "sessions": [{"id": chr(65 + i) * 256, "adapter": "a" * 256,
+                              "trace_id": "x" * 256} for i in range(16)]})
+    led.close()
+    led = open_ledger(d, clock=Clock(T0), retention_ns=90 * DAY)
+    before = led.stats().truncated
+    res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == ([day(old)], 1, None)
+    carried = lines_of(d / f"{day(T0)}.jsonl")
+    assert len(carried) == 1
+    line = carried[0]
+    assert len(json.dumps(line, sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False).encode()) + 1 <= 16 * 1024
+    kept = len(line["sessions"])
+    assert 0 < kept < 16
+    assert line["sessions"] == [{"id": chr(65 + i) * 256, "adapter": "a" * 256,
+                                 "trace_id": "x" * 256} for i in range(kept)]
+    assert len(line["models"]) == 16 and all(line[k] == v for k, v in big.items())
+    assert led.stats().truncated - before == 16 - kept
+    assert [(r["harness"], r["run_id"]) for r in led.open_records()] == [("h", 1)]
+    assert verify_run_ledger(str(d)).ok
+
+
 @pytest.mark.parametrize("late", ["closed", "updated"])
 def test_a_line_queued_during_the_carry_forward_is_not_overwritten(
     tmp_path: Path, open_ledger: OpenLedger, late: str

@@ -44,7 +44,7 @@ from .index import Index
 from .query import Query
 from .reader import Head, ReadStats, decode_line, head_of, heads, scan
 from .retention import PruneResult, prune
-from .schema import RECORD_FIELDS, fit_line, prepare_line, ready_to_encode, writable
+from .schema import RECORD_FIELDS, Cuts, fit_line, prepare_line, ready_to_encode, writable
 from .verify import read_chain_file
 from .writer import Entry, Writer
 
@@ -415,11 +415,14 @@ class RunLedger:
             out = fit_line(out, cuts, self._writer.max_line)
             e = self._writer.enqueue(out, sync=sync, harness=out["harness"],
                                      run_id=out["run_id"])
-        if cuts.truncations or cuts.redactions:  # counted once the line is accepted
+        self._count_cuts(cuts)  # once the line is accepted
+        return e
+
+    def _count_cuts(self, cuts: Cuts) -> None:
+        if cuts.truncations or cuts.redactions:
             with self._lock:
                 self._truncated += cuts.truncations
                 self._redactions += cuts.redactions
-        return e
 
     def wait(self, entry: Entry) -> int:
         return self._writer.wait(entry)
@@ -720,7 +723,11 @@ class RunLedger:
                         "values no line may: the files were edited or damaged",
                         key[0], key[1], ", ".join(sorted(dropped)))
         fields.update(type=typ, harness=key[0], run_id=key[1], at=None)
-        out, _cuts = prepare_line(fields, self.clock())
+        out, cuts = prepare_line(fields, self.clock())
+        # Lines that fit one by one can fold past the line limit: cut to fit, as `enqueue`
+        # does, or the prune would fail on this run for as long as it stays open.
+        out = fit_line(out, cuts, self._writer.max_line)
+        self._count_cuts(cuts)
         return out, key[0], key[1]
 
     # -- state -------------------------------------------------------------------------
