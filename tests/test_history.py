@@ -357,7 +357,7 @@ def test_malformed_entries_are_skipped_and_named(tmp_path: Path,
     assert msgs[4] == "nightly[5]: started_at is missing"
     assert msgs[5] == "nightly[6]: run_id 1 appears twice"
     assert msgs[6].startswith("nightly[7]: ended_at ") and "is before started_at" in msgs[6]
-    assert msgs[7] == "nightly[8]: field 'exit_code' must be an integer, got '1'"
+    assert msgs[7] == "nightly[8]: field 'exit_code' must be an integer (64-bit), got '1'"
     assert res.skipped[-2] == SkippedEntry("weekly", -1, "the run list is not a list")
     assert res.skipped[-1] == SkippedEntry("weird", -1, "the entry is not an object")
     assert [(o["run_id"], o["type"]) for o in all_lines(tmp_path / "ledger")] == [

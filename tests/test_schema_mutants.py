@@ -66,7 +66,7 @@ def test_envelope_refusals_read_exactly(line: dict[str, Any], message: str,
     ({"errors": {"c": "2"}}, "field 'errors' must map class names to counts, got {'c': '2'}"),
     ({"errors": ["c"]}, "field 'errors' must map class names to counts, got ['c']"),
     ({"bogus": 1}, "field 'bogus' is not part of the run ledger schema"),
-    ({"attempt": "2"}, "field 'attempt' must be an integer, got '2'"),
+    ({"attempt": "2"}, "field 'attempt' must be an integer (64-bit), got '2'"),
     ({"override": "yes"}, "field 'override' must be a boolean, got 'yes'"),
     ({"ended_at": "noon"}, "field 'ended_at' must be an RFC 3339 time, got 'noon'"),
     ({"cost_usd": float("inf")}, "field 'cost_usd' must be a finite number, got inf"),
@@ -83,7 +83,8 @@ CUT = "'" + "x" * 79  # the first 80 characters of the value's repr
 
 
 @pytest.mark.parametrize("line,message", [
-    (closed(attempt=LONG), f"field 'attempt' must be an integer, got {CUT} (harness=h run_id=1)"),
+    (closed(attempt=LONG),
+     f"field 'attempt' must be an integer (64-bit), got {CUT} (harness=h run_id=1)"),
     (closed(sessions=[LONG]),
      f"field 'sessions' must be an object, got {CUT} (harness=h run_id=1)"),
     (closed(models=LONG), f"field 'models' must be a list, got {CUT} (harness=h run_id=1)"),
@@ -108,8 +109,8 @@ def test_a_refusal_names_the_first_bad_field_in_the_lines_order() -> None:
     line = {"prev": "p", "hash": "x", "seq": 3, "v": 1, "type": "closed", "reason": None,
             "at": None, "harness": "h", "run_id": 1, "model": "m", "models": None,
             "attempt": "2", "outcome": "succeeded"}
-    assert refusal(line) == ("field 'attempt' must be an integer, got '2' (harness=h run_id=1)",
-                             "h", 1)
+    assert refusal(line) == (
+        "field 'attempt' must be an integer (64-bit), got '2' (harness=h run_id=1)", "h", 1)
     line = closed(reason=None, outcome="succeeded", attempt="2")
     assert refusal(line)[0] == (
         "field 'outcome' has unknown value 'succeeded' (valid: running, success, failed, "

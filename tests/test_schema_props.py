@@ -454,7 +454,7 @@ def test_cost_usd_takes_integers_and_floats(value: float) -> None:
 
 
 @pytest.mark.parametrize("key,value,want", [
-    ("attempt", "2", "must be an integer, got '2'"),
+    ("attempt", "2", r"must be an integer \(64-bit\), got '2'"),
     ("override", 1, "must be a boolean, got 1"),
     ("window", "noon", "must be an RFC 3339 time, got 'noon'"),
     ("cost_usd", "1", "must be a finite number, got '1'"),
@@ -616,3 +616,40 @@ def test_a_curl_user_password_opening_a_field_is_redacted(key: str, value: str) 
     assert (want, n) == (value.split(" ")[0] + " alice:[REDACTED]", 1)
     out, cuts = prepare_line({"type": "closed", "harness": "h", "run_id": 1, key: value}, NOW)
     assert (out[key], cuts.redactions) == (want, 1)
+
+
+# A time that parses but has no UTC spelling within years 1-9999, or an integer too large
+# for the ledger's readers (and past 4,300 digits for Python's own str()): a LineRejected
+# naming the field, not an AssertionError or ValueError from deeper in.
+@pytest.mark.parametrize("key,value,message", [
+    ("started_at", "0001-01-01T00:00:00+01:00", "field 'started_at' must be an RFC 3339 time"),
+    ("ended_at", "9999-12-31T23:59:59-01:00", "field 'ended_at' must be an RFC 3339 time"),
+    ("mismatch", {"kind": "model", "at": "0001-01-01T00:00:00+01:00"},
+     "field 'mismatch.at' must be an RFC 3339 time"),
+    ("duration_ms", 2**63, "field 'duration_ms' must be an integer"),
+    ("exit_code", -(2**63) - 1, "field 'exit_code' must be an integer"),
+    ("cost_usd", 2**63, "field 'cost_usd' must be a finite number"),
+    ("tokens", {"input": 10**4400}, "field 'tokens.input' must be an integer"),
+    ("errors", {"E": 2**64}, "field 'errors' must map class names to counts"),
+])
+def test_values_past_what_the_ledger_holds_are_refused(key: str, value: Any,
+                                                       message: str) -> None:
+    with pytest.raises(LineRejected, match=message) as info:
+        prep(**{key: value})
+    assert len(str(info.value)) < 300  # the value is shown cut, never whole
+
+
+@pytest.mark.parametrize("key", ["duration_ms", "exit_code", "attempt"])
+def test_the_widest_integers_are_accepted(key: str) -> None:
+    for v in (2**63 - 1, -(2**63)):
+        assert prep(**{key: v})[0][key] == v
+
+
+def test_a_refused_value_is_scrubbed_before_it_is_cut() -> None:
+    """The message shows a refused value's first 80 characters: cut first, a token's
+    head would be too short for the scrubber to know it, and reach the log."""
+    token = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    with pytest.raises(LineRejected) as info:
+        prep(attempt="x" * 55 + " " + token)
+    assert "A1b2" not in str(info.value)
+    assert "[REDACTED]" in str(info.value)

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from ..timefmt import canon, format_ns, is_rfc3339, now_ns, parse_ns
+from ..timefmt import canon, format_ns, now_ns, parse_ns
 from .canonical import canonical, cap_utf8
 from .errors import LineRejected
 from .scrub import might_hold_secret, scrub_text, scrub_value
@@ -132,27 +132,45 @@ def _text(x: str) -> bool:
     return True
 
 
+# Integers fit 64 bits, signed: what the ledger's readers (and the counters, the Go
+# daemon before) hold; past 4,300 digits even Python's str() refuses one.
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+
+
+def _int64(x: object) -> bool:
+    return type(x) is int and _INT_MIN <= x <= _INT_MAX
+
+
 # Strings must be encodable and numbers finite: canonical JSON refuses the rest, and that
 # refusal surfaced from the writer as a bare ValueError/UnicodeEncodeError, not LineRejected.
+# A time must have a UTC spelling (years 1-9999), the one the line is written with.
 _VALID = {
     _S: lambda x: type(x) is str and _text(x),
-    _I: lambda x: type(x) is int,
+    _I: _int64,
     _B: lambda x: type(x) is bool,
-    _T: is_rfc3339,
-    _N: lambda x: type(x) is int or (type(x) is float and math.isfinite(x)),
+    _T: lambda x: canon(x) is not None,
+    _N: lambda x: _int64(x) or (type(x) is float and math.isfinite(x)),
 }
-_WANT = {_S: "a string (valid UTF-8)", _I: "an integer", _B: "a boolean",
+_WANT = {_S: "a string (valid UTF-8)", _I: "an integer (64-bit)", _B: "a boolean",
          _T: "an RFC 3339 time", _N: "a finite number"}
+
+
+def _shown(v: object) -> str:
+    """A refused value as an error quotes it: its first 80 characters, scrubbed whole
+    before the cut (a token cut short is one the scrubber no longer knows)."""
+    if type(v) is int and v.bit_length() > 10_000:  # past str()'s 4,300 digits
+        return f"an integer of {v.bit_length()} bits"
+    return scrub_text(repr(v))[0][:80]
 
 
 def _check(kind: str, key: str, v: Any) -> None:
     if not _VALID[kind](v):
-        raise LineRejected(f"field {key!r} must be {_WANT[kind]}, got {v!r:.80}")
+        raise LineRejected(f"field {key!r} must be {_WANT[kind]}, got {_shown(v)}")
 
 
 def _check_obj(key: str, v: Any, spec: dict[str, str]) -> None:
     if type(v) is not dict:
-        raise LineRejected(f"field {key!r} must be an object, got {v!r:.80}")
+        raise LineRejected(f"field {key!r} must be an object, got {_shown(v)}")
     for k, x in v.items():
         if k not in spec:
             raise LineRejected(f"field {key}.{k} is not part of the run ledger schema")
@@ -172,20 +190,21 @@ def _validate(obj: dict[str, Any]) -> None:
             _check(t, k, v)
         elif t in ("models", "sessions"):
             if type(v) is not list:
-                raise LineRejected(f"field {k!r} must be a list, got {v!r:.80}")
+                raise LineRejected(f"field {k!r} must be a list, got {_shown(v)}")
             for item in v:
                 _check_obj(k, item, _NESTED[t])
         elif t == "errors":
             if type(v) is not dict or any(
-                type(c) is not str or not _text(c) or type(n) is not int for c, n in v.items()
+                type(c) is not str or not _text(c) or not _int64(n) for c, n in v.items()
             ):
-                raise LineRejected(f"field 'errors' must map class names to counts, got {v!r:.80}")
+                raise LineRejected(f"field 'errors' must map class names to counts, got "
+                                   f"{_shown(v)}")
         else:
             _check_obj(k, v, _NESTED[t])
         allowed = _ENUMS.get(k)
         if allowed is not None and v not in allowed:
             raise LineRejected(
-                f"field {k!r} has unknown value {v!r:.80} (valid: {', '.join(allowed)})"
+                f"field {k!r} has unknown value {_shown(v)} (valid: {', '.join(allowed)})"
             )
 
 
@@ -259,13 +278,14 @@ def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str
         raise LineRejected(f"a ledger line must be an object, got {type(line).__name__}")
     typ = line.get("type")
     if typ not in LINE_TYPES:
-        raise LineRejected(f"unknown line type {typ!r} (valid: {', '.join(LINE_TYPES)})")
+        raise LineRejected(f"unknown line type {_shown(typ)} (valid: {', '.join(LINE_TYPES)})")
     harness = line.get("harness")
     run_id = line.get("run_id")
     if type(harness) is not str or not harness or not _text(harness):
-        raise LineRejected(f"harness must be a non-empty string, got {harness!r:.80}")
+        raise LineRejected(f"harness must be a non-empty string, got {_shown(harness)}")
     if type(run_id) is not int or run_id <= 0:
-        raise LineRejected(f"run_id must be an integer ≥ 1, got {run_id!r:.80}", harness=harness)
+        raise LineRejected(f"run_id must be an integer ≥ 1, got {_shown(run_id)}",
+                           harness=harness)
     out: dict[str, Any] = {"v": SCHEMA_VERSION, "type": typ, "at": None, "harness": harness,
                            "run_id": run_id}
     texts = ["harness"]  # free-text fields: scrubbed and capped below
@@ -287,7 +307,7 @@ def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str
             if v is None:
                 raise _refuse(line, harness, run_id)
         elif t is _I:
-            if type(v) is not int:
+            if type(v) is not int or not _INT_MIN <= v <= _INT_MAX:
                 raise _refuse(line, harness, run_id)
         elif t is None:
             if k not in ENVELOPE and k not in CHAIN:
@@ -312,7 +332,7 @@ def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str
         try:
             at = canon(at) or format_ns(parse_ns(at))  # the file is the UTC day of `at`
         except ValueError:
-            raise LineRejected(f"at must be an RFC 3339 time, got {at!r:.80}", harness=harness,
+            raise LineRejected(f"at must be an RFC 3339 time, got {_shown(at)}", harness=harness,
                                run_id=run_id) from None
     out["at"] = at
     cuts = Cuts()
