@@ -24,6 +24,7 @@ import pytest
 import harness.ledger.reader as reader_mod
 import harness.ledger.runledger as runledger_mod
 from harness.ledger.errors import LedgerCorrupt, LedgerInUse, LedgerUnavailable, LineRejected
+from harness.ledger.files import FaultyFiles
 from harness.ledger.query import Query
 from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
@@ -1340,6 +1341,39 @@ def test_one_writer_per_ledger_directory(tmp_path: Path) -> None:
     finally:
         second.close()
     second.close()  # a second close is harmless, and releases nothing twice
+
+
+def test_a_close_that_leaves_its_writer_stuck_keeps_the_directory(tmp_path: Path) -> None:
+    """A close whose writer thread is stuck in a write past the close's timeout keeps the
+    directory's lock until that thread stops: released at once, a ledger opened on it
+    issued seq 2 again, which the stuck thread then wrote too ([1, 2, 2] on disk)."""
+    d = tmp_path / "ledger"
+    files = FaultyFiles()
+    led = RunLedger(str(d), clock=Clock(T0), files=files, sync_timeout=0.3)
+    led.append({"type": "opened", "harness": "a", "run_id": 1})
+    files.inject("write", hang=True)
+    with pytest.raises(LedgerUnavailable):
+        led.append({"type": "closed", "harness": "a", "run_id": 1, "outcome": "success"})
+    with pytest.raises(LedgerUnavailable, match="still queued"):
+        led.close(timeout=0.2)
+    with pytest.raises(LedgerInUse):
+        RunLedger(str(d), clock=Clock(T0))
+    files.clear()  # the disk comes back: the thread writes its line and stops
+    deadline = time.monotonic() + 30.0  # generous: a loaded machine
+    while True:
+        try:
+            again = RunLedger(str(d), clock=Clock(T0))
+            break
+        except LedgerInUse:
+            assert time.monotonic() < deadline, "the stopped writer kept the directory"
+            time.sleep(0.02)
+    try:
+        assert again.append({"type": "opened", "harness": "a", "run_id": 2}) == 3
+    finally:
+        again.close()
+    seqs = [json.loads(raw)["seq"] for p in sorted(d.glob("*.jsonl"))
+            for raw in p.read_bytes().splitlines()]
+    assert seqs == [1, 2, 3]
 
 
 def test_a_ledger_that_fails_to_open_lets_go_of_its_directory(tmp_path: Path) -> None:

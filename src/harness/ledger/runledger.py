@@ -770,9 +770,11 @@ class RunLedger:
         try:
             self._writer.close(timeout)
         finally:
-            if self._held >= 0:
-                os.close(self._held)
-                self._held = -1
+            held, self._held = self._held, -1
+            if held >= 0:
+                # Not before the writer thread stops: one stuck past the timeout may
+                # still write, and a ledger opened meanwhile would reissue its seqs.
+                self._writer.after_stop(functools.partial(os.close, held))
 
 
 __all__ = ["LedgerCorrupt", "LedgerStats", "Record", "RunLedger"]

@@ -195,6 +195,8 @@ class Writer:
         self._flush_now = False
         self._retry_now = False  # a close or flush cuts short the backoff under way
         self._passing = threading.Lock()  # held through each pass: see `passes`
+        self._stopped = False  # the thread has returned (or never will write again)
+        self._at_stop: list[Callable[[], None]] = []
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -378,6 +380,17 @@ class Writer:
                 harness=first.harness, run_id=first.run_id, seq=first.seq,
             )
 
+    def after_stop(self, fn: Callable[[], None]) -> None:
+        """Call `fn` once the writer thread can write no more: now, or when the thread
+        returns. A close can return while the thread is stuck in a write (a hung disk):
+        what must outlast every write of it, such as the ledger's single-writer lock,
+        is let go here."""
+        with self._cv:
+            if not self._stopped:
+                self._at_stop.append(fn)
+                return
+        fn()
+
     # -- the writer thread -----------------------------------------------------------
 
     def _ring(self) -> None:
@@ -388,6 +401,16 @@ class Writer:
             pass
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            with self._cv:
+                self._stopped = True
+                at_stop, self._at_stop = self._at_stop, []
+            for fn in at_stop:
+                fn()
+
+    def _loop(self) -> None:
         backoff = self.retry_min
         retry_at = 0.0
         while True:
