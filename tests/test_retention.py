@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import stat
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import pytest
 import harness.ledger.dayfiles as dayfiles_mod
 import harness.ledger.retention as retention_mod
 import harness.ledger.runledger as runledger_mod
+from harness.ledger.errors import LedgerUnavailable
 from harness.ledger.files import FaultyFiles
 from harness.ledger.query import Query
 from harness.ledger.reader import scan
@@ -503,6 +505,37 @@ def test_pruning_a_file_whose_lines_are_numbered_below_one_leaves_chain_alone(
     led = open_ledger(d, clock=Clock(T0))
     assert led.append({"type": "decided", "harness": "nightly", "run_id": 2,
                        "outcome": "missed"}) == 2
+
+
+def test_a_prune_on_a_hung_disk_gives_up_within_the_bound(tmp_path: Path) -> None:
+    """A sync that hangs holds the writer's pass. The prune, which deletes a file only
+    between passes, waited for it as long as the disk hung, and so did the daemon's
+    shutdown, which waits for a prune under way. It gives up after the ledger's bound,
+    keeps the file, and the next prune, on a disk that came back, deletes it."""
+    d = tmp_path / "ledger"
+    files = FaultyFiles()
+    clock = Clock(T0 - 3 * DAY)
+    led = RunLedger(str(d), clock=clock, files=files, retention_ns=DAY, sync_timeout=0.5)
+    try:
+        led.append(decided("a", 1))
+        clock.ns = T0
+        files.inject("sync", hang=True)
+        with pytest.raises(LedgerUnavailable):
+            led.append(decided("a", 2))
+        done = threading.Event()
+        got: list[Any] = []
+        t = threading.Thread(target=lambda: (got.append(led.prune()), done.set()))
+        t.start()
+        assert done.wait(30.0), "the prune waited for the hung disk"
+        res = got[0]
+        assert (res.deleted, res.carried_forward) == ([], 0)
+        assert "stuck in a write or sync" in res.error
+        assert (d / f"{day(T0 - 3 * DAY)}.jsonl").exists()
+        files.clear()
+        assert led.prune().deleted == [day(T0 - 3 * DAY)]
+    finally:
+        files.clear()
+        led.close()
 
 
 def test_a_failed_carry_forward_keeps_the_file(tmp_path: Path, open_ledger: OpenLedger,

@@ -646,7 +646,9 @@ class RunLedger:
         can be committed to yesterday's file while the prune runs; such a line would go
         with the file unseen, and the prune carries again instead."""
         path = day_path(self.directory, day)
-        with self._writer.passes():
+        # Bounded: a prune on a hung disk gives up and retries at the next one, rather
+        # than hold the daemon's shutdown, which waits for it, for as long as the disk.
+        with self._writer.passes(self._writer.sync_timeout):
             with self._lock:
                 still = self._path_commits.get(path, 0) == self._carry_marks.pop(path, -1)
                 if still:

@@ -334,12 +334,19 @@ class Writer:
         self._ring()
 
     @contextlib.contextmanager
-    def passes(self) -> Iterator[None]:
+    def passes(self, timeout: float | None = None) -> Iterator[None]:
         """Hold the writer between passes: while held, no line is written, synced or
         committed. What a pass had written but not synced stays uncommitted, and is
-        written again should its file go meanwhile (`_rewrite_moved`)."""
-        with self._passing:
+        written again should its file go meanwhile (`_rewrite_moved`). With `timeout`,
+        raise LedgerUnavailable when the pass under way (stuck on a hung disk) does not
+        end within it."""
+        if not self._passing.acquire(timeout=-1 if timeout is None else timeout):
+            raise LedgerUnavailable(f"the ledger's writer is stuck in a write or sync for "
+                                    f"over {timeout:g}s")
+        try:
             yield
+        finally:
+            self._passing.release()
 
     def stats(self) -> WriterStats:
         with self._cv:
