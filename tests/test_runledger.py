@@ -10,6 +10,7 @@ Time is injected (`Clock`) so day files and stamps are exact.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -1374,6 +1375,28 @@ def test_a_close_that_leaves_its_writer_stuck_keeps_the_directory(tmp_path: Path
     seqs = [json.loads(raw)["seq"] for p in sorted(d.glob("*.jsonl"))
             for raw in p.read_bytes().splitlines()]
     assert seqs == [1, 2, 3]
+
+
+def test_a_wait_after_the_line_recovered_and_committed_returns_its_seq(tmp_path: Path
+                                                                       ) -> None:
+    """A caller that enqueues and waits later (the runner's admission, the prune's carry
+    forward) waits on a line whose write failed, was retried and committed meanwhile: the
+    wait says it is durable. It said 'the line stays queued' from the failure it missed,
+    and the prune so gave up and carried the same runs again at the next."""
+    d = tmp_path / "ledger"
+    files = FaultyFiles()
+    led = RunLedger(str(d), clock=Clock(T0), files=files, sync_timeout=5.0)
+    try:
+        files.inject("write", errno=errno.EIO, times=1)
+        e = led.enqueue({"type": "opened", "harness": "a", "run_id": 1})
+        deadline = time.monotonic() + 30.0
+        while led.get("a", 1) is None:  # failed once, retried, committed
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert led.stats().append_errors == 1
+        assert led.wait(e) == 1
+    finally:
+        led.close()
 
 
 def test_a_ledger_that_fails_to_open_lets_go_of_its_directory(tmp_path: Path) -> None:

@@ -74,12 +74,15 @@ class _Waiter:
         self.woken = False
 
     def wake(self, error: LedgerError | None = None) -> None:
-        # Only the writer thread wakes, so the first wake decides; a line that fails,
-        # is reported, and later commits has already told its caller.
+        # Only the writer thread wakes. A caller waiting at the failure was told of it;
+        # once the line commits, a wait that comes later (enqueue now, wait later) is
+        # told it is durable, not of a failure that has since been mended.
         if not self.woken:
             self.error = error
             self.woken = True
             self._lock.release()
+        elif error is None:
+            self.error = None
 
     def wait(self, timeout: float) -> bool:
         return self.woken or self._lock.acquire(timeout=timeout)
