@@ -591,6 +591,37 @@ def test_memory_agrees_with_the_files_after_a_prune(tmp_path: Path,
     assert mem_oldest == files_oldest == 3
 
 
+def test_a_record_below_the_floor_but_above_its_harness_floor_is_held_after_a_prune(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """b/1, trimmed from memory while its opened line was on disk, left b's own floor at
+    seq 2 (every b record from seq 2 on is in memory) below the ledger-wide one. The
+    prune deletes its opened line: b/1 now starts at its closed line, seq 3, above b's
+    floor. Memory looked for such records above the ledger-wide floor only, so it
+    answered for b without b/1, and paging b from memory skipped it."""
+    d = tmp_path / "ledger"
+    clock = Clock(parse_ns("2026-06-10T12:00:00Z"))
+    led = open_ledger(d, clock=clock, window_ns=DAY, tail=1, retention_ns=2 * DAY)
+    led.append({"type": "opened", "harness": "b", "run_id": 1, "trigger": "manual"})
+    clock.ns += DAY
+    led.append({"type": "opened", "harness": "b", "run_id": 2, "trigger": "manual"})
+    led.append({"type": "closed", "harness": "b", "run_id": 1, "outcome": "failed"})
+    led.append(decided("c", 1))
+    clock.ns += DAY
+    led.append(decided("b", 3))
+    led.append(decided("c", 2))
+    clock.ns += DAY
+    led.append(decided("c", 3))
+    assert led.prune().deleted == ["2026-06-10"]
+    for q in (Query(("b",), limit=2), Query(("b",), limit=1, before_seq=5),
+              Query(("b",), limit=1, before_seq=3), Query(limit=10)):
+        mem, mem_oldest = led.query(q)
+        files, files_oldest, _ = scan(str(d), q)
+        assert mem == [r.to_json() for r in files], q
+        assert mem_oldest == files_oldest, q
+    assert [r["seq"] for r in led.query(Query(("b",), limit=10))[0]] == [5, 3, 2]
+
+
 def test_a_trimmed_record_with_a_kept_late_line_is_held_again_after_the_prune(
     tmp_path: Path, open_ledger: OpenLedger
 ) -> None:

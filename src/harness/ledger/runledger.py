@@ -562,17 +562,22 @@ class RunLedger:
             # puts lower seqs in a later day's file, which is kept).
             cut = {k for k, r in self._index.records.items() if r.seq <= upto}
             floor = self._index.floor
+            # Memory vouches for a harness's records from its own floor up, which can lie
+            # below the ledger-wide one (a record trimmed from the harness's tail).
+            floors = {h: min(f, floor) for h, f in self._index.harness_floor.items()}
             held = set(self._index.records)
             read_to = self._committed
             self._captures[id(later)] = later
         try:
             days = list_day_files(self.directory).days
             # A record memory had already let go (trimmed, or older than the boot loaded)
-            # that kept a later line (a late update) now starts at that line, which may
-            # be above the floor: memory must hold it, or it would answer without it.
+            # that kept a later line (a late update, a closing line) now starts at that
+            # line, which may be above a floor: memory must hold it, or it would answer
+            # without it.
             for _day, path in days:
                 for e, _raw in self._envelopes(path):
-                    if floor <= e.seq <= read_to and (e.harness, e.run_id) not in held:
+                    if (floors.get(e.harness, floor) <= e.seq <= read_to
+                            and (e.harness, e.run_id) not in held):
                         cut.add((e.harness, e.run_id))
             fresh = {k: Record(*k) for k in cut}
             if fresh:
