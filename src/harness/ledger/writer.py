@@ -198,7 +198,7 @@ class Writer:
         self._flush_now = False
         self._retry_now = False  # a close or flush cuts short the backoff under way
         self._passing = threading.Lock()  # held through each pass: see `passes`
-        self._stopped = False  # the thread has returned (or never will write again)
+        self._stopped = False  # the writer thread has returned: it writes no more
         self._at_stop: list[Callable[[], None]] = []
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
