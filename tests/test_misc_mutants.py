@@ -173,3 +173,11 @@ def test_took_with_an_unreadable_end_is_unknown_whatever_the_outcome(outcome: st
     assert render.took({"outcome": outcome, "started_at": "then", "ended_at": start}) == (
         "unknown")
     assert render.took({"outcome": outcome}) == ("unknown" if outcome == "failed" else "—")
+
+
+@pytest.mark.parametrize("size", [0, -1])
+def test_a_subscription_buffer_is_bounded(size: int) -> None:
+    """The feed's buffers are bounded: queue.Queue takes a size of 0 or less as no bound
+    at all, so such a size is refused rather than given a buffer that grows for ever."""
+    with pytest.raises(ValueError, match=f"buffer size must be at least 1, got {size}"):
+        Feed().subscribe("w", size)

@@ -65,6 +65,8 @@ class Feed:
         self._missed: dict[str, int] = {}
 
     def subscribe(self, name: str, size: int = 1024) -> Subscription:
+        if size < 1:  # queue.Queue would take it as no bound at all
+            raise ValueError(f"a feed subscription's buffer size must be at least 1, got {size}")
         sub = Subscription(self, name, size)
         with self._lock:
             self._subs = [*self._subs, sub]
