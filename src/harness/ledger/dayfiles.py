@@ -273,6 +273,17 @@ class FileTail:
     damaged_seq: int | None = None
     torn_dropped: int = 0  # the bytes of a longer fragment before those in `torn`
 
+    @property
+    def torn_size(self) -> int:
+        """The length in bytes of the unterminated fragment at the end (0 for none)."""
+        return len(self.torn) + self.torn_dropped if self.torn is not None else 0
+
+    def ends_in_whole_line(self) -> bool:
+        """Whether the fragment at the end is a whole line missing only its newline (a
+        line to every reader), not a torn write. One cut to its last CHUNK bytes is no
+        line: nothing that long was ever written as one."""
+        return self.torn is not None and not self.torn_dropped and is_whole(self.torn)
+
 
 def highest_line(path: str) -> tuple[int, str | None] | None:
     """(seq, hash) of the line of `path` with the highest seq: its last line, unless the

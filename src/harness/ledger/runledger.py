@@ -31,7 +31,6 @@ from .dayfiles import (
     CHUNK,
     IMPORTED_FILE,
     day_path,
-    is_whole,
     iter_chunks,
     list_day_files,
     read_tail,
@@ -207,7 +206,7 @@ class RunLedger:
         for path, t in tails:
             if t.torn is None:
                 continue
-            if t.torn_dropped or not is_whole(t.torn):
+            if not t.ends_in_whole_line():
                 self._torn += 1  # a crash fragment, which every reader skips
                 continue
             # A whole value missing only its "\n" is a line to every reader (and to the

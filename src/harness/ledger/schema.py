@@ -307,7 +307,7 @@ def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str
             if v is None:
                 raise _refuse(line, harness, run_id)
         elif t is _I:
-            if type(v) is not int or not _INT_MIN <= v <= _INT_MAX:
+            if not _int64(v):
                 raise _refuse(line, harness, run_id)
         elif t is None:
             if k not in ENVELOPE and k not in CHAIN:

@@ -591,9 +591,9 @@ def _verify_parallel(segments: list[Path], expected_head: str | None) -> WorkVer
     # The unterminated fragment after the last segment's final newline (None if none).
     t = read_tail(str(segments[-1]))
     tail = t.torn
-    if tail is not None and not t.torn_dropped and is_whole(tail):
+    if t.ends_in_whole_line():
         return None  # a last row without its newline: the sequential walk judges it
-    torn = len(tail) + t.torn_dropped if tail is not None else 0
+    torn = t.torn_size
     procs = os.cpu_count() or 1
     jobs = _split(segments, torn, procs * 4)
     if len(jobs) < 2:
