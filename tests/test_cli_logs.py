@@ -341,6 +341,60 @@ def test_log_follower_shows_each_byte_once_across_the_compression(tmp_path: Path
     assert late.rest() == b"one\ntwo\n" + b"x" * 200_000 + b"\nthree\n"
 
 
+def test_log_follower_shows_the_last_output_when_compression_lands_mid_look(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CI once saw `trigger --wait` print "started" but not the run's last line "done":
+    # the follower looked for the plain log, the daemon compressed it away, and the open
+    # that followed found nothing. Here the compression lands right after any look.
+    import os as real_os
+
+    from harness.supervisor import logs as run_logs
+    from harness.supervisor import logview
+    from harness.supervisor.logview import LogFollower
+
+    path = tmp_path / "3.log"
+    path.write_bytes(b"started\n")
+    f = LogFollower(str(path))
+    assert f.new() == b"started\n"
+    with path.open("ab") as out:
+        out.write(b"done\n")
+    looked = real_os.path.exists
+    busy: list[bool] = []
+
+    def look_then_compress(p: str) -> bool:
+        there = looked(p)
+        if not busy:  # once: compress_log looks too
+            busy.append(True)
+            run_logs.compress_log(str(path))
+        return there
+
+    monkeypatch.setattr(logview.os.path, "exists", look_then_compress)
+    assert f.rest() == b"done\n"
+    monkeypatch.undo()
+    run_logs.compress_log(str(path))  # if no look came first
+    assert not path.exists() and f.rest() == b""
+
+
+def test_log_follower_races_the_compression_without_losing_a_byte(tmp_path: Path) -> None:
+    import threading
+
+    from harness.supervisor import logs as run_logs
+    from harness.supervisor.logview import LogFollower
+
+    for i in range(200):
+        path = tmp_path / f"{i}.log"
+        path.write_bytes(b"started\n")
+        f = LogFollower(str(path))
+        assert f.new() == b"started\n"
+        with path.open("ab") as out:
+            out.write(b"done %d\n" % i)
+        t = threading.Thread(target=run_logs.compress_log, args=(str(path),))
+        t.start()
+        got = f.rest()
+        t.join()
+        assert got + f.rest() == b"done %d\n" % i, i
+
+
 def test_a_log_that_cannot_be_compressed_stays_plain_and_leaves_no_tmp(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from harness.supervisor import logs as run_logs

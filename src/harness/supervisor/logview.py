@@ -157,23 +157,20 @@ class LogFollower:
 
     def new(self) -> bytes:
         """What the plain log gained since the last call (b"" when it is not there)."""
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.shown)
-                data = f.read()
-        except FileNotFoundError:
-            return b""
-        self.shown += len(data)
-        return data
+        data = self._plain()
+        return data if data is not None else b""
 
     def rest(self) -> bytes:
         """After the run closed: everything not shown yet, from the plain log or its .zst."""
-        if os.path.exists(self.path):
-            return self.new()
+        data = self._plain()
+        if data is not None:
+            return data
+        # The plain log goes only after its .zst is whole (compress_log), so a plain log
+        # found missing here is in the .zst.
         try:
             f = open(self.path + logs.ZST, "rb")  # noqa: SIM115 - closed below
         except FileNotFoundError:
-            return self.new()  # renamed back between the two looks: read it plain
+            return b""  # never written: the run printed nothing
         out = bytearray()
         with f:
             reader = zstandard.ZstdDecompressor().stream_reader(f)
@@ -186,6 +183,23 @@ class LogFollower:
                 skip = 0
         self.shown += len(out)
         return bytes(out)
+
+    def _plain(self) -> bytes | None:
+        """The plain log's bytes past `shown`, or None when it is not there.
+
+        Opened, never looked at first: once open, its bytes stay readable even when the
+        compression unlinks it a moment later. A look then an open could find it there
+        and then gone, and show nothing of the run's last output.
+        """
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return None
+        with f:
+            f.seek(self.shown)
+            data = f.read()
+        self.shown += len(data)
+        return data
 
 
 def read_tail(path: str, max_bytes: int | None = None, lines: int | None = None
