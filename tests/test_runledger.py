@@ -1112,7 +1112,9 @@ def test_an_open_record_older_than_the_window_is_found_at_boot(
             "outcome": "running"}
     assert led.open_records() == [want]
     assert led.get("worker", 3) == want
-    assert led.stats().records_in_memory == 1  # old closed records stay on disk
+    # Of the old closed records only cron's newest 20 (its tail) are loaded.
+    assert led.stats().records_in_memory == 1 + 20
+    assert [i for i in range(1, 31) if led.get("cron", i) is not None] == list(range(11, 31))
     assert led.max_run_id("worker") == 3
     assert led.max_run_id("cron") == 30  # ids are never reused, even those only on disk
 
@@ -1135,7 +1137,8 @@ def test_the_default_window_is_the_last_seven_utc_days_to_the_nanosecond(
     assert sorted(p.name for p in ledger_dir.glob("*.jsonl")) == [
         "2026-06-07.jsonl", "2026-06-08.jsonl"]
 
-    led = open_ledger(ledger_dir, clock=Clock(now))
+    # No tail, which would load the older records too (its own tests are below).
+    led = open_ledger(ledger_dir, clock=Clock(now), tail=0)
     assert [i for i in (1, 2) if led.get("weekly", i) is not None] == loaded
     assert led.stats().records_in_memory == len(loaded)
     assert led.max_run_id("weekly") == 2
@@ -1208,7 +1211,7 @@ def test_the_boot_leaves_the_garbage_collector_as_it_found_it(
     assert gc_left_by(boot) == [True, False]
 
 
-def test_backfill_loads_a_weekly_harness_tail_whole(
+def test_the_boot_loads_a_weekly_harness_tail_whole(
     ledger_dir: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = Clock(0)
@@ -1228,19 +1231,43 @@ def test_backfill_loads_a_weekly_harness_tail_whole(
     assert len(list(ledger_dir.glob("*.jsonl"))) == 10
     newest = sorted(ledger_dir.glob("*.jsonl"))[-1]
     with newest.open("ab") as f:
-        f.write(b"not json at all\n")  # the backfill reads past a line it cannot use
+        f.write(b"not json at all\n")  # the boot reads past a line it cannot use
 
+    # The window holds none of them: the boot loads the newest two (the tail), each
+    # whole, from the files older than the window.
     led = open_ledger(ledger_dir, clock=Clock(T0), tail=2)
-    assert led.stats().records_in_memory == 0
-    led.backfill(["weekly"])
-    assert led.stats().skipped == 1  # counted at the boot only
+    assert led.stats().records_in_memory == 2
+    assert led.stats().skipped == 1
     calls = count_scans(monkeypatch)
     recs, oldest = led.query(Query(names=("weekly",), limit=2))
     assert calls == []  # answered from memory
     assert (recs, oldest) == ([want[4], want[3]], 7)
     recs, oldest = led.query(Query(names=("weekly",), limit=5))
-    assert len(calls) == 1  # beyond what was backfilled: the files answer
+    assert len(calls) == 1  # beyond what the boot loaded: the files answer
     assert (recs, oldest) == (want[::-1], 1)
+
+
+def test_a_late_line_of_a_record_the_boot_passed_over_keeps_the_files_answering(
+    ledger_dir: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The boot keeps, of an old harness, only its newest run ids (the tail). A closing
+    line of run 1 whose opened line is gone (a prune took it) is run 1's first line
+    now: seq 4, above the runs kept. Memory must not answer "the newest two" without it.
+    """
+    clock = Clock(T0 - 20 * DAY)
+    led = open_ledger(ledger_dir, clock=clock)
+    for i in (2, 3, 4):
+        led.append(decided("h", i))
+    led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "failed",
+                "exit_code": 3})
+    led.close()
+
+    led = open_ledger(ledger_dir, clock=Clock(T0), tail=2)
+    assert [i for i in (1, 2, 3, 4) if led.get("h", i) is not None] == [3, 4]
+    calls = count_scans(monkeypatch)
+    recs, oldest = led.query(Query(names=("h",), limit=2))
+    assert ([(r["run_id"], r["seq"]) for r in recs], oldest) == ([(1, 4), (4, 3)], 3)
+    assert len(calls) == 1
 
 
 def test_since_from_the_windows_first_day_is_answered_from_memory_after_boot(

@@ -316,11 +316,11 @@ def test_stats_count_the_files_pruned_and_the_runs_carried(
     assert (led.stats().pruned, led.stats().carried_forward) == (2, 1)
 
 
-def test_backfill_that_reads_every_file_lets_memory_answer_the_harness(
+def test_a_boot_that_reads_every_file_lets_memory_answer_the_harness(
     ledger_dir: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Seq 1 was pruned; a weekly harness w has runs 30 and 20 days ago, outside the
-    window. Backfill reads every file left for it: memory then holds all of w, and a
+    window. The boot reads every file left for it: memory then holds all of w, and a
     query of w needs no file read."""
     clock = Clock(T0 - 100 * DAY)
     led = open_ledger(ledger_dir, clock=clock)
@@ -335,26 +335,62 @@ def test_backfill_that_reads_every_file_lets_memory_answer_the_harness(
     led.close()
 
     led = open_ledger(ledger_dir, clock=Clock(T0))
-    led.backfill(["w"])
     calls = count_scans(monkeypatch)
     recs, oldest = led.query(Query(names=("w",), limit=10))
     assert ([(r["run_id"], r["seq"]) for r in recs], oldest) == ([(2, 3), (1, 2)], 2)
     assert calls == []
 
 
-def test_backfill_reads_no_file_for_a_harness_already_holding_its_tail(
-    ledger_dir: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+def test_the_boot_loads_no_old_record_of_a_harness_already_holding_its_tail(
+    ledger_dir: Path, open_ledger: OpenLedger
 ) -> None:
     clock = Clock(T0 - 30 * DAY)
     led = open_ledger(ledger_dir, clock=clock)
     led.append(decided("a", 1))
+    led.append(decided("b", 1))
     clock.ns = T0
     led.append(decided("a", 2))
     led.append(decided("a", 3))
     led.close()
     led = open_ledger(ledger_dir, clock=Clock(T0), tail=2)
+    # a's tail is in the window; b has none there, so its old record is loaded.
+    assert [k for k in (("a", 1), ("a", 2), ("a", 3), ("b", 1)) if led.get(*k)] == [
+        ("a", 2), ("a", 3), ("b", 1)]
+
+
+def test_the_boot_folds_old_records_from_the_first_file_holding_one(
+    ledger_dir: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ten old days of one run of w each, and a tail of two: the fold of the records the
+    boot keeps reads the last two old files, not all ten."""
+    clock = Clock(T0 - 20 * DAY)
+    led = open_ledger(ledger_dir, clock=clock)
+    for i in range(1, 11):
+        clock.ns = T0 - (20 - i) * DAY
+        led.append(decided("w", i))
+    led.close()
     reads = count_file_reads(monkeypatch)
-    led.backfill(["a"])
-    assert reads == []
-    led.backfill(["a", "b"])  # b holds fewer than its tail: the files are read for it
-    assert reads != []
+    led = open_ledger(ledger_dir, clock=Clock(T0), tail=2)
+    assert [i for i in range(1, 11) if led.get("w", i) is not None] == [9, 10]
+    assert reads == [f"{day(T0 - 11 * DAY)}.jsonl", f"{day(T0 - 10 * DAY)}.jsonl"]
+
+
+def test_an_old_open_run_folds_its_lines_from_before_its_carried_opened_line(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """A resident opened 30 days ago, updated 24 days ago; a prune 20 days ago deleted its
+    opened line's file and carried a fresh opened line. Its update now comes before any
+    opened line in the files, and the boot must fold it too."""
+    clock = Clock(T0 - 30 * DAY)
+    led = open_ledger(ledger_dir, clock=clock, retention_ns=5 * DAY)
+    led.append({"type": "opened", "harness": "r", "run_id": 1, "kind": "resident",
+                "trigger": "autostart", "started_at": format_ns(clock.ns)})
+    clock.ns = T0 - 24 * DAY
+    led.append({"type": "updated", "harness": "r", "run_id": 1, "model_calls": 5})
+    clock.ns = T0 - 20 * DAY
+    assert led.prune().deleted == [day(T0 - 30 * DAY)]
+    led.close()
+    led = open_ledger(ledger_dir, clock=Clock(T0), tail=0)
+    assert led.open_records() == [{
+        "harness": "r", "run_id": 1, "seq": 2, "kind": "resident", "trigger": "autostart",
+        "started_at": format_ns(T0 - 30 * DAY), "model_calls": 5, "outcome": "running"}]

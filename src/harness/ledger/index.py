@@ -11,7 +11,10 @@ Not thread-safe by itself: the ledger serialises access with its lock.
 
 from __future__ import annotations
 
+import heapq
 import sys
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from ..timefmt import format_ns, parse_ns
@@ -133,3 +136,68 @@ class Index:
             self.floor = max(self.floor, top + 1)
             self.floor_at = max(self.floor_at, start)
         return dropped
+
+
+class NewestPicker:
+    """The boot's pick, in one pass over the envelopes of the files older than the window,
+    of each harness's newest records there: enough that memory holds `tail` of each
+    harness (REQ-15) when the window holds fewer. Bounded: at most `tail` run ids are
+    kept per harness, whatever the files hold.
+
+    Run ids rise per harness and are never reused, so a line whose run id is at or below
+    the highest one let go belongs to a record passed over. Invariant: every record of
+    harness h on disk and not picked has a seq below ``floors()[h]`` (conservatively: a
+    passed-over record's late line raises the floor too, since an orphan line whose
+    opened line was pruned cannot be told from it without remembering every run id).
+    """
+
+    def __init__(self, tail: int, held: Iterable[tuple[str, int]]) -> None:
+        self.tail = tail
+        self._held = Counter(h for h, _ in held)  # the window's records per harness
+        self.full = {h for h, n in self._held.items() if n >= tail}
+        self._firsts: dict[str, dict[int, int]] = {}  # run id -> lowest seq seen
+        self._where: dict[tuple[str, int], int] = {}  # the first file holding it
+        self._heaps: dict[str, list[int]] = {}
+        self._cut: dict[str, int] = {}  # the highest run id let go
+        self._passed: dict[str, int] = {}  # the highest seq of a record let go
+
+    def see(self, harness: str, run_id: int, seq: int, file: int) -> None:
+        """One envelope, read from the `file`th file, in file order; the caller skips
+        harnesses in `full`."""
+        firsts = self._firsts.get(harness)
+        if firsts is None:
+            firsts = self._firsts[harness] = {}
+            self._heaps[harness] = []
+        low = firsts.get(run_id)
+        if low is not None:
+            if seq < low:  # a clock stepped back put a lower seq in a later file
+                firsts[run_id] = seq
+            return
+        if run_id <= self._cut.get(harness, 0):
+            self._pass(harness, seq)
+            return
+        firsts[run_id] = seq
+        self._where[(harness, run_id)] = file
+        heap = self._heaps[harness]
+        heapq.heappush(heap, run_id)
+        if len(heap) > self.tail - self._held[harness]:
+            gone = heapq.heappop(heap)  # above every id let go before: the cut only rises
+            self._cut[harness] = gone
+            del self._where[(harness, gone)]
+            self._pass(harness, firsts.pop(gone))
+
+    def _pass(self, harness: str, seq: int) -> None:
+        if seq > self._passed.get(harness, 0):
+            self._passed[harness] = seq
+
+    def keys(self) -> set[tuple[str, int]]:
+        return {(h, rid) for h, firsts in self._firsts.items() for rid in firsts}
+
+    def first_file(self) -> int:
+        """The first file holding a line of a picked record (a large number: none)."""
+        return min(self._where.values(), default=sys.maxsize)
+
+    def floors(self) -> dict[str, int]:
+        """Per harness seen: memory, once the picked records are folded, holds every
+        record of it from this seq up (1: all of them)."""
+        return {h: self._passed.get(h, 0) + 1 for h in self._firsts}

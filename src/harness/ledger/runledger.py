@@ -39,7 +39,7 @@ from .errors import LedgerCorrupt, LedgerInUse, LineTooLong
 from .feed import Committed, Feed, Subscription
 from .files import FileLayer, clear_leftovers, hold_dir, make_private_dir
 from .fold import Frozen, LogProbe, Record
-from .index import Index
+from .index import Index, NewestPicker
 from .query import Query
 from .reader import Head, ReadStats, decode_line, head_of, heads, scan
 from .retention import PruneResult, prune
@@ -55,6 +55,8 @@ RING = 10_000
 # The first read of a day file by a reader after its first lines only (its first seq;
 # the opened lines below a seq a prune looks for): room for a few lines.
 _PEEK = 1 << 16
+# The boot's bound on records tracked while it looks for those still open.
+_LIVE_CAP = 100_000
 
 
 def _opened_after(r: Record | Frozen, day: str) -> bool:
@@ -266,39 +268,74 @@ class RunLedger:
             # every record with a line written after the window began (a clock stepped
             # back across its first midnight), else a closed run reads open and REQ-7
             # would close it again, and a record wholly in an older file would be missing
-            # above the floor. Only envelopes are read here, and only keys are kept.
+            # above the floor. Only envelopes are read here, and only keys are kept, with
+            # the first old file holding a line of each: the fold reads from there on.
             open_old: set[tuple[str, int]] = set()
             wanted: set[tuple[str, int]] = set()
+            start = len(old)
+            # Each record not yet ended, in file order, with its first file: a run's lines
+            # before its opened one (a carried-forward resident's) come first. Bounded: a
+            # ledger of many records never ended reads every old file instead.
+            live: dict[tuple[str, int], int] | None = {}
             # Every run id on disk, not only the window's: ids are never reused, and a
             # late line of an old record is told from a new record by its id.
             max_ids = self._index.max_ids
             # The lines every reader skips are skipped here too (`heads` decodes each
             # line on its own, so no line of two objects passes as two lines).
             stats = ReadStats()
-            for _day, path in old:
+            # REQ-15's "at least the newest 20 per harness": a weekly job's history, or an
+            # idle harness's, is in memory from boot, not read from the files per query.
+            picker = NewestPicker(self._index.tail, in_window)
+            full = picker.full
+            below = 0  # the highest seq of the old files before this one
+            for i, (_day, path) in enumerate(old):
+                above = below
                 for block in heads(path, stats):
                     for e in block:
+                        if e.seq <= below:
+                            # A clock stepped back: a record's lines are not in file
+                            # order, so its first file is not known.
+                            start = 0
+                        elif e.seq > above:
+                            above = e.seq
                         if e.seq > top[0]:
                             top = (e.seq, path)
                         key = (e.harness, e.run_id)
-                        if key in in_window or (first_seq is not None and e.seq >= first_seq):
+                        if key in in_window:
                             wanted.add(key)
+                            start = min(start, i)
+                        elif first_seq is not None and e.seq >= first_seq:
+                            wanted.add(key)
+                            start = 0  # its lower seqs may lie in any older file
+                        elif e.harness not in full:
+                            picker.see(e.harness, e.run_id, e.seq, i)
                         if e.run_id > max_ids.get(e.harness, 0):
                             max_ids[e.harness] = e.run_id
-                        if e.type == "opened":
-                            open_old.add(key)
-                        elif e.type in ("closed", "decided"):
+                        if e.type in ("closed", "decided"):
                             open_old.discard(key)
+                            if live is not None:
+                                live.pop(key, None)
+                        else:
+                            if e.type == "opened":
+                                open_old.add(key)
+                            if live is not None and key not in live:
+                                live[key] = i
+                                if len(live) > _LIVE_CAP:
+                                    live = None
+                below = above
             self._skipped += stats.skipped
-            wanted |= open_old
+            wanted |= open_old | picker.keys()
+            start = min(start, picker.first_file(),
+                        *(live[k] for k in open_old) if live is not None else (0,))
             if wanted:
-                self._backfill_keys(old, wanted)
+                self._backfill_keys(old[start:], wanted)
             if top[0] >= next_seq:
                 next_seq, head = top[0] + 1, self._hash_at(*top)
             if old:
                 self._index.floor = first_seq if first_seq is not None else next_seq
                 self._index.floor_at = format_ns(day_start_ns(window[0][0])) if window else (
                     format_ns(now))
+                self._index.harness_floor.update(picker.floors())
         finally:
             if gc_was:
                 gc.enable()
@@ -338,46 +375,6 @@ class RunLedger:
                     obj = self._decode(raw, count=False)
                     if obj is not None:
                         yield obj
-
-    def backfill(self, names: list[str]) -> None:
-        """Read older files newest-first until each named harness has `tail` records in
-        memory, so `harness runs NAME` and jobs answer from memory for weekly jobs."""
-        with self._lock:
-            want = {n for n in names if self._count(n) < self._index.tail}
-            if not want:
-                return
-            days = list_day_files(self.directory).days
-            loaded_from = self._index.floor
-            for _day, path in reversed(days):
-                first = None
-                lines = list(self._file_lines(path))
-                for raw in lines:
-                    obj = self._decode(raw, count=False)
-                    if obj is None:
-                        continue
-                    if first is None:
-                        first = obj["seq"]
-                    if obj["seq"] >= loaded_from:
-                        break
-                    if obj["harness"] in want:
-                        self._index.apply(obj)
-                if first is not None:
-                    for n in want:
-                        self._index.harness_floor[n] = min(
-                            self._index.harness_floor.get(n, loaded_from), first)
-                # Keep reading while a harness holds a partial record: a run that crossed
-                # into this file from an older one has only its later lines here, and
-                # stopping would claim it complete above the floor (wrong seq, no start).
-                partial = {h for (h, _), r in self._index.records.items() if not r.opened}
-                want = {n for n in want if self._count(n) < self._index.tail or n in partial}
-                if not want:
-                    break
-            else:
-                for n in want:
-                    self._index.harness_floor[n] = 1
-
-    def _count(self, name: str) -> int:
-        return sum(1 for (h, _), _r in self._index.records.items() if h == name)
 
     def _file_lines(self, path: str, first: int = CHUNK) -> Iterator[bytes]:
         """Every complete line of one day file, blank ones too: a blank line is a line
