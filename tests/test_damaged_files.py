@@ -810,3 +810,41 @@ def test_a_line_of_48_mb_costs_no_reader_its_size(template: Path, tmp_path: Path
     for what in ("runs", "verify", "boot"):
         grew = damaged[what][2] - clean[what][2]
         assert grew < 24 << 10, (what, grew, clean[what][2])  # KiB; the line is 48 MiB
+
+
+def test_a_work_ledger_ending_in_megabytes_of_zeroed_blocks_is_cut_whole(
+        tmp_path: Path) -> None:
+    """A crash can leave a segment ending in zeroed blocks with no newline: here 30 MiB,
+    past the 4 MiB a reader keeps of a line, and enough to make the ledger large, so
+    the open verifies it with the parallel walk. Both walks report the fragment's true
+    size, and the open cuts all of it: the next row starts on a clean line and the
+    chain verifies. Before, the parallel walk kept only its last 4 MiB and the open cut
+    only those, gluing the next row, acknowledged, to 26 MiB of zeros: a break."""
+    from harness.worklog.rows import GENESIS, entry_hash
+    from ledgertools import ref_canonical
+
+    d = ledger_dir(tmp_path, "goal")
+    with WorkLedger(tmp_path, "goal") as wl:
+        seg = wl.segment
+    prev, rows = GENESIS, []
+    for seq in range(1, 20001):
+        payload = {"i": seq, "pad": "x" * 200}
+        h = entry_hash("goal.tick", None, payload, prev)
+        rows.append(ref_canonical({"seq": seq, "ts": "2026-11-30T08:00:00.000000000Z",
+                                   "kind": "goal.tick", "task_id": None, "payload": payload,
+                                   "prev_hash": prev, "entry_hash": h, "schema_version": 1}))
+        prev = h
+    clean = b"\n".join(rows) + b"\n"
+    zeros = 30 << 20
+    seg.write_bytes(clean + b"\0" * zeros)
+    par, seq_walk = verify_dir(d, parallel=True), verify_dir(d, parallel=False)
+    assert par == seq_walk
+    assert (par.ok, par.entry_count, par.head_hash, par.torn_size) == (True, 20000, prev, zeros)
+    assert par.torn_tail == b"\0" * (4 << 20)
+    assert par.to_json("goal")["torn_tail_bytes"] == zeros
+    with WorkLedger(tmp_path, "goal") as wl:
+        assert wl.recovered_tail == b"\0" * (4 << 20)
+        row = wl.record("task.failed", "t2", {"why": "after the zeros"})
+    assert seg.read_bytes().startswith(clean) and seg.read_bytes().count(b"\0") == 0
+    again = verify_dir(d)
+    assert (again.ok, again.entry_count, again.head_hash) == (True, 20001, row["entry_hash"])

@@ -144,7 +144,7 @@ def _verify_work_ledger(run_id: str, expected_head: str | None, as_json: bool,
         if res.ok and res.entry_count == 0:
             # An empty segment, or one holding only a crash's fragment of the first row:
             # no entry to verify, which anchor and resume also call no ledger.
-            torn = (f"; only a torn fragment of {len(res.torn_tail)} bytes"
+            torn = (f"; only a torn fragment of {res.torn_size} bytes"
                     if res.torn_tail is not None else "")
             raise NoLedger(f"no work ledger at {directory} (no entries{torn})")
     except WorkLedgerError as exc:
@@ -159,7 +159,7 @@ def _verify_work_ledger(run_id: str, expected_head: str | None, as_json: bool,
     if as_json:
         _print_json({**res.to_json(run_id), "ledger": str(directory)})
     elif res.ok:
-        torn = (f"; a torn trailing fragment of {len(res.torn_tail)} bytes is not part of "
+        torn = (f"; a torn trailing fragment of {res.torn_size} bytes is not part of "
                 "the chain") if res.torn_tail is not None else ""
         click.echo(f"ok: work ledger {run_id}: {res.entry_count} entries verify from genesis "
                    f"to head {res.head_hash}{torn}")

@@ -219,19 +219,20 @@ class WorkLedger:
             )
         torn = res.torn_tail
         if torn is not None:
-            self._cut_tail(torn)
-            res.torn_tail = None
+            self._cut_tail(torn, res.torn_size)
+            res.torn_tail, res.torn_size = None, 0
         return torn, res
 
-    def _cut_tail(self, torn: bytes) -> None:
+    def _cut_tail(self, torn: bytes, torn_size: int) -> None:
+        """Cut the fragment of `torn_size` bytes, ending in `torn`, off the last segment."""
         seg = iter_segments(self.dir)[-1]
         fd, _ = self._files.open_append(str(seg))
         try:
             size = self._files.size(fd)
-            keep = size - len(torn)
+            keep = size - torn_size
             # We hold the lock, so the file cannot have moved since it was verified;
             # check anyway rather than cut bytes that are not the fragment.
-            if keep < 0 or os.pread(fd, len(torn), keep) != torn:
+            if keep < 0 or os.pread(fd, len(torn), size - len(torn)) != torn:
                 raise VerificationFailed(
                     f"work ledger {self.run_id!r}: {seg.name} changed during recovery"
                 )

@@ -39,7 +39,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from harness.ledger.dayfiles import is_whole, read_tail
+from harness.ledger.dayfiles import CHUNK, is_whole, read_tail
 from harness.timefmt import is_rfc3339
 
 from . import NoLedger
@@ -152,7 +152,10 @@ class WorkVerify:
     ok: bool
     entry_count: int
     head_hash: str
+    # The unterminated fragment after the last row: its last CHUNK bytes at most (a
+    # crash can leave megabytes of zeroed blocks), and its whole size.
     torn_tail: bytes | None = None
+    torn_size: int = 0
     error_seq: int | None = None
     error_line: int | None = None
     reason: str | None = None
@@ -170,7 +173,7 @@ class WorkVerify:
             "head_hash": self.head_hash,
             "head_seq": self.head_seq,
             "torn_tail": self.torn_tail is not None,
-            "torn_tail_bytes": len(self.torn_tail) if self.torn_tail is not None else 0,
+            "torn_tail_bytes": self.torn_size,
         }
         if not self.ok:
             out.update(seq=self.error_seq, line=self.error_line, reason=self.reason)
@@ -386,13 +389,15 @@ class _Walker:
             raise _Break(_hash_reason(digest, r.entry_hash))
         return digest
 
-    def result(self, torn: bytes | None, expected_head: str | None) -> WorkVerify:
+    def result(self, torn: bytes | None, expected_head: str | None,
+               torn_size: int | None = None) -> WorkVerify:
         head = self.prev
         res = WorkVerify(
             ok=self.failure is None,
             entry_count=self.count,
             head_hash=head,
             torn_tail=torn,
+            torn_size=(len(torn) if torn_size is None else torn_size) if torn else 0,
         )
         if self.failure is not None:
             res.error_seq, res.error_line, res.reason = self.failure
@@ -448,29 +453,43 @@ def iter_segments(directory: str | Path) -> list[Path]:
     return sorted(p for p in d.iterdir() if SEGMENT_RX.fullmatch(p.name) and p.is_file())
 
 
+# What a complete line past CHUNK bytes is judged as: its last bytes alone could read as
+# a valid row, and it is none.
+_OVERLONG: Final = b"\0"
+
+
 class _Stream:
-    """Complete lines from the segments in order, in batches; remembers the torn tail."""
+    """Complete lines from the segments in order, in batches; remembers the torn tail.
+
+    A run of bytes with no newline is held to its last CHUNK bytes, whatever its length:
+    no row is that long, and zeroed blocks a crash left cost no more than a row.
+    """
 
     def __init__(self, segments: list[Path]) -> None:
         self.segments = segments
         self.torn: bytes | None = None
+        self.torn_size = 0
 
     def batches(self) -> Iterator[list[bytes]]:
         last = len(self.segments) - 1
         for i, path in enumerate(self.segments):
-            rest = b""
+            rest, size = b"", 0  # the line begun and not ended: its last bytes, its size
             with open(path, "rb") as f:
-                while True:
-                    block = f.read(_BLOCK)
-                    if not block:
-                        break
-                    parts = (rest + block).split(b"\n")
+                while block := f.read(_BLOCK):
+                    end = block.find(b"\n")
+                    if end < 0:
+                        rest, size = (rest + block)[-CHUNK:], size + len(block)
+                        continue
+                    parts = block[end + 1 :].split(b"\n")
+                    parts[:0] = [rest + block[:end] if size + end <= CHUNK else _OVERLONG]
                     rest = parts.pop()
+                    size = len(rest)
                     for j in range(0, len(parts), _CHUNK):
                         yield parts[j : j + _CHUNK]
-            if rest:
-                if i == last and not is_whole(rest):
-                    self.torn = rest
+            if size:
+                whole = size == len(rest) and is_whole(rest)
+                if i == last and not whole:
+                    self.torn, self.torn_size = rest, size
                 else:
                     # A segment that ends unterminated while a later one continues the
                     # chain is interior damage, not a crash tail, and a last row that
@@ -521,7 +540,7 @@ def verify_dir(
     stream = _Stream(segments)
     walker = _Walker()
     _run(stream.batches(), walker)
-    return walker.result(stream.torn, expected_head)
+    return walker.result(stream.torn, expected_head, stream.torn_size)
 
 
 # Below this many bytes the fork costs more than the other cores save.
@@ -611,4 +630,4 @@ def _verify_parallel(segments: list[Path], expected_head: str | None) -> WorkVer
         seq, prev, lines = last, last_hash, lines + n
     walker = _Walker()
     walker.count, walker.prev, walker.line = seq, prev, lines
-    return walker.result(tail, expected_head)
+    return walker.result(tail, expected_head, torn)
