@@ -25,7 +25,7 @@ import pytest
 import harness.ledger.reader as reader_mod
 import harness.ledger.runledger as runledger_mod
 from harness.ledger.errors import LedgerCorrupt, LedgerInUse, LedgerUnavailable, LineRejected
-from harness.ledger.files import FaultyFiles
+from harness.ledger.files import FaultyFiles, FileLayer
 from harness.ledger.query import Query
 from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
@@ -40,6 +40,7 @@ from ledgertools import (
     OpenLedger,
     all_lines,
     count_scans,
+    day,
     decided,
     gc_left_by,
     lines_of,
@@ -1055,8 +1056,8 @@ def test_since_reads_the_files_where_the_ring_does_not_reach(
     monkeypatch.setattr(runledger_mod, "RING", 50)
     clock = Clock(T0 - 2 * DAY)
     led = open_ledger(ledger_dir, clock=clock)
-    for day in range(3):  # 100 lines on each of three days: the merge crosses files
-        write_many(led, 100, first_run=100 * day + 1)
+    for d in range(3):  # 100 lines on each of three days: the merge crosses files
+        write_many(led, 100, first_run=100 * d + 1)
         clock.ns += DAY
     assert len(list(ledger_dir.glob("*.jsonl"))) == 3
     ring = list(led._ring)
@@ -1522,3 +1523,77 @@ def test_a_day_file_deleted_after_the_listing_reads_as_empty(
 
     monkeypatch.setattr(runledger_mod, "list_day_files", listed_then_pruned)
     assert [x["seq"] for x in led.since(0)] == [3, 4]
+
+
+@pytest.mark.parametrize("cut_fails", [False, True], ids=["cut", "cut-fails"])
+def test_a_failed_sync_across_midnight_leaves_no_later_seq_in_the_next_days_file(
+        tmp_path: Path, cut_fails: bool) -> None:
+    """Seq 2 (before midnight) and seq 3 (after) are written in one pass, to two day
+    files; the sync of the first fails and seq 2 is cut back. Seq 3 must go too: left in
+    the next day's file, a crash before the retry (the disk still full) left seq 3 on
+    disk with no seq 2 anywhere, a break verify reports for good and the restart never
+    mends (it continues at 4). Where the cut of seq 3 fails, seq 2 stays as well, and
+    each is written once."""
+    d = tmp_path / "ledger"
+    files = FaultyFiles()
+    clock = Clock(T0 - T0 % DAY - 1_000_000_000)  # a second before a UTC midnight
+    led = RunLedger(str(d), clock=clock, files=files, sync_timeout=0.5, retry_min=0.05,
+                    retry_max=0.1)
+    try:
+        assert led.append({"type": "opened", "harness": "h", "run_id": 1}) == 1
+        files.inject("sync", errno=errno.ENOSPC)
+        if cut_fails:
+            files.inject("truncate", errno=errno.EIO)
+        a = led.enqueue({"type": "closed", "harness": "h", "run_id": 1, "outcome": "success"})
+        clock.ns += 2_000_000_000
+        b = led.enqueue({"type": "opened", "harness": "h", "run_id": 2})
+        for e in (a, b):
+            with pytest.raises(LedgerUnavailable):
+                led.wait(e)
+        before, after = d / f"{day(clock.ns - DAY)}.jsonl", d / f"{day(clock.ns)}.jsonl"
+        # What a SIGKILL would leave, through several retries of the failing sync.
+        for _ in range(5):
+            time.sleep(0.1)
+            on_disk = [json.loads(raw)["seq"] for p in (before, after) if p.exists()
+                       for raw in p.read_bytes().splitlines() if raw]
+            assert on_disk == list(range(1, len(on_disk) + 1)), on_disk
+        files.clear()
+        deadline = time.monotonic() + 30.0  # generous: a loaded machine
+        while led.stats().queued:  # retried in order once the disk is back
+            assert time.monotonic() < deadline, "the queued lines were not retried"
+            time.sleep(0.02)
+        assert (led.wait(a), led.wait(b)) == (2, 3)
+    finally:
+        led.close(timeout=10.0)
+    assert [[json.loads(raw)["seq"] for raw in p.read_bytes().splitlines()]
+            for p in (before, after)] == [[1, 2], [3]]
+    res = verify_run_ledger(str(d))
+    assert (res.ok, res.head_seq) == (True, 3)
+
+
+class _DirSyncs(FileLayer):
+    """The real file layer, noting each directory it syncs."""
+
+    def __init__(self) -> None:
+        self.dirs: list[str] = []
+
+    def sync_dir(self, path: str) -> None:
+        self.dirs.append(path)
+        super().sync_dir(path)
+
+
+def test_the_first_ack_follows_a_sync_of_every_directory_the_ledger_made(
+        tmp_path: Path) -> None:
+    """`state/harness/ledger` made from nothing: each directory's entry is in its parent,
+    and each parent is synced before the first line is acknowledged, or a power loss can
+    take the path, and the acknowledged line in it, with the outermost directory. Only
+    the ledger's own directory was synced (for its day file)."""
+    files = _DirSyncs()
+    d = tmp_path / "state" / "harness" / "ledger"
+    led = RunLedger(str(d), clock=Clock(T0), files=files)
+    try:
+        assert led.append(decided("a", 1)) == 1
+    finally:
+        led.close()
+    assert files.dirs == [str(tmp_path), str(tmp_path / "state"),
+                          str(tmp_path / "state" / "harness"), str(d)]

@@ -804,3 +804,25 @@ def test_a_stamp_in_the_writers_form_must_be_a_real_time(tmp_path: Path, stamp: 
         return
     assert (res.ok, res.error_seq, res.error_line) == (False, 4, 4)
     assert res.reason == f"ts {stamp!r} is not an RFC 3339 time"
+
+
+def test_a_new_work_ledger_syncs_every_directory_it_made(tmp_path: Path) -> None:
+    """`.harness/runtime/ledger/<run>` made from nothing in the work tree: each new
+    directory's entry is synced in its parent before the first row is acknowledged."""
+    from harness.ledger.files import FileLayer
+
+    class DirSyncs(FileLayer):
+        def __init__(self) -> None:
+            self.dirs: list[str] = []
+
+        def sync_dir(self, path: str) -> None:
+            self.dirs.append(path)
+            super().sync_dir(path)
+
+    files = DirSyncs()
+    with WorkLedger(tmp_path, "goal", files=files) as wl:
+        wl.record("goal.tick", None, {"i": 1})
+    root = tmp_path.resolve()
+    made = [root, root / ".harness", root / ".harness" / "runtime",
+            root / ".harness" / "runtime" / "ledger"]
+    assert files.dirs[: len(made)] == [str(p) for p in made]

@@ -77,6 +77,16 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+def make_durable_dirs(path: str, sync_dir: Callable[[str], None] = fsync_dir) -> list[str]:
+    """`make_private_dirs`, and each created directory's entry synced in its parent: for
+    a ledger's directory, whose lines are acknowledged as durable, a crash must not lose
+    the path, and the lines below it, with the outermost directory made."""
+    made = make_private_dirs(path)
+    for d in made:
+        sync_dir(os.path.dirname(d) or "/")
+    return made
+
+
 def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     """Replace `path` with `data`: readers see the old content or the new, never a mix."""
 

@@ -37,7 +37,7 @@ from .dayfiles import (
 )
 from .errors import LedgerCorrupt, LedgerInUse, LineTooLong
 from .feed import Committed, Feed, Subscription
-from .files import FileLayer, clear_leftovers, hold_dir, make_private_dir
+from .files import FileLayer, clear_leftovers, hold_dir, make_durable_dirs
 from .fold import Frozen, LogProbe, Record
 from .index import Index, NewestPicker
 from .query import Query
@@ -139,7 +139,7 @@ class RunLedger:
         # Lines committed while a prune's refold reads the files, one list per refold
         # under way: replayed before its swap, however many there were.
         self._captures: dict[int, list[dict[str, Any]]] = {}
-        self.created = make_private_dir(directory)
+        self.created = bool(make_durable_dirs(directory, (files or FileLayer()).sync_dir))
         # One writer per ledger (SPEC-0022): a second daemon on the same state directory
         # would issue the same seqs. Held until close; readers take no lock.
         held = hold_dir(directory)

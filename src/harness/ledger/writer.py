@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from .errors import LedgerClosed, LedgerError, LedgerUnavailable, LineTooLong
-from .files import FileLayer, make_private_dirs
+from .files import FileLayer, make_durable_dirs
 
 log = logging.getLogger("harness.ledger")
 
@@ -677,12 +677,8 @@ class Writer:
         directory = os.path.dirname(path)
         if os.path.isdir(directory):
             raise FileNotFoundError(2, "No such file or directory", path)
-        made = make_private_dirs(directory)
+        make_durable_dirs(directory, self._files.sync_dir)
         log.warning("ledger: directory %s was removed while open; created it again", directory)
-        # Each new directory's entry is in its parent: sync them all, or a crash could
-        # lose the whole path, and the acknowledged lines in it, with the outermost one.
-        for d in made:
-            self._files.sync_dir(os.path.dirname(d) or "/")
         return self._files.open_append(path)
 
     def _drop(self, path: str) -> None:
@@ -954,10 +950,29 @@ class Writer:
 
     def _after_failed_sync(self, path: str, written: list[Entry]) -> None:
         """A failed fdatasync may have dropped dirty pages: cut back to what is durable and
-        rewrite, or, where the cut fails, retry the sync alone (never rewrite: no duplicates)."""
+        rewrite, or, where the cut fails, retry the sync alone (never rewrite: no duplicates).
+
+        The lines the pass wrote to other files above the first line cut go first, the
+        file holding the highest first: a file must never hold a line whose predecessor
+        is missing from every file (across a UTC midnight the next day's file holds the
+        next seqs), or a crash before the retry leaves that gap in the chain for good.
+        """
         f = self._open.get(path)
         if f is None:
             return
+        first = next((e for e in written if e.path == path and e.written and e.end > f.synced),
+                     None)
+        if first is not None:
+            later: dict[str, Entry] = {}  # another file -> its first line above `first`
+            for e in written:
+                if e.written and e.seq > first.seq and e.path != path:
+                    later.setdefault(e.path, e)
+            for q, e in sorted(later.items(), key=lambda item: -item[1].seq):
+                if not self._cut_from(q, e, written):
+                    # The lines above stay where they are: keep this file's too, so what
+                    # the files hold stays a prefix, and retry the sync alone.
+                    self._drop(path)
+                    return
         try:
             self._files.truncate(f.fd, f.synced)
         except OSError as exc:
@@ -974,6 +989,28 @@ class Writer:
                 self._gapless = False
                 self._lines_written -= 1
         self._drop(path)
+
+    def _cut_from(self, path: str, first: Entry, written: list[Entry]) -> bool:
+        """Cut `path` back to just before `first`, a line of it written and uncommitted,
+        marking it and the lines after it unwritten; False when the cut fails."""
+        f = self._open.get(path)
+        if f is None:
+            return False
+        at = first.end - len(first.data)
+        try:
+            self._files.truncate(f.fd, at)
+        except OSError as exc:
+            log.warning("ledger: cannot cut back %s after a failed sync of an earlier "
+                        "file: %s", path, exc)
+            return False
+        f.size = at
+        f.synced = min(f.synced, at)
+        for e in written:
+            if e.path == path and e.written and e.end > at:
+                e.written = False
+                self._gapless = False
+                self._lines_written -= 1
+        return True
 
     def _error(self, op: str, exc: OSError, e: Entry) -> LedgerError:
         err = LedgerUnavailable(

@@ -35,7 +35,7 @@ from typing import Any, Final
 import msgspec
 
 from harness.ledger.errors import LedgerClosed, LedgerUnavailable, LineRejected
-from harness.ledger.files import FileLayer, make_private_dir
+from harness.ledger.files import FileLayer, make_durable_dirs
 from harness.ledger.writer import Writer
 from harness.timefmt import format_ns, now_ns
 
@@ -178,7 +178,7 @@ class WorkLedger:
         self._files = files or FileLayer()
         self._closed = False
         try:
-            make_private_dir(str(self.dir))
+            make_durable_dirs(str(self.dir), self._files.sync_dir)
             self._lock_fd = take_lock(self.dir, self.run_id)
         except OSError as exc:
             raise WorkLedgerError(f"cannot open work ledger {self.dir}: {exc}") from None
