@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import harness.ledger.runledger as runledger_mod
 from harness.ledger import verify as verify_module
+from harness.ledger.files import FileLayer
 from harness.ledger.query import Query
 from harness.ledger.runledger import RunLedger
 from harness.timefmt import format_ns, parse_ns
@@ -235,3 +236,14 @@ def foreign(raw: bytes) -> bytes:
 def verify_json(directory: Path) -> dict[str, Any]:
     """`harness ledger verify --json`'s object for a run-ledger directory, in-process."""
     return verify_module.verify_run_ledger(str(directory), parallel=False).to_json()
+
+
+class DirSyncs(FileLayer):
+    """The real file layer, noting each directory it syncs, in order."""
+
+    def __init__(self) -> None:
+        self.dirs: list[str] = []
+
+    def sync_dir(self, path: str) -> None:
+        self.dirs.append(path)
+        super().sync_dir(path)

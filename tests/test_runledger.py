@@ -25,7 +25,7 @@ import pytest
 import harness.ledger.reader as reader_mod
 import harness.ledger.runledger as runledger_mod
 from harness.ledger.errors import LedgerCorrupt, LedgerInUse, LedgerUnavailable, LineRejected
-from harness.ledger.files import FaultyFiles, FileLayer
+from harness.ledger.files import FaultyFiles
 from harness.ledger.query import Query
 from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
@@ -37,6 +37,7 @@ from ledgertools import (
     NS,
     T0,
     Clock,
+    DirSyncs,
     OpenLedger,
     all_lines,
     count_scans,
@@ -1571,24 +1572,13 @@ def test_a_failed_sync_across_midnight_leaves_no_later_seq_in_the_next_days_file
     assert (res.ok, res.head_seq) == (True, 3)
 
 
-class _DirSyncs(FileLayer):
-    """The real file layer, noting each directory it syncs."""
-
-    def __init__(self) -> None:
-        self.dirs: list[str] = []
-
-    def sync_dir(self, path: str) -> None:
-        self.dirs.append(path)
-        super().sync_dir(path)
-
-
 def test_the_first_ack_follows_a_sync_of_every_directory_the_ledger_made(
         tmp_path: Path) -> None:
     """`state/harness/ledger` made from nothing: each directory's entry is in its parent,
     and each parent is synced before the first line is acknowledged, or a power loss can
     take the path, and the acknowledged line in it, with the outermost directory. Only
     the ledger's own directory was synced (for its day file)."""
-    files = _DirSyncs()
+    files = DirSyncs()
     d = tmp_path / "state" / "harness" / "ledger"
     led = RunLedger(str(d), clock=Clock(T0), files=files)
     try:

@@ -33,7 +33,7 @@ from harness.worklog.rows import (
 )
 from harness.worklog.store import LedgerLocked, WorkLedger
 from harness.worklog.verify import read_ledger, verify_dir, verify_lines
-from ledgertools import ref_canonical
+from ledgertools import DirSyncs, ref_canonical
 
 # --- known answers ------------------------------------------------------------------
 
@@ -809,16 +809,6 @@ def test_a_stamp_in_the_writers_form_must_be_a_real_time(tmp_path: Path, stamp: 
 def test_a_new_work_ledger_syncs_every_directory_it_made(tmp_path: Path) -> None:
     """`.harness/runtime/ledger/<run>` made from nothing in the work tree: each new
     directory's entry is synced in its parent before the first row is acknowledged."""
-    from harness.ledger.files import FileLayer
-
-    class DirSyncs(FileLayer):
-        def __init__(self) -> None:
-            self.dirs: list[str] = []
-
-        def sync_dir(self, path: str) -> None:
-            self.dirs.append(path)
-            super().sync_dir(path)
-
     files = DirSyncs()
     with WorkLedger(tmp_path, "goal", files=files) as wl:
         wl.record("goal.tick", None, {"i": 1})
