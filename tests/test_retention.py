@@ -31,7 +31,7 @@ from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
 from harness.ledger.verify import verify_run_ledger
 from harness.timefmt import format_ns, parse_ns
-from ledgertools import DAY, HOUR, T0, Clock, OpenLedger, day, decided, lines_of
+from ledgertools import DAY, HOUR, MINUTE, T0, Clock, OpenLedger, day, decided, lines_of
 
 
 def digests(directory: Path) -> dict[str, str]:
@@ -1245,3 +1245,43 @@ def test_a_ledger_directory_unreadable_at_the_prune_is_a_prune_error(
                          "permission denied; retrying at the next prune")
     monkeypatch.undo()
     assert led.prune().deleted == [day(T0 - 40 * DAY)]
+
+
+def test_a_record_the_prune_leaves_starting_after_the_windows_start_is_held_again(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """h/1 opened 10 days ago and closed at 11:30 today; a clock stepped back then put
+    g/1 in an old day's file, above it. At the first commit memory lets both go (a tail
+    of 1, the window one hour), raising its floor above g/1 and its floor_at to 11:00.
+    The prune deletes the old files: h/1 now starts at its closing line, 11:30, below
+    the floor. Memory answered `--since 11:15` without it (found by a random
+    query-vs-files hunt); it must hold it again, as the files show it."""
+    d = tmp_path / "ledger"
+    today = T0 - T0 % DAY
+    clock = Clock(today - 10 * DAY)
+    led = open_ledger(d, clock=clock)
+
+    def run(h: str, rid: int, at: int) -> None:
+        clock.ns = at
+        led.append({"type": "opened", "harness": h, "run_id": rid, "kind": "oneshot",
+                    "trigger": "manual", "started_at": format_ns(at)})
+        led.append({"type": "closed", "harness": h, "run_id": rid, "outcome": "success"})
+
+    led.append({"type": "opened", "harness": "h", "run_id": 1, "kind": "oneshot",
+                "trigger": "manual", "started_at": format_ns(clock.ns)})
+    clock.ns = today + 11 * HOUR + 30 * MINUTE
+    led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "failed"})
+    run("g", 1, today - 9 * DAY)
+    run("h", 2, today + 11 * HOUR + 40 * MINUTE)
+    run("g", 2, today + 11 * HOUR + 41 * MINUTE)
+    led.close()
+
+    clock = Clock(today + 12 * HOUR)
+    led = open_ledger(d, clock=clock, window_ns=HOUR, tail=1, retention_ns=5 * DAY)
+    led.append(decided("z", 1))  # the day's first commit trims
+    assert (led.get("h", 1), led.get("g", 1)) == (None, None)
+    assert led.prune().deleted == [day(today - 10 * DAY), day(today - 9 * DAY)]
+    q = Query(names=("h",), since_ns=today + 11 * HOUR + 15 * MINUTE)
+    files, low, _ = scan(str(d), q)
+    assert [(r.run_id, r.seq) for r in files] == [(2, 5), (1, 2)]
+    assert led.query(q) == ([r.to_json() for r in files], low)

@@ -561,6 +561,7 @@ class RunLedger:
             # Memory vouches for a harness's records from its own floor up, which can lie
             # below the ledger-wide one (a record trimmed from the harness's tail).
             floors = {h: min(f, floor) for h, f in self._index.harness_floor.items()}
+            floor_at = self._index.floor_at
             held = set(self._index.records)
             read_to = self._committed
             self._captures[id(later)] = later
@@ -568,12 +569,14 @@ class RunLedger:
             days = list_day_files(self.directory).days
             # A record memory had already let go (trimmed, or older than the boot loaded)
             # that kept a later line (a late update, a closing line) now starts at that
-            # line, which may be above a floor: memory must hold it, or it would answer
+            # line, which may be above a floor, or stamped after `floor_at` (a clock
+            # stepped back gave it a lower seq): memory must hold it, or it would answer
             # without it.
             for _day, path in days:
                 for e, _raw in self._envelopes(path):
-                    if (floors.get(e.harness, floor) <= e.seq <= read_to
-                            and (e.harness, e.run_id) not in held):
+                    if (e.seq <= read_to and (e.harness, e.run_id) not in held
+                            and (floors.get(e.harness, floor) <= e.seq
+                                 or (floor_at and e.at >= floor_at))):
                         cut.add((e.harness, e.run_id))
             fresh = {k: Record(*k) for k in cut}
             if fresh:
