@@ -1285,3 +1285,66 @@ def test_a_record_the_prune_leaves_starting_after_the_windows_start_is_held_agai
     files, low, _ = scan(str(d), q)
     assert [(r.run_id, r.seq) for r in files] == [(2, 5), (1, 2)]
     assert led.query(q) == ([r.to_json() for r in files], low)
+
+
+def _files_open(d: Path) -> list[tuple[str, int]]:
+    recs, _, _ = scan(str(d), Query())
+    return [(r.harness, r.run_id) for r in recs if r.opened and not r.closed]
+
+
+def test_a_run_closed_while_a_prune_carried_it_stays_closed_after_a_restart(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """h/1's closed line is still queued (sync=False) when the prune carries h/1, open in
+    memory, forward: the files hold closed (seq 2) then the carried opened (seq 3). After
+    21 newer runs and a restart with every file older than the window, the boot folded
+    h/1 from the carried line alone (it began its fold at that line's file): running
+    again, and REQ-7 would close it a second time. Found by a boot hunt."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 20 * DAY)
+    led = open_ledger(d, clock=clock, retention_ns=2 * DAY, flush_every=3600)
+    led.append({"type": "opened", "harness": "h", "run_id": 1, "trigger": "manual",
+                "started_at": format_ns(clock.ns)})
+    clock.ns += DAY
+    led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "success"},
+               sync=False)
+    clock.ns += 2 * DAY
+    assert led.prune().carried_forward == 1
+    for i in range(2, 23):
+        led.append(decided("h", i))
+    led.close()
+    assert _files_open(d) == []
+    led = open_ledger(d, clock=Clock(T0))
+    assert led.open_records() == []
+    assert led.get("h", 1) == {"harness": "h", "run_id": 1, "seq": 2, "outcome": "success",
+                               "trigger": "manual", "started_at": format_ns(T0 - 20 * DAY)}
+
+
+def test_a_carried_opened_line_committed_after_the_trim_does_not_reopen_the_run(
+    tmp_path: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The closed line of h/1 and the prune's carried opened line commit in separate
+    batches (a slow sync between them), and the day's trim between them drops h/1, now
+    closed: the carried line then made a fresh record in memory, open. Found by a random
+    query-vs-files hunt (seed 532); the batches are forced one line each here."""
+    real_commit = RunLedger._commit
+
+    def one_by_one(self: RunLedger, entries: list[Any]) -> None:
+        for e in entries:
+            real_commit(self, [e])
+
+    monkeypatch.setattr(RunLedger, "_commit", one_by_one)
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 5 * DAY)
+    led = open_ledger(d, clock=clock, window_ns=DAY, tail=1, retention_ns=2 * DAY)
+    led.append({"type": "opened", "harness": "h", "run_id": 1, "trigger": "manual",
+                "started_at": format_ns(clock.ns)})
+    led.append(decided("h", 2))
+    clock.ns = T0
+    led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "success"},
+               sync=False)
+    assert led.prune().carried_forward == 1
+    assert _files_open(d) == []
+    assert led.open_records() == []
+    files, low, _ = scan(str(d), Query(names=("h",)))
+    assert led.query(Query(names=("h",))) == ([r.to_json() for r in files], low)

@@ -394,3 +394,18 @@ def test_an_old_open_run_folds_its_lines_from_before_its_carried_opened_line(
     assert led.open_records() == [{
         "harness": "r", "run_id": 1, "seq": 2, "kind": "resident", "trigger": "autostart",
         "started_at": format_ns(T0 - 30 * DAY), "model_calls": 5, "outcome": "running"}]
+
+
+def test_a_trim_with_no_tail_leaves_the_floor_above_the_record_it_dropped(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """With a tail of 0 the day's trim drops a/1 (seq 1), the newest of a: the harness's
+    floor went on a/1's own seq, and memory answered "no record of a"."""
+    clock = Clock(T0)
+    led = open_ledger(ledger_dir, clock=clock, window_ns=DAY, tail=0)
+    led.append(decided("a", 1))
+    clock.ns += 2 * DAY
+    led.append(decided("b", 1))
+    assert led.get("a", 1) is None
+    recs, oldest = led.query(Query(names=("a",), limit=1))
+    assert ([(r["run_id"], r["seq"]) for r in recs], oldest) == ([(1, 1)], 1)

@@ -40,8 +40,9 @@ class Index:
     def apply(self, line: dict[str, Any], *, live: bool = False) -> Record:
         """Fold a committed (or loaded) line into its record.
 
-        `live` (a line just committed, not one loaded from the files): a closed or updated
-        line of a record memory does not hold, with a run id the ledger has already seen,
+        `live` (a line just committed, not one loaded from the files): a closed, updated
+        or opened (a prune's carried one) line of a record memory does not hold, with a
+        run id the ledger has already seen,
         belongs to a record it trimmed or never loaded. Whether that record's first lines
         are still on disk (then it is older than the floors) or were pruned (then this
         line starts a partial record) only the files can say, so it is folded for the
@@ -50,7 +51,7 @@ class Index:
         h, rid = line["harness"], line["run_id"]
         key = (h, rid)
         found = self.records.get(key)
-        if (found is None and live and line["type"] in ("closed", "updated")
+        if (found is None and live and line["type"] in ("closed", "updated", "opened")
                 and rid <= self.max_ids.get(h, 0)):
             late = Record(h, rid)
             late.apply(line)
@@ -120,8 +121,9 @@ class Index:
                     gone += 1
                     top = max(top, r.seq)
             if gone:
-                # The newest records of h down to the oldest one kept without a gap.
-                block = recs[0].seq
+                # The newest records of h down to the oldest one kept without a gap (none
+                # kept, with a tail of 0: above the newest).
+                block = recs[0].seq + 1
                 for r in recs:
                     if (h, r.run_id) not in self.records:
                         break

@@ -309,7 +309,8 @@ class RunLedger:
                             start = 0  # its lower seqs may lie in any older file
                         elif e.harness not in full:
                             picker.see(e.harness, e.run_id, e.seq, i)
-                        if e.run_id > max_ids.get(e.harness, 0):
+                        new_id = e.run_id > max_ids.get(e.harness, 0)
+                        if new_id:
                             max_ids[e.harness] = e.run_id
                         if e.type in ("closed", "decided"):
                             open_old.discard(key)
@@ -319,7 +320,10 @@ class RunLedger:
                             if e.type == "opened":
                                 open_old.add(key)
                             if live is not None and key not in live:
-                                live[key] = i
+                                # An id seen before may have lines in any earlier file (a
+                                # carried opened line after its closing line, the carry
+                                # having raced the close): its first file is unknown.
+                                live[key] = i if new_id else 0
                                 if len(live) > _LIVE_CAP:
                                     live = None
                 below = above
