@@ -42,12 +42,12 @@ class Index:
 
         `live` (a line just committed, not one loaded from the files): a closed, updated
         or opened (a prune's carried one) line of a record memory does not hold, with a
-        run id the ledger has already seen,
-        belongs to a record it trimmed or never loaded. Whether that record's first lines
-        are still on disk (then it is older than the floors) or were pruned (then this
-        line starts a partial record) only the files can say, so it is folded for the
-        caller but not kept, and the floors rise past it: queries that reach it read the
-        files. (A new run id is a new record, partial or not.)"""
+        run id the ledger has already seen, belongs to a record it trimmed or never
+        loaded. Whether that record's first lines are still on disk (then it is older than
+        the floors) or were pruned (then this line starts a partial record) only the files
+        can say, so it is folded for the caller but not kept, and the floors rise past it:
+        queries that reach it read the files. (A new run id is a new record, partial or
+        not.)"""
         h, rid = line["harness"], line["run_id"]
         key = (h, rid)
         found = self.records.get(key)
@@ -157,8 +157,8 @@ class NewestPicker:
         self.tail = tail
         self._held = Counter(h for h, _ in held)  # the window's records per harness
         self.full = {h for h, n in self._held.items() if n >= tail}
-        self._firsts: dict[str, dict[int, int]] = {}  # run id -> lowest seq seen
-        self._where: dict[tuple[str, int], int] = {}  # the first file holding it
+        # Per harness, each picked run id -> (the lowest seq seen, the first file holding it)
+        self._firsts: dict[str, dict[int, tuple[int, int]]] = {}
         self._heaps: dict[str, list[int]] = {}
         self._cut: dict[str, int] = {}  # the highest run id let go
         self._passed: dict[str, int] = {}  # the highest seq of a record let go
@@ -170,23 +170,21 @@ class NewestPicker:
         if firsts is None:
             firsts = self._firsts[harness] = {}
             self._heaps[harness] = []
-        low = firsts.get(run_id)
-        if low is not None:
-            if seq < low:  # a clock stepped back put a lower seq in a later file
-                firsts[run_id] = seq
+        got = firsts.get(run_id)
+        if got is not None:
+            if seq < got[0]:  # a clock stepped back put a lower seq in a later file
+                firsts[run_id] = (seq, got[1])
             return
         if run_id <= self._cut.get(harness, 0):
             self._pass(harness, seq)
             return
-        firsts[run_id] = seq
-        self._where[(harness, run_id)] = file
+        firsts[run_id] = (seq, file)
         heap = self._heaps[harness]
         heapq.heappush(heap, run_id)
         if len(heap) > self.tail - self._held[harness]:
             gone = heapq.heappop(heap)  # above every id let go before: the cut only rises
             self._cut[harness] = gone
-            del self._where[(harness, gone)]
-            self._pass(harness, firsts.pop(gone))
+            self._pass(harness, firsts.pop(gone)[0])
 
     def _pass(self, harness: str, seq: int) -> None:
         if seq > self._passed.get(harness, 0):
@@ -197,7 +195,8 @@ class NewestPicker:
 
     def first_file(self) -> int:
         """The first file holding a line of a picked record (a large number: none)."""
-        return min(self._where.values(), default=sys.maxsize)
+        return min((file for firsts in self._firsts.values() for _seq, file in firsts.values()),
+                   default=sys.maxsize)
 
     def floors(self) -> dict[str, int]:
         """Per harness seen: memory, once the picked records are folded, holds every

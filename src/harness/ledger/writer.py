@@ -968,44 +968,29 @@ class Writer:
                 if e.written and e.seq > first.seq and e.path != path:
                     later.setdefault(e.path, e)
             for q, e in sorted(later.items(), key=lambda item: -item[1].seq):
-                if not self._cut_from(q, e, written):
+                fq = self._open.get(q)
+                if fq is None or not self._cut_back(q, fq, e.end - len(e.data), written):
                     # The lines above stay where they are: keep this file's too, so what
                     # the files hold stays a prefix, and retry the sync alone.
                     self._drop(path)
                     return
-        try:
-            self._files.truncate(f.fd, f.synced)
-        except OSError as exc:
-            log.warning("ledger: cannot cut back %s after a failed sync: %s", path, exc)
-            self._drop(path)
-            return
-        f.size = f.synced
-        for e in written:
-            # Only lines the cut removed are rewritten. A reopened handle counts lines
-            # an earlier handle left in place (a failed cut) below `synced`; rewriting
-            # them too would put their seqs in the file twice.
-            if e.path == path and e.written and e.end > f.synced:
-                e.written = False
-                self._gapless = False
-                self._lines_written -= 1
+        self._cut_back(path, f, f.synced, written)
         self._drop(path)
 
-    def _cut_from(self, path: str, first: Entry, written: list[Entry]) -> bool:
-        """Cut `path` back to just before `first`, a line of it written and uncommitted,
-        marking it and the lines after it unwritten; False when the cut fails."""
-        f = self._open.get(path)
-        if f is None:
-            return False
-        at = first.end - len(first.data)
+    def _cut_back(self, path: str, f: _File, at: int, written: list[Entry]) -> bool:
+        """Cut `path` (open as `f`) back to `at` and mark the lines of `written` the cut
+        removed unwritten, to be written again; False, all left in place, when it fails."""
         try:
             self._files.truncate(f.fd, at)
         except OSError as exc:
-            log.warning("ledger: cannot cut back %s after a failed sync of an earlier "
-                        "file: %s", path, exc)
+            log.warning("ledger: cannot cut back %s after a failed sync: %s", path, exc)
             return False
         f.size = at
         f.synced = min(f.synced, at)
         for e in written:
+            # Only lines the cut removed are rewritten. A reopened handle counts lines
+            # an earlier handle left in place (a failed cut) below `synced`; rewriting
+            # them too would put their seqs in the file twice.
             if e.path == path and e.written and e.end > at:
                 e.written = False
                 self._gapless = False

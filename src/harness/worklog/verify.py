@@ -390,14 +390,14 @@ class _Walker:
         return digest
 
     def result(self, torn: bytes | None, expected_head: str | None,
-               torn_size: int | None = None) -> WorkVerify:
+               torn_size: int = 0) -> WorkVerify:
         head = self.prev
         res = WorkVerify(
             ok=self.failure is None,
             entry_count=self.count,
             head_hash=head,
             torn_tail=torn,
-            torn_size=(len(torn) if torn_size is None else torn_size) if torn else 0,
+            torn_size=torn_size,
         )
         if self.failure is not None:
             res.error_seq, res.error_line, res.reason = self.failure
