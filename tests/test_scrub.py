@@ -400,7 +400,13 @@ def test_an_inserted_key_never_survives(before: str, after: str, body: str) -> N
     {"type": ANTHROPIC, "harness": "h", "run_id": 1},
     {"type": "opened", "harness": "h", "run_id": 1, "at": f"token={BODY}"},
     {"type": "opened", "harness": ANTHROPIC, "run_id": "x"},
-], ids=["int-field", "enum-field", "unknown-key", "type", "at", "harness"])
+    # A refusal named after the check (the record's harness set on the error later).
+    {"type": "opened", "harness": ANTHROPIC, "run_id": 1, "bogus": 1},
+    {"type": "opened", "harness": ANTHROPIC, "run_id": 1, "attempt": "x"},
+    {"type": "closed", "harness": ANTHROPIC, "run_id": 1, "tokens": {"input": "x"}},
+], ids=["int-field", "enum-field", "unknown-key", "type", "at", "harness",
+        "unknown-key-by-secret-harness", "int-field-by-secret-harness",
+        "nested-by-secret-harness"])
 def test_a_refused_line_never_quotes_a_secret(tmp_path: Path, line: dict[str, object]) -> None:
     led = RunLedger(str(tmp_path / "ledger"))
     try:

@@ -24,10 +24,21 @@ class LedgerError(Exception):
         seq: int | None = None,
     ) -> None:
         self.message = scrub_text(message)[0]
-        self.harness = harness if harness is None else scrub_text(harness)[0]
+        self.harness = harness
         self.run_id = run_id
         self.seq = seq
         super().__init__(self.message)
+
+    # A property, not a plain attribute: code that names the record after the fact
+    # (`exc.harness = ...` where the error was raised without it) must not be able to
+    # put an unscrubbed name into the message.
+    @property
+    def harness(self) -> str | None:
+        return self._harness
+
+    @harness.setter
+    def harness(self, value: str | None) -> None:
+        self._harness = value if value is None else scrub_text(value)[0]
 
     def __str__(self) -> str:
         ctx = []
