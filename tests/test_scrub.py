@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import string
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -351,6 +353,8 @@ FRAGMENTS = [
     "discord.com/api/webhooks/", "AccountKey=", OPENROUTER, HUGGINGFACE,
     # every separator of a credential assignment, after each key that needs one
     "pass", "pwd", "%20", "%3A", "%3d", "\\", ", ", "\t",
+    "=>", ":=", "\u00a0", "&", "#", "?", "_KEY=", ":/\\/", "_eyJ", "mysql ", " -p",
+    "sshpass -p ", "whsec_", "xoxe-", "glrt-", "GOCSPX-", "api_org_",
 ]
 secretish_text = st.lists(
     st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=8)), max_size=24
@@ -576,9 +580,14 @@ VENDOR_EDGES += [
 ] + [(c + "SG." + SG_PART + "." + SG_PART, (c + "SG." + SG_PART + "." + SG_PART, 0))
      for c in "Zz9_-"]
 VENDOR_EDGES += [
-    # A Hugging Face key needs a digit anywhere in its body, first or last.
-    ("hf_" + "aZ" * 15, ("hf_" + "aZ" * 15, 0)),
+    # A Hugging Face key's body is letters, with or without digits (real ones are 34
+    # letters), and an organisation's key has its own prefix.
+    ("hf_" + "aZ" * 15, (REDACTED, 1)),
     ("hf_" + "aZ" * 15 + "1", (REDACTED, 1)),
+    ("login 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", ("login [REDACTED]", 1)),
+    ("api_org_AbcdEfghIjklMnopQrstUvwxYzAbcdEfgh", (REDACTED, 1)),
+    ("api_org_" + "aZ" * 14 + "a", ("api_org_" + "aZ" * 14 + "a", 0)),
+    ("my_api_org_" + "aZ" * 15, ("my_api_org_" + "aZ" * 15, 0)),
     # OpenRouter's prefix, one character short and just long enough.
     ("sk-or-" + "1aZ_-" * 4, (REDACTED, 1)),
 ]
@@ -661,3 +670,92 @@ CONTEXT_EDGES += [
 @pytest.mark.parametrize(("text", "want"), VENDOR_EDGES + CONTEXT_EDGES)
 def test_the_newest_forms_at_their_edges(text: str, want: tuple[str, int]) -> None:
     assert scrub_text(text) == want
+
+
+# -- forms a hunt found passing through, and the shapes beside them that are no secret ---
+
+HUNT_EDGES: list[tuple[str, tuple[str, int]]] = [
+    # Assignments as PHP, Ruby and Go write them, and with no-break spaces.
+    ("$db = ['password' => 'hunter2'];", ("$db = ['password' => '[REDACTED]'];", 1)),
+    ('opts = {:password => "hunter2"}', ('opts = {:password => "[REDACTED]"}', 1)),
+    ('password := "hunter2"', ('password := "[REDACTED]"', 1)),
+    ("pass := hunter2", ("pass := [REDACTED]", 1)),
+    ("password\u00a0=\u00a0hunter2", ("password\u00a0=\u00a0[REDACTED]", 1)),
+    # A bare value keeps its "&" unless the "&" opens the next query parameter.
+    ("DB_PASSWORD=p@ss&w0rd!x", ("DB_PASSWORD=[REDACTED]", 1)),
+    ("password=a&b&c=d", ("password=[REDACTED]&c=d", 1)),
+    ("?password=s3cret&user=bob", ("?password=[REDACTED]&user=bob", 1)),
+    # Userinfo that breaks RFC 3986 still hides its password ...
+    ("ftp://alice@corp.com:S3cretPassw0rd@ftp.example.com/x",
+     ("ftp://alice@corp.com:[REDACTED]@ftp.example.com/x", 1)),
+    ("redis://:p#ssw0rd!@cache:6379/0", ("redis://:[REDACTED]@cache:6379/0", 1)),
+    ("postgres://bob:pa/ss@db:5432/app", ("postgres://bob:[REDACTED]@db:5432/app", 1)),
+    ("mysql://root:what?ever@db/app", ("mysql://root:[REDACTED]@db/app", 1)),
+    ("https:/\\/alice:hunter2@example.com", ("https:/\\/alice:[REDACTED]@example.com", 1)),
+    # ... while a port and a path with an "@" in it are left alone.
+    ("https://example.com:443/users/@alice", ("https://example.com:443/users/@alice", 0)),
+    ("https://host:8080/a?x=1@2", ("https://host:8080/a?x=1@2", 0)),
+    ("https://host:8080#x@y", ("https://host:8080#x@y", 0)),
+    ("see https://host/path:x@y", ("see https://host/path:x@y", 0)),
+    # Passwords on a command line.
+    ("mysql -u root -pS3cretPw db", ("mysql -u root -p[REDACTED] db", 1)),
+    ("mysqldump -h db -p'S3 cret' app", ("mysqldump -h db -p'[REDACTED]' app", 1)),
+    ("mariadb -pS3cret", ("mariadb -p[REDACTED]", 1)),
+    ("mariadb -u x -pS3cret", ("mariadb -u x -p[REDACTED]", 1)),
+    ("mariadb -u x-pS3cret", ("mariadb -u x-pS3cret", 0)),  # "-p" must open a word
+    ("mysql -u root -p db", ("mysql -u root -p db", 0)),  # "-p" alone prompts
+    ("mysql -u root db; ls -pfoo", ("mysql -u root db; ls -pfoo", 0)),
+    ("mysqlx -u root -pS3cret", ("mysqlx -u root -pS3cret", 0)),
+    ("sshpass -p 'S3cret' ssh host", ("sshpass -p '[REDACTED]' ssh host", 1)),
+    ("sshpass -pS3cret ssh host", ("sshpass -p[REDACTED] ssh host", 1)),
+    ("sshpass -f pwfile ssh host", ("sshpass -f pwfile ssh host", 0)),
+    # Vendor prefixes.
+    ("whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", (REDACTED, 1)),
+    ("xoxe-1-" + "My0xLTItMjg0ODk4NzA1", (REDACTED, 1)),
+    *[(f"gl{p}-" + BODY, (REDACTED, 1)) for p in ("rt", "dt", "ptt", "soat", "agent")],
+    ("GOCSPX-" + BODY + "abcdefgh", (REDACTED, 1)),
+    ("GOCSPX-" + BODY + "abc", ("GOCSPX-" + BODY + "abc", 0)),
+    # An environment variable named for a key.
+    ("ENCRYPTION_KEY=6f1ed002ab5595859014ebf0951522d9", ("ENCRYPTION_KEY=[REDACTED]", 1)),
+    ("export SIGNING_KEY='a b'", ("export SIGNING_KEY='[REDACTED]'", 1)),
+    ("encryption_key=abc", ("encryption_key=abc", 0)),
+    ("KEY=abc", ("KEY=abc", 0)),
+    # A match's context is scrubbed too: a key as a URL's or curl's user name, or words
+    # between "mysql" and its "-p", would otherwise hide inside the match from every pass.
+    (f"https://{ANTHROPIC}:pw@host", ("https://[REDACTED]:[REDACTED]@host", 2)),
+    (f"//{ANTHROPIC}:pw@host", ("//[REDACTED]:[REDACTED]@host", 2)),
+    (f"ftp://{GITHUB}@x:p/w@host", ("ftp://[REDACTED]@x:[REDACTED]@host", 2)),
+    (f"curl -u {ANTHROPIC}:pw x", ("curl -u [REDACTED]:[REDACTED] x", 2)),
+    (f"mysql {ANTHROPIC} -pX", ("mysql [REDACTED] -p[REDACTED]", 2)),
+    ("mysql --password=x -u r -pY", ("mysql --password=[REDACTED] -u r -p[REDACTED]", 2)),
+]
+
+
+@pytest.mark.parametrize(("text", "want"), HUNT_EDGES)
+def test_forms_a_hunt_found_and_their_neighbours(text: str, want: tuple[str, int]) -> None:
+    assert scrub_text(text) == want
+    assert scrub_text(want[0]) == (want[0], 0)
+
+
+# Text a writer may be handed (a work-ledger payload runs to 1 MiB) in which every few
+# characters could open a form. Scrubbing must stay linear: with a form that rescans the
+# rest of the text from each of those starts, half a MiB took tens of minutes.
+ADVERSARIAL = ["(-u", "eyJ_", "a://x:", "a://x:y/", "a://@:", "mysql -u ", "mysql ",
+               "sshpass -p ", "password=&a", "pass := ", "X_KEY=", "//a:", "a:/\\/"]
+
+
+def test_scrubbing_adversarial_text_takes_linear_time(tmp_path: Path) -> None:
+    script = tmp_path / "adversarial.py"
+    script.write_text(
+        "import sys\n"
+        "from harness.ledger.scrub import scrub_text\n"
+        "for unit in sys.argv[1:]:\n"
+        "    text = (unit * (524288 // len(unit) + 1))[:524288]\n"
+        "    scrub_text(text)\n"
+        "print('done')\n"
+    )
+    # A generous bound: this takes seconds on a loaded machine, the quadratic forms
+    # took minutes for each unit.
+    out = subprocess.run([sys.executable, str(script), *ADVERSARIAL], capture_output=True,
+                         text=True, timeout=240, check=True)
+    assert out.stdout == "done\n"

@@ -2,14 +2,17 @@
 
 It owns the list of secret forms the ledger recognises (vendor API keys and tokens,
 ``key=value`` credential assignments and ``--flag value`` credentials, Authorization,
-Bearer and Cookie values, passwords and tokens in URL userinfo and credential query
-parameters, webhook URLs, PEM private keys, JWTs) and the rule for redacting each: the
+Bearer and Cookie values, passwords and tokens in URL userinfo (also where it breaks RFC
+3986) and credential query parameters, passwords on sshpass and MySQL command lines,
+webhook URLs, PEM private keys, JWTs) and the rule for redacting each: the
 secret itself becomes ``[REDACTED]`` while harmless context (the key name, the URL
 scheme and user, the word ``Bearer``) stays, so a redacted line still says what it was.
 
 Invariant: a scrubbed string contains none of the recognised secret forms; scrubbing is
-idempotent (``scrub_text(scrub_text(x)[0]) == (scrub_text(x)[0], 0)``); and text with
-no secret comes back unchanged as the very same object. Hash-chain values, git SHAs,
+idempotent (``scrub_text(scrub_text(x)[0]) == (scrub_text(x)[0], 0)``); text with
+no secret comes back unchanged as the very same object; and the time it takes grows
+linearly with the text (no form rescans the rest of the text from each place it could
+start). Hash-chain values, git SHAs,
 UUIDs, timestamps, paths and model names are deliberately outside every form.
 """
 
@@ -37,7 +40,7 @@ _CASELESS_FRAGMENTS = (
     ("p", "wd"),  # pwd=
     # pass=, with every separator _SEP takes: a quote (escaped or not) before it,
     # spaces or %20 around it, or a comma between two quoted strings
-    ("p", "ass(?:\\\\?[\"'])?(?:[ \t]|%20)*(?:[:=]|%3[ad])|ass\\\\?[\"'][ \t]*,"),
+    ("p", "ass(?:\\\\?[\"'])?(?:[ \t\u00a0]|%20)*(?:[:=]|%3[ad])|ass\\\\?[\"'][ \t]*,"),
     ("c", "ookie"),  # Cookie:, Set-Cookie:
     ("s", "ig(?:nature)?(?:=|%3d)"),  # a URL query's sig=, X-Amz-Signature=
 )
@@ -50,7 +53,13 @@ _TRIGGER: Final = re.compile(
             "://",
             "//[^\\s/?#@:]+:",  # //user:pass@host, the scheme left out
             r":\\/",  # :\/\/, a URL whose slashes a JSON encoder escaped
-            "glpat-",
+            r":/\\/",  # :/\/, the same with only the second slash escaped
+            "gl(?:pat|dt|rt|cbt|ptt|ft|imt|agent|oas|soat)-",
+            "_org_",  # api_org_
+            "whsec_",
+            "GOCSPX-",
+            "shpass",  # sshpass -p
+            "ysql|ariadb",  # mysql -pPASSWORD
             "xapp-",
             "hf_",
             "xai-",
@@ -69,7 +78,7 @@ _TRIGGER: Final = re.compile(
             "k_",  # sk_live_, rk_live_
             "gh[pousr]_",
             "_pat_",  # github_pat_
-            "xox[abprs]-",
+            "xox[abeprs]-",
             "A[KS]IA",
             "AIza",
         ]
@@ -81,17 +90,21 @@ _TRIGGER: Final = re.compile(
 
 # Characters of the tokens vendors issue (base64url plus the separators they use).
 _TOK = r"[A-Za-z0-9_-]"
-# An unquoted key=value value runs to whitespace, a quote or a URL query's "&" (which a
-# query value cannot hold unencoded): a password may well hold ";" or ",", and cutting
-# there would leave its tail in the ledger. A backslash is part of the value unless it
-# escapes the closing quote of a JSON-in-a-string value.
-_VALUE = r"""(?:[^\s"'&\\]|\\(?!["']))+"""
+# An unquoted key=value value runs to whitespace or a quote: a password may well hold
+# ";", "," or "&", and cutting there would leave its tail in the ledger. Only an "&" that
+# opens a URL query's next parameter ("&user=") ends it. A backslash is part of the value
+# unless it escapes the closing quote of a JSON-in-a-string value.
+_VALUE = r"""(?:[^\s"'&\\]|\\(?!["'])|&(?![A-Za-z0-9_.-]*=))+"""
 # A private key block, whole or cut off by the string cap (then to the end of the text).
 _PEM = (r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?s:.*?)"
         r"(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)")
-# The separator: "=" or ":", also percent-encoded; or, between two quoted strings, a
-# comma (a header as a Python pair: ('authorization', 'Basic …')).
-_SEP = (r"""(?:(?:\\?["'])?(?:[ \t]|%20)*(?:[:=]|%3[ADad])(?:[ \t]|%20)*"""
+# The separator: "=" or ":" (also percent-encoded), or the "=>" and ":=" of PHP, Ruby
+# and Go, with spaces around it (a no-break space too); or, between two quoted strings, a
+# comma (a header as a Python pair: ('authorization', 'Basic …')). "=>" and ":=" come
+# first: taken as "=" or ":", their second character would pass for the value.
+_SPACE = r"(?:[ \t\u00a0]|%20)"
+_ASSIGN = r"(?:=>|:=|[:=]|%3[ADad])"
+_SEP = (rf"""(?:(?:\\?["'])?{_SPACE}*{_ASSIGN}{_SPACE}*"""
         r"""|\\?["'][ \t]*,[ \t]*(?=\\?["']))""")
 _SCHEME_WORD = r"(?:(?i:bearer|basic|token)[ \t]+)?"
 
@@ -105,6 +118,13 @@ def _header_value(name: str) -> str:
 # The scheme must start a word: without the lookbehind, a long run of letters would be
 # rescanned for "://" from every position in it.
 _SCHEME = r"[A-Za-z](?<![A-Za-z0-9+.-][A-Za-z])[A-Za-z0-9+.-]*:\\?/\\?/"
+
+
+def _argument(name: str) -> str:
+    """A command-line argument as the secret group `s_<name>`: quoted (then to its closing
+    quote, spaces and all) or a bare word that is not the next flag."""
+    return (rf"""(?:(?P<q_{name}>["'])(?P<s_{name}__q>(?:(?!(?P=q_{name}))[^\r\n])+)"""
+            rf"""(?P=q_{name})|(?P<s_{name}>[^\s"'-][^\s"']*))""")
 
 
 def _credential_key(name: str, key: str) -> tuple[str, str]:
@@ -134,11 +154,13 @@ _SCHEMES: Final = ("aws4-hmac-sha256", "basic", "bearer", "digest", "dpop", "gna
 
 # A rule is a name and a pattern; a group named "s_<name>" (or "s_<name>__<part>") holds
 # the secret and the rest of the match is context that is kept; without one the whole match
-# is the secret. Every pattern opens with a literal or a character class, and any
-# lookbehind comes after it: the engine then dismisses a rule with one character test,
-# which keeps the full scan affordable on a long string. Order matters only between
-# rules that can start at the same position; otherwise the leftmost match wins, which
-# is what makes "token=" take its whole value even when the value is itself a token.
+# is the secret. A group "c_<name>" (or "c_<name>__<part>") marks context that may run over
+# other text (a user name, the words before a flag), which is scrubbed on its own. Every
+# pattern opens with a literal or a character class, and any lookbehind comes after it:
+# the engine then dismisses a rule with one character test, which keeps the full scan
+# affordable on a long string. Order matters only between rules that can start at the
+# same position; otherwise the leftmost match wins, which is what makes "token=" take its
+# whole value even when the value is itself a token.
 _RULES: Final[tuple[tuple[str, str], ...]] = (
     # A cut-off block (ledger strings are capped) still leaks key material, so an
     # unterminated BEGIN redacts to the end of the string.
@@ -159,6 +181,9 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     _credential_key("kv_pw", r"[Pp](?<![A-Za-z][Pp])(?i:wd|ass)"),
     _credential_key("kv_s", _key("s", r"ecret(?:[_-]?key)?")),
     _credential_key("kv_t", _key("t", r"oken")),
+    # An environment variable named for a key (ENCRYPTION_KEY=, SIGNING_KEY=): upper
+    # case only, as the environment spells it.
+    _credential_key("kv_env", r"K(?<=[A-Z0-9]_K)EY"),
     # A cookie header's value is a session: all of it goes, to the end of the header.
     (
         "cookie",
@@ -169,15 +194,25 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     (
         "flag",
         _FLAG + r"-?(?i:api[_-]?key|access[_-]?key|passw(?:or)?d|secret|client[_-]?secret"
-        r"|token|auth[_-]?token|access[_-]?token)[ \t]+"
-        r"(?:(?P<q_flag>[\"'])(?P<s_flag__q>(?:(?!(?P=q_flag))[^\r\n])+)(?P=q_flag)"
-        r"|(?P<s_flag>[^\s\"'-][^\s\"']*))",
+        r"|token|auth[_-]?token|access[_-]?token)[ \t]+" + _argument("flag"),
+    ),
+    # sshpass's "-p PASSWORD" (or glued), and the MySQL clients' "-pPASSWORD" (always
+    # glued: "-p" alone prompts), looked for in the rest of that command's line only.
+    ("sshpass", r"s(?<![A-Za-z0-9_-]s)shpass[ \t]+-p[ \t]*" + _argument("sshpass")),
+    (
+        "mysql",
+        r"m(?<![A-Za-z0-9_-]m)(?:ysql(?:dump|admin|import|check|show)?"
+        r"|ariadb(?:-dump|-admin)?)(?P<c_mysql>[ \t][^\r\n|;&]{0,256}?)(?<=[ \t])-p"
+        + _argument("mysql"),
     ),
     # curl's "-u user:password" (or "--user"; quoted, or with no space, or no user). Not
     # a URL after "--user" (pip's), nor docker's numeric "-u uid:gid".
     (
         "curl_user",
-        _FLAG + r"(?:u|-user)[ \t]*[\"']?[^\s:\"'/]*:(?![0-9]+(?![^\s\"']))"
+        # The user is bounded: unbounded, every "-u" of a long run would rescan the
+        # rest of it for ":", and scrubbing would take quadratic time.
+        _FLAG + r"(?:u|-user)[ \t]*[\"']?(?P<c_curl_user>[^\s:\"'/]{0,256}):"
+        r"(?![0-9]+(?![^\s\"']))"
         r"(?P<s_curl_user>[^\s\"'/][^\s\"']*)",
     ),
     # A URL query parameter that is a credential by name: an API key, a signature.
@@ -196,20 +231,29 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     # The password runs to the last "@" of the authority, so an unescaped "@" in it
     # cannot leave a tail behind. A bare userinfo is usually a login name ("git@",
     # "alice@"); only a long run holding a digit or a capital looks like a token put
-    # there to authenticate.
+    # there to authenticate. Failing both, a userinfo that breaks RFC 3986 (an unescaped
+    # "/", "?" or "#" in the password, an "@" in the user) still hides a password: then
+    # it runs to the last "@" before a space, unless what follows the ":" is a port and
+    # a path. That form is bounded, or text full of "x://a:" would take quadratic time.
     (
         "url",
-        _SCHEME + r"(?:[^\s/?#@:]*:(?P<s_url__password>[^\s/?#]+)"
-        r"|(?P<s_url__token>(?=[a-z_.~-]*[A-Z0-9])[A-Za-z0-9_.~-]{20,}))(?=@)",
+        _SCHEME + r"(?:(?P<c_url__user>[^\s/?#@:]*):(?P<s_url__password>[^\s/?#]+)"
+        r"|(?P<s_url__token>(?=[a-z_.~-]*[A-Z0-9])[A-Za-z0-9_.~-]{20,})"
+        r"|(?P<c_url__loose_user>[^\s/?#:]{0,256}):(?![0-9]*(?:[/?#\s]|$))"
+        r"(?P<s_url__loose>\S{1,256}))(?=@)",
     ),
     # A scheme-relative URL ("//user:pass@host") carries the same userinfo; only the
     # user:password form, since "//name@" alone is as often a comment or a path.
-    ("url_relative", r"/(?<![:/A-Za-z0-9]/)/[^\s/?#@:]+:(?P<s_url_relative>[^\s/?#]+)(?=@)"),
+    ("url_relative",
+     r"/(?<![:/A-Za-z0-9]/)/(?P<c_url_relative>[^\s/?#@:]+):(?P<s_url_relative>[^\s/?#]+)(?=@)"),
     # Header and payload are base64url JSON objects, so both open with "eyJ"; the
-    # signature may be cut off or empty (alg "none").
+    # signature may be cut off or empty (alg "none"). The header stops at an "_eyJ" (a
+    # JWT after an underscore, "id_token_eyJ…", may start there): otherwise every such
+    # start in a long run would rescan the rest of it, in quadratic time.
     (
         "jwt",
-        r"eyJ(?<![A-Za-z0-9-]eyJ)" + _TOK + r"{4,}\.eyJ" + _TOK + r"{4,}(?:\." + _TOK + r"*)?",
+        r"eyJ(?<![A-Za-z0-9-]eyJ)(?:(?!_eyJ)" + _TOK + r"){4,}+"
+        r"\.eyJ" + _TOK + r"{4,}(?:\." + _TOK + r"*)?",
     ),
     # Prefixed OpenAI/Anthropic keys are unmistakable; a bare "sk-" needs a long run of
     # alphanumerics holding a digit, so that kebab-case names ("sk-drain",
@@ -225,10 +269,14 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         "github",
         r"g(?<![A-Za-z0-9]g)(?:h[pousr]_[A-Za-z0-9]{20,}|ithub_pat_[A-Za-z0-9_]{20,})",
     ),
-    ("gitlab", r"glpat-" + _TOK + r"{20,}"),
+    ("gitlab", r"gl(?:pat|dt|rt|cbt|ptt|ft|imt|agent|oas|soat)-" + _TOK + r"{20,}"),
+    ("stripe_webhook", r"whsec_[A-Za-z0-9+/]{24,}={0,2}"),
+    ("google_client", r"GOCSPX-" + _TOK + r"{24,}"),
     # Model and platform vendors' keys: a fixed prefix and a long random body; a name
-    # such as "hf_model_cache" is no key (too short, or no digit in it).
-    ("huggingface", r"h(?<![A-Za-z0-9_]h)f_(?=[A-Za-z]*[0-9])[A-Za-z0-9]{30,}"),
+    # such as "hf_model_cache" is no key (too short, and "_" is no part of a body).
+    # Hugging Face's bodies are 34 letters, often with no digit at all.
+    ("huggingface", r"h(?<![A-Za-z0-9_]h)f_[A-Za-z0-9]{30,}"),
+    ("huggingface_org", r"a(?<![A-Za-z0-9_]a)pi_org_[A-Za-z0-9]{30,}"),
     ("groq", r"g(?<![A-Za-z0-9_]g)sk_[A-Za-z0-9]{40,}"),
     ("xai", r"x(?<![A-Za-z0-9_-]x)ai-[A-Za-z0-9]{40,}"),
     ("perplexity", r"p(?<![A-Za-z0-9_-]p)plx-[A-Za-z0-9]{40,}"),
@@ -236,7 +284,7 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     ("langsmith", r"l(?<![A-Za-z0-9_]l)sv2_(?:pt|sk)_[A-Za-z0-9_]{20,}"),
     ("sendgrid", r"S(?<![A-Za-z0-9_-]S)G\." + _TOK + r"{16,}\." + _TOK + r"{16,}"),
     ("digitalocean", r"d(?<![A-Za-z0-9_]d)o[opr]_v1_[0-9a-f]{40,}"),
-    ("slack", r"x(?<![A-Za-z0-9_-]x)ox[abprs]-[A-Za-z0-9-]{15,}"),
+    ("slack", r"x(?<![A-Za-z0-9_-]x)ox[abeprs]-[A-Za-z0-9-]{15,}"),
     ("slack_app", r"xapp-[0-9]+-[A-Za-z0-9-]{10,}"),
     ("npm", r"npm_[A-Za-z0-9]{36}"),
     ("google_oauth", r"ya29\." + _TOK + r"{20,}"),
@@ -259,12 +307,15 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
 _SECRET_RX: Final = re.compile(
     "|".join(f"(?:{pat})(?P<r_{name}>)" for name, pat in _RULES), re.ASCII
 )
-_SECRET_GROUPS: Final = {
-    f"r_{name}": tuple(
-        g for g in _SECRET_RX.groupindex if g == f"s_{name}" or g.startswith(f"s_{name}__")
-    )
-    for name, _ in _RULES
-}
+
+
+def _groups(kind: str, name: str) -> tuple[str, ...]:
+    return tuple(g for g in _SECRET_RX.groupindex
+                 if g == f"{kind}_{name}" or g.startswith(f"{kind}_{name}__"))
+
+
+_SECRET_GROUPS: Final = {f"r_{name}": _groups("s", name) for name, _ in _RULES}
+_CONTEXT_GROUPS: Final = {f"r_{name}": _groups("c", name) for name, _ in _RULES}
 # "Authorization: Bearer" with the token already gone is a scheme, not a credential.
 _AUTH_SCHEMES: Final = frozenset({"basic", "bearer", "digest", "negotiate", "token"})
 # One pass can uncover a secret whose lookbehind was blocked by a neighbour it just
@@ -273,26 +324,34 @@ _AUTH_SCHEMES: Final = frozenset({"basic", "bearer", "digest", "negotiate", "tok
 _MAX_PASSES: Final = 8
 
 
-def _redaction(m: re.Match[str]) -> str | None:
-    """The replacement for one match, or None when the match holds no live secret."""
+def _redaction(m: re.Match[str]) -> tuple[str, int]:
+    """The replacement for one match and how many secrets it hides.
+
+    The secret group becomes REDACTED unless it holds no live secret (already redacted,
+    or an Authorization scheme whose credential is gone). A context group is scrubbed in
+    turn: it is text the match would otherwise hide from every pass, and it can hold a
+    secret of its own (a key as a URL's user name, a "--password=" before "-pPASSWORD")."""
     rule = m.lastgroup
     assert rule is not None
     group = next((g for g in _SECRET_GROUPS[rule] if m.group(g) is not None), None)
     if group is None:
-        return REDACTED
+        return REDACTED, 1
     secret = m.group(group)
-    if secret == REDACTED:
-        return None
-    if (
+    live = secret != REDACTED and not (
         rule == "r_auth"
         and m.group("auth_scheme") is None
         and secret.strip().lower() in _AUTH_SCHEMES
-    ):
-        return None
-    start, end = m.span(group)
-    text = m.group()
-    base = m.start()
-    return text[: start - base] + REDACTED + text[end - base :]
+    )
+    parts = [(m.span(group), REDACTED if live else secret, int(live))]
+    for g in _CONTEXT_GROUPS[rule]:
+        if m.group(g):
+            parts.append((m.span(g), *_one_pass(m.group(g))))
+    out, pos, hits = [], m.start(), 0
+    for (start, end), piece, n in sorted(parts):
+        out += [m.string[pos:start], piece]
+        pos, hits = end, hits + n
+    out.append(m.string[pos : m.end()])
+    return "".join(out), hits
 
 
 def _one_pass(s: str) -> tuple[str, int]:
@@ -300,10 +359,8 @@ def _one_pass(s: str) -> tuple[str, int]:
 
     def replace(m: re.Match[str]) -> str:
         nonlocal hits
-        out = _redaction(m)
-        if out is None:
-            return m.group()
-        hits += 1
+        out, n = _redaction(m)
+        hits += n
         return out
 
     return _SECRET_RX.sub(replace, s), hits
