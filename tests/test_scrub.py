@@ -720,6 +720,9 @@ HUNT_EDGES: list[tuple[str, tuple[str, int]]] = [
     ("export SIGNING_KEY='a b'", ("export SIGNING_KEY='[REDACTED]'", 1)),
     ("encryption_key=abc", ("encryption_key=abc", 0)),
     ("KEY=abc", ("KEY=abc", 0)),
+    ("REGISTRY_KEY = 'win'", ("REGISTRY_KEY = 'win'", 0)),
+    ("{'HAVE_CURSES_HAS_KEY': 1}", ("{'HAVE_CURSES_HAS_KEY': 1}", 0)),
+    ("E('EXAMPLE_KEY', 'Error message')", ("E('EXAMPLE_KEY', 'Error message')", 0)),
     # A match's context is scrubbed too: a key as a URL's or curl's user name, or words
     # between "mysql" and its "-p", would otherwise hide inside the match from every pass.
     (f"https://{ANTHROPIC}:pw@host", ("https://[REDACTED]:[REDACTED]@host", 2)),

@@ -127,7 +127,7 @@ def _argument(name: str) -> str:
             rf"""(?P=q_{name})|(?P<s_{name}>[^\s"'-][^\s"']*))""")
 
 
-def _credential_key(name: str, key: str) -> tuple[str, str]:
+def _credential_key(name: str, key: str, sep: str = _SEP) -> tuple[str, str]:
     """A credential assignment: `key` (a pattern that opens with a literal or a class),
     a separator, and a value that is quoted (then it runs to its closing quote, so a
     passphrase with spaces goes whole), a PEM block, or a bare word."""
@@ -135,7 +135,7 @@ def _credential_key(name: str, key: str) -> tuple[str, str]:
     # are usage figures, not credentials.
     return (
         name,
-        key + _SEP
+        key + sep
         + rf"""(?:(?P<q_{name}>\\?["']){_SCHEME_WORD}"""
         + rf"""(?P<s_{name}__q>(?:(?!(?P=q_{name}))(?:{_PEM}|\\.|[^\r\n\\]))+)"""
         + rf"|{_SCHEME_WORD}(?P<s_{name}>{_PEM}|{_VALUE}))",
@@ -182,8 +182,9 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     _credential_key("kv_s", _key("s", r"ecret(?:[_-]?key)?")),
     _credential_key("kv_t", _key("t", r"oken")),
     # An environment variable named for a key (ENCRYPTION_KEY=, SIGNING_KEY=): upper
-    # case only, as the environment spells it.
-    _credential_key("kv_env", r"K(?<=[A-Z0-9]_K)EY"),
+    # case and a bare "=", as a shell assigns it; a constant in code ("REGISTRY_KEY =
+    # ...", "'HAS_KEY': 1") names a key, it does not hold one.
+    _credential_key("kv_env", r"K(?<=[A-Z0-9]_K)EY", "="),
     # A cookie header's value is a session: all of it goes, to the end of the header.
     (
         "cookie",
