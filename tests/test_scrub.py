@@ -317,6 +317,42 @@ def test_scrub_value_walks_nested_structures() -> None:
     assert line["reason"] == "failed: password=hunter2"  # the input is not mutated
 
 
+def test_a_value_under_a_credential_name_is_redacted_whole() -> None:
+    # The structured form of "password=hunter2": the key names the secret, so the value
+    # goes whatever its shape; a figure or a flag under a look-alike name stays.
+    payload = {
+        "password": "hunter2", "api_key": "AAAABBBBCCCCDDDDEEEE", "pin": 1234,
+        "env": {"GITHUB_TOKEN": "tok_abc123secretvalue", "DB_PASSWORD": 4321,
+                "SIGNING_KEY": "k 1"},
+        "Authorization": "Bearer abc", "X-Auth-Token": "t", "aws_secret_access_key": "x",
+        "refresh_token": "r", "Cookie": "sid=1", "pwd": "p",
+        "max_tokens": 4096, "token_count": 3, "bypass": "on", "password_hash": "ab12",
+        "secret": None, "pass": True, "token": "", "client_secret": REDACTED,
+        "tokens": {"input": 3}, "credentials": ["a", {"password": "x"}],
+    }
+    out, n = scrub_value(payload)
+    assert out == {
+        "password": REDACTED, "api_key": REDACTED, "pin": 1234,
+        "env": {"GITHUB_TOKEN": REDACTED, "DB_PASSWORD": REDACTED, "SIGNING_KEY": REDACTED},
+        "Authorization": REDACTED, "X-Auth-Token": REDACTED, "aws_secret_access_key": REDACTED,
+        "refresh_token": REDACTED, "Cookie": REDACTED, "pwd": REDACTED,
+        "max_tokens": 4096, "token_count": 3, "bypass": "on", "password_hash": "ab12",
+        "secret": None, "pass": True, "token": "", "client_secret": REDACTED,
+        "tokens": {"input": 3}, "credentials": ["a", {"password": REDACTED}],
+    }
+    assert n == 12
+    assert scrub_value(out) == (out, 0)
+
+
+def test_a_work_row_never_carries_a_secret_under_its_name(tmp_path: Path) -> None:
+    with WorkLedger(tmp_path, "r1") as wl:
+        wl.record("run.open", None, {"password": "hunter2",
+                                     "env": {"GITHUB_TOKEN": "tok_abc123secretvalue"}})
+    text = b"".join(p.read_bytes() for p in tmp_path.rglob("*.jsonl")).decode()
+    assert "hunter2" not in text and "tok_abc123" not in text
+    assert '"env":{"GITHUB_TOKEN":"[REDACTED]"}' in text and '"password":"[REDACTED]"' in text
+
+
 def test_scrub_value_returns_clean_structures_untouched() -> None:
     line = {"outcome": "success", "models": [{"model": "gpt-5-codex"}], "pair": ("a", 1)}
     assert scrub_value(line) == (line, 0)

@@ -18,6 +18,7 @@ UUIDs, timestamps, paths and model names are deliberately outside every form.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -389,13 +390,25 @@ def scrub_text(s: str) -> tuple[str, int]:
     return (out, total) if total else (s, 0)
 
 
+@functools.lru_cache(maxsize=4096)
+def _names_a_credential(key: str) -> bool:
+    """True when `key` is the name of a credential: written as an assignment
+    (``key=value``), the rules would hide the value ("password", "GITHUB_TOKEN",
+    "aws_secret_access_key", "Authorization"; not "max_tokens" or "token_count")."""
+    probe = key + "=v4lue"
+    return scrub_text(probe)[0].endswith("=" + REDACTED)
+
+
 def scrub_value(obj: object) -> tuple[object, int]:
     """Scrub every string in a JSON-like value; return it and how many secrets were replaced.
 
     Dicts (string keys and values), lists and tuples are walked; other values are left
-    alone. A container comes back as the same object when nothing in it changed, and as
-    a new one otherwise (a tuple then becomes a list, its JSON form). Two keys that
-    scrub to the same text collapse into one, keeping the later value.
+    alone. A string or number under a key that names a credential (``{"password":
+    "hunter2"}``, the structured form of ``password=hunter2``) is a secret whatever its
+    shape and becomes REDACTED whole. A container comes back as the same object when
+    nothing in it changed, and as a new one otherwise (a tuple then becomes a list, its
+    JSON form). Two keys that scrub to the same text collapse into one, keeping the
+    later value.
     """
     if isinstance(obj, str):
         return scrub_text(obj)
@@ -404,7 +417,11 @@ def scrub_value(obj: object) -> tuple[object, int]:
         items: list[tuple[object, object]] = []
         for k, v in obj.items():
             nk, kn = scrub_text(k) if isinstance(k, str) else (k, 0)
-            nv, vn = scrub_value(v)
+            nv: object
+            if isinstance(k, str) and _is_secret_scalar(v) and _names_a_credential(k):
+                nv, vn = REDACTED, 1
+            else:
+                nv, vn = scrub_value(v)
             total += kn + vn
             items.append((nk, nv))
         return (dict(items), total) if total else (obj, 0)
@@ -417,3 +434,11 @@ def scrub_value(obj: object) -> tuple[object, int]:
             values.append(nv)
         return (values, total) if total else (obj, 0)
     return obj, 0
+
+
+def _is_secret_scalar(v: object) -> bool:
+    """A value that can hold a secret on its own: a non-empty string not yet redacted,
+    or a number (a PIN); not a flag, a null or a container (walked instead)."""
+    if isinstance(v, str):
+        return v != "" and v != REDACTED
+    return isinstance(v, int | float) and not isinstance(v, bool)
