@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -1208,3 +1209,167 @@ def test_a_prune_during_verify_makes_it_walk_again(world: World, tmp_path: Path,
     assert listings == [5, 2]
     assert (res.ok, res.error, res.lines, res.anchor, res.head_seq, res.head_hash) == (
         True, None, 4, "CHAIN seq 6", 10, hash_of(kept[-1]))
+
+
+# -- verify during a long prune: it walks again for as long as the prune goes on ------------
+#
+# A single prune of a large ledger deletes hundreds of files, each after a carry and a
+# synced CHAIN: it used to outlast verify's three walks, and `harness ledger verify` then
+# exited 2 with a bare "[Errno 2] No such file or directory", no seq and no file:line. The
+# prune is driven from verify's listing, one file per walk, so the test needs no timing.
+
+TEN_DAYS = tuple(f"2025-11-{d:02d}" for d in range(1, 11))  # the last is NOW's day
+
+
+def ten_days(world: World) -> RunLedger:
+    """Two decided lines on each of ten days (seq 1-20); the caller closes."""
+    lines = [decided(i, f"{TEN_DAYS[(i - 1) // 2]}T08:00:{i:02d}Z") for i in range(1, 21)]
+    return seed(world, lines, clock=lambda: NOW, retention_ns=90 * DAY)
+
+
+def prune_oldest(led: RunLedger, days: list[tuple[str, str]]) -> None:
+    """The real prune, with the retention that dooms the oldest of `days` alone."""
+    ended = parse_ns(f"{days[0][0]}T00:00:00Z") + DAY
+    led.set_limits(NOW - ended - 1, 1 << 30)
+    assert led.prune().deleted == [days[0][0]]
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["one process", "a process a file"])
+def test_a_prune_longer_than_any_fixed_number_of_walks_keeps_verify_walking(
+        world: World, monkeypatch: pytest.MonkeyPatch, parallel: bool) -> None:
+    """Each walk lists the files, then the prune deletes the oldest (CHAIN moves past it)
+    before the walk reads it: nine walks in a row find a file gone. Verify walks a tenth
+    time and reports the pruned chain intact; it gave up after three walks."""
+    led = ten_days(world)
+    real = verify_module.list_day_files
+    listings: list[int] = []
+
+    def one_pruned_per_walk(directory: str) -> Any:
+        got = real(directory)
+        listings.append(len(got.days))
+        if len(got.days) > 1:
+            prune_oldest(led, got.days)
+        return got
+
+    try:
+        monkeypatch.setattr(verify_module, "list_day_files", one_pruned_per_walk)
+        res = verify_module.verify_run_ledger(str(world.ledger), parallel=parallel)
+    finally:
+        led.close()
+    today = lines_of(world.ledger / f"{TEN_DAYS[-1]}.jsonl")
+    assert listings == list(range(10, 0, -1))
+    assert (res.ok, res.error, res.lines, res.anchor, res.head_seq, res.head_hash) == (
+        True, None, 2, "CHAIN seq 18", 20, hash_of(today[-1]))
+
+
+def test_a_delete_with_chain_already_past_the_file_is_the_prune_going_on(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prune writes CHAIN, then deletes the file: when verify lists the files between
+    the two, CHAIN does not move while that walk reads, yet the file that goes is the
+    oldest listed. That is the prune's delete, not a break: verify walks again."""
+    led = ten_days(world)
+    try:
+        oldest = world.ledger / f"{TEN_DAYS[0]}.jsonl"
+        shutil.copy2(oldest, tmp_path / "oldest")
+        prune_oldest(led, verify_module.list_day_files(str(world.ledger)).days)
+    finally:
+        led.close()
+    shutil.copy2(tmp_path / "oldest", oldest)  # CHAIN is written, the delete still due
+    real = verify_module.list_day_files
+
+    def deleted_after_listing(directory: str) -> Any:
+        got = real(directory)
+        if oldest.exists():
+            oldest.unlink()
+        return got
+
+    monkeypatch.setattr(verify_module, "list_day_files", deleted_after_listing)
+    res = verify_module.verify_run_ledger(str(world.ledger), parallel=False)
+    assert (res.ok, res.error, res.lines, res.anchor, res.behind, res.head_seq) == (
+        True, None, 18, "CHAIN seq 2", 0, 20)
+
+
+# Runs `harness ledger verify` in a real process whose listing of the day files is
+# followed by either a real prune of the oldest file (every walk: "prune") or the deletion
+# of one file by hand (the first walk only: "unlink:NAME").
+_DURING_WALKS = """
+import os, sys
+from harness.cli.main import main
+from harness.ledger import RunLedger, verify
+from harness.timefmt import parse_ns
+mode, directory, now = sys.argv[1], sys.argv[2], int(sys.argv[3])
+day = 86_400 * 10**9
+real = verify.list_day_files
+led = RunLedger(directory, clock=lambda: now) if mode == "prune" else None
+walks = []
+
+def listed(d):
+    got = real(d)
+    walks.append(len(got.days))
+    if led is not None and len(got.days) > 1:
+        led.set_limits(now - parse_ns(got.days[0][0] + "T00:00:00Z") - day - 1, 1 << 30)
+        assert led.prune().deleted == [got.days[0][0]]
+    elif mode.startswith("unlink:") and len(walks) == 1:
+        os.unlink(os.path.join(d, mode[len("unlink:"):]))
+    return got
+
+verify.list_day_files = listed
+sys.argv = ["harness", "ledger", "verify", *sys.argv[4:]]
+try:
+    main()
+finally:
+    print("walks", walks, file=sys.stderr)
+"""
+
+
+def verify_during_walks(world: World, mode: str, *args: str
+                        ) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run([sys.executable, "-c", _DURING_WALKS, mode, str(world.ledger),
+                          str(NOW), *args],
+                         env=world.env, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in res.stderr, res.stderr
+    return res
+
+
+def test_the_cli_verifies_a_ledger_a_long_prune_shrinks_under_it(world: World) -> None:
+    """`harness ledger verify` exits 0 on the pruned chain, not 2 with a bare errno."""
+    ten_days(world).close()
+    res = verify_during_walks(world, "prune")
+    today = lines_of(world.ledger / f"{TEN_DAYS[-1]}.jsonl")
+    assert (res.returncode, res.stdout) == (
+        0, ok_text(2, 1, 20, hash_of(today[-1]), anchor="CHAIN seq 18"))
+    assert res.stderr == f"walks {list(range(10, 0, -1))}\n"
+
+
+LOST = ("{} was deleted while verify read it, and no prune had moved CHAIN past it (a "
+        "prune deletes only the oldest files, each after CHAIN)")
+
+
+def test_a_file_deleted_by_hand_in_the_middle_breaks_where_its_lines_were(
+        world: World) -> None:
+    """No prune ran (CHAIN did not move) and the file that went was not the oldest: the
+    walk again breaks the chain at the line after the hole, and says which file went."""
+    ten_days(world).close()
+    gone = f"{TEN_DAYS[4]}.jsonl"  # seq 9-10
+    res = verify_during_walks(world, "unlink:" + gone)
+    reason = f"{REMOVED.format(8)}; {LOST.format(gone)}"
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr == (f"harness: ledger chain broken at seq 11 ({TEN_DAYS[5]}.jsonl:1): "
+                          f"{reason}\nwalks [10, 9]\n")
+
+
+def test_the_newest_file_deleted_by_hand_during_verify_is_a_break_naming_it(
+        world: World) -> None:
+    """The chain without the newest file still links, so a walk of what is left finds no
+    break; yet lines went that no prune took. Verify names the file (exit 2); it used to
+    walk again and report the shorter chain as intact."""
+    ten_days(world).close()
+    gone = f"{TEN_DAYS[-1]}.jsonl"
+    res = verify_during_walks(world, "unlink:" + gone, "--json")
+    assert res.returncode == 2, res
+    out = json.loads(res.stdout)
+    assert (out["ok"], out["seq"], out["file"], out["line"], out["head_seq"]) == (
+        False, None, gone, 0, 18)
+    assert out["reason"] == LOST.format("the day file") + ": its lines are gone from the chain"
+    res = verify_during_walks(world, "none")
+    assert res.returncode == 0, res
