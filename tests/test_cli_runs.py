@@ -890,6 +890,20 @@ def test_stray_files_are_named_and_ignored(world: World) -> None:
     assert res.returncode == 0, res.stderr
 
 
+def test_a_symlink_named_like_a_day_file_is_a_stray_never_read(world: World) -> None:
+    """A link with a day's name, to the ledger's own day file or to a copy elsewhere, is
+    no day file: named as a stray, its target's records not read a second time."""
+    path, _lines = _three_runs(world)
+    (world.ledger / "2020-01-03.jsonl").symlink_to(path)
+    copy = world.root / "copy.jsonl"
+    copy.write_bytes(path.read_bytes())
+    (world.ledger / "2020-01-04.jsonl").symlink_to(copy)
+    _check_skips(world, skipped=0, strays="2020-01-03.jsonl, 2020-01-04.jsonl")
+    res = world.harness("ledger", "verify")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("ok: 6 lines in 1 file(s) verify from genesis"), res.stdout
+
+
 def test_a_directory_of_strays_is_named_ten_at_a_time(world: World) -> None:
     """A directory full of other files (a backup copied in) would make the note one line of
     thousands of names: it names the first ten and counts the rest."""

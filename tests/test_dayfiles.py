@@ -5,6 +5,7 @@ read chunk. Real files only; the chunk-crossing cases write files past `CHUNK`."
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -89,6 +90,26 @@ def test_listing_sorts_days_and_names_strays(tmp_path: Path) -> None:
     assert listing.strays == ["2026-02-30.jsonl", "2026-06-12.jsonl", "2026-06-13.jsonl",
                               "2026-06-15.jsonl.bak", "2026-13-45.jsonl", "a-stray",
                               "b-stray", "notes.txt"]
+
+
+def test_a_symlink_to_a_regular_file_with_a_day_name_is_a_stray(tmp_path: Path) -> None:
+    """Only a regular file is a day file, a symlink to one too: read as a day, a link to
+    today's file put its lines in the chain twice, and a prune wrote CHAIN from them."""
+    (tmp_path / "2026-06-15.jsonl").write_bytes(b'{"seq":1}\n')
+    (tmp_path / "outside").write_bytes(b'{"seq":7}\n')
+    (tmp_path / "2020-01-03.jsonl").symlink_to(tmp_path / "2026-06-15.jsonl")
+    (tmp_path / "2026-06-16.jsonl").symlink_to("outside")
+    listing = list_day_files(str(tmp_path))
+    assert listing.days == [("2026-06-15", f"{tmp_path}/2026-06-15.jsonl")]
+    assert listing.strays == ["2020-01-03.jsonl", "2026-06-16.jsonl", "outside"]
+    # Nor does a reader handed one follow it: one put there after the listing.
+    link = str(tmp_path / "2026-06-16.jsonl")
+    for read in (lambda: list(iter_chunks(link, gone_ok=True)),
+                 lambda: list(iter_blocks(link, gone_ok=True)),
+                 lambda: read_tail(link), lambda: highest_line(link)):
+        with pytest.raises(OSError) as exc:
+            read()
+        assert exc.value.errno == errno.ELOOP
 
 
 def test_a_dangling_symlink_with_a_day_name_is_a_stray(tmp_path: Path) -> None:

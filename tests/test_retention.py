@@ -458,6 +458,40 @@ def test_the_boot_continues_after_chain_when_every_kept_line_is_below_it(
     assert (new["seq"], new["prev"]) == (4, chain["hash"])
 
 
+def test_a_symlink_named_for_an_old_day_is_never_pruned_nor_followed(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """A link named for a day long gone, to today's file: read as a day file, the prune
+    took it first and wrote CHAIN from its target's highest line (today's head), so
+    every kept line fell at or before CHAIN and a line removed from them went unseen. It
+    is a stray: left where it is, its target untouched, CHAIN from the files pruned."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 6 * DAY)
+    led = open_ledger(d, clock=clock)
+    fill_days(led, clock, range(6, -1, -1))  # seq 1-14 over seven days, then 15 today
+    led.close()
+    today = d / f"{day(T0)}.jsonl"
+    link = d / "2020-01-03.jsonl"
+    link.symlink_to(today)
+    before = today.read_bytes()
+
+    led = open_ledger(d, clock=Clock(T0), retention_ns=2 * DAY)
+    res = led.prune()
+    led.close()
+    assert (res.deleted, res.error) == ([day(T0 - age * DAY) for age in (6, 5, 4, 3)], None)
+    assert link.is_symlink() and today.read_bytes() == before
+    assert json.loads((d / "CHAIN").read_bytes())["seq"] == 8
+    v = verify_run_ledger(str(d))
+    assert (v.ok, v.anchor, v.lines, v.behind, v.strays) == (
+        True, "CHAIN seq 8", 7, 0, ["2020-01-03.jsonl"])
+
+    kept = d / f"{day(T0 - 2 * DAY)}.jsonl"  # seq 9-10
+    kept.write_bytes(kept.read_bytes().split(b"\n", 1)[1])  # seq 9 removed by hand
+    v = verify_run_ledger(str(d))
+    assert v.error is not None
+    assert (v.ok, v.error.seq, v.error.file, v.error.line) == (False, 10, kept.name, 1)
+
+
 def test_pruning_a_file_with_no_complete_line_leaves_chain_alone(
     tmp_path: Path, open_ledger: OpenLedger
 ) -> None:

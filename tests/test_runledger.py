@@ -620,6 +620,26 @@ def test_a_line_nested_past_the_decoders_depth_is_skipped_not_a_crash(
                        "outcome": "missed"}) == 2
 
 
+def test_the_writer_does_not_append_through_a_symlink_at_todays_name(
+        ledger_dir: Path, open_ledger: OpenLedger) -> None:
+    """A symlink at today's day-file name is a stray to every reader, so the writer must
+    not append to its target either: the line fails and stays queued (as with a directory
+    there), and the file linked to is left as it was."""
+    ledger_dir.mkdir(mode=0o700, parents=True)
+    outside = ledger_dir.parent / "outside.jsonl"
+    outside.write_bytes(b"")
+    link = ledger_dir / f"{day(T0)}.jsonl"
+    link.symlink_to(outside)
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    with pytest.raises(LedgerUnavailable, match="Too many levels of symbolic links"):
+        led.append(decided("n", 1))
+    assert (led.stats().append_errors, led.stats().queued) == (1, 1)
+    link.unlink()  # mended: the line goes to a day file of its own
+    led.close(timeout=60.0)
+    assert outside.read_bytes() == b""
+    assert [(x["seq"], x["run_id"]) for x in lines_of(link)] == [(1, 1)]
+
+
 def test_a_damaged_chain_file_is_ledger_corrupt(ledger_dir: Path,
                                                open_ledger: OpenLedger) -> None:
     ledger_dir.mkdir(mode=0o700, parents=True)

@@ -1,13 +1,15 @@
 """The run ledger's day files on disk: names, listing, and streaming their lines.
 
-One file per UTC day, ``YYYY-MM-DD.jsonl``. Invariants: readers never write; a
-line is complete when it ends in ``\\n``, and an unterminated tail is a torn fragment
-(reported, never parsed as data) unless it is a whole JSON value: no proper prefix of
-a line is one, so that is a line a crash cut only its newline from. Files are read in
-bounded chunks so a reader's memory does not grow with the ledger, nor with one line:
-a line longer than ``CHUNK`` (no ledger line: the writer's limit is 16 KiB; a run of
-NUL bytes a crash left, say) is seen as its first ``CHUNK`` bytes. Lines within one
-file are in seq order because the single writer appends them in that order.
+One file per UTC day, ``YYYY-MM-DD.jsonl``. Invariants: a day file is a regular file
+of that name (anything else of that name, a symlink too, is a stray: never read, pruned
+or followed); readers never write; a line is complete when it ends in ``\\n``, and an
+unterminated tail is a torn fragment (reported, never parsed as data) unless it is a
+whole JSON value: no proper prefix of a line is one, so that is a line a crash cut only
+its newline from. Files are read in bounded chunks so a reader's memory does not grow
+with the ledger, nor with one line: a line longer than ``CHUNK`` (no ledger line: the
+writer's limit is 16 KiB; a run of NUL bytes a crash left, say) is seen as its first
+``CHUNK`` bytes. Lines within one file are in seq order because the single writer
+appends them in that order.
 """
 
 from __future__ import annotations
@@ -64,7 +66,9 @@ def list_day_files(directory: str) -> Listing:
         name = entry.name
         m = DAY_FILE.match(name)
         # Only a regular file is a day file: opening a FIFO of that name would block
-        # every reader, and a directory is nothing the ledger wrote.
+        # every reader, and a directory is nothing the ledger wrote. Nor is a symlink,
+        # wherever it points: one to a kept file would be read twice, and a prune would
+        # write CHAIN from its target's lines, so edits to kept lines went unseen.
         if m and _is_day(m.group(1)) and _regular(entry):
             out.days.append((m.group(1), os.path.join(directory, name)))
         elif name not in KNOWN_FILES and not name.endswith(".tmp"):
@@ -74,7 +78,7 @@ def list_day_files(directory: str) -> Listing:
 
 def _regular(entry: os.DirEntry[str]) -> bool:
     try:
-        return entry.is_file()
+        return entry.is_file(follow_symlinks=False)
     except OSError:
         return False
 
@@ -93,12 +97,27 @@ def day_path(directory: str, day: str) -> str:
     return os.path.join(directory, f"{day}.jsonl")
 
 
+# A day file is opened without following a symlink (ELOOP): one put in its place after
+# the listing saw a regular file is still no day file.
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_day_file(path: str, buffering: int = -1) -> Any:
+    """Day file `path` opened for reading, never through a symlink."""
+    fd = os.open(path, _READ)
+    try:
+        return open(fd, "rb", buffering=buffering)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _open_listed(path: str, gone_ok: bool) -> Any:
     """`path` opened for reading, or None when `gone_ok` and it is gone: a reader that runs
     beside the daemon may find a day file deleted by a prune since it listed the
     directory, and reads it as the prune left things."""
     try:
-        return open(path, "rb", buffering=0)
+        return open_day_file(path, buffering=0)
     except FileNotFoundError:
         if gone_ok:
             return None
@@ -310,7 +329,7 @@ def highest_line(path: str) -> tuple[int, str | None] | None:
 
 def read_tail(path: str, block: int = 1 << 16) -> FileTail:
     """Find the last parseable complete line of `path`, reading backwards in blocks."""
-    with open(path, "rb") as f:
+    with open_day_file(path) as f:
         size = f.seek(0, os.SEEK_END)
         lines = _backward(f, size, block)
         torn, torn_dropped = next(lines)

@@ -152,7 +152,9 @@ class FileLayer:
         # find a torn tail, and pread on a write-only fd fails with EBADF, which made
         # every reopen (a restart, a retry after a dropped handle) fail for ever.
         # O_APPEND still puts every write at the end.
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        # O_NOFOLLOW: a symlink at a day file's name is a stray to every reader, so the
+        # writer must not append to its target either (ELOOP, retried like any failure).
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
         try:
             return os.open(path, flags | os.O_EXCL, 0o600), True
         except FileExistsError:

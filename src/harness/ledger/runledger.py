@@ -223,7 +223,8 @@ class RunLedger:
                 # Terminate it now, before the writer starts (still one writer): the file
                 # again holds only complete lines, whatever reads it next.
                 try:
-                    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+                    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+                                 | os.O_NOFOLLOW)
                     try:
                         os.write(fd, b"\n")
                         os.fsync(fd)
