@@ -112,6 +112,24 @@ def test_a_symlink_to_a_regular_file_with_a_day_name_is_a_stray(tmp_path: Path) 
         assert exc.value.errno == errno.ELOOP
 
 
+@pytest.mark.timeout(60)  # the old open() waited for a FIFO's writer for ever
+def test_a_fifo_put_in_a_listed_day_files_place_is_an_error_not_a_hang(
+        tmp_path: Path) -> None:
+    """The listing saw a regular file; a FIFO took its place before a reader opened it.
+    Opening it must not wait for a writer: the reader fails on it, as on a directory."""
+    fifo = tmp_path / "2026-06-15.jsonl"
+    os.mkfifo(fifo, 0o600)
+    for read in (lambda: list(iter_chunks(str(fifo))), lambda: list(iter_blocks(str(fifo))),
+                 lambda: read_tail(str(fifo))):
+        with pytest.raises(OSError, match="Not a regular file") as exc:
+            read()
+        assert exc.value.errno == errno.EINVAL
+    fifo.unlink()
+    fifo.mkdir()
+    with pytest.raises(IsADirectoryError):
+        list(iter_chunks(str(fifo)))
+
+
 def test_a_dangling_symlink_with_a_day_name_is_a_stray(tmp_path: Path) -> None:
     (tmp_path / "2026-06-15.jsonl").symlink_to(tmp_path / "gone")
     listing = list_day_files(str(tmp_path))

@@ -1258,6 +1258,24 @@ def test_a_chain_damaged_under_a_running_ledger_stops_the_prune_before_any_delet
     assert (res.deleted, res.error) == ([day(T0 - 40 * DAY)], None)
 
 
+@pytest.mark.timeout(60)  # the old open() waited for a FIFO's writer for ever
+def test_a_fifo_put_at_chain_under_a_running_ledger_stops_the_prune_without_blocking(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    d = tmp_path / "ledger"
+    led = open_ledger(d, clock=Clock(T0 - 40 * DAY))
+    led.append(decided("a", 1))
+    led.close()
+    led = open_ledger(d, clock=Clock(T0), retention_ns=30 * DAY)
+    os.mkfifo(d / "CHAIN", 0o600)
+    res = led.prune()
+    assert (res.deleted, res.carried_forward) == ([], 0)
+    assert res.error == (f"{d / 'CHAIN'}: unreadable chain anchor: [Errno 22] Not a regular "
+                         f"file: '{d / 'CHAIN'}'; nothing is pruned until it is mended")
+    (d / "CHAIN").unlink()
+    assert led.prune().deleted == [day(T0 - 40 * DAY)]
+
+
 def test_a_ledger_directory_unreadable_at_the_prune_is_a_prune_error(
     tmp_path: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
 ) -> None:

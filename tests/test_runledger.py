@@ -648,6 +648,16 @@ def test_a_damaged_chain_file_is_ledger_corrupt(ledger_dir: Path,
         open_ledger(ledger_dir)
 
 
+@pytest.mark.timeout(60)  # the old open() waited for a FIFO's writer for ever
+def test_a_fifo_at_chain_is_ledger_corrupt_not_a_hang(ledger_dir: Path,
+                                                      open_ledger: OpenLedger) -> None:
+    ledger_dir.mkdir(mode=0o700, parents=True)
+    os.mkfifo(ledger_dir / "CHAIN", 0o600)
+    with pytest.raises(LedgerCorrupt, match=r"CHAIN: unreadable chain anchor: \[Errno 22\] "
+                                            r"Not a regular file"):
+        open_ledger(ledger_dir)
+
+
 def one_closed_run(ledger_dir: Path, open_ledger: OpenLedger, clock: Clock) -> Path:
     """Run n/1 opened and closed (seq 1-2), the ledger closed; returns its day file."""
     led = open_ledger(ledger_dir, clock=clock)

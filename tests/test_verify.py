@@ -1029,6 +1029,38 @@ def test_unreadable_chain_file(world: World, tmp_path: Path) -> None:
     assert res.stderr.startswith(f"harness: {world.ledger / 'CHAIN'}: unreadable chain anchor")
 
 
+def _not_a_file(chain: Path, what: str) -> str:
+    """Put `what` in CHAIN's place; the OSError reading it gives."""
+    copy = chain.read_bytes()
+    chain.unlink()
+    if what == "fifo":
+        os.mkfifo(chain, 0o600)
+        return f"[Errno 22] Not a regular file: '{chain}'"
+    if what == "directory":
+        chain.mkdir()
+        return f"[Errno 21] Is a directory: '{chain}'"
+    (chain.parent.parent / "CHAIN.copy").write_bytes(copy)  # a link to a good anchor
+    chain.symlink_to(chain.parent.parent / "CHAIN.copy")
+    return f"[Errno 40] Too many levels of symbolic links: '{chain}'"
+
+
+@pytest.mark.parametrize("what", ["fifo", "directory", "symlink"])
+def test_chain_that_is_not_a_regular_file_is_unreadable_and_never_blocks(
+        world: World, tmp_path: Path, what: str) -> None:
+    """A FIFO at CHAIN blocked verify for ever in open(), waiting for a writer. It is
+    reported as a directory there is (exit 2, the same words), and so is a symlink: CHAIN
+    is a regular file the prune writes, and a link would let a file elsewhere anchor the
+    chain."""
+    pruned(world, tmp_path)
+    chain = world.ledger / "CHAIN"
+    detail = _not_a_file(chain, what)
+    res = verify(world)
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr == f"harness: {chain}: unreadable chain anchor: {detail}\n"
+    code, out = verify_json(world)
+    assert (code, out["ok"], out["lines"]) == (2, False, 0)
+
+
 @pytest.mark.parametrize("text", [
     '{"seq": "6", "hash": "%s"}' % ("a" * 64),
     '{"seq": true, "hash": "%s"}' % ("a" * 64),

@@ -14,8 +14,10 @@ appends them in that order.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date
@@ -97,15 +99,23 @@ def day_path(directory: str, day: str) -> str:
     return os.path.join(directory, f"{day}.jsonl")
 
 
-# A day file is opened without following a symlink (ELOOP): one put in its place after
-# the listing saw a regular file is still no day file.
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+# A ledger file (a day file, CHAIN) is opened without following a symlink (ELOOP) and
+# without blocking: a FIFO put where the listing saw a regular file, or at CHAIN, would
+# wait for a writer that never comes. Only a regular file is then read.
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def open_day_file(path: str, buffering: int = -1) -> Any:
-    """Day file `path` opened for reading, never through a symlink."""
+def open_regular(path: str, buffering: int = -1) -> Any:
+    """Regular file `path` opened for reading, never through a symlink; anything else
+    there raises OSError (IsADirectoryError for a directory, as `open` does)."""
     fd = os.open(path, _READ)
     try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "Not a regular file", path)
+        os.set_blocking(fd, True)
         return open(fd, "rb", buffering=buffering)
     except BaseException:
         os.close(fd)
@@ -117,7 +127,7 @@ def _open_listed(path: str, gone_ok: bool) -> Any:
     beside the daemon may find a day file deleted by a prune since it listed the
     directory, and reads it as the prune left things."""
     try:
-        return open_day_file(path, buffering=0)
+        return open_regular(path, buffering=0)
     except FileNotFoundError:
         if gone_ok:
             return None
@@ -329,7 +339,7 @@ def highest_line(path: str) -> tuple[int, str | None] | None:
 
 def read_tail(path: str, block: int = 1 << 16) -> FileTail:
     """Find the last parseable complete line of `path`, reading backwards in blocks."""
-    with open_day_file(path) as f:
+    with open_regular(path) as f:
         size = f.seek(0, os.SEEK_END)
         lines = _backward(f, size, block)
         torn, torn_dropped = next(lines)

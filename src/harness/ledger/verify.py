@@ -35,6 +35,7 @@ from .dayfiles import (
     is_whole,
     iter_chunks,
     list_day_files,
+    open_regular,
 )
 
 
@@ -98,7 +99,8 @@ def read_chain_file(directory: str) -> tuple[int, str] | None:
     """The pruned tail's last (seq, hash), or None when nothing was pruned."""
     path = os.path.join(directory, CHAIN_FILE)
     try:
-        with open(path, "rb") as f:
+        # Never blocks: a FIFO at CHAIN is unreadable, as a directory there is.
+        with open_regular(path) as f:
             data = json.loads(f.read())
     except FileNotFoundError:
         return None
