@@ -203,12 +203,9 @@ def _verify_run_ledger(as_json: bool) -> None:
         e = res.error
         assert e is not None
         if not as_json:
-            if e.line:
-                at = f"seq {e.seq}" if e.seq is not None else "a line with no valid seq"
-                at = f"{at} ({e.file}:{e.line})"
-            else:  # no line to name: the file went while verify read it
-                at = e.file
-            click.echo(f"harness: ledger chain broken at {at}: {e.reason}", err=True)
+            at = f"seq {e.seq}" if e.seq is not None else "a line with no valid seq"
+            click.echo(f"harness: ledger chain broken at {at} ({e.file}:{e.line}): "
+                       f"{e.reason}", err=True)
         sys.exit(EXIT_BROKEN)
 
 

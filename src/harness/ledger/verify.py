@@ -53,7 +53,7 @@ _any = msgspec.json.Decoder()
 class Break:
     seq: int | None
     file: str
-    line: int  # 0: the file as a whole (one gone while verify read it)
+    line: int
     reason: str
 
 
@@ -386,71 +386,19 @@ def verify_run_ledger(directory: str, parallel: bool | None = None) -> VerifyRes
 
     The daemon prunes while verify reads: CHAIN moves on and the oldest files go. A file
     gone after the listing means the walk saw part of each state, so it starts again
-    from a fresh listing and CHAIN, for as long as the prune goes on: one prune of a
+    from a fresh listing and CHAIN, for as long as files it listed go: one prune of a
     large ledger deletes hundreds of files, each after a carry and a synced CHAIN, and
-    outlasts any fixed number of walks. A file gone out of a prune's order (`_vanished`)
-    is a break that names it.
+    outlasts any fixed number of walks. Every extra walk needs a file the last walk
+    listed to be gone, so the walking ends. A file deleted by hand is found as if it had
+    gone before verify started: a break where its lines were.
     """
-    chain = _chain_seq(directory)
-    lost: str | None = None
     while True:
         listing = list_day_files(directory)
         try:
-            res = _verify_once(directory, listing, parallel)
-        except FileNotFoundError as exc:
-            now = _chain_seq(directory)
-            gone = _gone(listing)
-            # A prune writes CHAIN before each delete and deletes the oldest files
-            # first: either sign means it went on, and so the walking does. Each walk
-            # again needs CHAIN's seq to rise or a listed file to go, so the walks end.
-            pruning = now > chain or (bool(gone) and gone == listing.days[: len(gone)])
-            chain = now
-            if pruning:
-                continue
-            if lost is not None:
-                return _vanished(listing, lost, None)
-            lost = _lost(listing, gone, exc)
-            continue  # once more, to find where the chain breaks without it
-        return res if lost is None else _vanished(listing, lost, res)
-
-
-def _chain_seq(directory: str) -> int:
-    """CHAIN's seq now; -1 for none, and for one that does not read (the walk says why)."""
-    try:
-        anchor = read_chain_file(directory)
-    except ValueError:
-        return -1
-    return anchor[0] if anchor else -1
-
-
-def _gone(listing: Listing) -> list[tuple[str, str]]:
-    """The listed day files that are gone now."""
-    return [day for day in listing.days if not os.path.lexists(day[1])]
-
-
-def _lost(listing: Listing, gone: list[tuple[str, str]], exc: FileNotFoundError) -> str:
-    """The name of the file gone out of a prune's order: the first gone with an older
-    one kept, or the one the walk missed, when it is back already."""
-    kept = [day for day in listing.days if day not in gone]
-    out = next((p for day, p in gone if kept and day > kept[0][0]), exc.filename)
-    return os.path.basename(str(out)) if out else "a day file"
-
-
-def _vanished(listing: Listing, name: str, res: VerifyResult | None) -> VerifyResult:
-    """The result when day file `name` went while verify read it, and no prune took it:
-    where the chain breaks without it when a walk found that (`res`), else the file
-    itself (line 0: it has no line left to name)."""
-    why = ("was deleted while verify read it, and no prune had moved CHAIN past it (a "
-           "prune deletes only the oldest files, each after CHAIN)")
-    if res is None:
-        res = VerifyResult(ok=False, exists=True, files=len(listing.days),
-                           strays=listing.strays)
-    if res.error is not None:
-        res.error.reason = f"{res.error.reason}; {name} {why}"
-    else:
-        res.error = Break(None, name, 0, f"the day file {why}: its lines are gone from the chain")
-    res.ok = False
-    return res
+            return _verify_once(directory, listing, parallel)
+        except FileNotFoundError:
+            if not any(not os.path.lexists(path) for _, path in listing.days):
+                raise
 
 
 def _verify_once(directory: str, listing: Listing, parallel: bool | None) -> VerifyResult:
