@@ -640,6 +640,29 @@ def test_the_writer_does_not_append_through_a_symlink_at_todays_name(
     assert [(x["seq"], x["run_id"]) for x in lines_of(link)] == [(1, 1)]
 
 
+def test_a_day_file_replaced_by_a_symlink_while_open_is_not_written_through(
+        ledger_dir: Path, open_ledger: OpenLedger) -> None:
+    """Today's file moved away and a symlink to it put in its place: readers skip the
+    link, so the writer must not go on appending to the moved file through its open
+    handle either. It sees the name no longer names its file and reopens, which the
+    link refuses; the line stays queued until the link goes."""
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    led._writer.name_check_every = 0.0  # the rename is looked for at every sync, not 1/s
+    led.append(decided("n", 1))
+    today = ledger_dir / f"{day(T0)}.jsonl"
+    moved = ledger_dir.parent / "moved.jsonl"
+    today.rename(moved)
+    today.symlink_to(moved)
+    with pytest.raises(LedgerUnavailable, match="Too many levels of symbolic links"):
+        led.append(decided("n", 2))
+    today.unlink()
+    led.close(timeout=60.0)
+    # The moved file keeps what was written into it (acknowledged or not), as a file
+    # renamed away does; the line is acknowledged where readers look.
+    assert (lines_of(moved)[0]["seq"], lines_of(moved)[0]["run_id"]) == (1, 1)
+    assert [(x["seq"], x["run_id"]) for x in lines_of(today)] == [(2, 2)]
+
+
 def test_a_damaged_chain_file_is_ledger_corrupt(ledger_dir: Path,
                                                open_ledger: OpenLedger) -> None:
     ledger_dir.mkdir(mode=0o700, parents=True)

@@ -183,9 +183,11 @@ class FileLayer:
 
     def names(self, path: str, identity: tuple[int, int]) -> bool:
         """Whether `path` still names the file of `identity`: not deleted, renamed away
-        or replaced since it was opened. True when that cannot be told."""
+        or replaced since it was opened (by a symlink too, even to that very file: readers
+        skip a link, so writing through it would hide lines). True when that cannot be
+        told."""
         try:
-            st = os.stat(path)
+            st = os.stat(path, follow_symlinks=False)
         except FileNotFoundError:
             return False
         except OSError:
