@@ -3,7 +3,9 @@
 Asks the daemon when it is up; otherwise reads the day files directly, read-only,
 marks open records ``running?`` and says on stderr that it read the ledger from
 disk. Exit 0 whenever the query ran (also with no records); 1 when the ledger
-could not be read; 2 for a bad flag value (listing what is valid).
+could not be read; 2 for a bad flag value (listing what is valid). A value it did not
+write (a file name, the ledger's path, the daemon's message, the NAME asked for) is
+printed as `render.visible` spells it, on stderr as in the table: never as a control.
 """
 
 from __future__ import annotations
@@ -142,28 +144,35 @@ def runs_command(ctx: click.Context, names: tuple[str, ...], harness: tuple[str,
     try:
         records = _ask_daemon(sock, q, legacy)
     except (DaemonUnreachable, DaemonError, OSError, ValueError) as exc:
-        why = exc.why if isinstance(exc, DaemonUnreachable) else f"failed ({exc})"
+        # What the daemon said, the ledger's path and the names of the files in it are
+        # not ours: each is shown as render.visible spells it, as in the table, or an
+        # escape sequence in a file name would reach the terminal and a newline in a
+        # daemon's message would forge a second "harness:" line.
+        why = render.visible(exc.why if isinstance(exc, DaemonUnreachable)
+                             else f"failed ({exc})")
         directory = paths.ledger_dir()
         try:
             recs, _oldest, stats = scan(directory, q)
         except (LedgerDirError, OSError) as err:
-            click.echo(f"harness: daemon {why}, and the run ledger could not be read: {err}",
-                       err=True)
+            click.echo(f"harness: daemon {why}, and the run ledger could not be read: "
+                       f"{render.visible(str(err))}", err=True)
             sys.exit(1)
-        click.echo(f"harness: daemon {why}; read the ledger from disk ({directory})", err=True)
+        click.echo(f"harness: daemon {why}; read the ledger from disk "
+                   f"({render.visible(str(directory))})", err=True)
         if stats.skipped or stats.torn:
             click.echo(f"harness: skipped {stats.skipped} unparseable line(s) and "
                        f"{stats.torn} torn fragment(s)", err=True)
         if stats.strays:
             click.echo(f"harness: ignored file(s) that are not day files: "
-                       f"{some_of(stats.strays)}", err=True)
+                       f"{some_of([render.visible(s) for s in stats.strays])}", err=True)
         probe = LogProbe()
         records = [r.to_json(offline=True, probe=probe) for r in recs]
     if as_json:
         click.echo(json.dumps(records, indent=2, ensure_ascii=False))
         return
     if not records:
-        click.echo(f"{q.names[0]} has no runs yet" if legacy else "no runs match")
+        click.echo(f"{render.visible(q.names[0])} has no runs yet" if legacy
+                   else "no runs match")
         return
     click.echo(render.table(records, wide=wide))
 
