@@ -10,10 +10,16 @@ it; the layout helpers are also checked in process.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from conftest import World
-from harness.timefmt import now_ns
+from harness.cli import render
+from harness.timefmt import now_ns, parse_ns
 from test_cli_runs import HOUR, offline_warning, run_lines, runs, seed
 
 
@@ -97,3 +103,90 @@ def test_the_echoed_name_is_shown_escaped(world: World) -> None:
     res = runs(world, "a\x1b]0;PWNED\x07b\nc")
     assert res.returncode == 0, res.stderr
     assert res.stdout == "a\\x1b]0;PWNED\\x07b\\nc has no runs yet\n"
+
+
+# -- visible: what a terminal draws as nothing, and the backslash ----------------------------
+
+# The Default_Ignorable_Code_Point code points str.isprintable() passes (letters and
+# marks, not format characters): each would hide in a value or make an invisible one.
+PRINTABLE_IGNORABLES = [0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x180C, 0x180D,
+                        0x180F, 0x3164, 0xFE00, 0xFE0F, 0xFFA0, 0xE0100, 0xE01EF]
+
+# Default_Ignorable_Code_Point as DerivedCoreProperties.txt lists it (Unicode 14.0).
+DERIVED_IGNORABLES = [(0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C),
+                      (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180D),
+                      (0x180E, 0x180E), (0x180F, 0x180F), (0x200B, 0x200F),
+                      (0x202A, 0x202E), (0x2060, 0x2064), (0x2065, 0x2065),
+                      (0x2066, 0x206F), (0x3164, 0x3164), (0xFE00, 0xFE0F),
+                      (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8),
+                      (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0000, 0xE0000),
+                      (0xE0001, 0xE0001), (0xE0002, 0xE001F), (0xE0020, 0xE007F),
+                      (0xE0080, 0xE00FF), (0xE0100, 0xE01EF), (0xE01F0, 0xE0FFF)]
+
+
+IGNORABLE_SET = frozenset(chr(cp) for first, last in DERIVED_IGNORABLES
+                          for cp in range(first, last + 1))
+
+
+def _esc(cp: int) -> str:
+    return f"\\u{cp:04x}" if cp < 0x10000 else f"\\U{cp:08x}"
+
+
+@pytest.mark.parametrize("cp", PRINTABLE_IGNORABLES, ids=[f"U+{c:04X}" for c in
+                                                          PRINTABLE_IGNORABLES])
+def test_visible_escapes_the_ignorables_isprintable_passes(cp: int) -> None:
+    assert chr(cp).isprintable()
+    assert render.visible(f"T-1{chr(cp)}x") == f"T-1{_esc(cp)}x"
+
+
+def test_visible_escapes_every_default_ignorable_and_keeps_its_neighbours() -> None:
+    for first, last in DERIVED_IGNORABLES:
+        for cp in range(first, last + 1):
+            assert render.visible(chr(cp)) == (_esc(cp) if cp > 0xFF else "\\xad")
+    # Printable code points just outside the ranges the table adds are kept.
+    kept = "\u034e\u0350\u115e\u1161\u17b3\u17b6\u180a\u1810\u3163\u3165\ufe10\uff9f\uffa1"
+    assert render.visible(kept) == kept
+
+
+def test_visible_doubles_a_backslash() -> None:
+    """A value that spells out an escape is not shown as the character escaped."""
+    assert render.visible("fix\\u202etxt") == "fix\\\\u202etxt"
+    assert render.visible("fix\u202etxt") == "fix\\u202etxt"
+    assert render.visible("C:\\tmp\n") == "C:\\\\tmp\\n"
+
+
+_ESCAPE = re.compile(r"\\(?:(\\)|([ntr])|x([0-9a-f]{2})|u([0-9a-f]{4})|U([0-9a-f]{8}))")
+
+
+def _unescape(shown: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        backslash, named, *hexes = m.groups()
+        if backslash:
+            return "\\"
+        if named:
+            return {"n": "\n", "t": "\t", "r": "\r"}[named]
+        return chr(int(next(h for h in hexes if h), 16))
+    return _ESCAPE.sub(one, shown)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(st.characters(codec=None), max_size=30) | st.text("\\\nux0123456789abcdef"))
+def test_visible_reads_back_as_the_one_value_it_shows(s: str) -> None:
+    """Every character shown is printable and drawn, and what is shown reads back as
+    `s` and nothing else: no value shows as the escaped form of another."""
+    shown = render.visible(s)
+    assert all(c.isprintable() and c not in IGNORABLE_SET for c in shown)
+    assert _unescape(shown) == s
+
+
+
+def test_ignorables_and_backslashes_in_the_table(world: World) -> None:
+    seed(world, run_lines("T-1\ufe0f", 1, parse_ns("2025-11-03T09:05:00Z"), took_ms=1000,
+                          trigger="\u3164", model="m\u034fn", todo_id="fix\\u202etxt"))
+    res = runs(world, "--since", "2025-11-01T00:00:00Z", "--wide")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (
+        "HARNESS    RUN  STARTED       TOOK  TRIGGER  OUTCOME  EXIT  MODEL     TOKENS  COST"
+        "  TODO\n"
+        "T-1\\ufe0f    1  Nov  3 09:05  1s    \\u3164   success  0     m\\u034fn  —       —"
+        "     fix\\\\u202etxt\n")

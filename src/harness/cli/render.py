@@ -3,13 +3,16 @@
 Invariants: the plain table fits 80 columns, cutting the harness name first and then,
 only for values no writer makes (a hand-edited trigger, a 40-digit run id), the widest
 other column, always visibly (with "…"); `--wide` never cuts or wraps a value; a record is
-one row, read as stored (a character that is not printable, a control, a line separator
-or a right-to-left override, is shown as its escape, ``\\n``); times are shown in local
-time as ``Jan _2 15:04``.
+one row, read as stored: a character that is not printable (a control, a line separator,
+a right-to-left override) or that a terminal draws as nothing (a default-ignorable code
+point: a variation selector, a Hangul filler) is shown as its escape, ``\\n``, and a
+backslash as ``\\\\``, so what a cell shows reads back as one value only; times are
+shown in local time as ``Jan _2 15:04``.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from datetime import datetime
 from typing import Any
 
@@ -88,8 +91,36 @@ def _exit(rec: dict[str, Any]) -> str:
 
 
 # A value may carry a newline or a tab (todo_id, model and reason are opaque): shown
-# escaped, or one record would break across lines and misalign its columns.
-_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+# escaped, or one record would break across lines and misalign its columns. A backslash
+# is doubled: a name that holds the six characters "\u202e" must not read as the escape
+# of a right-to-left override in another name.
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\\": "\\\\"}
+
+# Unicode's Default_Ignorable_Code_Point property (DerivedCoreProperties.txt; Unicode
+# 14.0's ranges, those of Python 3.11's unicodedata): code points a terminal draws as
+# nothing. Most are format characters or unassigned, which str.isprintable already
+# refuses; the rest are letters and marks it passes (U+034F, U+115F..U+1160,
+# U+17B4..U+17B5, U+180B..U+180D, U+180F, U+3164, U+FE00..U+FE0F, U+FFA0,
+# U+E0100..U+E01EF), which would hide in a name ("T-1" and "T-1" + U+FE0F look alike)
+# or make an invisible one (U+3164 alone). (first, last) pairs, inclusive, in order.
+_IGNORABLE = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160),
+    (0x17B4, 0x17B5), (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E),
+    (0x2060, 0x206F), (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
+_IGNORABLE_FIRST = [first for first, _last in _IGNORABLE]
+
+
+def _ignorable(c: str) -> bool:
+    """Whether `c` is a Default_Ignorable_Code_Point."""
+    i = bisect_right(_IGNORABLE_FIRST, ord(c)) - 1
+    return i >= 0 and ord(c) <= _IGNORABLE[i][1]
+
+
+def _shown(c: str) -> bool:
+    return c.isprintable() and c != "\\" and not _ignorable(c)
 
 
 def _escape(c: str) -> str:
@@ -103,10 +134,12 @@ def visible(s: str) -> str:
     spelled as its escape. Besides the C0 and C1 controls and DEL, that is the line and
     paragraph separators (which split a row where text is cut into lines), the format
     characters (a right-to-left override would show a row's cells in another order, a
-    zero-width space hide in a name), spaces other than " ", and unassigned code points."""
-    if s.isprintable():
+    zero-width space hide in a name), spaces other than " ", and unassigned code points;
+    and the default-ignorable code points, which a terminal draws as nothing. A backslash
+    is doubled, so every escape shown is one the value does not spell out itself."""
+    if s.isascii() and s.isprintable() and "\\" not in s:  # the usual value, as it is
         return s
-    return "".join(c if c.isprintable() else _escape(c) for c in s)
+    return "".join(c if _shown(c) else _escape(c) for c in s)
 
 
 def rows(records: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list[str]]]:
