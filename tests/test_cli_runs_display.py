@@ -11,7 +11,9 @@ it; the layout helpers are also checked in process.
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -20,7 +22,7 @@ from hypothesis import strategies as st
 from conftest import World
 from harness.cli import render
 from harness.timefmt import now_ns, parse_ns
-from test_cli_runs import HOUR, offline_warning, run_lines, runs, seed
+from test_cli_runs import HOUR, SEC, offline_warning, run_lines, runs, seed
 
 
 def _with_state_home(world: World, state: Path) -> None:
@@ -190,3 +192,122 @@ def test_ignorables_and_backslashes_in_the_table(world: World) -> None:
         "  TODO\n"
         "T-1\\ufe0f    1  Nov  3 09:05  1s    \\u3164   success  0     m\\u034fn  —       —"
         "     fix\\\\u202etxt\n")
+
+
+# -- widths in terminal cells ----------------------------------------------------------------
+
+
+def cells(s: str) -> int:
+    """A terminal's width of `s`, from the Unicode data alone (not rich): two cells for an
+    East Asian wide or fullwidth character, none for a combining mark, one otherwise. Right
+    for the characters these tests use."""
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF"
+               else 1 for c in s)
+
+
+T0 = parse_ns("2025-11-03T09:05:00Z")
+PLAIN_TAIL = "  RUN  STARTED       TOOK  TRIGGER   OUTCOME  EXIT"
+
+
+def test_a_wide_name_is_cut_to_80_cells(world: World) -> None:
+    """30 wide characters are 60 cells: the name is cut to the 36 cells left, and the
+    17 characters that fit leave one cell, a space after the "…"."""
+    seed(world, run_lines("夜間" * 15, 1, T0))
+    res = runs(world, "--since", "2025-11-01T00:00:00Z")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (
+        "HARNESS".ljust(36) + " RUN STARTED      TOOK TRIGGER  OUTCOME EXIT\n"
+        + "夜間" * 8 + "夜… " + "   1 Nov  3 09:05 5s   schedule success 0\n")
+    assert [cells(line) for line in res.stdout.splitlines()] == [80, 77]
+
+
+WIDE_NAMES = ["日本語のハーネス名前テスト長い", "emoji" + "🚀" * 10, "e\u0301e\u0301e\u0301"]
+
+
+def _wide_names(world: World) -> None:
+    seed(world, [*run_lines(WIDE_NAMES[0], 1, T0, model="模型模型", todo_id="任务任务"),
+                 *run_lines(WIDE_NAMES[1], 2, T0 + 15 * 60 * SEC),
+                 *run_lines(WIDE_NAMES[2], 3, T0 + 30 * 60 * SEC)])
+
+
+def test_wide_and_combining_characters_align_in_cells(world: World) -> None:
+    """The HARNESS column is 30 cells (15 wide characters); the emoji name is 25, the
+    accented one 3 (each accent a combining mark)."""
+    _wide_names(world)
+    res = runs(world, "--since", "2025-11-01T00:00:00Z")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (
+        "HARNESS" + " " * 23 + PLAIN_TAIL + "\n"
+        "e\u0301e\u0301e\u0301" + " " * 27 + "    3  Nov  3 09:35  5s    schedule  success  0\n"
+        "emoji" + "🚀" * 10 + " " * 5 + "    2  Nov  3 09:20  5s    schedule  success  0\n"
+        "日本語のハーネス名前テスト長い" + "    1  Nov  3 09:05  5s    schedule  success  0\n")
+    assert [cells(line) for line in res.stdout.splitlines()] == [80, 77, 77, 77]
+
+
+def test_wide_table_aligns_in_cells(world: World) -> None:
+    _wide_names(world)
+    res = runs(world, "--since", "2025-11-01T00:00:00Z", "--wide")
+    assert res.returncode == 0, res.stderr
+    tail = "  MODEL     TOKENS  COST  TODO"
+    none = "  —         —       —     —"
+    assert res.stdout == (
+        "HARNESS" + " " * 23 + PLAIN_TAIL + tail + "\n"
+        "e\u0301e\u0301e\u0301" + " " * 27 + "    3  Nov  3 09:35  5s    schedule  success  0   "
+        + none + "\n"
+        "emoji" + "🚀" * 10 + " " * 5 + "    2  Nov  3 09:20  5s    schedule  success  0   "
+        + none + "\n"
+        "日本語のハーネス名前テスト長い" + "    1  Nov  3 09:05  5s    schedule  success  0   "
+        "  模型模型  —       —     任务任务\n")
+    # Each column starts at the same cell on every line: TODO at the 107th.
+    assert [cells(line[:-len(todo)]) for line, todo in zip(
+        res.stdout.splitlines(), ["TODO", "—", "—", "任务任务"], strict=True)] == [106] * 4
+
+
+@pytest.mark.parametrize(("s", "width", "out"), [
+    ("日本語", 6, "日本語"),
+    ("日本語", 5, "日本…"),
+    ("日本語", 4, "日… "),  # 本 would straddle the edge: a space holds its cell
+    ("日本語", 2, "… "),
+    ("a🚀b", 3, "a… "),
+    ("e\u0301e\u0301e\u0301x", 3, "e\u0301e\u0301…"),  # an accent stays with its letter
+    ("\u0301abc", 2, "\u0301a…"),  # a string that starts with a zero-width mark
+])
+def test_cut_counts_cells(s: str, width: int, out: str) -> None:
+    assert render.cut(s, width) == out
+    assert cells(out) == width
+
+
+def test_grid_pads_in_cells() -> None:
+    assert render.grid(["A", "NUM"], [["日本", "1"], ["x", "22"]], right=frozenset({1})) == (
+        "A     NUM\n日本    1\nx      22")
+
+
+POOL = ["a", "Z", "-", " ", "日", "🚀", "e\u0301", "\u1100", "Ａ", "ｱ", "…", "\u0e33", "\x1b",
+        "\u202e", "\u3164", "\ufe0f", "\\"]
+
+
+def _text(max_size: int) -> st.SearchStrategy[str]:
+    return st.lists(st.sampled_from(POOL), max_size=max_size).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.fixed_dictionaries({
+    "harness": _text(40), "run_id": st.integers(1, 10 ** 40),
+    "started_at": st.just("2026-06-15T12:00:00Z"), "duration_ms": st.integers(1, 10 ** 20),
+    "trigger": st.one_of(st.just("schedule"), _text(30)),
+    "outcome": st.one_of(st.just("missed"), _text(30)), "windows": st.integers(0, 10 ** 6),
+    "log_pruned": st.booleans(), "exit_code": st.integers(-10 ** 30, 255),
+    "model": _text(20), "todo_id": _text(20)}), min_size=1, max_size=5))
+def test_the_plain_table_fits_80_cells_whatever_the_values(records: list[dict[str, Any]]
+                                                           ) -> None:
+    lines = render.table(records).split("\n")
+    assert max(cells(line) for line in lines) <= 80
+    # --wide: every value whole, each column as wide as its widest value in cells.
+    head, body = render.rows(records, wide=True)
+    widths = [max(cells(c) for c in col) for col in zip(head, *body, strict=True)]
+
+    def laid_out(row: list[str]) -> str:
+        return "  ".join(" " * (w - cells(c)) + c if i == 1 else c + " " * (w - cells(c))
+                         for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+
+    assert render.table(records, wide=True).split("\n") == [laid_out(r) for r in [head, *body]]

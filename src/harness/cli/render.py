@@ -1,13 +1,15 @@
 """Rendering records for people: the `harness runs` table (REQ-14).
 
-Invariants: the plain table fits 80 columns, cutting the harness name first and then,
-only for values no writer makes (a hand-edited trigger, a 40-digit run id), the widest
-other column, always visibly (with "…"); `--wide` never cuts or wraps a value; a record is
+Invariants: the plain table fits 80 columns, counted in terminal cells as rich.cells
+counts them (an East Asian wide character or an emoji takes two, a combining mark none),
+cutting the harness name first and then, only for values no writer makes (a hand-edited
+trigger, a 40-digit run id), the widest other column, always visibly (with "…");
+`--wide` never cuts or wraps a value; a record is
 one row, read as stored: a character that is not printable (a control, a line separator,
 a right-to-left override) or that a terminal draws as nothing (a default-ignorable code
 point: a variation selector, a Hangul filler) is shown as its escape, ``\\n``, and a
 backslash as ``\\\\``, so what a cell shows reads back as one value only; times are
-shown in local time as ``Jan _2 15:04``.
+shown in local time as ``Jan _2 15:04``; `--wide` aligns its columns in cells too.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from datetime import datetime
 from typing import Any
+
+# rich.cells alone, not rich: the cell widths without the console and its imports.
+from rich.cells import cell_len, get_character_cell_size
 
 from ..config.durations import format_duration_ms
 from ..timefmt import parse_ns
@@ -157,22 +162,48 @@ def rows(records: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[lis
     return head, out
 
 
+def _start(s: str, room: int) -> tuple[str, int]:
+    """The longest start of `s` at most `room` cells wide, and its width: a wide character
+    that would straddle the edge is left out. Walked a character at a time rather than
+    with rich's set_cell_size, whose grapheme split never ends in rich 14.3.2 on a string
+    that starts with a zero-width character (a combining mark); on what `visible` returns
+    (no joiner, no variation selector) the sum of the characters' widths is cell_len."""
+    used = 0
+    for i, c in enumerate(s):
+        w = get_character_cell_size(c)
+        if used + w > room:
+            return s[:i], used
+        used += w  # a zero-width mark stays with the character before it
+    return s, used
+
+
 def cut(s: str, width: int) -> str:
-    return s if len(s) <= width else s[: max(0, width - 1)] + "…"
+    """`s`, or when it takes more than `width` cells its start and "…" in `width` cells
+    (a space after the "…" where a wide character did not fit)."""
+    if cell_len(s) <= width:
+        return s
+    room = max(0, width - 1)
+    start, used = _start(s, room)
+    return start + "…" + " " * (room - used)
 
 
 def column_widths(header: list[str], body: list[list[str]]) -> list[int]:
-    return [max(len(c) for c in col) for col in zip(header, *body, strict=True)]
+    return [max(cell_len(c) for c in col) for col in zip(header, *body, strict=True)]
+
+
+def _pad(s: str, width: int, right: bool) -> str:
+    fill = " " * max(0, width - cell_len(s))  # str.ljust would count characters
+    return fill + s if right else s + fill
 
 
 def grid(header: list[str], body: list[list[str]], *, right: frozenset[int] = frozenset(),
          widths: list[int] | None = None, gap: int = 2) -> str:
-    """Aligned columns (those in `right` right-aligned); a cell wider than its column is
-    cut with a visible "…"; no trailing spaces."""
+    """Aligned columns (those in `right` right-aligned), widths in terminal cells; a cell
+    wider than its column is cut with a visible "…"; no trailing spaces."""
     widths = widths or column_widths(header, body)
     lines = []
     for row in [header, *body]:
-        cells = [cut(c, w).rjust(w) if i in right else cut(c, w).ljust(w)
+        cells = [_pad(cut(c, w), w, i in right)
                  for i, (c, w) in enumerate(zip(row, widths, strict=True))]
         lines.append((" " * gap).join(cells).rstrip())
     return "\n".join(lines)
@@ -217,6 +248,6 @@ def table(records: list[dict[str, Any]], *, wide: bool = False) -> str:
             # The harness column gives way first, its header too when the other columns
             # leave less than its width (long run ids beside the longest outcome); the
             # others keep their headers whole.
-            floors = [2, *(len(h) for h in head[1:])]
+            floors = [2, *(cell_len(h) for h in head[1:])]
             widths = fit(widths, floors, WIDTH - gap * (len(widths) - 1))
     return grid(head, body, right=frozenset({1}), widths=widths, gap=gap)
