@@ -11,6 +11,8 @@ it; the layout helpers are also checked in process.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from hypothesis import strategies as st
 
 from conftest import World
 from harness.cli import render
-from harness.timefmt import now_ns, parse_ns
+from harness.timefmt import format_ns, now_ns, parse_ns
 from test_cli_runs import HOUR, SEC, offline_warning, run_lines, runs, seed
 
 
@@ -311,3 +313,77 @@ def test_the_plain_table_fits_80_cells_whatever_the_values(records: list[dict[st
                          for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
 
     assert render.table(records, wide=True).split("\n") == [laid_out(r) for r in [head, *body]]
+
+
+# -- the encoding the table is written in ----------------------------------------------------
+
+
+def _encoded_world(world: World) -> None:
+    """A name that must be cut, a value outside latin-1 (and one inside it), missed
+    windows, and cells with no value."""
+    t = parse_ns("2025-11-03T09:00:00Z")
+    seed(world, [
+        {"type": "decided", "harness": "revue-été", "run_id": 1, "at": format_ns(t),
+         "kind": "oneshot", "trigger": "schedule", "outcome": "missed",
+         "started_at": format_ns(t), "window": format_ns(t), "windows": 3},
+        *run_lines("n" * 40, 2, t + HOUR, trigger="日本", exit_code=None),
+    ])
+
+
+def _table_in(world: World, encoding: str, *args: str) -> bytes:
+    res = subprocess.run([sys.executable, "-m", "harness.cli", "runs", "--since",
+                          "2025-11-01T00:00:00Z", *args],
+                         env={**world.env, "PYTHONIOENCODING": encoding},
+                         capture_output=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert b"Traceback" not in res.stderr
+    return res.stdout
+
+
+def test_a_latin1_table_is_laid_out_for_latin1(world: World) -> None:
+    """"—" and "…" are not in latin-1: written as "\\u2014", 6 columns counted as one,
+    they pushed the row past 80. Now the table writes "-" and "~", and "日本", which
+    latin-1 cannot write either, is escaped before its column's width is counted."""
+    _encoded_world(world)
+    out = _table_in(world, "latin-1")
+    assert out == (
+        "HARNESS" + " " * 23 + " RUN STARTED      TOOK TRIGGER      OUTCOME   EXIT\n"
+        + "n" * 29 + "~   2 Nov  3 10:00 5s   \\u65e5\\u672c success   -\n"
+        "revue-été" + " " * 21 + "   1 Nov  3 09:00 -    schedule     missed ×3 -\n"
+    ).encode("latin-1")
+    assert max(len(line) for line in out.splitlines()) == 80
+    wide = _table_in(world, "latin-1", "--wide").decode("latin-1").splitlines()
+    assert [line.split()[-4:] for line in wide] == [
+        ["MODEL", "TOKENS", "COST", "TODO"], ["-"] * 4, ["-"] * 4]
+
+
+def test_an_ascii_table_is_all_ascii(world: World) -> None:
+    """Under an ASCII locale click writes UTF-8, taking ASCII for a misconfigured
+    locale; the table is made for the ASCII it was asked for, which reads the same in
+    both: "×" is "x", and "é" an escape too."""
+    _encoded_world(world)
+    out = _table_in(world, "ascii")
+    assert out == (
+        "HARNESS" + " " * 23 + " RUN STARTED      TOOK TRIGGER      OUTCOME   EXIT\n"
+        + "n" * 29 + "~   2 Nov  3 10:00 5s   \\u65e5\\u672c success   -\n"
+        "revue-\\xe9t\\xe9" + " " * 15 + "   1 Nov  3 09:00 -    schedule     missed x3 -\n"
+    ).encode("ascii")
+    assert max(len(line) for line in out.splitlines()) == 80
+
+
+def test_a_utf8_table_keeps_its_marks(world: World) -> None:
+    _encoded_world(world)
+    out = _table_in(world, "utf-8").decode()
+    assert out == (
+        "HARNESS" + " " * 27 + " RUN STARTED      TOOK TRIGGER  OUTCOME   EXIT\n"
+        + "n" * 33 + "…   2 Nov  3 10:00 5s   日本     success   —\n"
+        "revue-été" + " " * 25 + "   1 Nov  3 09:00 —    schedule missed ×3 —\n")
+
+
+def test_the_marks_and_escapes_for_an_encoding() -> None:
+    assert render.marks_for(None) == render.marks_for("utf-8") == ("—", "…", "×")
+    assert render.marks_for("latin-1") == ("-", "~", "×")
+    assert render.marks_for("ascii") == ("-", "~", "x")
+    assert render.visible("été 日\n", "latin-1") == "été \\u65e5\\n"
+    assert render.visible("été 日\n", "ascii") == "\\xe9t\\xe9 \\u65e5\\n"
+    assert render.cut("abcdef", 4, "~") == "abc~"

@@ -5,7 +5,8 @@ into one line) fails through `fail`, so the prefix and the stream are the same
 everywhere and no error ever reaches the user as a traceback. That includes standard
 output refusing what a command prints (`harness runs > /dev/full`): `guarded_stdout`
 makes such a write raise `OutputError`, which the entry point reports like any failure,
-and writes a character the locale cannot encode as its backslash escape.
+and writes a character the locale cannot encode as its backslash escape (the `runs`
+table, which must fit 80 columns, does that itself before it lays out its columns).
 """
 
 from __future__ import annotations
@@ -76,8 +77,9 @@ def guarded_stdout() -> Iterator[None]:
     if old is None or fd < 0:  # no stdout (closed at start), or one that is no file
         yield
         return
-    # A character the locale's encoding lacks (a table's "—" under latin-1) is written as
-    # its escape, not a traceback: in --json output that escape is the same string.
+    # A character the locale's encoding lacks is written as its escape, not a traceback:
+    # in --json output that escape is the same string. (The runs table escapes such
+    # characters itself, and puts ASCII for its own marks, before it counts widths.)
     errors = "backslashreplace" if old.errors == "strict" else old.errors
     sys.stdout = io.TextIOWrapper(
         io.BufferedWriter(_Stdout(fd, "w", closefd=False)), encoding=old.encoding,

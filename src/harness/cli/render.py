@@ -4,19 +4,25 @@ Invariants: the plain table fits 80 columns, counted in terminal cells as rich.c
 counts them (an East Asian wide character or an emoji takes two, a combining mark none),
 cutting the harness name first and then, only for values no writer makes (a hand-edited
 trigger, a 40-digit run id), the widest other column, always visibly (with "…");
-`--wide` never cuts or wraps a value; a record is
+`--wide` never cuts or wraps a value, and aligns its columns in cells too; a record is
 one row, read as stored: a character that is not printable (a control, a line separator,
 a right-to-left override) or that a terminal draws as nothing (a default-ignorable code
 point: a variation selector, a Hangul filler) is shown as its escape, ``\\n``, and a
 backslash as ``\\\\``, so what a cell shows reads back as one value only; times are
-shown in local time as ``Jan _2 15:04``; `--wide` aligns its columns in cells too.
+shown in local time as ``Jan _2 15:04``.
+
+The table is laid out for the encoding it is written in (`table(..., encoding=)`): a
+character of a value that encoding cannot write is escaped like a control before any
+width is counted, so the width counts the escape, and each of the table's own marks that
+it cannot write is replaced by one ASCII character of the same width: "—" (no value) by
+"-", "…" (a cut) by "~", "×" (missed windows) by "x".
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 # rich.cells alone, not rich: the cell widths without the console and its imports.
 from rich.cells import cell_len, get_character_cell_size
@@ -28,20 +34,50 @@ WIDTH = 80
 DASH = "—"
 
 
-def started(rec: dict[str, Any]) -> str:
+class Marks(NamedTuple):
+    """What the table itself writes: for no value, at the end of a cut, before a count."""
+
+    none: str = DASH
+    more: str = "…"
+    times: str = "×"
+
+
+UNICODE = Marks()
+# One cell each, as the marks they stand in for: a layout fits whatever the encoding.
+ASCII = Marks("-", "~", "x")
+
+
+def encodes(s: str, encoding: str | None) -> bool:
+    """Whether `s` can be written in `encoding` (None: any text can)."""
+    if encoding is None:
+        return True
+    try:
+        s.encode(encoding)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def marks_for(encoding: str | None) -> Marks:
+    """The marks, each as it is where `encoding` can write it, else its ASCII stand-in."""
+    return Marks(*(m if encodes(m, encoding) else a for m, a in zip(UNICODE, ASCII,
+                                                                     strict=True)))
+
+
+def started(rec: dict[str, Any], marks: Marks = UNICODE) -> str:
     s = rec.get("started_at")
     if not isinstance(s, str):
-        return DASH
+        return marks.none
     try:
         # Whole seconds, by integer division: a float of the nanoseconds rounds
         # 10:04:59.9999999 up into the next minute (and, at midnight, the next day).
         dt = datetime.fromtimestamp(parse_ns(s) // 1_000_000_000).astimezone()
     except (ValueError, OverflowError, OSError):
-        return DASH
+        return marks.none
     return f"{dt:%b} {dt.day:>2} {dt:%H:%M}"
 
 
-def took(rec: dict[str, Any]) -> str:
+def took(rec: dict[str, Any], marks: Marks = UNICODE) -> str:
     outcome = rec.get("outcome")
     if outcome in ("running", "running?"):
         return str(outcome)
@@ -55,44 +91,44 @@ def took(rec: dict[str, Any]) -> str:
         except ValueError:
             return "unknown"
     if outcome in ("skipped", "missed"):
-        return DASH  # no process ran
+        return marks.none  # no process ran
     return "unknown"
 
 
-def outcome_cell(rec: dict[str, Any]) -> str:
-    out = str(rec.get("outcome") or DASH)
+def outcome_cell(rec: dict[str, Any], marks: Marks = UNICODE) -> str:
+    out = str(rec.get("outcome") or marks.none)
     windows = rec.get("windows")
     if out == "missed" and type(windows) is int and windows > 1:
-        out = f"missed ×{windows}"
+        out = f"missed {marks.times}{windows}"
     if rec.get("log_pruned"):
         out += " (log pruned)"
     return out
 
 
-def cost_cell(rec: dict[str, Any]) -> str:
+def cost_cell(rec: dict[str, Any], marks: Marks = UNICODE) -> str:
     src, cost = rec.get("cost_source"), rec.get("cost_usd")
     if isinstance(cost, int | float) and not isinstance(cost, bool):
         return f"${cost:.2f}" + (" priced" if src == "priced" else "")
-    return "?" if src else DASH
+    return "?" if src else marks.none
 
 
 def _count(v: object) -> bool:
     return type(v) is int and v >= 0
 
 
-def tokens_cell(rec: dict[str, Any]) -> str:
+def tokens_cell(rec: dict[str, Any], marks: Marks = UNICODE) -> str:
     t = rec.get("tokens")
     if not isinstance(t, dict):
-        return DASH
+        return marks.none
     counts = [t.get(k, 0) for k in ("input", "output")]
     if not all(_count(c) for c in counts):
         return "?"  # a line from disk with a mistyped count: shown as unknown, not summed
     return f"{sum(counts):,}"
 
 
-def _exit(rec: dict[str, Any]) -> str:
+def _exit(rec: dict[str, Any], marks: Marks = UNICODE) -> str:
     code = rec.get("exit_code")
-    return str(code) if type(code) is int else DASH
+    return str(code) if type(code) is int else marks.none
 
 
 # A value may carry a newline or a tab (todo_id, model and reason are opaque): shown
@@ -134,31 +170,38 @@ def _escape(c: str) -> str:
                              else f"\\U{o:08x}")
 
 
-def visible(s: str) -> str:
+def visible(s: str, encoding: str | None = None) -> str:
     """`s` on one line, as it reads: every character Python does not count as printable
     spelled as its escape. Besides the C0 and C1 controls and DEL, that is the line and
     paragraph separators (which split a row where text is cut into lines), the format
     characters (a right-to-left override would show a row's cells in another order, a
     zero-width space hide in a name), spaces other than " ", and unassigned code points;
     and the default-ignorable code points, which a terminal draws as nothing. A backslash
-    is doubled, so every escape shown is one the value does not spell out itself."""
+    is doubled, so every escape shown is one the value does not spell out itself. With an
+    `encoding`, a character it cannot write is escaped too: the escape is what the output
+    would show for it anyway, and now the table counts it."""
     if s.isascii() and s.isprintable() and "\\" not in s:  # the usual value, as it is
         return s
-    return "".join(c if _shown(c) else _escape(c) for c in s)
+    if encodes(s, encoding):
+        encoding = None  # no need to ask again for each character
+    return "".join(c if _shown(c) and encodes(c, encoding) else _escape(c) for c in s)
 
 
-def rows(records: list[dict[str, Any]], wide: bool) -> tuple[list[str], list[list[str]]]:
+def rows(records: list[dict[str, Any]], wide: bool, *, encoding: str | None = None
+         ) -> tuple[list[str], list[list[str]]]:
+    """The header and a row of cells for each record, as `encoding` can write them."""
+    m = marks_for(encoding)
     head = ["HARNESS", "RUN", "STARTED", "TOOK", "TRIGGER", "OUTCOME", "EXIT"]
     if wide:
         head += ["MODEL", "TOKENS", "COST", "TODO"]
     out = []
     for r in records:
-        row = [str(r.get("harness", "")), str(r.get("run_id", "")), started(r), took(r),
-               str(r.get("trigger") or DASH), outcome_cell(r), _exit(r)]
+        row = [str(r.get("harness", "")), str(r.get("run_id", "")), started(r, m),
+               took(r, m), str(r.get("trigger") or m.none), outcome_cell(r, m), _exit(r, m)]
         if wide:
-            row += [str(r.get("model") or DASH), tokens_cell(r), cost_cell(r),
-                    str(r.get("todo_id") or DASH)]
-        out.append([visible(c) for c in row])
+            row += [str(r.get("model") or m.none), tokens_cell(r, m), cost_cell(r, m),
+                    str(r.get("todo_id") or m.none)]
+        out.append([visible(c, encoding) for c in row])
     return head, out
 
 
@@ -177,14 +220,14 @@ def _start(s: str, room: int) -> tuple[str, int]:
     return s, used
 
 
-def cut(s: str, width: int) -> str:
-    """`s`, or when it takes more than `width` cells its start and "…" in `width` cells
-    (a space after the "…" where a wide character did not fit)."""
+def cut(s: str, width: int, more: str = UNICODE.more) -> str:
+    """`s`, or when it takes more than `width` cells its start and `more` (one cell) in
+    `width` cells (a space after `more` where a wide character did not fit)."""
     if cell_len(s) <= width:
         return s
     room = max(0, width - 1)
     start, used = _start(s, room)
-    return start + "…" + " " * (room - used)
+    return start + more + " " * (room - used)
 
 
 def column_widths(header: list[str], body: list[list[str]]) -> list[int]:
@@ -197,13 +240,13 @@ def _pad(s: str, width: int, right: bool) -> str:
 
 
 def grid(header: list[str], body: list[list[str]], *, right: frozenset[int] = frozenset(),
-         widths: list[int] | None = None, gap: int = 2) -> str:
+         widths: list[int] | None = None, gap: int = 2, more: str = UNICODE.more) -> str:
     """Aligned columns (those in `right` right-aligned), widths in terminal cells; a cell
-    wider than its column is cut with a visible "…"; no trailing spaces."""
+    wider than its column is cut with a visible `more`; no trailing spaces."""
     widths = widths or column_widths(header, body)
     lines = []
     for row in [header, *body]:
-        cells = [_pad(cut(c, w), w, i in right)
+        cells = [_pad(cut(c, w, more), w, i in right)
                  for i, (c, w) in enumerate(zip(row, widths, strict=True))]
         lines.append((" " * gap).join(cells).rstrip())
     return "\n".join(lines)
@@ -235,8 +278,10 @@ def fit(widths: list[int], floors: list[int], budget: int) -> list[int]:
     return [first, *out]
 
 
-def table(records: list[dict[str, Any]], *, wide: bool = False) -> str:
-    head, body = rows(records, wide)
+def table(records: list[dict[str, Any]], *, wide: bool = False,
+          encoding: str | None = None) -> str:
+    """The table of `records`, laid out for `encoding` (None: one that writes any text)."""
+    head, body = rows(records, wide, encoding=encoding)
     widths = column_widths(head, body)
     gap = 2
     if not wide:
@@ -250,4 +295,5 @@ def table(records: list[dict[str, Any]], *, wide: bool = False) -> str:
             # others keep their headers whole.
             floors = [2, *(cell_len(h) for h in head[1:])]
             widths = fit(widths, floors, WIDTH - gap * (len(widths) - 1))
-    return grid(head, body, right=frozenset({1}), widths=widths, gap=gap)
+    return grid(head, body, right=frozenset({1}), widths=widths, gap=gap,
+                more=marks_for(encoding).more)

@@ -174,7 +174,11 @@ def runs_command(ctx: click.Context, names: tuple[str, ...], harness: tuple[str,
         click.echo(f"{render.visible(q.names[0])} has no runs yet" if legacy
                    else "no runs match")
         return
-    click.echo(render.table(records, wide=wide))
+    # Laid out for standard output's encoding (the locale's, or PYTHONIOENCODING). Where
+    # that is ASCII, click takes it for a misconfigured locale and writes UTF-8: the
+    # ASCII the table is then made of reads the same either way.
+    encoding = getattr(sys.stdout, "encoding", None)
+    click.echo(render.table(records, wide=wide, encoding=encoding))
 
 
 COMMANDS = (runs_command,)
