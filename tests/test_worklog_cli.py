@@ -897,3 +897,44 @@ def test_runs_lists_a_bad_anchor_without_failing(world: World, repo: Path) -> No
     [r] = json.loads(res.stdout)["runs"]
     assert (r["run_id"], r["agreement"], r["entry_count"]) == (RUN, "anchor broken", 8)
     assert "not a work-ledger anchor" in r["anchor_error"]
+
+
+# -- an inherited git environment ---------------------------------------------------------------
+
+
+def test_an_inherited_git_environment_never_chooses_the_repository(world: World, repo: Path,
+                                                                   tmp_path: Path) -> None:
+    """GIT_DIR and friends, exported by a hook or a shell, name another repository (and
+    send objects and refs elsewhere); --workdir, or else the current directory, decides."""
+    record(repo, GOAL)
+    other = make_repo(tmp_path / "other")
+    stray = tmp_path / "stray-objects"
+    stray.mkdir()
+    env = dict(world.env, GIT_DIR=str(other / ".git"), GIT_WORK_TREE=str(other),
+               GIT_INDEX_FILE=str(other / ".git" / "index"), GIT_OBJECT_DIRECTORY=str(stray),
+               GIT_NAMESPACE="elsewhere", GIT_CEILING_DIRECTORIES=str(tmp_path))
+    other_refs = refs(other)
+
+    def run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    sub = repo / "sub"
+    sub.mkdir()
+    res = run(tmp_path, "ledger", "anchor", RUN, "--workdir", str(repo))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"created: {REF} -> ")
+    commit = res.stdout.split(" -> ", 1)[1].split()[0]
+    assert f"{REF} {commit}\n" in refs(repo)
+    # Every object of the anchor is in the work tree's own repository.
+    assert git(repo, "cat-file", "-p", f"{REF}:LEDGER.json").stdout.startswith('{"chunk_count":1')
+    assert refs(other) == other_refs
+    assert list(stray.iterdir()) == []
+    # Without --workdir, the current directory (here a subdirectory) finds the work tree.
+    again = run(sub, "ledger", "anchor", RUN)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith(f"unchanged: {REF} -> {commit} ")
+    resumed = run(tmp_path, "ledger", "resume", RUN, "--workdir", str(repo), "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["anchored"] == "identical"
+    assert refs(other) == other_refs

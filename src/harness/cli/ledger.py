@@ -34,6 +34,7 @@ from ..worklog import (
     WorkLedgerError,
 )
 from ..worklog import anchor as anchor_mod
+from ..worklog.git import located_env
 from ..worklog.resume import resume, survey
 from ..worklog.rows import ledger_dir
 from ..worklog.verify import WorkVerify, verify_dir
@@ -83,7 +84,9 @@ def _workdir(option: str | None) -> Path:
         res = subprocess.run(
             ["git", "rev-parse", "--show-toplevel"],
             capture_output=True, timeout=60, check=False,
-            env=dict(os.environ, LC_ALL="C", GIT_TERMINAL_PROMPT="0"),
+            # The current directory decides, as for every other git call of the group:
+            # an inherited GIT_DIR or GIT_WORK_TREE would name another work tree.
+            env=dict(located_env(os.environ), LC_ALL="C", GIT_TERMINAL_PROMPT="0"),
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise NoLedger(f"cannot find the work tree (git: {exc}); pass --workdir DIR") from None

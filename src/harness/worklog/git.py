@@ -9,6 +9,11 @@ Invariants:
   and the fixed identity ``harness <harness@localhost>``, so the same call behaves the
   same on every machine, needs no configured git user and never waits on a signer or a
   password prompt.
+* The repository is the one found from the directory a `Git` is given (``--workdir``),
+  never one an inherited environment names: every variable that locates a repository
+  or redirects part of it (`REPO_ENV`: ``GIT_DIR``, ``GIT_WORK_TREE``,
+  ``GIT_OBJECT_DIRECTORY``, ``GIT_NAMESPACE``, ``GIT_CEILING_DIRECTORIES``, …) is
+  removed from the environment of every git process.
 * Failures are decided by exit codes only, never by reading git's (localised) text; the
   text is only quoted in messages.
 * Object traffic is batched: a whole set of blobs is written by at most two git
@@ -23,9 +28,10 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from . import NoLedger, WorkLedgerError
 
@@ -45,8 +51,41 @@ class RefMoved(GitFailed):
     """A compare-and-swap ref update lost a race: the ref no longer holds the expected value."""
 
 
+# What `git rev-parse --local-env-vars` lists (the variables git itself drops when it
+# moves into another repository), less the config ones, plus the variables that steer
+# repository discovery (GIT_CEILING_DIRECTORIES, GIT_DISCOVERY_ACROSS_FILESYSTEM) and
+# GIT_NAMESPACE, which would put the side refs under refs/namespaces/<ns>/. Inherited
+# from a hook, an alias or a shell that exported GIT_DIR, any of them would make git
+# read or write another repository than the one --workdir names, or write the anchor's
+# objects somewhere its refs cannot reach them.
+REPO_ENV: Final = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_IMPLICIT_WORK_TREE",
+    "GIT_COMMON_DIR",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+    "GIT_CEILING_DIRECTORIES",
+    "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+    "GIT_PREFIX",
+    "GIT_INTERNAL_SUPER_PREFIX",
+    "GIT_SHALLOW_FILE",
+    "GIT_GRAFT_FILE",
+    "GIT_REPLACE_REF_BASE",
+    "GIT_NO_REPLACE_OBJECTS",
+)
+
+
+def located_env(base: Mapping[str, str]) -> dict[str, str]:
+    """`base` without the variables that would choose the repository for git (`REPO_ENV`),
+    so the directory git runs in decides which repository it works on."""
+    return {k: v for k, v in base.items() if k not in REPO_ENV}
+
+
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
+    env = located_env(os.environ)
     env.update(
         LC_ALL="C",
         LANGUAGE="C",
