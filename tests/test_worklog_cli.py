@@ -938,3 +938,67 @@ def test_an_inherited_git_environment_never_chooses_the_repository(world: World,
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["anchored"] == "identical"
     assert refs(other) == other_refs
+
+
+# -- dry runs change nothing --------------------------------------------------------------------
+
+
+def stat_snapshot(root: Path) -> dict[str, tuple[str, int, int]]:
+    """(sha256, mtime in ns, mode) of every file under `root`, .git included: a dry run
+    that rewrote a file with the same bytes, or touched one, shows here too."""
+    out: dict[str, tuple[str, int, int]] = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            digest = ("link:" + os.readlink(p) if p.is_symlink()
+                      else hashlib.sha256(p.read_bytes()).hexdigest())
+            out[str(p.relative_to(root))] = (digest, st.st_mtime_ns, st.st_mode)
+    return out
+
+
+def test_dry_runs_write_nothing_not_even_the_verified_tree_cache(world: World,
+                                                                 tmp_path: Path) -> None:
+    """gc, anchor, fetch and resume with --dry-run, each reading an anchor this host has
+    never verified (so the whole chain is read): not a byte, a file or an mtime changes."""
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(origin))
+    a = make_repo(tmp_path / "a")
+    git(a, "remote", "add", "origin", str(origin))
+    git(a, "push", "-q", "origin", "main")
+    record(a, GOAL[:6])
+    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
+    record(a, GOAL[6:7])
+    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
+    git(a, "push", "-q", "origin", f"{REF}:{REF}")
+    b = tmp_path / "b"
+    git(tmp_path, "clone", "-q", str(origin), str(b))
+    memo = b / ".git" / "harness-verified-anchors"
+
+    def unchanged(*args: str, code: int) -> subprocess.CompletedProcess[str]:
+        before = stat_snapshot(b)
+        res = cli(world, b, "ledger", *args, "--dry-run")
+        assert res.returncode == code, res.stderr
+        assert stat_snapshot(b) == before, args
+        assert not memo.exists(), args
+        return res
+
+    # The ref arrives by plain git: nothing on this host has verified its tree.
+    git(b, "fetch", "-q", "origin", f"{REF}:{REF}")
+    gc = unchanged("gc", RUN, code=0)
+    assert gc.stdout.startswith(f"dry run: {REF} would be squashed from 2 commits")
+    fetched = cli(world, b, "ledger", "fetch", RUN)
+    assert fetched.returncode == 0, fetched.stderr
+    memo.unlink()
+    # The anchor moves ahead of B's local chain, by plain git again.
+    record(a, GOAL[7:])
+    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
+    git(a, "push", "-q", "origin", f"{REF}:{REF}")
+    git(b, "fetch", "-q", "-f", "origin", f"{REF}:{REF}")
+    ahead = unchanged("anchor", RUN, code=2)
+    assert "is ahead of the local chain (8 > 7 entries)" in err_line(ahead)
+    dry_fetch = unchanged("fetch", RUN, code=0)
+    assert dry_fetch.stdout.startswith(f"dry run: the local ledger of {RUN} would be extended")
+    stale = unchanged("resume", RUN, code=2)
+    assert "is ahead of the local one (8 > 7 entries)" in err_line(stale)
+    assert len(rows_of(b)) == 7

@@ -17,6 +17,8 @@ Invariants:
 * Refs move only by compare-and-swap; two chains that disagree are never merged:
   divergence is an error (exit 3) naming the fork entry and both heads.
 * Every anchor that moved the ref is mirrored into the audit chain.
+* A dry run (anchor, fetch, gc) writes nothing under the work tree or .git: no object
+  it did not have to fetch, ref, ledger byte or verified-tree cache line.
 """
 
 from __future__ import annotations
@@ -445,7 +447,7 @@ def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = Fals
                                   else "local_ahead")
             anchored_head = chain.head_hash
         else:
-            chain = read_anchor(git, ref, old, run_id, shape=shape)
+            chain = read_anchor(git, ref, old, run_id, remember=not dry_run, shape=shape)
             assert chain.lines is not None
             v = verify.verify_lines(lines)
             if not v.ok:
@@ -586,7 +588,7 @@ def fetch(workdir: str | os.PathLike[str], run_id: str, remote: str = "origin", 
     ref = REF_PREFIX + run_id
     private = None if dry_run else f"{FETCHED_PREFIX}{_remote_component(remote)}/{run_id}"
     commit = git.fetch_ref(remote, ref, private)
-    chain = read_anchor(git, f"{remote} {ref}", commit, run_id)
+    chain = read_anchor(git, f"{remote} {ref}", commit, run_id, remember=not dry_run)
     assert chain.lines is not None
     d = rows.ledger_dir(Path(workdir), run_id)
     if dry_run:
@@ -641,7 +643,7 @@ def gc(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = False) -
     shape = _read_tree(git, ref, commit)
     tree, chunk_ids = shape.tree, shape.chunk_ids
     if not _memo_has(git, tree):
-        read_anchor(git, ref, commit, run_id, shape=shape)
+        read_anchor(git, ref, commit, run_id, remember=not dry_run, shape=shape)
     if not shape.parents:
         return f"{ref} is already a single parentless commit ({commit}); nothing to do"
     dropped = git.count_commits(commit) - 1

@@ -11,10 +11,10 @@ Invariants:
   of the run exists, the anchored chain verifies too and does not diverge from the local
   one. A divergence is refused (`Divergence`, exit 3), never merged.
 * A closed run is never resumed. A dry run and `survey` never take the writer's lock and
-  write no row, signal, tail recovery or ref. When the anchor is the local chain or a
-  prefix of it, they write nothing at all (not even under .git): that case is decided from
-  blob ids without a full read. Any other anchor is read whole through
-  `anchor.read_anchor`, which may note the tree in its verified-tree cache.
+  write nothing at all (not even under .git): no row, signal, tail recovery, ref or
+  verified-tree cache entry. When the anchor is the local chain or a prefix of it, that is
+  decided from blob ids without a full read; any other anchor is read whole through
+  `anchor.read_anchor` with ``remember=False``.
 * The ``run.resumed`` row is recorded (synced) before any signal is written, so a watcher
   never acts on a resume the chain does not hold; each signal is written atomically
   (temporary file, fsync, rename, 0600) and named ``<run-id>__<task-id>.signal`` so
