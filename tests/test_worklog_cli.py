@@ -1002,3 +1002,46 @@ def test_dry_runs_write_nothing_not_even_the_verified_tree_cache(world: World,
     stale = unchanged("resume", RUN, code=2)
     assert "is ahead of the local one (8 > 7 entries)" in err_line(stale)
     assert len(rows_of(b)) == 7
+
+
+# -- the audit mirror ---------------------------------------------------------------------------
+
+
+def anchor_events(world: World) -> list[tuple[str, str, str]]:
+    path = world.state / "audit" / "audit.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    return [(a["data"]["run_id"], a["data"]["head_hash"], a["data"]["commit"])
+            for a in lines if a["event"] == "work_ledger.anchor"]
+
+
+def test_an_anchor_whose_audit_mirror_failed_is_mirrored_by_the_next_anchor(
+        world: World, repo: Path) -> None:
+    rows = record(repo, GOAL)
+    head = rows[-1]["entry_hash"]
+    # A real failure of the audit chain: its key may not be read by others, so a key
+    # file of mode 0644 is refused (after the ref has moved).
+    key = world.state / "audit" / "key"
+    key.parent.mkdir(parents=True, mode=0o700)
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o644)
+    first = cli(world, repo, "ledger", "anchor", RUN)
+    assert first.returncode == 0, first.stderr
+    commit = git(repo, "rev-parse", REF).stdout.strip()
+    assert first.stdout == f"created: {REF} -> {commit} (8 entries, head {head})\n"
+    assert first.stderr == (f"harness: warning: anchored, but the audit chain was not updated: "
+                            f"audit key {key} must be mode 0600 (it is 644)\n")
+    assert anchor_events(world) == []
+    key.chmod(0o600)
+    again = cli(world, repo, "ledger", "anchor", RUN)
+    assert (again.returncode, again.stderr) == (0, "")
+    assert again.stdout == f"unchanged: {REF} -> {commit} (8 entries, head {head})\n"
+    assert anchor_events(world) == [(RUN, head, commit)]
+    # Once: a further anchor of the same head finds the event and adds none.
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    assert anchor_events(world) == [(RUN, head, commit)]
+    assert cli(world, repo, "ledger", "anchor", RUN, "--dry-run").returncode == 0
+    assert anchor_events(world) == [(RUN, head, commit)]
+    verified = subprocess.run(
+        [sys.executable, "-c", "from harness import audit; print(audit.verify_audit())"],
+        env=world.env, capture_output=True, text=True, timeout=60)
+    assert verified.stdout == "(True, 1, None)\n", verified.stderr

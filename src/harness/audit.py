@@ -136,27 +136,66 @@ def append_event(event: str, data: dict[str, Any]) -> dict[str, Any]:
     assert key is not None
     clean, _ = scrub_value(data)
     with _locked_append() as fd:
-        last, closer = _last_line(fd)
-        if last is None:
-            seq, prev = 1, GENESIS
-        else:
-            try:
-                row = _decode.decode(last)
-                seq, prev = int(row["seq"]) + 1, str(row["mac"])
-            except (msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
-                raise AuditError(f"the last line of {audit_path()} is not an audit line") from exc
-        body: dict[str, Any] = {
-            "seq": seq,
-            "at": format_ns(now_ns()),
-            "event": event,
-            "data": clean,
-            "prev": prev,
-        }
-        line = dict(body, mac=_mac(key, body))
-        # A torn fragment stays where it is, closed off by a newline: the file is only
-        # ever appended to, and `verify_audit` links across the fragment.
-        os.write(fd, closer + canonical(line) + b"\n")
-        os.fsync(fd)
+        return _append(fd, key, event, clean)
+
+
+def append_event_once(event: str, data: dict[str, Any]) -> dict[str, Any] | None:
+    """Append `event` unless the chain already holds a line of that event with exactly
+    this (scrubbed) `data`: return the line appended, or None when one was there.
+
+    For an event that must be recorded once although the first attempt to record it may
+    have failed (the caller cannot tell, so it asks again). The look and the append are
+    made under the one append lock, so callers racing on the same event add one line
+    between them.
+    """
+    key = _load_key(create=True)
+    assert key is not None
+    clean, _ = scrub_value(data)
+    with _locked_append() as fd:
+        if _holds(fd, event, clean):
+            return None
+        return _append(fd, key, event, clean)
+
+
+def _holds(fd: int, event: str, data: object) -> bool:
+    """Whether a line of the file (open at `fd`) records `event` with `data`."""
+    size = os.fstat(fd).st_size
+    raw = os.pread(fd, size, 0) if size else b""
+    for line in raw.split(b"\n"):
+        if not line:
+            continue
+        try:
+            row = _decode.decode(line)
+        except msgspec.DecodeError:
+            continue  # a torn fragment a later append closed off: no event
+        if isinstance(row, dict) and row.get("event") == event and row.get("data") == data:
+            return True
+    return False
+
+
+def _append(fd: int, key: bytes, event: str, clean: object) -> dict[str, Any]:
+    """Append one line under the lock `fd` holds; `clean` is already scrubbed."""
+    last, closer = _last_line(fd)
+    if last is None:
+        seq, prev = 1, GENESIS
+    else:
+        try:
+            row = _decode.decode(last)
+            seq, prev = int(row["seq"]) + 1, str(row["mac"])
+        except (msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
+            raise AuditError(f"the last line of {audit_path()} is not an audit line") from exc
+    body: dict[str, Any] = {
+        "seq": seq,
+        "at": format_ns(now_ns()),
+        "event": event,
+        "data": clean,
+        "prev": prev,
+    }
+    line = dict(body, mac=_mac(key, body))
+    # A torn fragment stays where it is, closed off by a newline: the file is only
+    # ever appended to, and `verify_audit` links across the fragment.
+    os.write(fd, closer + canonical(line) + b"\n")
+    os.fsync(fd)
     return line
 
 

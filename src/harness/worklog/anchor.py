@@ -16,7 +16,10 @@ Invariants:
   so a re-anchor reuses every full chunk's blob and writes only what is new.
 * Refs move only by compare-and-swap; two chains that disagree are never merged:
   divergence is an error (exit 3) naming the fork entry and both heads.
-* Every anchor that moved the ref is mirrored into the audit chain.
+* Every anchor is mirrored into the audit chain as one ``work_ledger.anchor`` event
+  naming the run, head and commit: when `anchor` moves the ref, and when it finds the ref
+  already holding the chain but no event for that commit (the mirror of the anchor that
+  moved it failed), so a failed mirror is made good by the next anchor, exactly once.
 * A dry run (anchor, fetch, gc) writes nothing under the work tree or .git: no object
   it did not have to fetch, ref, ledger byte or verified-tree cache line.
 """
@@ -465,8 +468,13 @@ def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = Fals
                 f"{len(lines)} entries); run 'harness ledger fetch {run_id}' first"
             )
         if relation == "identical":
-            return AnchorResult("unchanged", old, head, len(lines), run_id, ref, chain.tree,
-                                len(chain.chunk_ids), 0, dry_run=dry_run)
+            unchanged = AnchorResult("unchanged", old, head, len(lines), run_id, ref,
+                                     chain.tree, len(chain.chunk_ids), 0, dry_run=dry_run)
+            if not dry_run:
+                # The anchor that moved the ref may have failed to reach the audit chain
+                # (a full disk, a bad key): it is mirrored now, once, whatever wrote it.
+                unchanged.warning = _mirror(run_id, head, old, once=True)
+            return unchanged
         known = chain.chunk_ids
     meta = _meta_blob(run_id, head, len(lines), len(chunks))
     if dry_run:
@@ -490,12 +498,16 @@ def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = Fals
     return result
 
 
-def _mirror(run_id: str, head: str, commit: str) -> str | None:
-    """Record the anchor in the audit chain; a failure there is reported, not raised,
-    because the ref has already moved and the anchor itself stands."""
+def _mirror(run_id: str, head: str, commit: str, *, once: bool = False) -> str | None:
+    """Record the anchor in the audit chain (with `once`, only if no event records this
+    very anchor yet); a failure there is reported, not raised, because the ref has
+    already moved and the anchor itself stands."""
+    data = {"run_id": run_id, "head_hash": head, "commit": commit}
     try:
-        audit.append_event("work_ledger.anchor",
-                           {"run_id": run_id, "head_hash": head, "commit": commit})
+        if once:
+            audit.append_event_once("work_ledger.anchor", data)
+        else:
+            audit.append_event("work_ledger.anchor", data)
     except (OSError, audit.AuditError) as exc:
         return f"anchored, but the audit chain was not updated: {exc}"
     return None
