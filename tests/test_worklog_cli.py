@@ -1045,3 +1045,88 @@ def test_an_anchor_whose_audit_mirror_failed_is_mirrored_by_the_next_anchor(
         [sys.executable, "-c", "from harness import audit; print(audit.verify_audit())"],
         env=world.env, capture_output=True, text=True, timeout=60)
     assert verified.stdout == "(True, 1, None)\n", verified.stderr
+
+
+# -- task ids on the read path ------------------------------------------------------------------
+
+HOSTILE = "t1\x1b[2J\x1b]0;owned\x07\nFAKE: all tasks completed"
+
+
+def forge_anchor(repo: Path, lines: list[bytes], head: str) -> str:
+    """Point REF at an anchor of `lines` made with git plumbing (past `harness ledger
+    anchor`, which would refuse them): what a hostile remote can serve."""
+    def obj(data: bytes) -> str:
+        return subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input=data,
+                              capture_output=True, check=True).stdout.decode().strip()
+    meta = (f'{{"chunk_count":1,"entry_count":{len(lines)},"format_version":1,'
+            f'"head_hash":"{head}","run_id":"{RUN}"}}\n').encode()
+    chunk = obj(b"".join(x + b"\n" for x in lines))
+    listing = (f"100644 blob {obj(meta)}\tLEDGER.json\n"
+               f"100644 blob {chunk}\tchunk-000000.jsonl\n")
+    tree = subprocess.run(["git", "mktree"], cwd=repo, input=listing.encode(),
+                          capture_output=True, check=True).stdout.decode().strip()
+    commit = git(repo, "commit-tree", tree, "-m", "forged").stdout.strip()
+    git(repo, "update-ref", REF, commit)
+    return commit
+
+
+@pytest.mark.parametrize(("kind", "task_id", "why"), [
+    ("task.scheduled", HOSTILE,
+     "task_id 't1\\x1b[2J\\x1b]0;owned\\x07\\nFAKE: all tasks completed' contains a control "
+     "character or '\"'"),
+    ("task.scheduled", "t\x9b2J", "task_id 't\\x9b2J' contains a control character or '\"'"),
+    ("task.scheduled", 'a"b', "task_id 'a\"b' contains a control character or '\"'"),
+    ("task.scheduled", "", "task_id must be a non-empty string, got ''"),
+    ("task.scheduled", "x" * 129,
+     "task_id 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'… is 129 characters (at most 128)"),
+    ("task.started", None, "kind 'task.started' needs a task_id"),
+    ("run.resumed", "t1", "kind 'run.resumed' is run-level: task_id must be None, got 't1'"),
+])
+def test_a_task_id_the_writer_refuses_does_not_verify(world: World, repo: Path, tmp_path: Path,
+                                                      kind: str, task_id: str | None,
+                                                      why: str) -> None:
+    hashes = hand_ledger(repo, [("run.open", None, {}), (kind, task_id, {"deps": []}),
+                                ("task.scheduled", "t9", {"deps": []})])
+    reason = f"{why}: the writer refuses such a row"
+    res = cli(world, repo, "ledger", "verify", RUN, "--json")
+    assert res.returncode == 2, res.stderr
+    out = json.loads(res.stdout)
+    assert (out["ok"], out["seq"], out["line"], out["reason"]) == (False, 2, 2, reason)
+    plain = cli(world, repo, "ledger", "verify", RUN)
+    assert plain.returncode == 2
+    assert err_line(plain) == f"harness: work ledger {RUN} broken at entry 2 (line 2): {reason}"
+    before = snapshot(repo)
+    resumed = cli(world, repo, "ledger", "resume", RUN)
+    assert resumed.returncode == 2
+    assert err_line(resumed).endswith(f"does not verify at entry 2 (line 2): {reason}")
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 2
+    assert snapshot(repo) == before and signals(repo) == {}
+    # Served by a remote: fetch refuses it before a byte of it is written locally.
+    forge_anchor(repo, ledger_path(repo).read_bytes().splitlines(), hashes[-1])
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(repo), str(other))
+    fetched = cli(world, other, "ledger", "fetch", RUN)
+    assert fetched.returncode == 2
+    assert err_line(fetched) == (
+        f"harness: origin {REF} is not a work-ledger anchor: its chain does not verify: "
+        f"entry 2 (line 2): {reason}")
+    assert not (other / ".harness").exists()
+
+
+def test_ids_the_writer_accepts_verify_and_print_as_they_read(world: World, repo: Path) -> None:
+    """Unicode ids, and ids at the length limit, still verify on every path; an id the
+    writer accepts that holds a format character (a right-to-left override) is printed
+    as its escape."""
+    long_id = "x" * 128
+    record(repo, [("run.open", None, {}), ("task.scheduled", long_id, {"deps": []}),
+                  ("task.scheduled", "é" * 8, {"deps": []}),
+                  ("task.scheduled", "t\u202eevil", {"deps": []}),
+                  ("task.scheduled", "задача-✓", {"deps": []})])
+    res = cli(world, repo, "ledger", "verify", RUN, "--json")
+    assert res.returncode == 0, res.stderr
+    assert (json.loads(res.stdout)["ok"], json.loads(res.stdout)["entry_count"]) == (True, 5)
+    resumed = cli(world, repo, "ledger", "resume", RUN)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"; frontier: {long_id}, éééééééé, t\\u202eevil, задача-✓\n" in resumed.stdout
+    assert "\u202e" not in resumed.stdout
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0

@@ -52,8 +52,9 @@ def ledger_group() -> None:
 
 
 def _die(message: str, code: int) -> NoReturn:
-    # Messages from git or the OS can hold several lines; the contract is one line.
-    fail(" ".join(str(message).split()), code)
+    # Messages from git or the OS can hold several lines; the contract is one line, and
+    # one a terminal only shows (a task id or a path may carry escapes).
+    fail(render.visible(" ".join(str(message).split())), code)
 
 
 def _guard(action: Callable[[], T]) -> T:
@@ -318,7 +319,10 @@ def resume_command(run_id: str, dry_run: bool, as_json: bool, workdir: str | Non
     if res.status == "closed":
         click.echo(f"run {run_id} is closed ({head}); nothing to resume, nothing was written")
         return
-    frontier = ", ".join(res.frontier) or "nothing"
+    # Task ids come from a chain that may have been fetched from another machine; the
+    # reader refuses ids the writer would, and this keeps any that slip past that from
+    # reaching the terminal as escapes or line breaks.
+    frontier = ", ".join(render.visible(t) for t in res.frontier) or "nothing"
     if res.dry_run:
         click.echo(f"dry run: {run_id} ({head}): {summary}; "
                    f"prior resumes {st.resumes}; would resume: {frontier}")
@@ -346,9 +350,12 @@ def runs_command(as_json: bool, workdir: str | None) -> None:
     if not rows:
         click.echo("no work ledgers")
         return
-    body = [[str(r["run_id"]), str(r.get("entry_count", 0)), str(r.get("state") or "-"),
-             str(r.get("last_activity") or "-"), str(r.get("head_hash") or "-")[:16],
-             _sync_text(r)] for r in rows]
+    # Run ids come from directory and ref names, which may hold characters a terminal
+    # acts on (a C1 control, a right-to-left override): shown as escapes.
+    body = [[render.visible(c) for c in (
+        str(r["run_id"]), str(r.get("entry_count", 0)), str(r.get("state") or "-"),
+        str(r.get("last_activity") or "-"), str(r.get("head_hash") or "-")[:16],
+        _sync_text(r))] for r in rows]
     click.echo(render.grid(["RUN", "ENTRIES", "STATE", "LAST ACTIVITY", "HEAD",
                             "LOCAL / ANCHORED"], body, right=frozenset({1})))
 
