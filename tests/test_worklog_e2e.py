@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from conftest import World
+from harness.worklog.store import WorkLedger
 from test_worklog_cli import (
     GOAL,
     REF,
@@ -173,3 +174,107 @@ def test_two_resumes_of_one_head_diverge(world: World, tmp_path: Path) -> None:
     assert listing.returncode == 0, listing.stderr
     [r] = json.loads(listing.stdout)["runs"]
     assert r["agreement"] == "diverged at entry 9"
+
+
+def test_a_resume_after_a_divergent_fetch_is_refused(world: World, tmp_path: Path) -> None:
+    """A and B resume the same head; A pushes first. B's fetch meets A's lineage and is
+    refused; the fetched anchor stays under refs/harness/fetched/, so B's resume meets it
+    too and is refused the same way, until B drops one lineage."""
+    a, bare = _remote(tmp_path)
+    record(a, GOAL)
+    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
+    git(a, "push", "-q", "origin", REFSPEC)
+    b = _clone(bare, tmp_path / "b")
+    assert cli(world, b, "ledger", "fetch", RUN).returncode == 0
+    for args in (["resume", RUN], ["anchor", RUN]):
+        assert cli(world, a, "ledger", *args).returncode == 0
+    git(a, "push", "-q", "origin", REFSPEC)
+    assert cli(world, b, "ledger", "resume", RUN).returncode == 0  # B's own, not anchored
+    head_a, head_b = rows_of(a)[-1]["entry_hash"], rows_of(b)[-1]["entry_hash"]
+    fetched = cli(world, b, "ledger", "fetch", RUN)
+    assert fetched.returncode == 3
+    assert (f"diverge at entry 9: two chains extend the same parent entry (local head "
+            f"{head_b}, anchored head {head_a})") in err_line(fetched)
+    private = f"refs/harness/fetched/origin/{RUN}"
+    assert git(b, "rev-parse", private).stdout == git(a, "rev-parse", REF).stdout
+
+    before = snapshot(b)
+    for args in (["resume", RUN], ["resume", RUN, "--dry-run", "--json"]):
+        res = cli(world, b, "ledger", *args)
+        assert res.returncode == 3, (args, res.stderr)
+        assert err_line(res) == (
+            f"harness: work ledgers diverge at entry 9: two chains extend the same parent "
+            f"entry (local head {head_b}, fetched head {head_a}). Two lineages of run {RUN} "
+            f"exist; refusing to resume. Inspect both chains with 'harness ledger verify "
+            f"{RUN} --json', keep exactly one lineage (move the other ledger directory "
+            f"aside, or delete the fetched anchor with 'git update-ref -d {private}'), and "
+            "re-anchor it.")
+    assert snapshot(b) == before
+    assert len(rows_of(b)) == 9 and sorted(signals(b)) == [f"{RUN}__t2.signal", f"{RUN}__t3.signal"]
+
+    # B keeps its own lineage, as the message says: the resume goes ahead.
+    git(b, "update-ref", "-d", private)
+    resumed = cli(world, b, "ledger", "resume", RUN, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["resume_seq"] == 10
+
+
+def test_a_resume_behind_a_fetched_anchor_is_refused(world: World, tmp_path: Path) -> None:
+    """A fetch that fetched the anchor but could not write it (a writer held the run)
+    leaves the fetched anchor ahead of the local chain: a resume would fork from it."""
+    a, bare = _remote(tmp_path)
+    record(a, GOAL)
+    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
+    git(a, "push", "-q", "origin", REFSPEC)
+    b = _clone(bare, tmp_path / "b")
+    assert cli(world, b, "ledger", "fetch", RUN).returncode == 0
+    record(a, [("task.completed", "t2", {"commit": "def456"})])
+    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
+    git(a, "push", "-q", "origin", REFSPEC)
+    with WorkLedger(b, RUN):
+        held = cli(world, b, "ledger", "fetch", RUN)
+        assert held.returncode == 2 and "only one writer may hold a run" in err_line(held)
+    before = snapshot(b)
+    res = cli(world, b, "ledger", "resume", RUN)
+    assert res.returncode == 2
+    assert err_line(res) == (
+        f"harness: the work ledger fetched into refs/harness/fetched/origin/{RUN} is ahead "
+        f"of the local one (9 > 8 entries); refusing to resume a stale chain: run 'harness "
+        f"ledger fetch {RUN}' from that remote first")
+    assert snapshot(b) == before
+    assert cli(world, b, "ledger", "fetch", RUN).returncode == 0
+    assert cli(world, b, "ledger", "resume", RUN).returncode == 0
+    assert [r["kind"] for r in rows_of(b)[-2:]] == ["task.completed", "run.resumed"]
+
+
+def test_fetch_over_a_diverged_local_anchor_writes_nothing(world: World, tmp_path: Path) -> None:
+    """B anchored a lineage of its own and its ledger directory is gone: the side ref is
+    the only trace of that lineage, and a fetch of A's diverging one is refused (exit 3)
+    before a ledger file is written or a ref moves."""
+    a, bare = _remote(tmp_path)
+    record(a, GOAL)
+    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
+    git(a, "push", "-q", "origin", REFSPEC)
+    b = _clone(bare, tmp_path / "b")
+    assert cli(world, b, "ledger", "fetch", RUN).returncode == 0
+    record(a, [("task.completed", "t2", {"by": "a"})])
+    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
+    git(a, "push", "-q", "origin", REFSPEC)
+    record(b, [("task.failed", "t2", {"by": "b"})])
+    assert cli(world, b, "ledger", "anchor", RUN).returncode == 0  # B's lineage, not pushed
+    head_a, head_b = rows_of(a)[-1]["entry_hash"], rows_of(b)[-1]["entry_hash"]
+    mine = git(b, "rev-parse", REF).stdout
+    git(b, "clean", "-qfdx")  # the untracked .harness goes; the refs stay
+    assert not (b / ".harness").exists()
+    for args in (["fetch", RUN, "--dry-run"], ["fetch", RUN]):
+        res = cli(world, b, "ledger", *args)
+        assert res.returncode == 3, (args, res.stderr)
+        assert err_line(res) == (
+            f"harness: work ledgers diverge at entry 9: two chains extend the same parent "
+            f"entry (local anchor head {head_b}, fetched head {head_a}). Two lineages of run "
+            f"{RUN} exist; refusing to fetch. Inspect both chains with 'harness ledger "
+            f"verify {RUN} --json', keep exactly one lineage (move the other ledger "
+            f"directory aside, or delete the anchor with 'git update-ref -d {REF}'), and "
+            "re-anchor it.")
+        assert not ledger_path(b).exists()
+        assert git(b, "rev-parse", REF).stdout == mine

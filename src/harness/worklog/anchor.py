@@ -15,7 +15,10 @@ Invariants:
   same tree id on every machine; chunk boundaries are fixed from the start of the chain,
   so a re-anchor reuses every full chunk's blob and writes only what is new.
 * Refs move only by compare-and-swap; two chains that disagree are never merged:
-  divergence is an error (exit 3) naming the fork entry and both heads.
+  divergence is an error (exit 3) naming the fork entry and both heads. Fetch compares
+  the fetched chain with the local ledger and with the local side ref, and writes
+  nothing when either holds a diverging lineage (the side ref may be the only trace of
+  one whose ledger directory was moved away).
 * Every anchor is mirrored into the audit chain as one ``work_ledger.anchor`` event
   naming the run, head and commit: when `anchor` moves the ref, and when it finds the ref
   already holding the chain but no event for that commit (the mirror of the anchor that
@@ -29,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple
@@ -186,16 +189,21 @@ def compare_chains(local_lines: Sequence[bytes], anchored_lines: Sequence[bytes]
 
 
 def divergence_message(
-    fork_seq: int, local_head: str, anchored_head: str, run_id: str, action: str
+    fork_seq: int, local_head: str, anchored_head: str, run_id: str, action: str, *,
+    local: str = "local", anchored: str = "anchored", ref: str | None = None,
 ) -> str:
-    """The one message every divergence gives (anchor, fetch, resume)."""
+    """The one message every divergence gives (anchor, fetch, resume). `local` and
+    `anchored` name the two chains; `ref` is the one to delete to drop the anchored
+    lineage (default: the run's side ref)."""
+    drop = ref or f"{REF_PREFIX}{run_id}"
+    what = "the anchor" if drop.startswith(REF_PREFIX) else f"the {anchored} anchor"
     return (
         f"work ledgers diverge at entry {fork_seq}: two chains extend the same parent entry "
-        f"(local head {local_head}, anchored head {anchored_head}). Two lineages of run "
+        f"({local} head {local_head}, {anchored} head {anchored_head}). Two lineages of run "
         f"{run_id} exist; refusing to {action}. Inspect both chains with "
         f"'harness ledger verify {run_id} --json', keep exactly one lineage (move the other "
-        f"ledger directory aside, or delete the anchor with 'git update-ref -d "
-        f"{REF_PREFIX}{run_id}'), and re-anchor it."
+        f"ledger directory aside, or delete {what} with 'git update-ref -d {drop}'), and "
+        "re-anchor it."
     )
 
 
@@ -553,16 +561,20 @@ def _append(d: Path, new: list[bytes], torn: bytes | None) -> None:
 
 
 def _bring_up_to(
-    d: Path, chain: AnchoredChain, run_id: str, remote: str, *, dry_run: bool = False
+    d: Path, chain: AnchoredChain, run_id: str, remote: str, *, dry_run: bool = False,
+    also: Callable[[], object] = lambda: None,
 ) -> tuple[Literal["written", "extended", "unchanged"], int]:
     """Make the local ledger in `d` equal the verified anchored chain, or refuse (with
-    `dry_run`, only say which it would be)."""
+    `dry_run`, only say which it would be). `also` is a further check, made once the
+    local chain has been found to agree with the anchored one and before a byte is
+    written: a refusal of the local chain is named first."""
     assert chain.lines is not None
     try:
         lines, torn = verify.read_ledger(d)
     except NoLedger:
         lines, torn = [], None
     if not lines:
+        also()
         if not dry_run:
             _write_new(d, chain.lines)
         return "written", len(chain.lines)
@@ -580,6 +592,7 @@ def _bring_up_to(
             f"'{remote}' ({len(lines)} > {chain.entry_count} entries); nothing was "
             f"changed. Run 'harness ledger anchor {run_id}' (and push the ref) instead"
         )
+    also()
     if relation == "anchored_ahead":
         if not dry_run:
             _append(d, chain.lines[len(lines):], torn)
@@ -603,8 +616,16 @@ def fetch(workdir: str | os.PathLike[str], run_id: str, remote: str = "origin", 
     chain = read_anchor(git, f"{remote} {ref}", commit, run_id, remember=not dry_run)
     assert chain.lines is not None
     d = rows.ledger_dir(Path(workdir), run_id)
+    # The local side ref may hold a lineage of its own (anchored here, its ledger since
+    # moved away): checked before anything is written, like the local ledger itself.
+    side: list[tuple[str | None, bool]] = []
+
+    def check_side_ref() -> None:
+        side.append(_local_anchor(git, ref, chain, run_id, remember=not dry_run))
+
     if dry_run:
-        status, new = _bring_up_to(d, chain, run_id, remote, dry_run=True)
+        status, new = _bring_up_to(d, chain, run_id, remote, dry_run=True,
+                                   also=check_side_ref)
         return FetchResult(status, commit, chain.head_hash, chain.entry_count, run_id, remote,
                            new, dry_run=True)
     make_private_dir(str(d))
@@ -612,32 +633,40 @@ def fetch(workdir: str | os.PathLike[str], run_id: str, remote: str = "origin", 
     # writing after it, and a live writer makes fetch refuse rather than race it.
     lock = store.take_lock(d, run_id)
     try:
-        status, new = _bring_up_to(d, chain, run_id, remote)
+        status, new = _bring_up_to(d, chain, run_id, remote, also=check_side_ref)
     finally:
         store.release_lock(lock)
-    warning = _follow(git, ref, chain, run_id)
+    [(cur, follow)] = side
+    warning = None
+    if cur != chain.commit:
+        if follow:
+            git.update_ref(ref, chain.commit, cur, reason=f"harness ledger fetch {run_id}")
+        else:
+            warning = (f"kept {ref} at {cur}: it anchors entries the fetched anchor lacks; "
+                       "the local ledger now follows the fetched chain")
     return FetchResult(status, commit, chain.head_hash, chain.entry_count, run_id, remote,
                        new, warning)
 
 
-def _follow(git: Git, ref: str, chain: AnchoredChain, run_id: str) -> str | None:
-    """Move the local side ref to the fetched anchor unless that would lose anchored
-    entries the fetched one lacks."""
+def _local_anchor(git: Git, ref: str, chain: AnchoredChain, run_id: str, *,
+                  remember: bool) -> tuple[str | None, bool]:
+    """(the commit of the local side ref, whether fetch may move it to the fetched
+    anchor): not when that would lose anchored entries the fetched one lacks.
+    `Divergence` when the two anchors hold diverging lineages."""
     cur = git.resolve(ref)
-    if cur == chain.commit:
-        return None
-    if cur is not None and not git.is_ancestor(cur, chain.commit):
-        try:
-            mine = read_anchor(git, ref, cur, run_id)
-        except VerificationFailed:
-            mine = None  # not an anchor at all: nothing to keep
-        if mine is not None:
-            assert mine.lines is not None and chain.lines is not None
-            if compare_chains(mine.lines, chain.lines) not in ("identical", "anchored_ahead"):
-                return (f"kept {ref} at {cur}: it anchors entries the fetched anchor lacks; "
-                        "the local ledger now follows the fetched chain")
-    git.update_ref(ref, chain.commit, cur, reason=f"harness ledger fetch {run_id}")
-    return None
+    if cur is None or cur == chain.commit or git.is_ancestor(cur, chain.commit):
+        return cur, True
+    try:
+        mine = read_anchor(git, ref, cur, run_id, remember=remember)
+    except VerificationFailed:
+        return cur, True  # not an anchor at all: no lineage to keep
+    assert mine.lines is not None and chain.lines is not None
+    relation = compare_chains(mine.lines, chain.lines)
+    if isinstance(relation, tuple):
+        raise Divergence(divergence_message(
+            relation[1], mine.head_hash, chain.head_hash, run_id, "fetch",
+            local="local anchor", anchored="fetched"))
+    return cur, relation in ("identical", "anchored_ahead")
 
 
 # -- gc and listing ---------------------------------------------------------------------

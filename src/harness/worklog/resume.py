@@ -9,7 +9,10 @@ Invariants:
 
 * Nothing is written unless the local chain verifies end to end and, when an anchored ref
   of the run exists, the anchored chain verifies too and does not diverge from the local
-  one. A divergence is refused (`Divergence`, exit 3), never merged.
+  one; nor when an anchor of the run fetched from any remote
+  (``refs/harness/fetched/<remote>/<run-id>``) diverges from the local chain or extends
+  it: both lineages are then on this machine. A divergence is refused (`Divergence`,
+  exit 3) naming the fork entry and both heads, never merged.
 * A closed run is never resumed. A dry run and `survey` never take the writer's lock and
   write nothing at all (not even under .git): no row, signal, tail recovery, ref or
   verified-tree cache entry. When the anchor is the local chain or a prefix of it, that is
@@ -142,13 +145,15 @@ def _anchored_prefix(git: Git, ref: str, commit: str, run_id: str,
 
 def _check_anchor(workdir: Path, run_id: str, local: list[bytes],
                   local_head: str, remember: bool = True) -> str:
-    """Compare the verified local chain with the anchored one; return the relation or raise."""
+    """Compare the verified local chain with the anchored one, and with every anchor of
+    the run fetched from a remote; return the relation to the anchored one or raise."""
     try:
         git = Git.open(workdir)
     except NoLedger:
         return "none"  # a work tree outside git has no anchor
     ref = anchor_mod.REF_PREFIX + run_id
     commit = git.resolve(ref)
+    _check_fetched(git, run_id, local, local_head, commit, remember)
     if commit is None:
         return "none"
     prefix = _anchored_prefix(git, ref, commit, run_id, local)
@@ -171,6 +176,51 @@ def _check_anchor(workdir: Path, run_id: str, local: list[bytes],
             f"chain: run 'harness ledger fetch {run_id}' first"
         )
     return str(relation)
+
+
+def _fetched_refs(git: Git, run_id: str) -> list[tuple[str, str]]:
+    """(ref, commit) of every ``refs/harness/fetched/<remote>/<run-id>`` of this run."""
+    out: list[tuple[str, str]] = []
+    for name, oid in git.for_each_ref(anchor_mod.FETCHED_PREFIX):
+        remote, sep, run = name[len(anchor_mod.FETCHED_PREFIX):].partition("/")
+        if remote and sep and run == run_id:
+            out.append((name, oid))
+    return out
+
+
+def _check_fetched(git: Git, run_id: str, local: list[bytes], local_head: str,
+                   anchored: str | None, remember: bool) -> None:
+    """Refuse to resume when an anchor fetched from a remote holds another lineage than
+    the local chain (`Divergence`) or more of it (`AnchoredAhead`).
+
+    A fetch that found the two lineages refused to write, but the anchor it fetched
+    stays under ``refs/harness/fetched/``: that is how this host knows a second
+    lineage exists. A fetched anchor that does not verify is no lineage (fetch refused
+    it as it arrived) and is passed over.
+    """
+    for ref, commit in _fetched_refs(git, run_id):
+        if commit == anchored:
+            continue  # the run's own side ref: compared by the caller
+        try:
+            if _anchored_prefix(git, ref, commit, run_id, local) is not None:
+                continue
+            chain = anchor_mod.read_anchor(git, ref, commit, run_id, remember=remember)
+        except VerificationFailed:
+            continue
+        assert chain.lines is not None
+        relation = anchor_mod.compare_chains(local, chain.lines)
+        if isinstance(relation, tuple):
+            raise Divergence(anchor_mod.divergence_message(
+                relation[1], local_head, chain.head_hash, run_id, "resume",
+                anchored="fetched", ref=ref))
+        if relation == "anchored_ahead":
+            # What the local side ref's check says, for the same reason: a resume of
+            # the shorter chain forks it from the fetched one at the next entry.
+            raise anchor_mod.AnchoredAhead(
+                f"the work ledger fetched into {ref} is ahead of the local one "
+                f"({chain.entry_count} > {len(local)} entries); refusing to resume a "
+                f"stale chain: run 'harness ledger fetch {run_id}' from that remote first"
+            )
 
 
 def _local(workdir: Path, run_id: str) -> tuple[Path, list[bytes], WorkVerify]:
