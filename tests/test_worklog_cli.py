@@ -1130,3 +1130,27 @@ def test_ids_the_writer_accepts_verify_and_print_as_they_read(world: World, repo
     assert f"; frontier: {long_id}, éééééééé, t\\u202eevil, задача-✓\n" in resumed.stdout
     assert "\u202e" not in resumed.stdout
     assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+
+
+def test_resume_records_nothing_when_a_signal_cannot_be_written(world: World,
+                                                                repo: Path) -> None:
+    """A real failure under one signal file (a directory stands where it belongs): the
+    signals go first, so no run.resumed row is recorded, and the one signal that was
+    written is removed again."""
+    record(repo, GOAL)
+    before = ledger_path(repo).read_bytes()
+    sig = repo / ".harness" / "runtime" / "resume"
+    blocker = sig / f"{RUN}__t3.signal"
+    blocker.mkdir(parents=True)
+    res = cli(world, repo, "ledger", "resume", RUN)
+    assert res.returncode == 2
+    assert ledger_path(repo).read_bytes() == before  # no run.resumed row
+    assert err_line(res) == (
+        f"harness: cannot write resume signal {blocker}: Is a directory; the resume was not "
+        "recorded and the signals it wrote were removed")
+    assert sorted(p.name for p in sig.iterdir()) == [blocker.name]
+    blocker.rmdir()
+    ok = cli(world, repo, "ledger", "resume", RUN, "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert sorted(signals(repo)) == [f"{RUN}__t2.signal", f"{RUN}__t3.signal"]
+    assert json.loads(ok.stdout)["resume_seq"] == 9

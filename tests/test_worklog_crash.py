@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.ledger.files import FaultyFiles
+from harness.ledger.files import FaultyFiles, FileLayer
 from harness.worklog import WorkLedgerError
+from harness.worklog import resume as resume_mod
 from harness.worklog.replay import replay
 from harness.worklog.rows import ledger_dir
 from harness.worklog.store import WorkLedger
@@ -266,3 +267,105 @@ def test_lock_of_a_killed_holder_is_free(tmp_path: Path) -> None:
     with WorkLedger(tmp_path, "crash") as wl:
         assert json.loads(lock.read_bytes())["pid"] == os.getpid()
         wl.record("run.resumed", None, {})
+
+
+# -- a resume that cannot write all it must -------------------------------------------------
+
+RESUME_GOAL: list[tuple[str, str | None, dict[str, object]]] = [
+    ("run.open", None, {}),
+    ("task.scheduled", "t1", {"deps": []}),
+    ("task.scheduled", "t2", {"deps": []}),
+    ("task.started", "t1", {}),
+]
+
+
+class FullOn(FileLayer):
+    """ENOSPC on every write whose bytes hold `marker` (the first `times` of them, or all):
+    a disk that fills up exactly under one file."""
+
+    def __init__(self, marker: bytes, times: int | None = None) -> None:
+        self.marker = marker
+        self.times = times
+        self.failed = 0
+
+    def write(self, fd: int, data: bytes) -> int:
+        if self.marker in data and (self.times is None or self.failed < self.times):
+            self.failed += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(fd, data)
+
+
+def _resumed_once(tmp_path: Path) -> tuple[Path, dict[str, bytes], bytes]:
+    """A run resumed once (signals t1, t2 on disk); its signal files and ledger bytes."""
+    with WorkLedger(tmp_path, "rs") as wl:
+        for kind, task, payload in RESUME_GOAL:
+            wl.record(kind, task, payload)
+    first = resume_mod.resume(tmp_path, "rs")
+    assert first.frontier == ["t1", "t2"] and first.resume_seq == 5
+    sig = resume_mod.resume_dir(tmp_path)
+    return sig, {p.name: p.read_bytes() for p in sig.iterdir()}, \
+        (ledger_dir(tmp_path, "rs") / "000000.jsonl").read_bytes()
+
+
+def test_a_resume_whose_signal_cannot_be_written_records_nothing(tmp_path: Path) -> None:
+    sig, before, ledger = _resumed_once(tmp_path)
+    # t1's signal is replaced first, then the disk is full under t2's.
+    full = FullOn(b'"task_id":"t2"')
+    with pytest.raises(WorkLedgerError) as ei:
+        resume_mod.resume(tmp_path, "rs", files=full)
+    assert full.failed == 1
+    assert ei.value.exit_code == 2
+    assert str(ei.value) == (
+        f"cannot write resume signal {sig / 'rs__t2.signal'}: No space left on device; the "
+        "resume was not recorded and the signals it wrote were removed")
+    # No row, and the signal directory is as the first resume left it (t1's restored).
+    assert (ledger_dir(tmp_path, "rs") / "000000.jsonl").read_bytes() == ledger
+    assert {p.name: p.read_bytes() for p in sig.iterdir()} == before
+    assert json.loads(before["rs__t1.signal"])["resume_seq"] == 5
+
+
+def test_a_resume_whose_row_cannot_be_written_removes_its_signals(tmp_path: Path) -> None:
+    sig, before, ledger = _resumed_once(tmp_path)
+    (sig / "rs__t1.signal").unlink()  # a watcher took t1's signal
+    before.pop("rs__t1.signal")
+    full = FullOn(b'"kind":"run.resumed"')
+    with pytest.raises(WorkLedgerError) as ei:
+        resume_mod.resume(tmp_path, "rs", files=full, sync_timeout=1.0)
+    assert full.failed >= 1
+    segment = ledger_dir(tmp_path, "rs") / "000000.jsonl"
+    message = str(ei.value)
+    assert message.startswith("work ledger 'rs': run.resumed row was not confirmed durable: ")
+    assert message.endswith(f"; the resume was not recorded in {segment} and the signals it "
+                            "wrote were removed")
+    assert segment.read_bytes() == ledger
+    assert {p.name: p.read_bytes() for p in sig.iterdir()} == before
+    assert verify_dir(ledger_dir(tmp_path, "rs")).entry_count == 5
+
+
+def test_a_row_that_lands_late_keeps_its_signals(tmp_path: Path) -> None:
+    """The writer keeps a row it could not write and retries it: when the row lands (while
+    `record` waits, or as the ledger closes), the resume stands, signals and all."""
+    sig, _, _ = _resumed_once(tmp_path)
+    full = FullOn(b'"kind":"run.resumed"', times=1)
+    res = resume_mod.resume(tmp_path, "rs", files=full, sync_timeout=30.0)
+    assert full.failed == 1
+    rows = [json.loads(x) for x in
+            (ledger_dir(tmp_path, "rs") / "000000.jsonl").read_bytes().splitlines()]
+    assert [r["kind"] for r in rows[-2:]] == ["run.resumed", "run.resumed"]
+    assert (res.resume_seq, res.resumed_head) == (6, rows[-1]["entry_hash"])
+    signals = {p.name: json.loads(p.read_bytes()) for p in sig.iterdir()}
+    assert sorted(signals) == ["rs__t1.signal", "rs__t2.signal"]
+    assert {(s["resume_seq"], s["head_hash"]) for s in signals.values()} == {
+        (6, rows[-1]["entry_hash"])}
+
+
+def test_signals_name_the_row_recorded_after_them(tmp_path: Path) -> None:
+    sig, before, _ = _resumed_once(tmp_path)
+    rows = [json.loads(x) for x in
+            (ledger_dir(tmp_path, "rs") / "000000.jsonl").read_bytes().splitlines()]
+    assert rows[-1]["kind"] == "run.resumed"
+    for body in before.values():
+        signal_row = json.loads(body)
+        assert (signal_row["resume_seq"], signal_row["head_hash"]) == (
+            rows[-1]["seq"], rows[-1]["entry_hash"])
+    assert [p.name for p in sig.iterdir() if p.name.startswith(".")] == []

@@ -18,14 +18,21 @@ Invariants:
   verified-tree cache entry. When the anchor is the local chain or a prefix of it, that is
   decided from blob ids without a full read; any other anchor is read whole through
   `anchor.read_anchor` with ``remember=False``.
-* The ``run.resumed`` row is recorded (synced) before any signal is written, so a watcher
-  never acts on a resume the chain does not hold; each signal is written atomically
-  (temporary file, fsync, rename, 0600) and named ``<run-id>__<task-id>.signal`` so
-  signals of two runs never collide. Completed tasks never get a signal.
+* A resume is whole or absent: the ``run.resumed`` row is recorded only after every
+  signal of its frontier is durable (each written atomically: temporary file, fsync,
+  rename, 0600; then the directory synced), and when the signals or the row cannot be
+  written the signals this attempt wrote are removed (those it replaced restored) and
+  nothing is recorded. Each signal names the row it belongs to (``resume_seq``,
+  ``head_hash``), computed before the row is written: a watcher that must not act before
+  the chain holds the resume checks for that row. Signals are named
+  ``<run-id>__<task-id>.signal`` so signals of two runs never collide, and only once the
+  row is recorded are an earlier resume's signals for tasks no longer in the frontier
+  removed. Completed tasks never get a signal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -35,14 +42,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from harness.ledger.files import atomic_write, fsync_dir
+from harness.ledger.files import FileLayer, atomic_write, fsync_dir
 
 from . import Divergence, NoLedger, VerificationFailed, WorkLedgerError
 from . import anchor as anchor_mod
 from .git import Git
 from .replay import State, replay
-from .rows import ledger_dir, validate_run_id
-from .store import WorkLedger
+from .rows import clean_payload, entry_hash, ledger_dir, validate_run_id
+from .store import SYNC_TIMEOUT, WorkLedger
 from .verify import WorkVerify, read_ledger, verify_lines
 
 __all__ = [
@@ -241,14 +248,6 @@ def _local(workdir: Path, run_id: str) -> tuple[Path, list[bytes], WorkVerify]:
     return directory, lines, res
 
 
-def _write_signal(directory: Path, name: str, body: dict[str, Any]) -> Path:
-    path = directory / name
-    atomic_write(path, json.dumps(body, sort_keys=True, separators=(",", ":"),
-                                  ensure_ascii=False).encode("utf-8") + b"\n")
-    return path
-
-
-
 def _task_info(state: State, task_id: str) -> tuple[str, int]:
     task = state.tasks.get(task_id)
     if task is None:
@@ -262,35 +261,119 @@ def _signal_dir(workdir: Path) -> Path:
     return directory
 
 
-def _signal(workdir: Path, run_id: str, state: State, frontier: list[str], resume_seq: int,
-            head_hash: str) -> list[str]:
-    directory = _signal_dir(workdir)
-    written: list[str] = []
-    keep: set[str] = set()
-    for task_id in frontier:
-        status, attempts = _task_info(state, task_id)
-        name = signal_name(run_id, task_id)
-        keep.add(name)
-        _write_signal(directory, name, {
-            "run_id": run_id, "task_id": task_id, "status": status, "attempts": attempts,
-            "resume_seq": resume_seq, "head_hash": head_hash,
-        })
-        written.append(str(directory / name))
-    # A signal left by an earlier resume of this run may name a task that has since
-    # completed; leaving it would let a watcher redo finished work.
-    prefix = f"{_run_part(run_id)}__"
-    for old in directory.iterdir():
-        if old.name.startswith(prefix) and old.name.endswith(SIGNAL_SUFFIX) \
-                and old.name not in keep:
-            old.unlink(missing_ok=True)
-    fsync_dir(directory)
-    return written
+class _Signals:
+    """The signal files of one resume attempt: written before its row, undone if the row
+    is not recorded. File writes go through the ledger's `FileLayer` (tests inject
+    faults there)."""
+
+    def __init__(self, directory: Path, run_id: str, files: FileLayer) -> None:
+        self.directory = directory
+        self.run_id = run_id
+        self.files = files
+        self.written: list[Path] = []
+        self.replaced: dict[Path, bytes] = {}  # what an earlier resume had left there
+
+    def write(self, state: State, frontier: list[str], resume_seq: int,
+              head_hash: str) -> None:
+        """Write one signal per frontier task, each durable, then sync the directory;
+        `SignalFailed` names the file that could not be written."""
+        for task_id in frontier:
+            status, attempts = _task_info(state, task_id)
+            path = self.directory / signal_name(self.run_id, task_id)
+            body = json.dumps({
+                "run_id": self.run_id, "task_id": task_id, "status": status,
+                "attempts": attempts, "resume_seq": resume_seq, "head_hash": head_hash,
+            }, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    self.replaced.setdefault(path, path.read_bytes())
+                self._replace(path, body + b"\n")
+            except OSError as exc:
+                raise SignalFailed(path, exc) from None
+            self.written.append(path)
+        try:
+            self.files.sync_dir(str(self.directory))
+        except OSError as exc:
+            raise SignalFailed(self.directory, exc) from None
+
+    def _replace(self, path: Path, data: bytes) -> None:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # left by a killed resume that had this pid
+        fd, _ = self.files.open_append(str(tmp))
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[self.files.write(fd, view.tobytes()):]
+                self.files.sync(fd)
+            finally:
+                self.files.close(fd)
+            os.rename(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def undo(self) -> str:
+        """Remove the signals this attempt wrote, restoring those it replaced; say what
+        could not be undone (empty when all was)."""
+        left: list[str] = []
+        for path in reversed(self.written):
+            try:
+                old = self.replaced.get(path)
+                if old is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    atomic_write(path, old)
+            except OSError:
+                # Better no signal than one naming a resume the chain does not hold.
+                with contextlib.suppress(OSError):
+                    path.unlink(missing_ok=True)
+                left.append(path.name)
+        with contextlib.suppress(OSError):
+            fsync_dir(str(self.directory))
+        self.written.clear()
+        return f" (could not restore {', '.join(left)}: removed)" if left else ""
+
+    def prune(self) -> None:
+        """Remove an earlier resume's signals for tasks no longer in the frontier: left,
+        they would let a watcher redo finished work."""
+        keep = {p.name for p in self.written}
+        prefix = f"{_run_part(self.run_id)}__"
+        for old in self.directory.iterdir():
+            if old.name.startswith(prefix) and old.name.endswith(SIGNAL_SUFFIX) \
+                    and old.name not in keep:
+                old.unlink(missing_ok=True)
+        fsync_dir(str(self.directory))
 
 
-def resume(workdir: str | os.PathLike[str], run_id: str, dry_run: bool = False) -> ResumeResult:
+class SignalFailed(WorkLedgerError):
+    """A resume signal could not be written; nothing was recorded (exit 2)."""
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        super().__init__(f"cannot write resume signal {path}: {exc.strerror or exc}")
+        self.path = path
+
+
+def _landed(directory: Path, entry_hash: str) -> bool:
+    """Whether the last complete row of the ledger in `directory` is `entry_hash`."""
+    try:
+        lines, _ = read_ledger(directory)
+    except (NoLedger, OSError):
+        return False
+    return bool(lines) and json.loads(lines[-1]).get("entry_hash") == entry_hash
+
+
+def resume(workdir: str | os.PathLike[str], run_id: str, dry_run: bool = False, *,
+           files: FileLayer | None = None, sync_timeout: float = SYNC_TIMEOUT
+           ) -> ResumeResult:
     """Resume run `run_id` of the work tree `workdir` from its verified chain.
 
-    Raises `NoLedger` (1), `VerificationFailed` (2) or `Divergence` (3).
+    Raises `NoLedger` (1), `VerificationFailed` (2), `Divergence` (3), or a
+    `WorkLedgerError` (2) naming the file when the signals or the row cannot be written.
+    `files` and `sync_timeout` are the ledger writer's (the signals are written through
+    `files` too).
     """
     validate_run_id(run_id)
     wd = Path(workdir)
@@ -312,8 +395,9 @@ def resume(workdir: str | os.PathLike[str], run_id: str, dry_run: bool = False) 
 
     # A signal directory that cannot be made must fail the resume before its row is
     # recorded, not leave a recorded resume whose frontier nobody was told about.
-    _signal_dir(wd)
-    with WorkLedger(wd, run_id) as ledger:
+    layer = files or FileLayer()
+    directory = _signal_dir(wd)
+    with WorkLedger(wd, run_id, files=layer, sync_timeout=sync_timeout) as ledger:
         # The checks above ran without the writer's lock. Opening the ledger verified
         # the chain from genesis again; if its head is still the one checked above, that
         # chain is the one verified and replayed, and only the anchor (a ref can move at
@@ -329,19 +413,49 @@ def resume(workdir: str | os.PathLike[str], run_id: str, dry_run: bool = False) 
             return base
         frontier = list(state.frontier)
         nonce = secrets.token_hex(16)
-        row = ledger.record("run.resumed", None, {
-            "nonce": nonce, "host": socket.gethostname(), "frontier": frontier,
-        })
-        resume_seq = int(row["seq"])
-        resumed_head = str(row["entry_hash"])
+        payload = {"nonce": nonce, "host": socket.gethostname(), "frontier": frontier}
+        # The row's seq and hash are known before it is written (we hold the lock, and
+        # the hash covers only the scrubbed payload and the link), so the signals can
+        # name it and be made durable first.
+        seq, prev = ledger.head
+        resume_seq = seq + 1
+        resumed_head = entry_hash("run.resumed", None, clean_payload(payload)[0], prev)
         # Still under the writer's lock: a later resume of this run cannot interleave its
         # signals with these, so the files always match the newest run.resumed row.
-        signals = _signal(wd, run_id, state, frontier, resume_seq, resumed_head)
+        signals = _Signals(directory, run_id, layer)
+        try:
+            signals.write(state, frontier, resume_seq, resumed_head)
+        except SignalFailed as exc:
+            raise WorkLedgerError(
+                f"{exc}; the resume was not recorded and the signals it wrote were "
+                f"removed{signals.undo()}"
+            ) from None
+        try:
+            row = ledger.record("run.resumed", None, payload)
+        except WorkLedgerError as exc:
+            # A row the writer could not confirm stays queued and may still land while
+            # the ledger closes: close it here and look, so the signals go exactly when
+            # the row is not in the chain.
+            with contextlib.suppress(WorkLedgerError):
+                ledger.close(sync_timeout)
+            if not _landed(ledger.dir, resumed_head):
+                raise WorkLedgerError(
+                    f"{exc}; the resume was not recorded in {ledger.segment} and the "
+                    f"signals it wrote were removed{signals.undo()}"
+                ) from None
+            row = {"seq": resume_seq, "entry_hash": resumed_head}
+        if (int(row["seq"]), str(row["entry_hash"])) != (resume_seq, resumed_head):
+            raise WorkLedgerError(  # cannot happen while we hold the lock; never guess
+                f"the run.resumed row was recorded as entry {row['seq']} "
+                f"({row['entry_hash']}), not the entry {resume_seq} ({resumed_head}) its "
+                f"signals name"
+            )
+        signals.prune()
     return ResumeResult(
         run_id=run_id, status="resumed", dry_run=False, state=state,
         entry_count=res.entry_count, head_hash=res.head_hash, anchored=relation,
         resume_seq=resume_seq, resumed_head=resumed_head, nonce=nonce, frontier=frontier,
-        signals=signals, torn_tail=torn,
+        signals=[str(p) for p in signals.written], torn_tail=torn,
     )
 
 
