@@ -54,7 +54,7 @@ def ledger_group() -> None:
 def _die(message: str, code: int) -> NoReturn:
     # Messages from git or the OS can hold several lines; the contract is one line, and
     # one a terminal only shows (a task id or a path may carry escapes).
-    fail(render.visible(" ".join(str(message).split())), code)
+    fail(render.one_line(" ".join(str(message).split())), code)
 
 
 def _guard(action: Callable[[], T]) -> T:

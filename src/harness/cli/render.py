@@ -187,6 +187,16 @@ def visible(s: str, encoding: str | None = None) -> str:
     return "".join(c if _shown(c) and encodes(c, encoding) else _escape(c) for c in s)
 
 
+def one_line(message: str) -> str:
+    """`message` as `visible` shows a value, but with its backslashes as they are: a
+    message quotes values with repr(), escapes included, and doubling those would only
+    garble it; what must not reach a terminal (a control, an escape sequence, a line
+    break) is still spelled out."""
+    if message.isprintable():
+        return message
+    return "".join(c if c == "\\" or _shown(c) else _escape(c) for c in message)
+
+
 def rows(records: list[dict[str, Any]], wide: bool, *, encoding: str | None = None
          ) -> tuple[list[str], list[list[str]]]:
     """The header and a row of cells for each record, as `encoding` can write them."""

@@ -87,18 +87,26 @@ def make_durable_dirs(path: str, sync_dir: Callable[[str], None] = fsync_dir) ->
     return made
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace `path` with `data`: readers see the old content or the new, never a mix."""
+def atomic_write(path: str | os.PathLike[str], data: bytes,
+                 files: FileLayer | None = None) -> None:
+    """Replace `path` with `data`: readers see the old content or the new, never a mix.
+    With `files`, its write and sync calls do the work (where tests inject faults)."""
+    write = files.write if files is not None else os.write
 
     def fill(fd: int) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        done = 0
+        while done < len(data):
+            done += write(fd, data[done:])
 
-    atomic_replace(path, fill)
+    if files is None:
+        atomic_replace(path, fill)
+    else:
+        atomic_replace(path, fill, sync=files.sync, sync_dir=files.sync_dir)
 
 
-def atomic_replace(path: str | os.PathLike[str], fill: Callable[[int], None]) -> None:
+def atomic_replace(path: str | os.PathLike[str], fill: Callable[[int], None], *,
+                   sync: Callable[[int], None] | None = None,
+                   sync_dir: Callable[[str], None] | None = None) -> None:
     """Replace `path` with what `fill` writes to the fd it is handed, atomically.
 
     A temporary file beside it, created 0600, is filled and fsync'd, renamed over the
@@ -117,7 +125,7 @@ def atomic_replace(path: str | os.PathLike[str], fill: Callable[[int], None]) ->
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             fill(fd)
-            os.fsync(fd)
+            (sync or os.fsync)(fd)
         finally:
             os.close(fd)
         os.replace(tmp, target)
@@ -125,7 +133,7 @@ def atomic_replace(path: str | os.PathLike[str], fill: Callable[[int], None]) ->
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    fsync_dir(d)
+    (sync_dir or fsync_dir)(d)
 
 
 def clear_leftovers(directory: str, names: str) -> list[str]:

@@ -275,7 +275,7 @@ class _Signals:
 
     def write(self, state: State, frontier: list[str], resume_seq: int,
               head_hash: str) -> None:
-        """Write one signal per frontier task, each durable, then sync the directory;
+        """Write one signal per frontier task, each durable (its directory entry too);
         `SignalFailed` names the file that could not be written."""
         for task_id in frontier:
             status, attempts = _task_info(state, task_id)
@@ -287,33 +287,12 @@ class _Signals:
             try:
                 with contextlib.suppress(FileNotFoundError):
                     self.replaced.setdefault(path, path.read_bytes())
-                self._replace(path, body + b"\n")
+                # Durable one by one, the directory too: each is the signal of a
+                # row that will be written only once they all are.
+                atomic_write(path, body + b"\n", self.files)
             except OSError as exc:
                 raise SignalFailed(path, exc) from None
             self.written.append(path)
-        try:
-            self.files.sync_dir(str(self.directory))
-        except OSError as exc:
-            raise SignalFailed(self.directory, exc) from None
-
-    def _replace(self, path: Path, data: bytes) -> None:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)  # left by a killed resume that had this pid
-        fd, _ = self.files.open_append(str(tmp))
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[self.files.write(fd, view.tobytes()):]
-                self.files.sync(fd)
-            finally:
-                self.files.close(fd)
-            os.rename(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
 
     def undo(self) -> str:
         """Remove the signals this attempt wrote, restoring those it replaced; say what
