@@ -1227,6 +1227,22 @@ def test_any_other_flag_leaves_the_single_name_form(
     assert q.since_ns == (NOW - 3600 * 10**9 if since else None)
 
 
+def test_a_name_given_twice_is_the_single_name_form() -> None:
+    q, legacy = build_query(("a", "a"), (), None, None, (), (), None, NOW)
+    assert (legacy, q.names, q.limit, q.since_ns) == (True, ("a",), 20, None)
+
+
+@pytest.mark.parametrize(("args", "hint"), [(("",), "NAME"), (("a", ""), "NAME"),
+                                            (("--harness", ""), "--harness")])
+def test_an_empty_harness_name_is_refused(world: World, args: tuple[str, ...],
+                                          hint: str) -> None:
+    """An unset shell variable in `harness runs "$NAME"` asked the daemon, which refused
+    it, and the CLI then read the disk, saying the daemon had failed."""
+    res = runs(world, *args)
+    assert (res.returncode, res.stdout) == (2, "")
+    assert f"Error: Invalid value for {hint}: a harness name cannot be empty\n" in res.stderr
+
+
 def test_build_query_splits_and_merges_filters() -> None:
     q, legacy = build_query(("a", "b"), ("b", "c"), "2h", "2026-06-15T11:00:00Z",
                             ("failed, timed_out", ",success,"), ("manual",), 7, NOW)

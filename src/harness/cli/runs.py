@@ -74,6 +74,11 @@ def build_query(names: tuple[str, ...], harness: tuple[str, ...], since: str | N
     if limit is not None and not 1 <= limit <= MAX_LIMIT:
         raise click.BadParameter(f"must be between 1 and {MAX_LIMIT}, got {limit}",
                                  param_hint="--limit")
+    for given, hint in ((names, "NAME"), (harness, "--harness")):
+        if "" in given:  # an unset shell variable: a name no harness has, and no filter
+            raise click.BadParameter("a harness name cannot be empty", param_hint=hint)
+    # `harness runs X X` (a name given twice, a script's list) asks for X alone.
+    names = tuple(dict.fromkeys(names))
     legacy = (len(names) == 1 and not harness and since is None and until is None
               and not (outcomes or triggers))
     since_ns = parse_since(since, now) if since is not None else None
