@@ -829,6 +829,36 @@ def test_signal_names_never_collide() -> None:
     assert signal_name("goal-42", "t1") == "goal-42__t1.signal"
 
 
+def test_signal_names_of_the_longest_ids_fit_a_file_name() -> None:
+    from harness.worklog.resume import signal_name
+
+    def sha256(s: str) -> str:
+        return hashlib.sha256(s.encode()).hexdigest()
+
+    # 128 characters is the longest id either may be; escaped, "日" takes nine.
+    run, task = "日" * 128, "é" * 127
+    names = [signal_name(run, task + c) for c in "ab"] + [signal_name(run[:-1] + "月", task)]
+    assert len(set(names)) == 3
+    assert all(len(n.encode()) <= 255 and "/" not in n for n in names)
+    run_part, task_part = names[0].removesuffix(".signal").split("__")
+    assert run_part == ("%E6%97%A5" * 8)[:66] + "%~" + sha256("日" * 128)[:32]
+    assert task_part == ("%C3%A9" * 127)[:66] + "%~" + sha256(task + "a")[:32]
+    # Short ids keep their names (watchers and earlier resumes' signals rely on them).
+    assert signal_name("a" * 100, "t") == "a" * 100 + "__t.signal"
+
+
+def test_a_resume_signals_tasks_with_the_longest_ids(world: World, repo: Path) -> None:
+    """A task id of 128 "é" (1,536 bytes escaped) could not be signalled: the resume
+    failed with "File name too long"."""
+    task = "é" * 128
+    record(repo, [("run.open", None, {}), ("task.scheduled", task, {"deps": []})])
+    res = cli(world, repo, "ledger", "resume", RUN, "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["frontier"] == [task]
+    (name, body), = signals(repo).items()
+    assert body["task_id"] == task and len(name.encode()) <= 255
+
+
 def test_concurrent_resumes_never_fork_the_local_chain(world: World, repo: Path) -> None:
     record(repo, GOAL)
     procs = [subprocess.Popen([sys.executable, "-m", "harness.cli", "ledger", "resume", RUN],

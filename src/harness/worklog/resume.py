@@ -33,6 +33,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -107,18 +108,36 @@ def resume_dir(workdir: str | os.PathLike[str]) -> Path:
     return Path(workdir) / ".harness" / "runtime" / "resume"
 
 
+# The longest escaped run or task part of a signal's name. Escaping can make an id nine
+# times longer ("日" is "%E6%97%A5"), and a file name holds at most 255 bytes: two parts
+# of this length, "__" and ".signal" stay under it.
+_PART_MAX = 100
+
+
+def _bounded(part: str, original: str) -> str:
+    """`part`, or when it is longer than `_PART_MAX` its start and a digest of `original`.
+    "%~" occurs in no escaped id (quote writes every "%" as "%25"), so a shortened part
+    never equals a whole one, and two ids share one only with their sha256 prefix."""
+    if len(part) <= _PART_MAX:
+        return part
+    digest = hashlib.sha256(original.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return part[: _PART_MAX - 2 - len(digest)] + "%~" + digest
+
+
 def _run_part(run_id: str) -> str:
     part = quote(run_id, safe="-._~")
     # The first "__" in a signal name must be the separator, so a run part that could
     # contribute one (an inner "__" or a trailing "_") has its underscores escaped.
     if "__" in part or part.endswith("_"):
         part = part.replace("_", "%5F")
-    return part
+    return _bounded(part, run_id)
 
 
 def signal_name(run_id: str, task_id: str) -> str:
-    """``<run-id>__<task-id>.signal``, escaped so that distinct pairs never share a name."""
-    return f"{_run_part(run_id)}__{quote(task_id, safe='-._~')}{SIGNAL_SUFFIX}"
+    """``<run-id>__<task-id>.signal``, escaped so that distinct pairs never share a name,
+    and each part bounded so that the name fits a file system's 255 bytes."""
+    task_part = _bounded(quote(task_id, safe="-._~"), task_id)
+    return f"{_run_part(run_id)}__{task_part}{SIGNAL_SUFFIX}"
 
 
 def _has_anchor(workdir: Path, run_id: str) -> bool:
