@@ -154,6 +154,16 @@ def test_up_refuses_a_project_a_schedule_and_a_clash(world: World) -> None:
     assert [p["name"] for p in _registry(world)["projects"]] == ["a", "a2"]  # type: ignore[index]
 
 
+def test_an_error_never_puts_a_control_on_the_terminal(world: World) -> None:
+    """Every `harness: ...` error line shows what it quotes as a terminal cannot act on
+    it: a path with a title-setting escape and a line break read as their escapes, on
+    one line, and a backslash stays one backslash."""
+    odd = world.root / "x\x1b]0;owned\x07\nharness: all good\\y"
+    assert _run(world, "up", str(odd)) == (
+        1, "", f"harness: {world.root}/x\\x1b]0;owned\\x07\\nharness: all good\\y: "
+        "not a directory\n")
+
+
 def test_up_bad_input(world: World) -> None:
     empty = world.root / "empty"
     empty.mkdir()

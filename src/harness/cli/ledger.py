@@ -54,7 +54,7 @@ def ledger_group() -> None:
 def _die(message: str, code: int) -> NoReturn:
     # Messages from git or the OS can hold several lines; the contract is one line, and
     # one a terminal only shows (a task id or a path may carry escapes).
-    fail(render.one_line(" ".join(str(message).split())), code)
+    fail(" ".join(str(message).split()), code)
 
 
 def _guard(action: Callable[[], T]) -> T:
@@ -169,7 +169,8 @@ def _verify_work_ledger(run_id: str, expected_head: str | None, as_json: bool,
                    f"to head {res.head_hash}{torn}")
     if not res.ok:
         if not as_json:
-            click.echo(f"harness: work ledger {run_id} broken at {res.describe()}", err=True)
+            click.echo(render.one_line(f"harness: work ledger {run_id} broken at "
+                                       f"{res.describe()}"), err=True)
         sys.exit(EXIT_BROKEN)
 
 
@@ -208,8 +209,8 @@ def _verify_run_ledger(as_json: bool) -> None:
         assert e is not None
         if not as_json:
             at = f"seq {e.seq}" if e.seq is not None else "a line with no valid seq"
-            click.echo(f"harness: ledger chain broken at {at} ({e.file}:{e.line}): "
-                       f"{e.reason}", err=True)
+            click.echo(render.one_line(f"harness: ledger chain broken at {at} "
+                                       f"({e.file}:{e.line}): {e.reason}"), err=True)
         sys.exit(EXIT_BROKEN)
 
 
@@ -220,8 +221,7 @@ def _fail(as_json: bool, directory: str, message: str, code: int) -> None:
                                "head_seq": None, "head_hash": None, "torn": 0,
                                "torn_tail": False, "seq": None, "file": None, "line": None,
                                "reason": message}, indent=2))
-    click.echo(f"harness: {message}", err=True)
-    sys.exit(code)
+    fail(message, code)
 
 
 # -- anchor, fetch, gc ------------------------------------------------------------------------
@@ -230,7 +230,8 @@ def _fail(as_json: bool, directory: str, message: str, code: int) -> None:
 def _warn(res: anchor_mod.AnchorResult | anchor_mod.FetchResult) -> None:
     """A result's warning (e.g. the audit mirror failed after the ref moved) on stderr."""
     if res.warning:
-        click.echo(f"harness: warning: {' '.join(res.warning.split())}", err=True)
+        click.echo(render.one_line(f"harness: warning: {' '.join(res.warning.split())}"),
+                   err=True)
 
 
 dry_run_option = click.option("--dry-run", is_flag=True,

@@ -21,9 +21,13 @@ from typing import NoReturn
 
 import click
 
+from .render import one_line
+
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"harness: {message}", err=True)
+    # A message quotes paths, names and what a daemon or git said: none of it may reach
+    # the terminal as a control, an escape sequence or a second "harness:" line.
+    click.echo(f"harness: {one_line(message)}", err=True)
     sys.exit(code)
 
 
