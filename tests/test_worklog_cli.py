@@ -1082,65 +1082,26 @@ def test_an_anchor_whose_audit_mirror_failed_is_mirrored_by_the_next_anchor(
 HOSTILE = "t1\x1b[2J\x1b]0;owned\x07\nFAKE: all tasks completed"
 
 
-def forge_anchor(repo: Path, lines: list[bytes], head: str) -> str:
-    """Point REF at an anchor of `lines` made with git plumbing (past `harness ledger
-    anchor`, which would refuse them): what a hostile remote can serve."""
-    def obj(data: bytes) -> str:
-        return subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input=data,
-                              capture_output=True, check=True).stdout.decode().strip()
-    meta = (f'{{"chunk_count":1,"entry_count":{len(lines)},"format_version":1,'
-            f'"head_hash":"{head}","run_id":"{RUN}"}}\n').encode()
-    chunk = obj(b"".join(x + b"\n" for x in lines))
-    listing = (f"100644 blob {obj(meta)}\tLEDGER.json\n"
-               f"100644 blob {chunk}\tchunk-000000.jsonl\n")
-    tree = subprocess.run(["git", "mktree"], cwd=repo, input=listing.encode(),
-                          capture_output=True, check=True).stdout.decode().strip()
-    commit = git(repo, "commit-tree", tree, "-m", "forged").stdout.strip()
-    git(repo, "update-ref", REF, commit)
-    return commit
-
-
-@pytest.mark.parametrize(("kind", "task_id", "why"), [
-    ("task.scheduled", HOSTILE,
-     "task_id 't1\\x1b[2J\\x1b]0;owned\\x07\\nFAKE: all tasks completed' contains a control "
-     "character or '\"'"),
-    ("task.scheduled", "t\x9b2J", "task_id 't\\x9b2J' contains a control character or '\"'"),
-    ("task.scheduled", 'a"b', "task_id 'a\"b' contains a control character or '\"'"),
-    ("task.scheduled", "", "task_id must be a non-empty string, got ''"),
-    ("task.scheduled", "x" * 129,
-     "task_id 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'… is 129 characters (at most 128)"),
-    ("task.started", None, "kind 'task.started' needs a task_id"),
-    ("run.resumed", "t1", "kind 'run.resumed' is run-level: task_id must be None, got 't1'"),
-])
-def test_a_task_id_the_writer_refuses_does_not_verify(world: World, repo: Path, tmp_path: Path,
-                                                      kind: str, task_id: str | None,
-                                                      why: str) -> None:
-    hashes = hand_ledger(repo, [("run.open", None, {}), (kind, task_id, {"deps": []}),
-                                ("task.scheduled", "t9", {"deps": []})])
-    reason = f"{why}: the writer refuses such a row"
+def test_a_hand_written_ledger_with_any_string_ids_verifies_and_prints_them_escaped(
+        world: World, repo: Path, tmp_path: Path) -> None:
+    """DESIGN §2: a task_id is a string, and a ledger written by hand to the contract must
+    verify, whatever a writer of ours would refuse (an escape sequence, a line break, a
+    quote, 129 characters). What reaches the terminal is escaped: a fetched chain's id
+    cannot retitle it or forge a line, and its signal's name is escaped as well."""
+    ids = [HOSTILE, 'a"b', "x" * 129]
+    hashes = hand_ledger(repo, [("run.open", None, {})]
+                         + [("task.scheduled", t, {"deps": []}) for t in ids])
     res = cli(world, repo, "ledger", "verify", RUN, "--json")
-    assert res.returncode == 2, res.stderr
-    out = json.loads(res.stdout)
-    assert (out["ok"], out["seq"], out["line"], out["reason"]) == (False, 2, 2, reason)
-    plain = cli(world, repo, "ledger", "verify", RUN)
-    assert plain.returncode == 2
-    assert err_line(plain) == f"harness: work ledger {RUN} broken at entry 2 (line 2): {reason}"
-    before = snapshot(repo)
+    assert res.returncode == 0, res.stderr
+    assert (json.loads(res.stdout)["ok"], json.loads(res.stdout)["head_hash"]) == (
+        True, hashes[-1])
     resumed = cli(world, repo, "ledger", "resume", RUN)
-    assert resumed.returncode == 2
-    assert err_line(resumed).endswith(f"does not verify at entry 2 (line 2): {reason}")
-    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 2
-    assert snapshot(repo) == before and signals(repo) == {}
-    # Served by a remote: fetch refuses it before a byte of it is written locally.
-    forge_anchor(repo, ledger_path(repo).read_bytes().splitlines(), hashes[-1])
-    other = tmp_path / "other"
-    git(tmp_path, "clone", "-q", str(repo), str(other))
-    fetched = cli(world, other, "ledger", "fetch", RUN)
-    assert fetched.returncode == 2
-    assert err_line(fetched) == (
-        f"harness: origin {REF} is not a work-ledger anchor: its chain does not verify: "
-        f"entry 2 (line 2): {reason}")
-    assert not (other / ".harness").exists()
+    assert resumed.returncode == 0, resumed.stderr
+    assert "\x1b" not in resumed.stdout and "\x07" not in resumed.stdout
+    assert not any(line.startswith("FAKE") for line in resumed.stdout.splitlines())
+    shown = "t1\\x1b[2J\\x1b]0;owned\\x07\\nFAKE: all tasks completed"
+    assert f"; frontier: {shown}, a\"b, {'x' * 129}\n" in resumed.stdout
+    assert {body["task_id"] for body in signals(repo).values()} == set(ids)
 
 
 def test_ids_the_writer_accepts_verify_and_print_as_they_read(world: World, repo: Path) -> None:

@@ -17,8 +17,6 @@ Invariants:
   on the host (no ``$HOME`` folding, no path normalisation).
 * Anything this module refuses raises `RowRejected` naming the field and the value;
   nothing is ever written for a refused row.
-* A task id the writer refuses is refused by the reader too (`task_id_problem` is the
-  one rule for both), except for the secret check, which is the writer's alone.
 """
 
 from __future__ import annotations
@@ -39,10 +37,8 @@ from . import WorkLedgerError
 __all__ = [
     "GENESIS",
     "KINDS",
-    "MAX_TASK_ID",
     "RUN_KINDS",
     "SCHEMA_VERSION",
-    "TASK_ID_BAD",
     "TASK_KINDS",
     "RowRejected",
     "check_kind",
@@ -53,7 +49,6 @@ __all__ = [
     "hash_doc",
     "ledger_dir",
     "make_row",
-    "task_id_problem",
     "validate_run_id",
 ]
 
@@ -71,11 +66,10 @@ TASK_KINDS: Final = (
 KINDS: Final = frozenset(RUN_KINDS + TASK_KINDS)
 
 _KIND_RX: Final = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
-MAX_TASK_ID: Final = 128
+_MAX_TASK_ID: Final = 128
 _MAX_RUN_ID: Final = 128
-# What no task id may hold: C0, DEL and C1 controls (a task id ends up in file names and
-# terminal output) and '"'.
-TASK_ID_BAD: Final = re.compile(r'[\x00-\x1f\x7f-\x9f"]')
+# C0, DEL and C1 controls: a task id ends up in file names and terminal output.
+_CONTROL_RX: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # git check-ref-format's forbidden characters, plus "/" because a run id is a single
 # ref component and a single directory name.
 _RUN_ID_BAD_CHARS: Final = re.compile(r"[\x00-\x20\x7f~^:?*\[\\/]")
@@ -105,45 +99,28 @@ def check_kind(kind: object) -> str:
     return kind
 
 
-def task_id_problem(kind: str, task_id: object) -> str | None:
-    """Why a row of `kind` may not carry `task_id`, or None when it may.
-
-    The one rule for the writer (`check_task_id`) and the reader (`verify`), so a chain
-    whose ids the writer would refuse does not verify either: an id fetched from another
-    machine reaches file names and terminals just as a local one does. The secret check
-    is the writer's alone (see `check_task_id`).
-    """
+def check_task_id(kind: str, task_id: object) -> str | None:
+    """Return `task_id` if it fits `kind`: required for ``task.*``, None for ``run.*``."""
     if kind.startswith("run."):
         if task_id is not None:
-            return f"kind {kind!r} is run-level: task_id must be None, got {task_id!r}"
+            raise RowRejected(f"kind {kind!r} is run-level: task_id must be None, got {task_id!r}")
         return None
     if task_id is None:
         if kind.startswith("task."):
-            return f"kind {kind!r} needs a task_id"
+            raise RowRejected(f"kind {kind!r} needs a task_id")
         return None
     if not isinstance(task_id, str) or not task_id:
-        return f"task_id must be a non-empty string, got {task_id!r}"
-    if len(task_id) > MAX_TASK_ID:
-        return f"task_id {task_id[:32]!r}… is {len(task_id)} characters (at most {MAX_TASK_ID})"
-    if TASK_ID_BAD.search(task_id):
-        return f"task_id {task_id!r} contains a control character or '\"'"
+        raise RowRejected(f"task_id must be a non-empty string, got {task_id!r}")
+    if len(task_id) > _MAX_TASK_ID:
+        raise RowRejected(
+            f"task_id {task_id[:32]!r}… is {len(task_id)} characters (at most {_MAX_TASK_ID})"
+        )
+    if _CONTROL_RX.search(task_id) or '"' in task_id:
+        raise RowRejected(f"task_id {task_id!r} contains a control character or '\"'")
     try:
         task_id.encode("utf-8")
     except UnicodeEncodeError:
-        return f"task_id {task_id!r} is not valid UTF-8 text"
-    return None
-
-
-def check_task_id(kind: str, task_id: object) -> str | None:
-    """Return `task_id` if it fits `kind`: required for ``task.*``, None for ``run.*``."""
-    why = task_id_problem(kind, task_id)
-    if why is not None:
-        raise RowRejected(why)
-    if task_id is None:
-        return None
-    assert isinstance(task_id, str)  # task_id_problem refuses every other type
-    # Only here, not on read: the scrubber learns new patterns from release to release,
-    # and a chain must verify the same on every install, whichever scrubber it has.
+        raise RowRejected(f"task_id {task_id!r} is not valid UTF-8 text") from None
     if scrub_text(task_id)[1]:
         # Ids are hashed and shipped as they are; one that holds a secret is refused
         # rather than rewritten, since a rewritten id would no longer name the task.

@@ -8,12 +8,8 @@ by hand may lack its final newline, so an unterminated last row that parses is a
 like any other. Every complete line is part of the chain, so an unparseable complete
 line, an extra or missing field, a wrong type, a ``seq`` that is not the previous + 1
 (from 1), a ``prev_hash`` that is not the previous ``entry_hash`` (genesis first), an
-``entry_hash`` that the row's content does not hash to, a ``schema_version`` other
-than 1, or a ``task_id`` the writer would refuse (`rows.task_id_problem`: a control
-character or '"', empty, too long, an id on a ``run.*`` row, none on a ``task.*`` row)
-is a break, named by seq and 1-based line. A chain travels between machines, so an id
-that is refused on write is refused on read too, before it reaches a file name or a
-terminal.
+``entry_hash`` that the row's content does not hash to, or a ``schema_version`` other
+than 1 is a break, named by seq and 1-based line.
 
 Invariant: a result says ok only if ``sha256(canonical({"kind","payload","prev_hash",
 "task_id"}))`` of every row equals its ``entry_hash`` and the rows link in order. For
@@ -47,7 +43,7 @@ from harness.ledger.dayfiles import CHUNK, is_whole, read_tail
 from harness.timefmt import is_rfc3339
 
 from . import NoLedger
-from .rows import GENESIS, MAX_TASK_ID, TASK_ID_BAD, entry_hash, task_id_problem
+from .rows import GENESIS, entry_hash
 
 __all__ = [
     "SEGMENT_RX",
@@ -251,7 +247,6 @@ def _slow_row(raw: bytes, expect_seq: int, prev: str) -> str:
             raise _Break(f"redactions must be a positive integer when present, got {red!r}")
     _check_link(seq, obj["prev_hash"], expect_seq, prev)
     _check_ts(obj["ts"])
-    _check_task_id(obj["kind"], obj["task_id"])
     try:
         digest = entry_hash(obj["kind"], obj["task_id"], obj["payload"], obj["prev_hash"])
     except ValueError as exc:
@@ -274,36 +269,6 @@ def _check_link(seq: int, prev_hash: str, expect_seq: int, prev: str) -> None:
             f"prev_hash mismatch (expected {prev[:16]}…, got {prev_hash[:16]}…): the row does"
             " not link to the one before it"
         )
-
-
-def _check_task_id(kind: str, task_id: str | None) -> None:
-    why = task_id_problem(kind, task_id)
-    if why is not None:
-        raise _Break(f"{why}: the writer refuses such a row")
-
-
-def _ids_plain(rows: list[_Row]) -> bool:
-    """Whether every row's task_id is one the writer accepts (`task_id_problem`), checked
-    over the distinct kinds seen with and without an id and over all ids joined at once
-    (a few percent of a batch's cost); False sends the batch to the per-line walk, which
-    names the row and the reason."""
-    # The kinds seen with and without an id: a handful of distinct names per batch.
-    ids = [r.task_id for r in rows if r.task_id is not None]
-    bare = {r.kind for r in rows if r.task_id is None}
-    named = {r.kind for r in rows if r.task_id is not None}
-    if any(k.startswith("task.") for k in bare) or any(k.startswith("run.") for k in named):
-        return False
-    if not ids:
-        return True
-    joined = "".join(ids)
-    if (TASK_ID_BAD.search(joined) is not None or not all(ids)
-            or max(map(len, ids)) > MAX_TASK_ID):
-        return False
-    try:
-        joined.encode("utf-8")  # a lone surrogate, spelled as a \\u escape
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _check_ts(ts: str) -> None:
@@ -373,8 +338,6 @@ class _Walker:
         # Days 29-31 against the calendar, once per distinct day in the batch.
         if not all(_real_day(d) for d in _late_days(stamps)):
             return False
-        if not _ids_plain(rows):
-            return False
         # Every line is canonical, so its members are in sorted order: "kind",
         # "payload" and "prev_hash" lie side by side after "entry_hash", and the
         # "task_id" member sits just before the fixed-length "ts" one. The last
@@ -419,7 +382,6 @@ class _Walker:
             return None
         _check_link(r.seq, r.prev_hash, expect, self.prev)
         _check_ts(r.ts)
-        _check_task_id(r.kind, r.task_id)
         k = raw.rfind(_PREV_KEY) + 79
         doc = b"{" + raw[_HASH_AT:k] + raw[raw.rfind(_TASK_KEY) : raw.rfind(_TS_KEY)] + b"}"
         digest = _sha256(doc).hexdigest()
