@@ -164,6 +164,17 @@ def test_an_error_never_puts_a_control_on_the_terminal(world: World) -> None:
         "not a directory\n")
 
 
+def test_a_config_problem_never_puts_a_control_on_the_terminal(world: World) -> None:
+    """A project's file is not always to be trusted: a key spelled with an escape that
+    retitles the terminal is reported as its escape, and the project is not registered."""
+    proj = _project(world, text=PROJECT + '"\\u001b]0;PWN\\u0007" = 1\n')
+    code, out, err = _run(world, "up", str(proj))
+    assert (code, out) == (2, "")
+    assert "\x1b" not in err and "\x07" not in err
+    assert "harness.worker.\\x1b]0;PWN\\x07: " in err, err
+    assert err.endswith(f"harness: {proj} was not registered\n")
+
+
 def test_up_bad_input(world: World) -> None:
     empty = world.root / "empty"
     empty.mkdir()

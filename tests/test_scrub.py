@@ -318,12 +318,12 @@ def test_scrub_value_walks_nested_structures() -> None:
 
 
 def test_a_value_under_a_credential_name_is_redacted_whole() -> None:
-    # The structured form of "password=hunter2": the key names the secret, so the value
-    # goes whatever its shape; a figure or a flag under a look-alike name stays.
+    # The structured form of "password: hunter2": the key names the secret, so the value
+    # goes whatever its shape; a figure, a flag, or a value under a look-alike name stays.
     payload = {
         "password": "hunter2", "api_key": "AAAABBBBCCCCDDDDEEEE", "pin": 1234,
-        "env": {"GITHUB_TOKEN": "tok_abc123secretvalue", "DB_PASSWORD": 4321,
-                "SIGNING_KEY": "k 1"},
+        "env": {"GITHUB_TOKEN": "tok_abc123secretvalue", "DB_PASSWORD": "4321"},
+        "tests": {"pass": 42, "fail": 0}, "HAS_KEY": 1, "PRIMARY_KEY": "id",
         "Authorization": "Bearer abc", "X-Auth-Token": "t", "aws_secret_access_key": "x",
         "refresh_token": "r", "Cookie": "sid=1", "pwd": "p",
         "max_tokens": 4096, "token_count": 3, "bypass": "on", "password_hash": "ab12",
@@ -333,14 +333,15 @@ def test_a_value_under_a_credential_name_is_redacted_whole() -> None:
     out, n = scrub_value(payload)
     assert out == {
         "password": REDACTED, "api_key": REDACTED, "pin": 1234,
-        "env": {"GITHUB_TOKEN": REDACTED, "DB_PASSWORD": REDACTED, "SIGNING_KEY": REDACTED},
+        "env": {"GITHUB_TOKEN": REDACTED, "DB_PASSWORD": REDACTED},
+        "tests": {"pass": 42, "fail": 0}, "HAS_KEY": 1, "PRIMARY_KEY": "id",
         "Authorization": REDACTED, "X-Auth-Token": REDACTED, "aws_secret_access_key": REDACTED,
         "refresh_token": REDACTED, "Cookie": REDACTED, "pwd": REDACTED,
         "max_tokens": 4096, "token_count": 3, "bypass": "on", "password_hash": "ab12",
         "secret": None, "pass": True, "token": "", "client_secret": REDACTED,
         "tokens": {"input": 3}, "credentials": ["a", {"password": REDACTED}],
     }
-    assert n == 12
+    assert n == 11
     assert scrub_value(out) == (out, 0)
 
 

@@ -30,7 +30,7 @@ from ..ledger.reader import scan
 from ..supervisor import logs as runlogs
 from ..supervisor import logview
 from ..supervisor.runner import resident_log_path
-from .output import fail
+from .output import fail, report
 
 
 def _ask_daemon(sock: str, name: str, run: int | None, lines: int | None) -> dict[str, Any]:
@@ -67,7 +67,7 @@ def _read_files(config_path: str | None, name: str, run: int | None,
     except ConfigError as exc:
         click.echo(f"harness: the config does not load, so {name}'s kind is unknown:",
                    err=True)
-        click.echo(str(exc), err=True)
+        report(str(exc))
         sys.exit(2)
     cfg = config.harness.get(name)
     if cfg is None:

@@ -31,6 +31,13 @@ def fail(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
+def report(text: str) -> None:
+    """A report of several lines (a config's problems, one per line) on stderr, each line
+    shown as `fail` shows a message: a key or value from a file cannot act on the
+    terminal."""
+    click.echo("\n".join(one_line(line) for line in text.splitlines()), err=True)
+
+
 def some_of(items: list[str], shown: int = 10) -> str:
     """The first `shown` of `items`, comma-separated, and how many more there are: a
     one-line report stays one line when a directory of stray files or a file of garbage

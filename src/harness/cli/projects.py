@@ -38,7 +38,7 @@ from ..config.load import (
 )
 from ..config.model import NAME_RE
 from ..control.client import Client, DaemonError, DaemonUnreachable
-from .output import fail
+from .output import fail, report
 
 EXIT_BAD_CONFIG = 2
 
@@ -59,7 +59,7 @@ def _request_reload(ctx: click.Context) -> dict[str, Any] | DaemonUnreachable:
         if exc.code == "bad_config":
             click.echo("harness: the daemon refused the new config and keeps its last good "
                        "one:", err=True)
-            click.echo(str(exc), err=True)
+            report(str(exc))
             sys.exit(EXIT_BAD_CONFIG)
         fail(f"reload failed: {exc} ({exc.code})")
     except (OSError, ValueError) as exc:
@@ -159,7 +159,7 @@ def up_command(ctx: click.Context, directory: str, name: str | None) -> None:
     try:
         config = load_config((ctx.obj or {}).get("config"), projects=joined)
     except ConfigError as exc:
-        click.echo(str(exc), err=True)
+        report(str(exc))
         fail(f"{real} was not registered", EXIT_BAD_CONFIG)
     try:
         project = register_project(real, pname)

@@ -192,7 +192,7 @@ def one_line(message: str) -> str:
     message quotes values with repr(), escapes included, and doubling those would only
     garble it; what must not reach a terminal (a control, an escape sequence, a line
     break) is still spelled out."""
-    if message.isprintable():
+    if message.isascii() and message.isprintable():  # a default-ignorable is no ASCII
         return message
     return "".join(c if c == "\\" or _shown(c) else _escape(c) for c in message)
 

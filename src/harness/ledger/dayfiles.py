@@ -14,16 +14,16 @@ appends them in that order.
 
 from __future__ import annotations
 
-import errno
 import os
 import re
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
 import msgspec
+
+from .files import open_regular
 
 DAY_FILE = re.compile(r"([0-9]{4}-[0-9]{2}-[0-9]{2})\.jsonl\Z")
 CHAIN_FILE = "CHAIN"
@@ -97,29 +97,6 @@ def _is_day(s: str) -> bool:
 
 def day_path(directory: str, day: str) -> str:
     return os.path.join(directory, f"{day}.jsonl")
-
-
-# A ledger file (a day file, CHAIN) is opened without following a symlink (ELOOP) and
-# without blocking: a FIFO put where the listing saw a regular file, or at CHAIN, would
-# wait for a writer that never comes. Only a regular file is then read.
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def open_regular(path: str, buffering: int = -1) -> Any:
-    """Regular file `path` opened for reading, never through a symlink; anything else
-    there raises OSError (IsADirectoryError for a directory, as `open` does)."""
-    fd = os.open(path, _READ)
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-        if not stat.S_ISREG(mode):
-            raise OSError(errno.EINVAL, "Not a regular file", path)
-        os.set_blocking(fd, True)
-        return open(fd, "rb", buffering=buffering)
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def _open_listed(path: str, gone_ok: bool) -> Any:

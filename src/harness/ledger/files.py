@@ -18,10 +18,12 @@ import errno as errno_mod
 import fcntl
 import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 _SYNC = getattr(os, "fdatasync", os.fsync)
 
@@ -136,6 +138,29 @@ def atomic_replace(path: str | os.PathLike[str], fill: Callable[[int], None], *,
     (sync_dir or fsync_dir)(d)
 
 
+# A ledger file (a day file, CHAIN) is opened without following a symlink (ELOOP) and
+# without blocking: a FIFO put where the listing saw a regular file, or at CHAIN, would
+# wait for a writer that never comes. Only a regular file is then read.
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def open_regular(path: str, buffering: int = -1) -> Any:
+    """Regular file `path` opened for reading, never through a symlink; anything else
+    there raises OSError (IsADirectoryError for a directory, as `open` does)."""
+    fd = os.open(path, _READ)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno_mod.EISDIR, os.strerror(errno_mod.EISDIR), path)
+        if not stat.S_ISREG(mode):
+            raise OSError(errno_mod.EINVAL, "Not a regular file", path)
+        os.set_blocking(fd, True)
+        return open(fd, "rb", buffering=buffering)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def clear_leftovers(directory: str, names: str) -> list[str]:
     """Remove what `atomic_replace` left in `directory` when its process was killed
     mid-write (its temporary files), for each target whose name the regex `names` matches
@@ -210,7 +235,7 @@ class FileLayer:
 
     def read_from(self, path: str, offset: int) -> bytes:
         """The bytes of `path` from `offset` to its end (what a failed write left)."""
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             f.seek(offset)
             return f.read()
 

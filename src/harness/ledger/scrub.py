@@ -395,17 +395,19 @@ def _names_a_credential(key: str) -> bool:
     """True when `key` is the name of a credential: written as an assignment
     (``key=value``), the rules would hide the value ("password", "GITHUB_TOKEN",
     "aws_secret_access_key", "Authorization"; not "max_tokens" or "token_count")."""
-    probe = key + "=v4lue"
-    return scrub_text(probe)[0].endswith("=" + REDACTED)
+    # ": " and not "=": an upper-case *_KEY name is a secret only as a shell assigns it,
+    # and {"PRIMARY_KEY": "id"} is no shell.
+    probe = key + ": v4lue"
+    return scrub_text(probe)[0].endswith(": " + REDACTED)
 
 
 def scrub_value(obj: object) -> tuple[object, int]:
     """Scrub every string in a JSON-like value; return it and how many secrets were replaced.
 
     Dicts (string keys and values), lists and tuples are walked; other values are left
-    alone. A string or number under a key that names a credential (``{"password":
-    "hunter2"}``, the structured form of ``password=hunter2``) is a secret whatever its
-    shape and becomes REDACTED whole. A container comes back as the same object when
+    alone. A string under a key that names a credential (``{"password": "hunter2"}``,
+    the structured form of ``password: hunter2``) is a secret whatever its shape and
+    becomes REDACTED whole. A container comes back as the same object when
     nothing in it changed, and as a new one otherwise (a tuple then becomes a list, its
     JSON form). Two keys that scrub to the same text collapse into one, keeping the
     later value.
@@ -437,8 +439,7 @@ def scrub_value(obj: object) -> tuple[object, int]:
 
 
 def _is_secret_scalar(v: object) -> bool:
-    """A value that can hold a secret on its own: a non-empty string not yet redacted,
-    or a number (a PIN); not a flag, a null or a container (walked instead)."""
-    if isinstance(v, str):
-        return v != "" and v != REDACTED
-    return isinstance(v, int | float) and not isinstance(v, bool)
+    """A value that holds a secret on its own under a credential's name: a non-empty
+    string not yet redacted. Not a number: {"pass": 42} is a test count far more often
+    than a PIN, and a figure blanked in a hashed ledger is lost for good."""
+    return isinstance(v, str) and v != "" and v != REDACTED

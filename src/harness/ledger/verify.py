@@ -35,8 +35,8 @@ from .dayfiles import (
     is_whole,
     iter_chunks,
     list_day_files,
-    open_regular,
 )
+from .files import open_regular
 
 
 class _Link(msgspec.Struct):

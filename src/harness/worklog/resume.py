@@ -18,16 +18,18 @@ Invariants:
   verified-tree cache entry. When the anchor is the local chain or a prefix of it, that is
   decided from blob ids without a full read; any other anchor is read whole through
   `anchor.read_anchor` with ``remember=False``.
-* A resume is whole or absent: the ``run.resumed`` row is recorded only after every
+* A resume that fails is absent: the ``run.resumed`` row is recorded only after every
   signal of its frontier is durable (each written atomically: temporary file, fsync,
-  rename, 0600; then the directory synced), and when the signals or the row cannot be
-  written the signals this attempt wrote are removed (those it replaced restored) and
-  nothing is recorded. Each signal names the row it belongs to (``resume_seq``,
-  ``head_hash``), computed before the row is written: a watcher that must not act before
-  the chain holds the resume checks for that row. Signals are named
-  ``<run-id>__<task-id>.signal`` so signals of two runs never collide, and only once the
-  row is recorded are an earlier resume's signals for tasks no longer in the frontier
-  removed. Completed tasks never get a signal.
+  rename, 0600, its directory synced), and when the signals or the row cannot be written
+  the signals this attempt wrote are removed (those it replaced restored) and nothing is
+  recorded. A process killed between the last signal and the row leaves signals of a
+  resume the chain does not hold (the next resume overwrites them): each signal names its
+  row by ``resume_seq`` and ``head_hash`` (the seq alone could be a later row's), and a
+  watcher that must not act before the chain holds the resume checks for that row.
+  Signals are named ``<run-id>__<task-id>.signal`` (each part escaped, and bounded to fit
+  a file name) so signals of two runs never collide, and only once the row is recorded
+  are an earlier resume's signals for tasks no longer in the frontier removed. Completed
+  tasks never get a signal.
 """
 
 from __future__ import annotations
