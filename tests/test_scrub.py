@@ -729,6 +729,14 @@ HUNT_EDGES: list[tuple[str, tuple[str, int]]] = [
     ("postgres://bob:pa/ss@db:5432/app", ("postgres://bob:[REDACTED]@db:5432/app", 1)),
     ("mysql://root:what?ever@db/app", ("mysql://root:[REDACTED]@db/app", 1)),
     ("https:/\\/alice:hunter2@example.com", ("https:/\\/alice:[REDACTED]@example.com", 1)),
+    # An "@" after a "/", "?" or "#" later in the word: the strict reading would keep
+    # the rest of the password as a host and a path; the whole run to the last "@" goes
+    # (a credentialed URL with an "@" in its path loses its host too: the safe mistake).
+    ("https://user:p@ss/word@host/x", ("https://user:[REDACTED]@host/x", 1)),
+    ("https://user:p@s?s@host", ("https://user:[REDACTED]@host", 1)),
+    ("git clone https://u:abc@def#x@host/r", ("git clone https://u:[REDACTED]@host/r", 1)),
+    ("https://u:pw@host/@alice", ("https://u:[REDACTED]@alice", 1)),
+    ("https://u:pw@host/path x@y", ("https://u:[REDACTED]@host/path x@y", 1)),
     # ... while a port and a path with an "@" in it are left alone.
     ("https://example.com:443/users/@alice", ("https://example.com:443/users/@alice", 0)),
     ("https://host:8080/a?x=1@2", ("https://host:8080/a?x=1@2", 0)),

@@ -236,10 +236,14 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     # there to authenticate. Failing both, a userinfo that breaks RFC 3986 (an unescaped
     # "/", "?" or "#" in the password, an "@" in the user) still hides a password: then
     # it runs to the last "@" before a space, unless what follows the ":" is a port and
-    # a path. That form is bounded, or text full of "x://a:" would take quadratic time.
+    # a path. The strict reading also gives way to that one when another "@" follows a
+    # "/", "?" or "#" in the same word ("u:p@ss/word@host"): the host it would keep may
+    # be the rest of the password, and hiding a host is the safer mistake. Both looks
+    # are bounded, or text full of "x://a:" would take quadratic time.
     (
         "url",
         _SCHEME + r"(?:(?P<c_url__user>[^\s/?#@:]*):(?P<s_url__password>[^\s/?#]+)"
+        r"(?!@[^\s/?#]{0,256}[/?#]\S{0,256}@)"
         r"|(?P<s_url__token>(?=[a-z_.~-]*[A-Z0-9])[A-Za-z0-9_.~-]{20,})"
         r"|(?P<c_url__loose_user>[^\s/?#:]{0,256}):(?![0-9]*(?:[/?#\s]|$))"
         r"(?P<s_url__loose>\S{1,256}))(?=@)",
