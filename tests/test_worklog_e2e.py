@@ -176,16 +176,26 @@ def test_two_resumes_of_one_head_diverge(world: World, tmp_path: Path) -> None:
     assert r["agreement"] == "diverged at entry 9"
 
 
+def _anchored_and_fetched(world: World, tmp_path: Path) -> tuple[Path, Path]:
+    """A records GOAL, anchors it and pushes; B clones the remote and fetches the run."""
+    a, bare = _remote(tmp_path)
+    record(a, GOAL)
+    _anchor_and_push(world, a)
+    b = _clone(bare, tmp_path / "b")
+    assert cli(world, b, "ledger", "fetch", RUN).returncode == 0
+    return a, b
+
+
+def _anchor_and_push(world: World, repo: Path) -> None:
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    git(repo, "push", "-q", "origin", REFSPEC)
+
+
 def test_a_resume_after_a_divergent_fetch_is_refused(world: World, tmp_path: Path) -> None:
     """A and B resume the same head; A pushes first. B's fetch meets A's lineage and is
     refused; the fetched anchor stays under refs/harness/fetched/, so B's resume meets it
     too and is refused the same way, until B drops one lineage."""
-    a, bare = _remote(tmp_path)
-    record(a, GOAL)
-    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
-    git(a, "push", "-q", "origin", REFSPEC)
-    b = _clone(bare, tmp_path / "b")
-    assert cli(world, b, "ledger", "fetch", RUN).returncode == 0
+    a, b = _anchored_and_fetched(world, tmp_path)
     for args in (["resume", RUN], ["anchor", RUN]):
         assert cli(world, a, "ledger", *args).returncode == 0
     git(a, "push", "-q", "origin", REFSPEC)
@@ -222,15 +232,9 @@ def test_a_resume_after_a_divergent_fetch_is_refused(world: World, tmp_path: Pat
 def test_a_resume_behind_a_fetched_anchor_is_refused(world: World, tmp_path: Path) -> None:
     """A fetch that fetched the anchor but could not write it (a writer held the run)
     leaves the fetched anchor ahead of the local chain: a resume would fork from it."""
-    a, bare = _remote(tmp_path)
-    record(a, GOAL)
-    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
-    git(a, "push", "-q", "origin", REFSPEC)
-    b = _clone(bare, tmp_path / "b")
-    assert cli(world, b, "ledger", "fetch", RUN).returncode == 0
+    a, b = _anchored_and_fetched(world, tmp_path)
     record(a, [("task.completed", "t2", {"commit": "def456"})])
-    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
-    git(a, "push", "-q", "origin", REFSPEC)
+    _anchor_and_push(world, a)
     with WorkLedger(b, RUN):
         held = cli(world, b, "ledger", "fetch", RUN)
         assert held.returncode == 2 and "only one writer may hold a run" in err_line(held)
@@ -251,15 +255,9 @@ def test_fetch_over_a_diverged_local_anchor_writes_nothing(world: World, tmp_pat
     """B anchored a lineage of its own and its ledger directory is gone: the side ref is
     the only trace of that lineage, and a fetch of A's diverging one is refused (exit 3)
     before a ledger file is written or a ref moves."""
-    a, bare = _remote(tmp_path)
-    record(a, GOAL)
-    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
-    git(a, "push", "-q", "origin", REFSPEC)
-    b = _clone(bare, tmp_path / "b")
-    assert cli(world, b, "ledger", "fetch", RUN).returncode == 0
+    a, b = _anchored_and_fetched(world, tmp_path)
     record(a, [("task.completed", "t2", {"by": "a"})])
-    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
-    git(a, "push", "-q", "origin", REFSPEC)
+    _anchor_and_push(world, a)
     record(b, [("task.failed", "t2", {"by": "b"})])
     assert cli(world, b, "ledger", "anchor", RUN).returncode == 0  # B's lineage, not pushed
     head_a, head_b = rows_of(a)[-1]["entry_hash"], rows_of(b)[-1]["entry_hash"]
