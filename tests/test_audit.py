@@ -125,3 +125,37 @@ def test_concurrent_appends_keep_one_chain(state: Path) -> None:
     for th in threads:
         th.join()
     assert audit.verify_audit() == (True, 80, None)
+
+
+def test_an_event_recorded_once_is_found_however_far_back_it_lies(state: Path) -> None:
+    first = audit.append_event_once("anchor", {"run_id": "r1", "head": "h1"})
+    assert first is not None and first["seq"] == 1
+    # Push it more than one read block back, with lines of the same event among them.
+    for i in range(400):
+        audit.append_event("anchor" if i % 2 else "other", {"run_id": f"x{i}", "pad": "p" * 200})
+    path = state / "audit.jsonl"
+    assert path.stat().st_size > 1 << 16
+    before = path.read_bytes()
+    assert audit.append_event_once("anchor", {"run_id": "r1", "head": "h1"}) is None
+    assert path.read_bytes() == before
+    # Other data, or the same data under another event, is not the same record.
+    again = audit.append_event_once("anchor", {"run_id": "r1", "head": "h2"})
+    assert again is not None and again["seq"] == 402
+    assert audit.append_event_once("other", {"run_id": "r1", "head": "h1"}) is not None
+    assert audit.verify_audit() == (True, 403, None)
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 64, 4096])
+def test_the_backward_walk_yields_every_line_newest_first(tmp_path: Path, block: int) -> None:
+    raw = b"\n".join(
+        [b"a", b"", b"bb" * 9, b"ccc", b"", b"", b"d" * 70, b"torn tail without newline"]
+    )
+    path = tmp_path / "f"
+    for content in (raw, raw + b"\n", b"", b"\n\n", b"x"):
+        path.write_bytes(content)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            got = list(audit._lines_backward(fd, block))
+        finally:
+            os.close(fd)
+        assert got == [p for p in reversed(content.split(b"\n")) if p]

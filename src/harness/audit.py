@@ -158,12 +158,16 @@ def append_event_once(event: str, data: dict[str, Any]) -> dict[str, Any] | None
 
 
 def _holds(fd: int, event: str, data: object) -> bool:
-    """Whether a line of the file (open at `fd`) records `event` with `data`."""
-    size = os.fstat(fd).st_size
-    raw = os.pread(fd, size, 0) if size else b""
-    for line in raw.split(b"\n"):
-        if not line:
-            continue
+    """Whether a line of the file (open at `fd`) records `event` with `data`.
+
+    Reads backwards a block at a time: the line sought, when there, is nearly always
+    among the newest, and the file is only ever appended to, so memory stays one
+    block plus one line however long the chain has grown.
+    """
+    needle = b'"event":' + canonical(event)
+    for line in _lines_backward(fd):
+        if needle not in line:
+            continue  # cheap: most lines are other events
         try:
             row = _decode.decode(line)
         except msgspec.DecodeError:
@@ -171,6 +175,20 @@ def _holds(fd: int, event: str, data: object) -> bool:
         if isinstance(row, dict) and row.get("event") == event and row.get("data") == data:
             return True
     return False
+
+
+def _lines_backward(fd: int, block: int = 1 << 16) -> Iterator[bytes]:
+    """The newline-separated pieces of the file at `fd`, newest first (empty ones skipped)."""
+    end = os.fstat(fd).st_size
+    carry = b""  # the start of a line whose beginning lies in an earlier block
+    while end > 0:
+        start = max(0, end - block)
+        pieces = (os.pread(fd, end - start, start) + carry).split(b"\n")
+        end = start
+        carry = pieces.pop(0) if end > 0 else b""
+        for piece in reversed(pieces):
+            if piece:
+                yield piece
 
 
 def _append(fd: int, key: bytes, event: str, clean: object) -> dict[str, Any]:
