@@ -357,6 +357,32 @@ def test_trigger_wait_pages_back_to_its_run_under_thousands_of_newer_records(
         {"op": "runs", "names": ["gate"], "limit": 1000, "before_seq": 601}]
 
 
+@pytest.mark.parametrize(("op", "data", "encoding", "table"), [
+    ("jobs", {"jobs": [{}]}, "utf-8",
+     "NAME  STATE  SCHEDULE  NEXT  LAST RUN  FAILS\n"
+     "\u2014     \u2014      \u2014         \u2014     \u2014         0\n"),
+    ("jobs", {"jobs": [{"name": "a\x1b]0;pwned\x07", "state": 3, "last_run": {"x": 1},
+                        "fails": None, "schedule": "@every 5m", "next": "09:00"}]}, "utf-8",
+     "NAME               STATE  SCHEDULE   NEXT   LAST RUN  FAILS\n"
+     "a\\x1b]0;pwned\\x07  3      @every 5m  09:00  #? ?      \u2014\n"),
+    ("list", {"harnesses": [{"name": "caf\u00e9\u2028", "kind": None}]}, "latin-1",
+     "NAME        KIND  STATE\ncaf\u00e9\\u2028  -     -\n"),
+], ids=["nothing but an object", "odd values", "latin-1"])
+def test_a_listing_shows_whatever_the_reply_holds_escaped(
+        world: World, tmp_path: Path, op: str, data: Any, encoding: str, table: str) -> None:
+    """A daemon of another make may leave a field out or send another type: the table
+    shows what there is (no traceback), escaped, and laid out for the output's encoding."""
+    path = tmp_path / "odd.sock"
+    daemon = FakeDaemon(str(path), [], raw={"id": 1, "ok": True, "data": data})
+    try:
+        res = subprocess.run([sys.executable, "-m", "harness.cli", "--socket", str(path), op],
+                             env={**world.env, "PYTHONIOENCODING": encoding},
+                             capture_output=True, encoding=encoding, timeout=120)
+    finally:
+        daemon.close()
+    assert (res.returncode, res.stderr, res.stdout) == (0, "", table)
+
+
 @pytest.mark.parametrize(("raw", "why"), [
     ([1], "the daemon's reply to jobs is not a JSON object: [1]"),
     ({"id": 1, "ok": True, "data": "abc"},

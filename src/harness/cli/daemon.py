@@ -151,23 +151,38 @@ def _run_record(client: Client, name: str, run_id: int, seq: int | None,
         before = oldest
 
 
-def _last(job: dict[str, Any]) -> str:
+def _last(job: dict[str, Any]) -> str | None:
     last = job.get("last_run")
-    if not last:
-        return "—"
-    return f"#{last['run_id']} {last.get('outcome')}"
+    if not isinstance(last, dict) or not last:
+        return None
+    return f"#{_text(last.get('run_id'), '?')} {_text(last.get('outcome'), '?')}"
+
+
+def _text(value: Any, none: str) -> str:
+    """A cell for whatever the daemon sent: `none` for no value, JSON for a non-string."""
+    if value is None or value == "":
+        return none
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _show(ctx: click.Context, op: str, as_json: bool, empty: str, header: list[str],
-          row: Callable[[dict[str, Any]], list[str]], key: str | None = None) -> None:
-    """Ask the daemon for a listing op and print it as JSON or as a table."""
+          row: Callable[[dict[str, Any]], list[Any]], key: str | None = None) -> None:
+    """Ask the daemon for a listing op and print it as JSON or as a table.
+
+    The table is built from whatever the reply holds: a field missing or of another
+    type shows as a value, never a traceback, and each cell is escaped and laid out
+    for standard output's encoding like `harness runs`'s."""
     items = _call(ctx, lambda c: listing(c.request(op), key or op))
     if as_json:
         click.echo(json.dumps(items, indent=2, ensure_ascii=False))
     elif not items:
         click.echo(empty)
     else:
-        click.echo(render.grid(header, [row(i) for i in items]))
+        encoding = getattr(sys.stdout, "encoding", None)
+        marks = render.marks_for(encoding)
+        body = [[render.visible(_text(v, marks.none), encoding) for v in row(i)]
+                for i in items]
+        click.echo(render.grid(header, body, more=marks.more))
 
 
 @click.command("jobs")
@@ -177,8 +192,8 @@ def jobs_command(ctx: click.Context, as_json: bool) -> None:
     """One-shot harnesses: state, schedule, next fire, last run, consecutive failures."""
     _show(ctx, "jobs", as_json, "no one-shot harnesses configured",
           ["NAME", "STATE", "SCHEDULE", "NEXT", "LAST RUN", "FAILS"],
-          lambda j: [j["name"], j["state"], j.get("schedule") or "—", j.get("next") or "—",
-                     _last(j), str(j.get("fails", 0))])
+          lambda j: [j.get("name"), j.get("state"), j.get("schedule"), j.get("next"),
+                     _last(j), j.get("fails", 0)])
 
 
 @click.command("list")
@@ -187,7 +202,7 @@ def jobs_command(ctx: click.Context, as_json: bool) -> None:
 def list_command(ctx: click.Context, as_json: bool) -> None:
     """Every configured harness with its kind and state."""
     _show(ctx, "list", as_json, "no harnesses configured", ["NAME", "KIND", "STATE"],
-          lambda h: [h["name"], h["kind"], h["state"]], key="harnesses")
+          lambda h: [h.get("name"), h.get("kind"), h.get("state")], key="harnesses")
 
 
 def _describe(data: dict[str, Any]) -> str:
