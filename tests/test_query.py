@@ -1097,6 +1097,31 @@ def test_a_clock_stepped_back_more_than_a_day_is_read_whole_with_since(
     assert (stats.lines, stats.skipped, stats.torn) == (3, 0, 0)  # each line counted once
 
 
+@pytest.mark.parametrize("filler", [b"", b'{"seq', b'{"note":"edited"}'],
+                         ids=["blank line", "fragment", "unreadable line"])
+def test_a_line_that_holds_no_seq_does_not_hide_one_in_an_older_file(
+        tmp_path: Path, filler: bytes) -> None:
+    """j/1's closed line (seq 2) lands three days back; a blank line, a fragment or an
+    unreadable line in today's file makes its line count span seq 1-3 all the same.
+    Only lines that hold a seq count, so the scan still reads the older file and
+    shows j/1 closed, as without --since."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0)
+    led = RunLedger(str(d), clock=clock)
+    led.append({"type": "opened", "harness": "j", "run_id": 1, "started_at": format_ns(T0)})
+    clock.ns = T0 - 3 * DAY
+    led.append({"type": "closed", "harness": "j", "run_id": 1, "outcome": "success"})
+    clock.ns = T0 + HOUR
+    led.append({"type": "decided", "harness": "j", "run_id": 2, "outcome": "missed"})
+    led.close()
+    today = d / f"{utc_day(T0)}.jsonl"
+    first, last = today.read_bytes().splitlines(keepends=True)
+    today.write_bytes(first + filler + b"\n" + last)
+    recs, _, stats = scan(str(d), Query(since_ns=T0 - HOUR, limit=5))
+    assert [(r.run_id, r.to_json()["outcome"]) for r in recs] == [(2, "missed"), (1, "success")]
+    assert stats.files == 2  # the older file was read
+
+
 def test_a_closing_line_stepped_back_past_the_range_read_is_still_found(
         tmp_path: Path) -> None:
     """j/1 opens on T0's day; the clock steps back three days and it closes there, in a

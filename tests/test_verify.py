@@ -203,6 +203,19 @@ def test_non_canonical_but_unedited_line_still_verifies(world: World) -> None:
     assert (res.returncode, res.stdout) == (0, ok_text(6, 1, 6, hash_of(lines[-1])))
 
 
+def test_a_line_padded_past_16_kib_breaks_the_chain(world: World) -> None:
+    """Spaces keep the hashed value, so the line re-encodes to its hash; but past 16 KiB
+    every reader skips it, and the run they fold is not the one that was hashed."""
+    lines = one_day(world)
+    lines[2] = b"{" + b" " * 17_000 + ref_canonical(json.loads(lines[2]))[1:]
+    write_day_file(world.ledger / FILE1, lines)
+    res = world.harness("runs", "--json", "--since", "3000d")
+    assert [r["run_id"] for r in json.loads(res.stdout)] == [6, 5, 4, 2, 1]
+    assert_broken(world, 3, f"{FILE1}:3",
+                  "line is over 16 KiB or nested deeper than 512: every reader skips it "
+                  "(it was edited)")
+
+
 def test_no_ledger(world: World) -> None:
     res = verify(world)
     assert (res.returncode, res.stdout) == (1, "")

@@ -354,8 +354,10 @@ def _first_pass(files: list[tuple[str, str]], start: int, q: Query, upto_seq: in
     names = frozenset(q.names)
     dirty: set[tuple[str, int]] = set()
     lo, hi = sys.maxsize, 0
+    held = 0  # readable lines: a blank, a fragment or an unreadable line holds no seq
     for fileno in range(start, len(files)):
         for block in heads(files[fileno][1], stats):
+            held += len(block)
             for h in block:
                 seq = h.seq
                 if seq < lo:
@@ -379,11 +381,14 @@ def _first_pass(files: list[tuple[str, str]], start: int, q: Query, upto_seq: in
                     dirty.add((name, h.run_id))
                     continue
                 _fold_head(r, h, words)
-    # Every complete line holds one seq (unparseable ones were counted too), so fewer
-    # lines than the range spans means some of it lies elsewhere; and an older file
-    # ending above the range holds lines written after it (the newest ones, with no gap
-    # to betray them, when the clock stepped back at the very end).
-    if start > 0 and hi >= lo and (stats.lines < hi - lo + 1 or any(
+    # Every readable line holds one seq, so fewer of them than the range spans means
+    # some of it lies elsewhere. Only readable lines count: a blank line or a fragment
+    # counted in would hide a seq of the range that lies in an older file (verify
+    # passes both); an unreadable line is a break for verify, and costs only a full
+    # read here. And an older file ending above the range holds lines written after it
+    # (the newest ones, with no gap to betray them, when the clock stepped back at the
+    # very end).
+    if start > 0 and hi >= lo and (held < hi - lo + 1 or any(
             last_seq(path) > hi for _day, path in files[:start])):
         return None
     if dirty:
