@@ -465,6 +465,20 @@ def test_other_global_tables(tmp_path: Path) -> None:
     ]
 
 
+def test_a_harness_name_the_ledger_would_redact_is_refused(tmp_path: Path) -> None:
+    """A name that reads as a key would be written [REDACTED] into every record of the
+    harness, and two such harnesses would fold into one: refused at load instead."""
+    path = write(tmp_path / "h.toml", """
+        [harness.sk-nightly2025build0123]
+        argv = ["x"]
+        [harness.nightly-2025]
+        argv = ["x"]
+    """)
+    assert problems(path) == [
+        f"{path}:1: harness.sk-nightly2025build0123: the run ledger would redact this name "
+        "as a secret (it reads like a key or a token): rename the harness"]
+
+
 def test_one_error_lists_every_problem_in_line_order(tmp_path: Path) -> None:
     path = write(tmp_path / "h.toml", """
         [harness.a]

@@ -218,8 +218,22 @@ def test_vocabularies_are_the_specs() -> None:
 
 @pytest.mark.parametrize("value", sorted(REQ5_OUTCOMES))
 def test_every_req5_outcome_is_accepted(value: str) -> None:
-    out, cuts = prep(outcome=value)
+    typ = "opened" if value == "running" else "closed"
+    out, cuts = prepare_line({"type": typ, "harness": "h", "run_id": 1, "outcome": value}, NOW)
     assert out["outcome"] == value and (cuts.redactions, cuts.truncations) == (0, 0)
+
+
+@pytest.mark.parametrize("typ", ["closed", "decided"])
+def test_a_line_that_ends_a_run_cannot_say_it_is_running(typ: str) -> None:
+    """Such a record would read in flight for ever: no reconciliation closes it."""
+    with pytest.raises(LineRejected) as info:
+        prepare_line({"type": typ, "harness": "h", "run_id": 4, "outcome": "running"}, NOW)
+    assert str(info.value) == (f"a {typ} line ends its run: its outcome cannot be 'running'"
+                               " (harness=h run_id=4)")
+    for ok in ("opened", "updated"):
+        out, _ = prepare_line({"type": ok, "harness": "h", "run_id": 4, "outcome": "running"},
+                              NOW)
+        assert out["outcome"] == "running"
 
 
 @pytest.mark.parametrize("typ", ["opened", "updated", "closed", "decided"])
@@ -283,9 +297,6 @@ def test_the_cap_cuts_on_a_character_boundary() -> None:
     out, cuts = prep(todo_id="a" + "é" * 200)  # 401 bytes: 255 is the last whole character
     assert out["todo_id"] == "a" + "é" * 127
     assert cuts.truncations == 1
-    harness = "h" * 300
-    out, cuts = prepare_line({"type": "opened", "harness": harness, "run_id": 1}, NOW)
-    assert out["harness"] == "h" * 256 and cuts.truncations == 1
 
 
 def test_nested_strings_are_capped_and_counted() -> None:
@@ -348,8 +359,46 @@ def test_a_secret_is_redacted_before_the_cap_cuts() -> None:
     out, cuts = prep(reason="r" * 240 + " " + key)
     assert out["reason"] == "r" * 240 + " [REDACTED]"
     assert (cuts.redactions, cuts.truncations) == (1, 0)
-    out, cuts = prepare_line({"type": "opened", "harness": f"h {key}", "run_id": 1}, NOW)
-    assert out["harness"] == "h [REDACTED]" and cuts.redactions == 1
+
+
+NAME_REFUSED = ("harness name is over 256 bytes or reads as a secret, so the ledger could not "
+                "keep it as it is: rename the harness")
+
+
+@pytest.mark.parametrize("name", ["h" * 257, "é" * 129, "sk-nightly2025build0123",
+                                  "h sk-ant-api03-" + "a" * 40])
+def test_a_harness_name_is_kept_as_it_is_or_refused(name: str) -> None:
+    """The name is the record's identity: redacted or cut, two harnesses would fold into
+    one record, and a lookup by the name would find neither. The refusal never quotes
+    it (it may be a secret)."""
+    with pytest.raises(LineRejected) as info:
+        prepare_line({"type": "opened", "harness": name, "run_id": 1}, NOW)
+    assert str(info.value).startswith(NAME_REFUSED)
+    assert name not in str(info.value) and "a" * 40 not in str(info.value)
+    for kept in ("h" * 256, "é" * 128, "nightly-2025.build_0123"):
+        out, cuts = prepare_line({"type": "opened", "harness": kept, "run_id": 1}, NOW)
+        assert out["harness"] == kept and (cuts.redactions, cuts.truncations) == (0, 0)
+
+
+def test_run_id_is_held_to_64_bits_like_every_integer() -> None:
+    out, _ = prepare_line({"type": "opened", "harness": "h", "run_id": 2**63 - 1}, NOW)
+    assert out["run_id"] == 2**63 - 1
+    for big in (2**63, 10**5000):
+        with pytest.raises(LineRejected, match=r"^run_id must fit 64 bits \(at most "
+                                               r"9223372036854775807\), got "):
+            prepare_line({"type": "opened", "harness": "h", "run_id": big}, NOW)
+
+
+def test_error_counts_merged_by_the_scrub_are_held_to_64_bits() -> None:
+    """Two classes that scrub to the same text add up; past 64 bits the count stays at
+    the most a reader holds, and that is a cut."""
+    k1, k2 = "sk-ant-api03-" + "a" * 40, "sk-ant-api03-" + "b" * 40
+    out, cuts = prep(errors={k1: 2**63 - 1, k2: 2**63 - 1, "x": 1})
+    assert out["errors"] == {"[REDACTED]": 2**63 - 1, "x": 1}
+    assert (cuts.redactions, cuts.truncations) == (2, 1)
+    out, cuts = prep(errors={k1: -(2**63), k2: -1})
+    assert out["errors"] == {"[REDACTED]": -(2**63)}
+    assert cuts.truncations == 1
 
 
 def test_times_are_stored_canonical() -> None:

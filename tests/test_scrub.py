@@ -456,7 +456,9 @@ def test_a_refused_line_never_quotes_a_secret(tmp_path: Path, line: dict[str, ob
     finally:
         led.close()
     text = str(info.value)
-    assert REDACTED in text
+    # A secret the error would quote is redacted; a harness name that reads as a secret
+    # is refused before anything else, and that refusal quotes no name at all.
+    assert REDACTED in text or text.startswith("harness name is over 256 bytes or reads as")
     assert BODY not in text and "api03" not in text
 
 

@@ -57,6 +57,7 @@ from harness.config.model import (
     toml_type,
 )
 from harness.ledger.files import atomic_write, make_private_dir
+from harness.ledger.schema import name_kept
 from harness.paths import config_path, state_dir
 
 __all__ = [
@@ -426,6 +427,10 @@ def _read_file(f: _File, role: str, project: Project | None = None) -> _Parts | 
             if key in body:
                 body[key] = _resolve(body[key], base)
         full = f"{project.name}/{name}" if project else name
+        if not name_kept(full):
+            f.add(("harness", name), "the run ledger would redact this name as a secret (it "
+                                     "reads like a key or a token): rename the harness")
+            continue
         parts.local_names[full] = name
         trig = body.get("triggers")
         if isinstance(trig, list):

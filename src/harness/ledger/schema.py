@@ -11,6 +11,7 @@ Invariant: what it returns is a plain JSON object that canonical JSON can encode
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ MAX_STR = 256
 MAX_LIST = 16
 
 LINE_TYPES = ("opened", "updated", "closed", "decided")
+CLOSING = ("closed", "decided")  # the line types that end a record
 OUTCOMES = (
     "running",
     "success",
@@ -206,6 +208,11 @@ def _validate(obj: dict[str, Any]) -> None:
             raise LineRejected(
                 f"field {k!r} has unknown value {_shown(v)} (valid: {', '.join(allowed)})"
             )
+    typ = obj.get("type")
+    if typ in CLOSING and obj.get("outcome") == "running":
+        # A record that reads running is one in flight (REQ-5): reconciliation would
+        # never close it, and --outcome running would list it.
+        raise LineRejected(f"a {typ} line ends its run: its outcome cannot be 'running'")
 
 
 def writable(fields: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -255,6 +262,13 @@ def ready_to_encode(out: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def name_kept(name: str) -> bool:
+    """Whether the ledger keeps the harness name `name` as it is: not a secret to the
+    scrubber and within the string cap. Names repeat on every line: asked once each."""
+    return len(name.encode("utf-8")) <= MAX_STR and scrub_text(name)[1] == 0
+
+
 def _refuse(line: dict[str, Any], harness: str, run_id: int) -> LineRejected:
     """The precise error for a line the one-pass check below refused."""
     try:
@@ -283,12 +297,21 @@ def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str
     run_id = line.get("run_id")
     if type(harness) is not str or not harness or not _text(harness):
         raise LineRejected(f"harness must be a non-empty string, got {_shown(harness)}")
+    if not name_kept(harness):
+        # The name is the record's identity: redacted or cut, two harnesses would fold
+        # into one record and a lookup by name would find neither. (Not shown: it may be
+        # a secret.)
+        raise LineRejected(f"harness name is over {MAX_STR} bytes or reads as a secret, so "
+                           "the ledger could not keep it as it is: rename the harness")
     if type(run_id) is not int or run_id <= 0:
         raise LineRejected(f"run_id must be an integer ≥ 1, got {_shown(run_id)}",
                            harness=harness)
+    if run_id > _INT_MAX:  # as every other integer of a line
+        raise LineRejected(f"run_id must fit 64 bits (at most {_INT_MAX}), got "
+                           f"{_shown(run_id)}", harness=harness)
     out: dict[str, Any] = {"v": SCHEMA_VERSION, "type": typ, "at": None, "harness": harness,
                            "run_id": run_id}
-    texts = ["harness"]  # free-text fields: scrubbed and capped below
+    texts: list[str] = []  # free-text fields: scrubbed and capped below
     nested = []
     for k, v in line.items():
         if v is None:
@@ -335,12 +358,14 @@ def prepare_line(line: dict[str, Any], now: int | None = None) -> tuple[dict[str
             raise LineRejected(f"at must be an RFC 3339 time, got {_shown(at)}", harness=harness,
                                run_id=run_id) from None
     out["at"] = at
+    if typ in CLOSING and out.get("outcome") == "running":
+        raise _refuse(line, harness, run_id)
     cuts = Cuts()
     # One scan of all the free text decides whether any of it needs the scrubber. Joined
     # by a newline: a fragment that must open a word (curl's `-u`) opens one at the start
     # of a field too, as it does in the field alone; a hit across two fields only costs
     # a scrub that finds nothing.
-    if len(texts) == 1 or might_hold_secret("\n".join([out[k] for k in texts])):
+    if texts and might_hold_secret("\n".join([out[k] for k in texts])):
         for k in texts:
             out[k], n = scrub_text(out[k])
             cuts.redactions += n
@@ -381,7 +406,11 @@ def _error_counts(errors: dict[str, int], cuts: Cuts) -> dict[str, int]:
         c, r = scrub_text(cls)
         cuts.redactions += r
         c = _cap(c, cuts)
-        out[c] = out.get(c, 0) + n
+        total = out.get(c, 0) + n
+        if not _int64(total):  # classes merged by the scrub or the cap: held to 64 bits
+            total = _INT_MAX if total > 0 else _INT_MIN
+            cuts.truncations += 1
+        out[c] = total
     if len(out) > MAX_LIST:
         top = sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_LIST]
         out = dict(sorted(top))
