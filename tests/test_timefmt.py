@@ -113,3 +113,18 @@ def test_parse_ns_still_refuses_what_is_not_rfc3339(text: str, why: str) -> None
     assert str(info.value) == f"not an RFC 3339 time: {text!r}{why}"
     assert not is_rfc3339(text)
     assert canon(text) is None
+
+
+@pytest.mark.parametrize(("stamp", "want"), [
+    ("2016-12-31T23:59:60Z", "2016-12-31T23:59:59.999999999Z"),
+    ("2016-12-31T23:59:60.25Z", "2016-12-31T23:59:59.999999999Z"),
+    ("2017-01-01T00:59:60+01:00", "2016-12-31T23:59:59.999999999Z"),
+])
+def test_a_leap_second_reads_as_the_last_instant_of_the_second_before(
+        stamp: str, want: str) -> None:
+    """RFC 3339 allows second 60; POSIX time has no room for it. It reads in time order
+    and on its own day, so `harness runs --since` takes it and its line keeps its file."""
+    assert format_ns(parse_ns(stamp)) == want
+    assert canon(stamp) == want
+    with pytest.raises(ValueError, match=r"second must be in 0\.\.59"):
+        parse_ns("2016-12-31T23:59:61Z")

@@ -61,12 +61,18 @@ def parse_ns(s: str) -> int:
     if m is None:
         raise ValueError(f"not an RFC 3339 time: {s!r}")
     y, mo, d, h, mi, sec, frac, tz = m.groups()
+    leap = sec == "60"  # RFC 3339 allows a leap second, which POSIX time cannot count
     try:
-        dt = datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec), tzinfo=UTC)
+        dt = datetime(int(y), int(mo), int(d), int(h), int(mi), 59 if leap else int(sec),
+                      tzinfo=UTC)
     except ValueError as exc:
         raise ValueError(f"not an RFC 3339 time: {s!r} ({exc})") from None
     ns = (int((dt - _EPOCH).total_seconds())) * 1_000_000_000
-    if frac:
+    if leap:
+        # The last instant of the second before it: in time order, and on the same day,
+        # so a line stamped in a leap second stays in its day's file.
+        ns += 999_999_999
+    elif frac:
         # RFC 3339 allows any number of fraction digits, but an instant here is whole
         # nanoseconds: finer digits are dropped (truncated, not rounded, so an instant
         # never moves into the next second, or day).
