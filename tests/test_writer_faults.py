@@ -11,6 +11,9 @@ Whatever the schedule:
 - each file holds its lines in seq order; with no file deleted, the chain verifies;
 - commits come once per seq, in seq order, and a synced append returns only after its
   line was committed; one that fails says so within the bound and its line stays queued.
+
+Then schedules pinned where such a run found a loss or a duplicate: a torn write that
+could not be cut back, read back, and what came after it.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +37,14 @@ from harness.ledger.files import FaultyFiles, make_private_dir
 from harness.ledger.runledger import _DaySealer
 from harness.ledger.verify import verify_run_ledger
 from harness.ledger.writer import Entry, Writer
+from test_writer import (
+    Rig,
+    assert_chain,
+    line,
+    rigs_in,
+    wait_until,
+    warm,
+)
 
 _FIXED = not os.environ.get("HARNESS_DAMAGE_EXPLORE")
 DAYS = ("2026-11-30", "2026-12-01")
@@ -189,3 +202,72 @@ def test_the_writer_under_random_faults(tmp_path_factory: Any, steps: list[tuple
     if not deleted and n:
         res = verify_run_ledger(str(directory), parallel=False)
         assert (res.ok, res.head_seq) == (True, n), (steps, res.error)
+
+
+# -- pinned: a torn write that could not be cut back -----------------------------------------
+
+
+@pytest.fixture
+def make_rig(tmp_path: Path) -> Iterator[Callable[..., Rig]]:
+    """A failed pass is retried only when the test flushes: each step of a schedule runs
+    in the pass the test asks for."""
+    yield from rigs_in(tmp_path, retry_min=30.0, retry_max=30.0)
+
+
+def _fail_then_retry_together(rig: Rig, first: dict[str, Any], *more: tuple[dict[str, Any], bool]
+                              ) -> list[Entry]:
+    """Line 1 synced; `first` (buffered) fails its write, so the writer backs off; the lines
+    of `more` ((line, synced)) queue behind it. The retry the test then asks for (a flush)
+    writes them all in one write. Returns their entries, `first`'s first."""
+    warm(rig)
+    w = rig.writer
+    rig.files.inject("write", errno=errno.EIO, times=1)
+    entries = [w.enqueue(first, sync=False, harness="h", run_id=first["run_id"])]
+    wait_until(lambda: w.stats().append_errors == 1)
+    entries += [w.enqueue(o, sync=s, harness="h", run_id=o["run_id"]) for o, s in more]
+    return entries
+
+
+def _retry(rig: Rig, errors: int) -> None:
+    """Run the retry now and wait until it has failed, the writer's `errors`-th failure."""
+    rig.writer.flush()
+    wait_until(lambda: rig.writer.stats().append_errors == errors)
+
+
+def _torn_inside_line_4(rig: Rig) -> Entry:
+    """`_fail_then_retry_together` with lines 2, 3 (buffered) and a long synced line 4:
+    half the retry's bytes hold lines 2 and 3 whole. Returns line 4's entry."""
+    e2, e3, e4 = _fail_then_retry_together(
+        rig, line(run_id=2), (line(run_id=3), False),
+        ({**line(run_id=4), "reason": "x" * 600}, True))
+    n = len(e2.data) + len(e3.data)
+    assert n <= (n + len(e4.data)) // 2 < n + len(e4.data) - 1
+    return e4
+
+
+def test_lines_read_back_from_a_file_deleted_before_their_sync_are_written_again(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """The retry of lines 2-4 tears inside line 4 and cannot be cut back: the read-back
+    keeps lines 2 and 3. Reopening the file for the sync fails, and the day file is
+    deleted. The retry must write 2 and 3 again, into the new file, before they are
+    committed with 4: with the old handle closed, the writer could not tell the new file
+    from the old, and acknowledged lines that were on no path."""
+    rig = make_rig()
+    w = rig.writer
+    e4 = _torn_inside_line_4(rig)
+    rig.files.inject("write", errno=errno.ENOSPC, partial=True, times=1)
+    rig.files.inject("truncate", errno=errno.EIO, times=1)
+    rig.files.inject("open", errno=errno.EIO, times=1)
+    _retry(rig, 2)
+    held = rig.disk()
+    assert held.seqs == [1, 2, 3] and len(held.fragments) == 1  # 4 torn: 2, 3 read back
+    assert rig.commits.seqs == [1]
+    rig.day.unlink()
+    rig.writer.flush()
+    rig.commits.wait_for(4)
+    assert w.wait(e4) == 4
+    assert rig.commits.batches == [[1], [2, 3, 4]]
+    d = rig.disk()
+    assert (d.seqs, d.fragments) == ([2, 3, 4], [])  # line 1, acknowledged, went with the file
+    assert_chain(d, first_prev=rig.commits.entries[0].hash)

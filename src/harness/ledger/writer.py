@@ -180,8 +180,9 @@ class Writer:
         # (offset it began at, whether it began with "\n"). What reached the file is
         # unknown, so nothing more is written there until a read-back tells.
         self._unread: dict[str, tuple[int, bool]] = {}
-        # Handles dropped (after a failed sync or cut) while lines written through them
-        # are uncommitted: those lines are only where the path still names that file.
+        # Handles dropped (after a failed sync or cut, or a torn write read back) while
+        # lines written through them are, or may be found to be, uncommitted: those lines
+        # are only where the path still names that file.
         # Kept open until the path is opened again (`_reopened_elsewhere`), so the
         # inode cannot be reused by a new file at the path and pass for the old one.
         self._dropped: dict[str, int] = {}
@@ -681,13 +682,15 @@ class Writer:
         log.warning("ledger: directory %s was removed while open; created it again", directory)
         return self._files.open_append(path)
 
-    def _drop(self, path: str) -> None:
+    def _drop(self, path: str, *, keep: bool = False) -> None:
+        """Stop writing through the handle of `path`; close it, or with `keep` or while
+        lines written through it are uncommitted, hold it for `_reopened_elsewhere`."""
         f = self._open.pop(path, None)
         if f is not None:
             if f.created:
                 self._dir_unsynced.add(path)
             with self._cv:
-                held = any(e.path == path and e.written for e in self._queue)
+                held = keep or any(e.path == path and e.written for e in self._queue)
             # Kept on close too (the shutdown closes it): a retry during close must still
             # tell whether the path names that file, or it would sync a new empty one.
             if held:
@@ -743,8 +746,10 @@ class Writer:
             log.warning("ledger: cannot cut back %s after a failed write: %s", path, exc)
         # The bytes may be partly down: learn which whole lines reached the file so a
         # retry never writes a seq twice; whatever fragment follows is left for readers
-        # to skip, and the next write starts on a new line.
-        self._drop(path)
+        # to skip, and the next write starts on a new line. The handle is kept whatever
+        # the read-back finds, now or in a later pass: the lines it marks written are
+        # only where the path still names this file (`_reopened_elsewhere`).
+        self._drop(path, keep=True)
         self._unread[path] = (before, f.newline)
         try:
             self._read_back(path, group)
