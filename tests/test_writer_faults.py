@@ -18,6 +18,7 @@ could not be cut back, read back, and what came after it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -38,6 +39,7 @@ from harness.ledger.runledger import _DaySealer
 from harness.ledger.verify import verify_run_ledger
 from harness.ledger.writer import Entry, Writer
 from test_writer import (
+    RecordingFiles,
     Rig,
     assert_chain,
     line,
@@ -245,6 +247,38 @@ def _torn_inside_line_4(rig: Rig) -> Entry:
     return e4
 
 
+def test_a_line_torn_before_its_newline_then_a_failed_sync_is_cut_whole(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """The retry of lines 2 and 3 tears right before line 2's newline and cannot be cut
+    back: the read-back keeps line 2 (the next write brings its "\n"). The sync after it
+    fails. The cut that follows must take line 2 whole: cut at the file's end, inside the
+    line, it left the bytes in place, and line 2 was written again after them."""
+    rig = make_rig()
+    w = rig.writer
+    two = {**line(run_id=2), "reason": "x" * 200}
+    three = {**line(run_id=3), "reason": "x" * 199}
+    sealer = _DaySealer(str(rig.directory))
+    n2 = len(sealer.seal(dict(two), 2, ZERO_HASH)[0]) + 1
+    n3 = len(sealer.seal(dict(three), 3, ZERO_HASH)[0]) + 1
+    assert (n2 + n3) // 2 == n2 - 1  # the tear falls right before line 2's "\n"
+    _, e3 = _fail_then_retry_together(rig, two, (three, True))
+    rig.files.inject("write", errno=errno.ENOSPC, partial=True, times=1)
+    rig.files.inject("truncate", errno=errno.EIO, times=1)
+    rig.files.inject("sync", errno=errno.EIO, times=1)
+    _retry(rig, 2)
+    assert rig.commits.seqs == [1]
+    rig.writer.flush()
+    rig.commits.wait_for(3)
+    assert w.wait(e3) == 3
+    assert rig.commits.batches == [[1], [2, 3]]
+    d = rig.disk()
+    assert (d.seqs, d.fragments) == ([1, 2, 3], [])
+    assert_chain(d)
+    res = verify_run_ledger(str(rig.directory), parallel=False)
+    assert (res.ok, res.head_seq) == (True, 3), res.error
+
+
 def test_lines_read_back_from_a_file_deleted_before_their_sync_are_written_again(
     make_rig: Callable[..., Rig],
 ) -> None:
@@ -271,3 +305,83 @@ def test_lines_read_back_from_a_file_deleted_before_their_sync_are_written_again
     d = rig.disk()
     assert (d.seqs, d.fragments) == ([2, 3, 4], [])  # line 1, acknowledged, went with the file
     assert_chain(d, first_prev=rig.commits.entries[0].hash)
+
+
+class _LosesPagesOnFailedSync(RecordingFiles):
+    """fsyncgate, as Linux does it: a failed fdatasync marks the pages written since the
+    file's last good sync clean without writing them. They read back whole, the next
+    fdatasync succeeds, and a power cut loses them. `lost` holds those byte ranges per
+    file. (The real kernel cannot be made to do this on cue: a fake is the only way.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._dirty: dict[tuple[int, int], int] = {}  # file -> first byte since a good sync
+        self.lost: dict[tuple[int, int], list[tuple[int, int]]] = {}
+
+    def write(self, fd: int, data: bytes) -> int:
+        start = self.size(fd)  # O_APPEND: every write lands at the end
+        try:
+            return super().write(fd, data)
+        finally:
+            if self.size(fd) > start:
+                self._dirty.setdefault(self.identity(fd), start)
+
+    def sync(self, fd: int) -> None:
+        key = self.identity(fd)
+        try:
+            super().sync(fd)
+        except OSError:
+            start = self._dirty.pop(key, None)
+            if start is not None:
+                self.lost.setdefault(key, []).append((start, self.size(fd)))
+            raise
+        self._dirty.pop(key, None)
+
+    def truncate(self, fd: int, size: int) -> None:
+        super().truncate(fd, size)
+        key = self.identity(fd)
+        self.lost[key] = [(a, min(b, size)) for a, b in self.lost.get(key, []) if a < size]
+        if key in self._dirty:
+            self._dirty[key] = min(self._dirty[key], size)
+
+    def after_power_cut(self, path: Path) -> list[int]:
+        """The seqs of the complete lines of `path` that a power cut now would keep."""
+        st = path.stat()
+        lost = self.lost.get((st.st_dev, st.st_ino), [])
+        seqs, pos = [], 0
+        for raw in path.read_bytes().split(b"\n")[:-1]:
+            end = pos + len(raw) + 1
+            if not any(a < end and pos < b for a, b in lost):
+                with contextlib.suppress(ValueError):  # a torn fragment is no line
+                    seqs.append(json.loads(raw)["seq"])
+            pos = end
+        return seqs
+
+
+def test_after_a_failed_sync_lines_an_earlier_handle_wrote_are_cut_and_written_again(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """The retry of lines 2-4 tears inside line 4 and cannot be cut back: the read-back
+    keeps lines 2 and 3, and the handle that wrote them is dropped. The sync through the
+    reopened handle fails, losing their pages (fsyncgate). The cut works now, so 2 and 3
+    must be cut and written again: trusted as durable because the reopened handle found
+    them in the file, they were acknowledged with 4 and a power cut lost them."""
+    files = _LosesPagesOnFailedSync()
+    rig = make_rig(files=files)
+    w = rig.writer
+    e4 = _torn_inside_line_4(rig)
+    files.inject("write", errno=errno.ENOSPC, partial=True, times=1)
+    files.inject("truncate", errno=errno.EIO, times=1)
+    files.inject("sync", errno=errno.EIO, times=1)
+    _retry(rig, 2)
+    assert rig.commits.seqs == [1]
+    rig.writer.flush()
+    rig.commits.wait_for(4)
+    assert w.wait(e4) == 4
+    assert rig.commits.batches == [[1], [2, 3, 4]]
+    w.close()
+    assert files.after_power_cut(rig.day) == [1, 2, 3, 4]
+    d = rig.disk()
+    assert (d.seqs, d.fragments) == ([1, 2, 3, 4], [])
+    res = verify_run_ledger(str(rig.directory), parallel=False)
+    assert (res.ok, res.head_seq) == (True, 4), res.error

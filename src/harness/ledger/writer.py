@@ -5,8 +5,9 @@ Both ledgers write through this. Invariants:
 * ``seq`` is assigned and the chain link computed at enqueue, under one lock, so
   queue order is seq order is chain order, and lines reach the files in that order.
 * A line is *committed* — handed to ``on_commit`` (index, feed) and acknowledged to
-  a synced caller — only after it is written and fdatasync'd. Nothing is visible
-  before it is durable.
+  a synced caller — only after it is written and its file fdatasync'd, through the
+  handle that wrote it or one opened on the file since. Nothing is visible before it
+  is durable.
 * ... and only while the synced file still has a name: one deleted or replaced under
   the writer gets the unacknowledged lines again in a new file at its path (the
   directory too is made again if it went); one renamed away keeps them under its new
@@ -16,6 +17,10 @@ Both ledgers write through this. Invariants:
   matched, so a retry never duplicates a line; while that read-back fails, nothing
   more is written to that file. A failed or timed-out write/sync
   keeps the line queued; the writer retries in order with backoff.
+* A failed fdatasync may have lost pages that still read back whole (and a later sync
+  succeeds without them): every uncommitted line of that file, whichever handle wrote
+  it, is cut back and written again. A cut falls at a line's start, never inside one,
+  so each seq is in the file once; where the cut fails, the sync alone is retried.
 * Synced appends wait at most ``sync_timeout``; while the queue's head is failing
   they fail fast instead of each waiting out the bound.
 * Concurrent synced appends share one fdatasync per file (group commit); lines
@@ -111,7 +116,7 @@ class Entry:
 class _File:
     fd: int
     size: int  # bytes in the file that we account for (complete lines)
-    synced: int  # bytes known durable
+    synced: int  # bytes synced through it, or in the file when it was opened
     created: bool
     identity: tuple[int, int]  # (st_dev, st_ino): is the path still this file?
     named_at: float = 0.0  # when the path was last seen to name this file
@@ -771,7 +776,8 @@ class Writer:
         for e in rest:
             # A line that reached the file whole but for its newline is written too: the
             # reopened handle starts the next write with the "\n" it lacks, so writing the
-            # line again would put its seq in the file twice.
+            # line again would put its seq in the file twice. Its `end` counts that "\n"
+            # (a cut goes at a line's start, never at an `end`).
             if tail.startswith(e.data, pos) or tail[pos:] == e.data[:-1]:
                 e.written = True
                 pos += len(e.data)
@@ -954,8 +960,13 @@ class Writer:
                 e.waiter.wake()
 
     def _after_failed_sync(self, path: str, written: list[Entry]) -> None:
-        """A failed fdatasync may have dropped dirty pages: cut back to what is durable and
-        rewrite, or, where the cut fails, retry the sync alone (never rewrite: no duplicates).
+        """A failed fdatasync may have dropped dirty pages that still read back whole, and
+        a later sync would report success without writing them: cut every uncommitted line
+        of `path` back and rewrite it, or, where the cut fails, retry the sync alone (never
+        rewrite: no duplicates). None of those lines is durable, whichever handle wrote
+        it (one dropped after a torn write or a failed cut, or by `_trim_handles`), so the
+        cut goes at the start of the first: never inside a line, whose bytes a cut there
+        would leave in place under a seq then written again.
 
         The lines the pass wrote to other files above the first line cut go first, the
         file holding the highest first: a file must never hold a line whose predecessor
@@ -965,8 +976,8 @@ class Writer:
         f = self._open.get(path)
         if f is None:
             return
-        first = next((e for e in written if e.path == path and e.written and e.end > f.synced),
-                     None)
+        first = next((e for e in written if e.path == path and e.written), None)
+        at = f.synced if first is None else min(f.synced, first.end - len(first.data))
         if first is not None:
             later: dict[str, Entry] = {}  # another file -> its first line above `first`
             for e in written:
@@ -979,7 +990,7 @@ class Writer:
                     # the files hold stays a prefix, and retry the sync alone.
                     self._drop(path)
                     return
-        self._cut_back(path, f, f.synced, written)
+        self._cut_back(path, f, at, written)
         self._drop(path)
 
     def _cut_back(self, path: str, f: _File, at: int, written: list[Entry]) -> bool:
@@ -993,9 +1004,9 @@ class Writer:
         f.size = at
         f.synced = min(f.synced, at)
         for e in written:
-            # Only lines the cut removed are rewritten. A reopened handle counts lines
-            # an earlier handle left in place (a failed cut) below `synced`; rewriting
-            # them too would put their seqs in the file twice.
+            # Only lines the cut removed are rewritten: each cut falls at a line's start,
+            # so a line is cut whole or left whole; rewriting one left in place would put
+            # its seq in the file twice.
             if e.path == path and e.written and e.end > at:
                 e.written = False
                 self._gapless = False
