@@ -407,6 +407,103 @@ def test_requests_after_a_half_close_are_still_answered(serve: Serve, sockdir: P
     raw.close()
 
 
+# -- clients that hold on ---------------------------------------------------------------
+
+
+async def big(req: dict[str, Any]) -> Any:
+    return {"pad": "x" * 256 * 1024}
+
+
+def _pipeline_unread(path: Path, n: int = 64) -> Raw:
+    """A client that asks for n large replies and never reads one."""
+    raw = Raw(path)
+    raw.hello()
+    raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    _send_quietly(raw.sock, b"".join(
+        json.dumps({"id": i, "op": "big"}).encode() + b"\n" for i in range(n)))
+    return raw
+
+
+def test_close_does_not_wait_for_a_client_that_leaves_replies_unread(
+        loop: LoopThread, sockdir: Path) -> None:
+    """The daemon's shutdown closes the server first: a peer that never reads must not
+    hold it (the runs it supervises would never be closed)."""
+    path = sockdir / "harness.sock"
+    srv = ControlServer(str(path), {"big": big})
+    loop.run(srv.start())
+    raw = _pipeline_unread(path)
+    time_to_fill = 2.0  # let the server block on the full socket
+    threading.Event().wait(time_to_fill)
+    loop.run(srv.close(), timeout=20)
+    assert not path.exists()
+    raw.close()
+
+
+def test_a_client_that_leaves_a_reply_unread_is_cut_off(serve: Serve, sockdir: Path) -> None:
+    srv = serve({"big": big, **HANDLERS}, write_timeout=0.5, max_conns=1)
+    stuck = _pipeline_unread(sockdir / "harness.sock")
+    deadline = 60.0
+    waited = 0.0
+    while srv._conns and waited < deadline:  # cut off once its reply waited 0.5 s
+        threading.Event().wait(0.1)
+        waited += 0.1
+    assert not srv._conns
+    raw = Raw(sockdir / "harness.sock")  # its slot is free again
+    assert raw.hello()["ok"] is True
+    raw.send({"id": 1, "op": "echo", "x": 5})
+    assert raw.recv() == {"id": 1, "ok": True, "data": {"x": 5}}
+    raw.close()
+    stuck.close()
+
+
+def test_connections_past_the_cap_are_told_busy(serve: Serve, sockdir: Path) -> None:
+    serve(HANDLERS, max_conns=2)
+    path = sockdir / "harness.sock"
+    held = [Raw(path), Raw(path)]
+    for r in held:
+        assert r.hello()["ok"] is True
+    extra = Raw(path)
+    assert extra.recv() == {"id": None, "ok": False, "error": {
+        "code": "busy", "message": "the daemon serves at most 2 connections at once; try "
+                                   "again"}}
+    assert extra.at_eof()
+    extra.close()
+    held.pop().close()
+    waited = 0.0
+    while True:  # the server sees the close on its next read
+        again = Raw(path)
+        reply = again.hello()
+        if reply.get("ok") or waited > 60:
+            break
+        again.close()
+        threading.Event().wait(0.1)
+        waited += 0.1
+    assert reply["ok"] is True
+    again.send({"id": 7, "op": "echo", "x": 1})
+    assert again.recv()["id"] == 7
+    for r in (again, *held):
+        r.close()
+
+
+def test_an_idle_connection_is_closed_but_not_one_waiting_for_its_reply(
+        serve: Serve, sockdir: Path) -> None:
+    async def slow(req: dict[str, Any]) -> Any:
+        await asyncio.sleep(1.5)  # several idle timeouts long
+        return "done"
+
+    serve({"slow": slow, **HANDLERS}, idle_timeout=0.3)
+    path = sockdir / "harness.sock"
+    idle = Raw(path)
+    assert idle.hello()["ok"] is True
+    assert idle.at_eof()  # nothing asked: closed after 0.3 s
+    idle.close()
+    busy = Raw(path)
+    busy.hello()
+    busy.send({"id": 3, "op": "slow"})
+    assert busy.recv() == {"id": 3, "ok": True, "data": "done"}
+    busy.close()
+
+
 # -- many clients ----------------------------------------------------------------------
 
 

@@ -12,7 +12,11 @@ Invariants:
 - every request line gets exactly one reply line with its id (``null`` when it had no
   valid id), and nothing a client sends — malformed, oversized or a handler failure —
   ends the server or disturbs another connection;
-- a connection never buffers more than about twice `max_line` bytes of unread input.
+- a connection never buffers more than about twice `max_line` bytes of unread input;
+- no client holds the daemon: at most `max_conns` connections are served (the next is
+  answered ``busy`` and closed), one with no request in flight is closed after
+  `idle_timeout`, one that leaves a reply unread for `write_timeout` is cut off, and
+  `close` drops unsent replies rather than wait for a peer that does not read.
 
 Requests pipelined on one connection run concurrently (at most `MAX_INFLIGHT`; past
 that the connection is not read) and are answered as they finish: match replies by id.
@@ -46,6 +50,11 @@ Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 MAX_LINE = 1024 * 1024
 HELLO_TIMEOUT = 10.0
 MAX_INFLIGHT = 16  # per connection: pipelined requests beyond this wait to be read
+# Each connection costs a descriptor and up to a few MB of buffers: well under the
+# usual soft limit of 1,024 descriptors, with room for the runs' pipes and logs.
+MAX_CONNS = 256
+IDLE_TIMEOUT = 600.0  # a connection with no request in flight, after hello
+WRITE_TIMEOUT = 30.0  # a reply the peer leaves unread
 PROBE_TIMEOUT = 1.0
 _MAX_MESSAGE = 512
 _SUN_PATH = 108  # sizeof(sockaddr_un.sun_path) on Linux, NUL included
@@ -99,9 +108,11 @@ def _valid_id(msg: dict[str, Any]) -> bool:
 class _Connection:
     """One client: serialises its reply writes and bounds its in-flight requests."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 write_timeout: float) -> None:
         self.reader = reader
         self.writer = writer
+        self.write_timeout = write_timeout
         self.write_lock = asyncio.Lock()
         self.slots = asyncio.Semaphore(MAX_INFLIGHT)
         self.inflight: set[asyncio.Task[None]] = set()
@@ -117,18 +128,30 @@ class _Connection:
         # One lock around write+drain: concurrent drains on one stream are not safe on 3.11.
         async with self.write_lock:
             self.writer.write(data)
-            await self.writer.drain()
+            try:
+                async with asyncio.timeout(self.write_timeout):
+                    await self.writer.drain()
+            except TimeoutError:
+                # A peer that does not read would hold this reply, and the memory of
+                # every one after it, for as long as it stays connected.
+                self.writer.transport.abort()
+                raise ConnectionError("the client left a reply unread") from None
 
 
 class ControlServer:
     """Serve `handlers` (op name → async handler) on the Unix socket at `path`."""
 
     def __init__(self, path: str, handlers: Mapping[str, Handler], *,
-                 max_line: int = MAX_LINE, hello_timeout: float = HELLO_TIMEOUT) -> None:
+                 max_line: int = MAX_LINE, hello_timeout: float = HELLO_TIMEOUT,
+                 max_conns: int = MAX_CONNS, idle_timeout: float = IDLE_TIMEOUT,
+                 write_timeout: float = WRITE_TIMEOUT) -> None:
         self.path = path
         self.handlers = dict(handlers)
         self.max_line = max_line
         self.hello_timeout = hello_timeout
+        self.max_conns = max_conns
+        self.idle_timeout = idle_timeout
+        self.write_timeout = write_timeout
         self._server: asyncio.Server | None = None
         self._lock_fd: int | None = None
         self._conns: set[asyncio.Task[Any]] = set()
@@ -270,8 +293,14 @@ class ControlServer:
         if self._closing:  # accepted just before close: would escape its cancellation
             writer.close()
             return
+        if len(self._conns) >= self.max_conns:
+            # One short line fits the socket's buffer: written and closed, never waited on.
+            writer.write(_encode(_error(None, "busy", f"the daemon serves at most "
+                                        f"{self.max_conns} connections at once; try again")))
+            writer.close()
+            return
         self._conns.add(task)
-        conn = _Connection(reader, writer)
+        conn = _Connection(reader, writer, self.write_timeout)
         try:
             if await self._hello(conn):
                 await self._serve(conn)
@@ -291,7 +320,13 @@ class ControlServer:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 if conn.inflight:
                     await asyncio.gather(*conn.inflight, return_exceptions=True)
-                await writer.wait_closed()
+                if self._closing:
+                    writer.transport.abort()  # shutting down: never wait on a peer
+                # A graceful close flushes unsent replies first: bounded like any write.
+                async with asyncio.timeout(self.write_timeout):
+                    await writer.wait_closed()
+            # Timed out or cancelled mid-flush: drop what is unsent (a no-op once closed).
+            writer.transport.abort()
             self._conns.discard(task)
 
     async def _read_line(self, conn: _Connection) -> bytes | None:
@@ -356,7 +391,12 @@ class ControlServer:
     async def _serve(self, conn: _Connection) -> None:
         while True:
             try:
-                line = await self._read_line(conn)
+                # Idle only with nothing in flight: a request may take long (a stop waits
+                # for its run's closed line), and its reply is what the client waits for.
+                async with asyncio.timeout(None if conn.inflight else self.idle_timeout):
+                    line = await self._read_line(conn)
+            except TimeoutError:
+                return
             except _TooLarge:
                 await self._too_large(conn)
                 return
