@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import World
 from harness.config.load import (
     ConfigError,
     Project,
@@ -467,7 +468,9 @@ def test_other_global_tables(tmp_path: Path) -> None:
 
 def test_a_harness_name_the_ledger_would_redact_is_refused(tmp_path: Path) -> None:
     """A name that reads as a key would be written [REDACTED] into every record of the
-    harness, and two such harnesses would fold into one: refused at load instead."""
+    harness, and two such harnesses would fold into one: refused at load instead. The
+    error, printed and logged, does not quote the name either (it may be a pasted key):
+    its line locates it."""
     path = write(tmp_path / "h.toml", """
         [harness.sk-nightly2025build0123]
         argv = ["x"]
@@ -475,7 +478,7 @@ def test_a_harness_name_the_ledger_would_redact_is_refused(tmp_path: Path) -> No
         argv = ["x"]
     """)
     assert problems(path) == [
-        f"{path}:1: harness.sk-nightly2025build0123: the run ledger would redact this name "
+        f"{path}:1: harness.[REDACTED]: the run ledger would redact this name "
         "as a secret (it reads like a key or a token): rename the harness"]
 
 
@@ -893,3 +896,45 @@ def test_catch_up_with_a_channel_trigger_and_parsed_helpers(tmp_path: Path) -> N
     assert hours is not None and hours.is_open(datetime(2026, 11, 30, 9, tzinfo=UTC))
     assert cfg.harness["todo"].parsed_schedule() is None
     assert cfg.harness["todo"].parsed_hours() is None
+
+
+# ---- what reaches the user: secrets and hostile files, through the real CLI ----------------
+
+TOKEN = "sk-ant-api03-" + "A" * 40  # a key pasted under the wrong key, or as a string
+
+
+@pytest.mark.parametrize(("body", "line", "expected"), [
+    # argv as one string: a command line, credential and all
+    (f'argv = "claude --api-key {TOKEN}"', 2,
+     "harness.a.argv: must be a non-empty list of strings, got string "
+     "'claude --api-key [REDACTED]'"),
+    (f'argv = ["x"]\nkind = "{TOKEN}"', 3,
+     "harness.a.kind: unknown value '[REDACTED]' (expected 'oneshot' or 'resident')"),
+    (f'argv = ["x"]\nschedule = "{TOKEN}"', 3,
+     "harness.a.schedule: a cron schedule needs 5 fields, got 1 in '[REDACTED]'"),
+    # A long value is cut, after the scrub: cut first, the key's prefix would show.
+    (f'argv = ["x"]\nkind = "oneshot"\ntimeout = "{TOKEN} {"x" * 40}"', 4,
+     "harness.a.timeout: not a duration: '[REDACTED] xxxxxxxxxxxxx…' (94 characters) "
+     "(use e.g. 500ms, 2s, 15m, 1h, 7d)"),
+    # A piece of the value quoted on its own is scrubbed too.
+    (f'argv = ["x"]\noperating_hours = "Mon 09:00-{TOKEN}"', 3,
+     "harness.a.operating_hours: bad time '[REDACTED]' in 'Mon 09:00-[REDACTED]' (use HH:MM)"),
+    ('argv = {password = "hunter2"}', 2,
+     "harness.a.argv: must be a non-empty list of strings, got table "
+     "{'password': '[REDACTED]'}"),
+])
+def test_a_config_error_never_quotes_a_secret(world: World, body: str, line: int,
+                                              expected: str) -> None:
+    cfg = write(world.root / "config" / "harness" / "harness.toml", f"[harness.a]\n{body}\n")
+    res = world.harness("daemon")
+    assert (res.returncode, res.stdout, res.stderr) == (2, "", f"{cfg}:{line}: {expected}\n")
+
+
+def test_a_table_named_like_a_secret_is_reported_without_its_name(world: World) -> None:
+    cfg = write(world.root / "config" / "harness" / "harness.toml",
+                f'[harness.{TOKEN}]\nargv = ["x"]\n')
+    res = world.harness("logs", "x")
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr.splitlines()[1:] == [
+        f"{cfg}:1: harness.[REDACTED]: the run ledger would redact this name as a secret "
+        "(it reads like a key or a token): rename the harness"]

@@ -161,3 +161,24 @@ def test_an_overflowing_duration_at_boot_is_a_config_error(world: World,
     assert proc.wait(timeout=60) == 2
     assert daemons.stderr() == (
         f"{daemons.config}:4: harness.job.timeout: must be finite, got inf\n")
+
+
+def test_a_refused_reload_quotes_no_secret_to_the_caller_or_the_log(
+        world: World, daemons: Daemons) -> None:
+    """A token in a value the reload refuses (argv as one command line) reaches neither
+    `harness reload` nor the daemon's log: the problem quotes the value scrubbed."""
+    token = "sk-ant-api03-" + "A" * 40
+    daemons.write_config('[harness.job]\nkind = "oneshot"\nargv = ["true"]\n')
+    daemons.start()
+    daemons.write_config('[harness.job]\nkind = "oneshot"\nargv = ["true"]\n\n'
+                         f'[harness.agent]\nargv = "claude --api-key {token}"\n')
+    problem = (f"{daemons.config}:6: harness.agent.argv: must be a non-empty list of "
+               "strings, got string 'claude --api-key [REDACTED]'")
+    res = world.harness("reload")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"harness: the daemon refused the new config and keeps its last good one:\n"
+               f"{problem}\n")
+    log = daemons.stderr()
+    assert f"reload failed; the last good config stays in force:\n{problem}\n" in log
+    assert token not in log and token[:20] not in log
+    assert states_of(world) == {"job": "armed"}

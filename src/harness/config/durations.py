@@ -22,8 +22,10 @@ import math
 import re
 from decimal import Decimal, localcontext
 
+from harness.ledger.scrub import scrub_value
+
 __all__ = ["MAX_DURATION", "MAX_DURATION_NS", "format_duration_ms", "is_bare_number",
-           "parse_duration_ns"]
+           "parse_duration_ns", "shown"]
 
 _SECOND = 1_000_000_000
 _UNITS = {"ms": 1_000_000, "s": _SECOND, "m": 60 * _SECOND, "h": 3_600 * _SECOND,
@@ -38,16 +40,25 @@ _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")  # ASCII digits only
 _MAX_WHOLE_DIGITS = 20
 
 
-def _shown(value: str | int | float) -> str:
-    """The value as a message quotes it, cut short when it would swamp the message."""
-    text = repr(value)
-    if isinstance(value, str) and len(value) > 40:
-        text = f"{value[:24] + '…'!r} ({len(value)} characters)"
-    return text
+def shown(value: object, *, cut: bool = False) -> str:
+    """A value from a config file (or a flag) as an error message quotes it: its repr,
+    with every secret in it scrubbed first. A problem is printed, logged by the daemon and
+    sent to `harness reload`, and a token pasted under the wrong key must reach none of
+    them. With `cut`, a long string is shortened, after the scrub: a token cut short is
+    one the scrubber no longer knows."""
+    clean = scrub_value(value)[0]
+    if cut and isinstance(clean, str) and isinstance(value, str) and len(clean) > 40:
+        return f"{clean[:24] + '…'!r} ({len(value)} characters)"
+    return repr(clean)
 
 
 def _too_long(value: str | int | float) -> ValueError:
-    return ValueError(f"must be at most {MAX_DURATION}, got {_shown(value)}")
+    return ValueError(f"must be at most {MAX_DURATION}, got {shown(value, cut=True)}")
+
+
+def _not_a_duration(value: object) -> ValueError:
+    return ValueError(f"not a duration: {shown(value, cut=True)} "
+                      "(use e.g. 500ms, 2s, 15m, 1h, 7d)")
 
 
 def _number_ns(number: str, unit: int, value: str) -> int:
@@ -86,13 +97,13 @@ def parse_duration_ns(value: str | int | float) -> int:
         return int(Decimal(repr(value)).scaleb(9))
     s = value.strip() if isinstance(value, str) else value
     if not isinstance(s, str) or not s:
-        raise ValueError(f"not a duration: {_shown(value)} (use e.g. 500ms, 2s, 15m, 1h, 7d)")
+        raise _not_a_duration(value)
     if _NUMBER.fullmatch(s):
         ns = _number_ns(s, _SECOND, value)
     elif _WHOLE.match(s):
         ns = sum(_number_ns(n, _UNITS[u], value) for n, u in _PART.findall(s))
     else:
-        raise ValueError(f"not a duration: {_shown(value)} (use e.g. 500ms, 2s, 15m, 1h, 7d)")
+        raise _not_a_duration(value)
     if ns > MAX_DURATION_NS:
         raise _too_long(value)
     return ns

@@ -22,7 +22,10 @@ lines read ``FILE:LINE: KEY: problem`` (KEY dotted as in the file, e.g.
 ``harness.nightly.timeout``). tomllib keeps no positions, so ``_key_lines`` re-scans the
 TOML text for table headers and keys; a key it cannot place (inside an inline table)
 takes the line of its nearest placed parent. Rules that span keys of one table are
-checked only once the table's keys are individually valid.
+checked only once the table's keys are individually valid. A problem is printed, logged
+by the daemon and sent to `harness reload`: every value it quotes (``durations.shown``)
+and its key pass the secret scrubber first, so a token pasted in the wrong place is
+never repeated.
 
 Invariant: loading has no side effects. It only reads files, and it either returns a
 complete, valid Config or raises; so a reload that fails leaves the caller's last good
@@ -44,6 +47,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from harness.config.durations import shown
 from harness.config.model import (
     NAME_RE,
     BudgetConfig,
@@ -58,6 +62,7 @@ from harness.config.model import (
 )
 from harness.ledger.files import atomic_write, make_private_dir
 from harness.ledger.schema import name_kept
+from harness.ledger.scrub import scrub_text
 from harness.paths import config_path, state_dir
 
 __all__ = [
@@ -276,8 +281,10 @@ class _File:
         return 1
 
     def add(self, path: Path, message: str) -> None:
-        self.problems.append(
-            Problem(self.path, self.line_of(path), ".".join(path) or "(top)", message))
+        # The key is scrubbed on its own (a message quotes values through `shown`): a
+        # table named with a pasted token is found by its line, not by its name.
+        key = scrub_text(".".join(path))[0] or "(top)"
+        self.problems.append(Problem(self.path, self.line_of(path), key, message))
 
     def read(self) -> dict[str, Any] | None:
         try:
@@ -332,22 +339,22 @@ def _message(err: Any) -> str:
     if kind == "missing":
         return "required key is missing"
     if kind == "literal_error":
-        return f"unknown value {value!r} (expected {ctx.get('expected')})"
+        return f"unknown value {shown(value)} (expected {ctx.get('expected')})"
     if kind == "value_error":
         return str(ctx.get("error", err["msg"]))
     if kind in _TYPE_NAMES:
-        return f"expected {_TYPE_NAMES[kind]}, got {toml_type(value)} {value!r}"
+        return f"expected {_TYPE_NAMES[kind]}, got {toml_type(value)} {shown(value)}"
     if kind in ("greater_than_equal", "greater_than", "less_than_equal"):
         bound = {"greater_than_equal": ("at least", "ge"), "greater_than": ("more than", "gt"),
                  "less_than_equal": ("at most", "le")}[kind]
         limit = ctx.get(bound[1])
         if isinstance(limit, float) and limit.is_integer():
             limit = int(limit)  # `more than 0`, not `more than 0.0`, for a float field
-        return f"must be {bound[0]} {limit}, got {value!r}"
+        return f"must be {bound[0]} {limit}, got {shown(value)}"
     if kind == "string_too_short":
         return "must not be empty"
     if kind == "string_pattern_mismatch":
-        return f"{value!r} does not match {ctx.get('pattern')}"
+        return f"{shown(value)} does not match {ctx.get('pattern')}"
     return str(err["msg"])
 
 
@@ -385,10 +392,10 @@ def _named_tables(f: _File, data: dict[str, Any], kind: str) -> dict[str, Any]:
     out = {}
     for name, body in tables.items():
         if not NAME_RE.fullmatch(name):
-            f.add((kind, name), f"bad name {name!r} (letters, digits, '.', '_', '-'; "
+            f.add((kind, name), f"bad name {shown(name)} (letters, digits, '.', '_', '-'; "
                                 "at most 64, starting with a letter or digit)")
         elif not isinstance(body, dict):
-            f.add((kind, name), f"expected a table, got {toml_type(body)} {body!r}")
+            f.add((kind, name), f"expected a table, got {toml_type(body)} {shown(body)}")
         else:
             out[name] = body
     return out
@@ -615,7 +622,8 @@ def load_config(path: str | None = None, *, projects: list[Project] | None = Non
                 local = parts.local_names.get(name, name) if kind == "harness" else name
                 key = f"{kind}.{name}"
                 if key in origins:
-                    f.add((kind, local), f"{kind} {name!r} is already defined in {origins[key]}")
+                    f.add((kind, local),
+                          f"{kind} {shown(name)} is already defined in {origins[key]}")
                     continue
                 origins[key] = f.path
                 where[key] = (f, (kind, local))

@@ -36,7 +36,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictStr, model_validator
 
-from harness.config.durations import parse_duration_ns
+from harness.config.durations import parse_duration_ns, shown
 from harness.config.schedule import (
     OperatingHours,
     Schedule,
@@ -44,6 +44,7 @@ from harness.config.schedule import (
     parse_hours,
     parse_schedule,
 )
+from harness.ledger.scrub import scrub_text
 
 __all__ = [
     "DAY_NS",
@@ -75,7 +76,7 @@ def _duration(value: Any) -> Any:
     # Booleans are ints to Python, and `timeout = true` is not a duration.
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ValueError(f"expected a duration like \"15m\" or a number of seconds, got "
-                         f"{toml_type(value)} {value!r}")
+                         f"{toml_type(value)} {shown(value)}")
     return parse_duration_ns(value)
 
 
@@ -96,7 +97,7 @@ def _str_list(what: str, *, allow_str: bool) -> Any:
         if (not isinstance(value, list) or not value
                 or not all(isinstance(v, str) for v in value)):
             raise ValueError(f"must be a non-empty list of strings{what}, got "
-                             f"{toml_type(value)} {value!r}")
+                             f"{toml_type(value)} {shown(value)}")
         return value
     return check
 
@@ -113,7 +114,7 @@ def _expression(parse: Callable[[str], Any]) -> Callable[[Any], Any]:
 
     def check(value: Any) -> Any:
         if not isinstance(value, str):
-            raise ValueError(f"expected a string, got {toml_type(value)} {value!r}")
+            raise ValueError(f"expected a string, got {toml_type(value)} {shown(value)}")
         try:
             parse(value)
         except ScheduleError as exc:
@@ -125,27 +126,27 @@ def _expression(parse: Callable[[str], Any]) -> Callable[[Any], Any]:
 
 def _trigger(value: Any) -> Any:
     if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {toml_type(value)} {value!r}")
+        raise ValueError(f"expected a string, got {toml_type(value)} {shown(value)}")
     kind, _, name = value.partition(".")
     if kind not in ("webhook", "channel") or not NAME_RE.fullmatch(name):
-        raise ValueError(f"{value!r} is not \"webhook.NAME\" or \"channel.NAME\"")
+        raise ValueError(f"{shown(value)} is not \"webhook.NAME\" or \"channel.NAME\"")
     return value
 
 
 def _url(value: Any) -> Any:
     if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {toml_type(value)} {value!r}")
+        raise ValueError(f"expected a string, got {toml_type(value)} {shown(value)}")
     if not re.match(r"https?://[^/\s]+", value):
-        raise ValueError(f"{value!r} is not an http:// or https:// URL")
+        raise ValueError(f"{shown(value)} is not an http:// or https:// URL")
     return value
 
 
 def _listen(value: Any) -> Any:
     if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {toml_type(value)} {value!r}")
+        raise ValueError(f"expected a string, got {toml_type(value)} {shown(value)}")
     _host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{value!r} is not HOST:PORT")
+        raise ValueError(f"{shown(value)} is not HOST:PORT")
     return value
 
 
@@ -268,10 +269,11 @@ _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 def _trace_url(value: Any) -> Any:
     if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {toml_type(value)} {value!r}")
+        raise ValueError(f"expected a string, got {toml_type(value)} {shown(value)}")
     others = [p for p in _PLACEHOLDER.findall(value) if p != "trace_id"]
     if others:
-        names = ", ".join("{" + p + "}" for p in dict.fromkeys(others))
+        # The placeholders are the user's text, and could be a pasted secret.
+        names = scrub_text(", ".join("{" + p + "}" for p in dict.fromkeys(others)))[0]
         raise ValueError(f"unsupported placeholder {names} (only {{trace_id}} is replaced)")
     return value
 
@@ -279,7 +281,7 @@ def _trace_url(value: Any) -> Any:
 def _retention(value: Any) -> Any:
     ns = _duration(value)
     if ns < DAY_NS:
-        raise ValueError(f"must be at least 1d, got {value!r}")
+        raise ValueError(f"must be at least 1d, got {shown(value)}")
     return ns
 
 

@@ -31,7 +31,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from harness.config.durations import parse_duration_ns
+from harness.config.durations import parse_duration_ns, shown
 
 __all__ = [
     "OperatingHours",
@@ -85,7 +85,7 @@ def _zone(name: str, expr: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise ScheduleError(f"unknown time zone {name!r} in {expr!r}") from exc
+        raise ScheduleError(f"unknown time zone {shown(name)} in {shown(expr)}") from exc
 
 
 def _aware(at: datetime) -> datetime:
@@ -167,7 +167,7 @@ def _from_ns(ns: int) -> datetime:
 def parse_schedule(expr: str) -> Schedule:
     """Validate ``expr`` and return its Schedule, or raise ScheduleError."""
     if not isinstance(expr, str):
-        raise ScheduleError(f"a schedule must be a string, got {expr!r}")
+        raise ScheduleError(f"a schedule must be a string, got {shown(expr)}")
     rest = expr.strip()
     zone: ZoneInfo | None = None
     m = _TZ_PREFIX.match(rest)
@@ -175,34 +175,34 @@ def parse_schedule(expr: str) -> Schedule:
         zone = _zone(m.group(1), expr)
         rest = rest[m.end():].strip()
     if not rest:
-        raise ScheduleError(f"empty schedule {expr!r}")
+        raise ScheduleError(f"empty schedule {shown(expr)}")
     if rest.startswith("@every"):
         dur = rest[len("@every"):].strip()
         try:
             ns = parse_duration_ns(dur)
         except ValueError as exc:
-            raise ScheduleError(f"bad @every duration in {expr!r}: {exc}") from exc
+            raise ScheduleError(f"bad @every duration in {shown(expr)}: {exc}") from exc
         if ns < _NS:
-            raise ScheduleError(f"@every needs at least 1s in {expr!r}")
+            raise ScheduleError(f"@every needs at least 1s in {shown(expr)}")
         return Schedule(expr, None, ns, zone)
     if rest.startswith("@"):
         cron = _MACROS.get(rest.lower())
         if cron is None:
             raise ScheduleError(
-                f"unknown schedule macro {rest!r} in {expr!r} (use @hourly, @daily, @weekly, "
-                "@monthly, @yearly or @every DUR)")
+                f"unknown schedule macro {shown(rest)} in {shown(expr)} (use @hourly, @daily, "
+                "@weekly, @monthly, @yearly or @every DUR)")
     else:
         cron = " ".join(rest.split())
         if len(cron.split()) != 5:
             raise ScheduleError(f"a cron schedule needs 5 fields, got {len(cron.split())} "
-                                f"in {expr!r}")
+                                f"in {shown(expr)}")
     try:
         # Construct once so a bad field fails at load time, not at the first tick.
         next(CronSim(cron, datetime(2000, 1, 1, tzinfo=UTC)))
     except CronSimError as exc:
-        raise ScheduleError(f"bad cron expression {expr!r}: {exc}") from exc
+        raise ScheduleError(f"bad cron expression {shown(expr)}: {exc}") from exc
     except StopIteration as exc:
-        raise ScheduleError(f"cron expression {expr!r} never fires") from exc
+        raise ScheduleError(f"cron expression {shown(expr)} never fires") from exc
     return Schedule(expr, cron, None, zone)
 
 
@@ -291,14 +291,14 @@ def _wall_instants(d: date, minute: int, tz: tzinfo) -> list[datetime]:
 def _minute_of(text: str, expr: str, *, end: bool) -> int:
     m = re.fullmatch(r"(\d{1,2}):(\d{2})", text)
     if not m:
-        raise ScheduleError(f"bad time {text!r} in {expr!r} (use HH:MM)")
+        raise ScheduleError(f"bad time {shown(text)} in {shown(expr)} (use HH:MM)")
     h, mi = int(m.group(1)), int(m.group(2))
     if h == 24 and mi == 0:
         if not end:
-            raise ScheduleError(f"24:00 may only end a window, in {expr!r}")
+            raise ScheduleError(f"24:00 may only end a window, in {shown(expr)}")
         return 1440
     if h > 23 or mi > 59:
-        raise ScheduleError(f"bad time {text!r} in {expr!r}")
+        raise ScheduleError(f"bad time {shown(text)} in {shown(expr)}")
     return h * 60 + mi
 
 
@@ -307,7 +307,7 @@ def _day(text: str, expr: str) -> int:
     if key in _FULL_DAYS:
         key = key[:3]
     if key not in _DAYS:
-        raise ScheduleError(f"unknown day {text.strip()!r} in {expr!r} (use Mon … Sun)")
+        raise ScheduleError(f"unknown day {shown(text.strip())} in {shown(expr)} (use Mon … Sun)")
     return _DAYS.index(key)
 
 
@@ -318,7 +318,7 @@ def _days(spec: str, expr: str) -> frozenset[int]:
     out: set[int] = set()
     for part in spec.split(","):
         if not part.strip():
-            raise ScheduleError(f"empty day in {expr!r}")
+            raise ScheduleError(f"empty day in {shown(expr)}")
         if "-" in part:
             a, _, b = part.partition("-")
             i, j = _day(a, expr), _day(b, expr)
@@ -337,7 +337,7 @@ def _days(spec: str, expr: str) -> frozenset[int]:
 def parse_hours(expr: str) -> OperatingHours:
     """Validate an operating-hours expression, or raise ScheduleError naming the problem."""
     if not isinstance(expr, str):
-        raise ScheduleError(f"operating hours must be a string, got {expr!r}")
+        raise ScheduleError(f"operating hours must be a string, got {shown(expr)}")
     rest = expr.strip()
     zone: ZoneInfo | None = None
     m = re.match(r"TZ=(\S+)\s*", rest)
@@ -348,21 +348,22 @@ def parse_hours(expr: str) -> OperatingHours:
     for raw in rest.split(";"):
         part = raw.strip()
         if not part:
-            raise ScheduleError(f"empty window in {expr!r}")
+            raise ScheduleError(f"empty window in {shown(expr)}")
         pieces = part.split()
         if len(pieces) == 1:
             days, span = frozenset(range(7)), pieces[0]
         elif len(pieces) == 2:
             days, span = _days(pieces[0], expr), pieces[1]
         else:
-            raise ScheduleError(f"bad window {part!r} in {expr!r} (use e.g. Mon-Fri 09:00-17:00)")
+            raise ScheduleError(f"bad window {shown(part)} in {shown(expr)} "
+                                "(use e.g. Mon-Fri 09:00-17:00)")
         start_s, sep, end_s = span.partition("-")
         if not sep:
-            raise ScheduleError(f"bad window {part!r} in {expr!r} (use HH:MM-HH:MM)")
+            raise ScheduleError(f"bad window {shown(part)} in {shown(expr)} (use HH:MM-HH:MM)")
         start = _minute_of(start_s, expr, end=False)
         end = _minute_of(end_s, expr, end=True)
         if start == end:
-            raise ScheduleError(f"empty window {part!r} in {expr!r} (start equals end; "
+            raise ScheduleError(f"empty window {shown(part)} in {shown(expr)} (start equals end; "
                                 "use 00:00-24:00 for a whole day)")
         windows.append(HoursWindow(days, start, end))
     return OperatingHours(expr, tuple(windows), zone)
