@@ -938,3 +938,37 @@ def test_a_table_named_like_a_secret_is_reported_without_its_name(world: World) 
     assert res.stderr.splitlines()[1:] == [
         f"{cfg}:1: harness.[REDACTED]: the run ledger would redact this name as a secret "
         "(it reads like a key or a token): rename the harness"]
+
+
+DEEP_TOML = "[" * 3000 + "]" * 3000  # past tomllib's recursion, which has no error of its own
+DEEP_JSON = "[" * 100_000
+
+
+def test_a_config_nested_too_deeply_is_a_config_error(world: World) -> None:
+    cfg = write(world.root / "config" / "harness" / "harness.toml",
+                f'[harness.a]\nargv = ["x"]\n\n[server]\nx = {DEEP_TOML}\n')
+    res = world.harness("daemon")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"{cfg}:5: syntax: invalid TOML: nested too deeply\n")
+
+
+def test_a_project_file_nested_too_deeply_is_refused(world: World) -> None:
+    proj = world.root / "proj"
+    write(proj / "harness.toml", f"# a project\n[harness.a]\nargv = {DEEP_TOML}\n")
+    res = world.harness("up", str(proj))
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"{proj}/harness.toml:3: syntax: invalid TOML: nested too deeply\n"
+               f"harness: {proj} was not registered\n")
+
+
+def test_a_registry_nested_too_deeply_is_a_registry_error(world: World) -> None:
+    write(world.root / "config" / "harness" / "harness.toml",
+          '[harness.a]\nargv = ["true"]\nkind = "oneshot"\n')
+    reg = world.state / "projects.json"
+    write(reg, DEEP_JSON)
+    problem = f"{reg}: cannot read the project registry: JSON nested too deeply"
+    res = world.harness("logs", "a")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"harness: the config does not load, so a's kind is unknown:\n{problem}\n")
+    res = world.harness("down", str(world.root))
+    assert (res.returncode, res.stdout, res.stderr) == (1, "", f"harness: {problem}\n")

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from conftest import World
 from harness.supervisor.state import RunIds, StateError, StateFile, highest_log_id
 
 
@@ -75,6 +76,19 @@ def test_not_utf8_is_an_error(tmp_path: Path) -> None:
     p.write_bytes(b'{"x": "\xff"}')
     with pytest.raises(StateError, match="not valid"):
         StateFile(str(p)).load()
+
+
+def test_a_file_nested_too_deeply_stops_the_daemon_with_one_line(world: World) -> None:
+    """json recurses once per level: a state.json of 100,000 "[" once ended `harness
+    daemon` in a RecursionError traceback. It is a state error like any bad JSON: the
+    boot stops with exit 1, naming the file."""
+    p = world.state / "state.json"
+    p.parent.mkdir(parents=True)
+    p.write_text("[" * 100_000)
+    res = world.harness("daemon")
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr
+    assert res.stderr.splitlines()[-1] == f"harness: {p}: not valid JSON: nested too deeply"
 
 
 def test_counter_reads_current_and_legacy(tmp_path: Path) -> None:

@@ -266,6 +266,23 @@ def _key_lines(text: str) -> dict[Path, int]:
     return lines
 
 
+def _deepest_line(text: str) -> int:
+    """The line where brackets and braces nest deepest: where a value nested too deeply
+    for tomllib is (strings and comments are not told apart; it only points the reader)."""
+    depth = deepest = 0
+    line = at = 1
+    for c in text:
+        if c == "\n":
+            line += 1
+        elif c in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest, at = depth, line
+        elif c in "]}":
+            depth -= 1
+    return at
+
+
 @dataclass
 class _File:
     """One file being loaded: where its keys are, and the problems found in it."""
@@ -309,6 +326,10 @@ class _File:
             else:
                 line, msg = text.count("\n") + 1, re.sub(r"\s*\(at end of document\)$", "", msg)
             self.problems.append(Problem(self.path, line, "syntax", f"invalid TOML: {msg}"))
+            return None
+        except RecursionError:  # tomllib recurses once per level of nesting
+            self.problems.append(Problem(self.path, _deepest_line(text), "syntax",
+                                         "invalid TOML: nested too deeply"))
             return None
         self.lines = _key_lines(text)
         return data
@@ -492,6 +513,9 @@ def list_projects() -> list[Project]:
         return []
     except (OSError, ValueError) as exc:
         raise RegistryError(path, f"cannot read the project registry: {exc}") from exc
+    except RecursionError:  # the decoder recurses once per level of nesting
+        raise RegistryError(path, "cannot read the project registry: JSON nested too "
+                                  "deeply") from None
     try:
         return [Project(str(p["name"]), str(p["dir"])) for p in raw["projects"]]
     except (KeyError, TypeError) as exc:

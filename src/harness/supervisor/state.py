@@ -90,6 +90,8 @@ class StateFile:
             ) from None
         except UnicodeDecodeError as exc:
             raise StateError(f"{self.path}: not valid UTF-8: {exc.reason}") from None
+        except RecursionError:  # the decoder recurses once per level of nesting
+            raise StateError(f"{self.path}: not valid JSON: nested too deeply") from None
         if type(doc) is not dict:
             raise StateError(f"{self.path}: the top level must be a JSON object, "
                              f"not {type(doc).__name__}")
