@@ -361,6 +361,34 @@ argv = ["true"]
     verify_ok(world)
 
 
+def test_sigterm_with_lines_the_disk_never_took_exits_1_naming_them_without_a_traceback(
+        world: World, fd: FaultDaemons) -> None:
+    """REQ-20: the shutdown drains the queue within its timeout. When the disk takes no
+    write until the end, what is still queued is lost to this process: the daemon logs
+    one line naming the first of it (harness, run_id, seq) and exits 1, not 0 (nothing
+    says the history is whole) and not with a traceback."""
+    fd.write_config("""
+[harness.ok]
+kind = "oneshot"
+argv = ["true"]
+""")
+    proc = fd.start_faulty()
+    fd.booted()
+    fd.faults(**RO)
+    res = world.harness("trigger", "ok")
+    assert (res.returncode, res.stdout, res.stderr) == (0, "1\n", "")
+    # The run ends (its process was started anyway, REQ-6); its closed line is queued too.
+    until("both lines of run 1 queued", lambda: ledger_info(fd)["queued"] == 2, LONG)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=LONG) == 1, fd.stderr()
+    err = fd.stderr()
+    assert "Traceback" not in err
+    lost = [ln.split(" ", 2)[2] for ln in err.splitlines() if "they are lost" in ln]
+    assert lost == ["ERROR harness.daemon: ledger: closed with 2 line(s) still queued (not "
+                    "durable) (harness=ok run_id=1 seq=1); they are lost"]
+    assert all_lines(world.ledger) == []
+
+
 # -- REQ-7: SIGKILL mid-run -------------------------------------------------------------
 
 CRASH_NOTE = "harness: run interrupted: the daemon stopped without closing it (daemon_crash)"

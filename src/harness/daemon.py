@@ -236,7 +236,8 @@ class Signals:
 
 async def main(config_path: str | None = None, socket_path: str | None = None) -> int:
     """Run the daemon until SIGTERM/SIGINT; 0 after a clean shutdown, 2 for a bad config,
-    1 when it cannot boot (another daemon owns the socket, the ledger cannot be opened).
+    1 when it cannot boot (another daemon owns the socket, the ledger cannot be opened)
+    or when ledger lines still queued at the shutdown were lost (logged).
 
     `socket_path` (`--socket`) overrides HARNESS_SOCKET and the XDG default.
     """
@@ -289,12 +290,27 @@ async def _boot(config_path: str | None, sock: str, signals: Signals) -> int:
             print(f"harness: cannot open the ledger {ledger_dir}: {exc}", file=sys.stderr)
             return 1
         try:
-            return await _serve(config, cfg_file, ledger, server, table, ready, signals,
-                                config_path)
+            rc = await _serve(config, cfg_file, ledger, server, table, ready, signals,
+                              config_path)
         finally:
-            await asyncio.to_thread(ledger.close, LEDGER_CLOSE_TIMEOUT)
+            # Inside this `finally` a raise would also hide an exception in flight.
+            durable = await _close_ledger(ledger)
+        return rc if durable else (rc or 1)
     finally:
         await server.close()
+
+
+async def _close_ledger(ledger: RunLedger) -> bool:
+    """Drain and close the ledger; False (logged, one line) when lines were still queued
+    at the timeout: a disk that took no write until the end. They are lost to this
+    process, and the daemon's exit says so; the line names the first of them (harness,
+    run_id, seq), never its content."""
+    try:
+        await asyncio.to_thread(ledger.close, LEDGER_CLOSE_TIMEOUT)
+    except LedgerError as exc:
+        log.error("ledger: %s; they are lost", exc)
+        return False
+    return True
 
 
 async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: ControlServer,
