@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from conftest import World
+from harness.worklog.git import Git
 from harness.worklog.store import WorkLedger
 from ledgertools import ref_canonical
 
@@ -410,6 +411,40 @@ def test_ref_that_is_not_an_anchor(world: World, repo: Path, tmp_path: Path) -> 
     res = cli(world, other, "ledger", "fetch", RUN)
     assert res.returncode == 2, res.stderr
     err_line(res)
+    assert not ledger_path(other).exists()
+
+
+def _deep_anchor(repo: Path) -> None:
+    """Point the run's anchor ref at a tree whose LEDGER.json is 100,000 "[": JSON nested
+    past any decoder's depth, which a hostile or corrupt remote can hold."""
+    g = Git.open(repo)
+    meta, chunk = g.write_blobs([b"[" * 100_000, b"{}\n"])
+    tree = g.mktree([("LEDGER.json", meta), ("chunk-000000.jsonl", chunk)])
+    g.update_ref(REF, g.commit_tree(tree, [], "forged\n"), None)
+
+
+def test_an_anchor_nested_too_deeply_is_not_an_anchor(world: World, repo: Path,
+                                                      tmp_path: Path) -> None:
+    """msgspec raises RecursionError, not DecodeError, for such a LEDGER.json: once a
+    traceback (exit 1) from fetch, runs, anchor and resume; now "not an anchor" (exit 2),
+    and `runs` lists it as a broken anchor."""
+    record(repo, GOAL)
+    _deep_anchor(repo)
+    not_anchor = (f"{REF} is not a work-ledger anchor: LEDGER.json is not JSON (JSON nested "
+                  "too deeply)")
+    before = snapshot(repo)
+    for args in (["anchor", RUN], ["resume", RUN]):
+        res = cli(world, repo, "ledger", *args)
+        assert (res.returncode, res.stdout, err_line(res)) == (2, "", f"harness: {not_anchor}")
+    assert snapshot(repo) == before
+    res = cli(world, repo, "ledger", "runs", "--json")
+    assert (res.returncode, res.stderr) == (0, "")
+    [r] = json.loads(res.stdout)["runs"]
+    assert (r["agreement"], r["anchor_error"]) == ("anchor broken", "JSON nested too deeply")
+    other = make_repo(tmp_path / "other")
+    res = cli(world, other, "ledger", "fetch", RUN, "--remote", str(repo))
+    assert (res.returncode, res.stdout, err_line(res)) == (
+        2, "", f"harness: {repo} {not_anchor}")
     assert not ledger_path(other).exists()
 
 
@@ -1042,6 +1077,22 @@ def anchor_events(world: World) -> list[tuple[str, str, str]]:
     lines = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
     return [(a["data"]["run_id"], a["data"]["head_hash"], a["data"]["commit"])
             for a in lines if a["event"] == "work_ledger.anchor"]
+
+
+def test_an_audit_chain_whose_last_line_is_nested_too_deeply_only_warns(
+        world: World, repo: Path) -> None:
+    """The ref has moved by the time the audit mirror reads the chain's last line; one
+    nested past msgspec's depth (RecursionError) once ended the anchor in a traceback."""
+    rows = record(repo, GOAL)
+    path = world.state / "audit" / "audit.jsonl"
+    path.parent.mkdir(parents=True, mode=0o700)
+    path.write_bytes(b"[" * 100_000 + b"\n")
+    res = cli(world, repo, "ledger", "anchor", RUN)
+    commit = git(repo, "rev-parse", REF).stdout.strip()
+    assert (res.returncode, res.stdout, res.stderr) == (
+        0, f"created: {REF} -> {commit} (8 entries, head {rows[-1]['entry_hash']})\n",
+        f"harness: warning: anchored, but the audit chain was not updated: the last line "
+        f"of {path} is not an audit line\n")
 
 
 def test_an_anchor_whose_audit_mirror_failed_is_mirrored_by_the_next_anchor(

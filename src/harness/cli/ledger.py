@@ -72,6 +72,10 @@ def _guard(action: Callable[[], T]) -> T:
         _die(f"git failed: {exc}", EXIT_BROKEN)
     except (ValueError, UnicodeError) as exc:
         _die(str(exc), EXIT_BROKEN)
+    except RecursionError:
+        # JSON nested past a decoder's depth, in a file no parser below named (each one
+        # that reads another machine's data reports it as its own decode error).
+        _die("cannot read a ledger file: JSON nested too deeply", EXIT_BROKEN)
 
 
 def _workdir(option: str | None) -> Path:
