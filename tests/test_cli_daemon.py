@@ -35,12 +35,15 @@ from harness.control.client import Client
 
 class FakeDaemon:
     """Accepts connections, answers hello, records each request, replies with `runs`
-    (or with `raw`, a reply of any shape, as a daemon of another make might)."""
+    (or with `raw`, a reply of any shape, as a daemon of another make might; bytes are
+    sent as the reply's line as they are, and `hello`, bytes too, answers hello so)."""
 
-    def __init__(self, path: str, runs: list[dict[str, Any]], raw: Any = None) -> None:
+    def __init__(self, path: str, runs: list[dict[str, Any]], raw: Any = None,
+                 hello: bytes | None = None) -> None:
         self.requests: list[dict[str, Any]] = []
         self.runs = runs
         self.raw = raw
+        self.hello = hello
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(path)
         os.chmod(path, 0o600)
@@ -54,11 +57,13 @@ class FakeDaemon:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            with conn, conn.makefile("rwb") as f:
+            # A client that gave up on an odd reply is gone when the next is written.
+            with contextlib.suppress(OSError), conn, conn.makefile("rwb") as f:
                 for line in f:
                     msg = json.loads(line)
                     if msg.get("op") == "hello":
-                        reply: Any = {"ok": True, "proto": "1.0"}
+                        reply: Any = {"ok": True, "proto": "1.0"} if self.hello is None \
+                            else self.hello
                     elif self.raw is not None:
                         self.requests.append(msg)
                         reply = self.raw
@@ -68,7 +73,8 @@ class FakeDaemon:
                                  "data": {"runs": self.runs,
                                           "oldest_seq": self.runs[-1]["seq"] if self.runs
                                           else None}}
-                    f.write(json.dumps(reply).encode() + b"\n")
+                    f.write((reply if isinstance(reply, bytes)
+                             else json.dumps(reply).encode()) + b"\n")
                     f.flush()
 
     def close(self) -> None:
@@ -403,3 +409,95 @@ def test_a_reply_of_another_shape_is_a_clear_error(world: World, tmp_path: Path,
     finally:
         daemon.close()
     assert (res.returncode, res.stdout, res.stderr) == (1, "", f"harness: {why} (bad_reply)\n")
+
+
+# -- replies no daemon of ours sends: each a clear one-line error, never a traceback ------
+
+# Every command that needs the daemon, and the first op each sends.
+DAEMON_COMMANDS = [("jobs",), ("list",), ("trigger", "x"), ("trigger", "x", "--wait"),
+                   ("start", "x"), ("stop", "x"), ("restart", "x"), ("reload",),
+                   ("logs", "x")]
+
+
+def first_op(args: tuple[str, ...]) -> str:
+    return "daemon_info" if "--wait" in args else args[0]
+
+
+def said(args: tuple[str, ...], why: str, code: str = "bad_reply") -> str:
+    """The line a command prints for the daemon's error `why` (code `code`)."""
+    if args[0] == "logs":
+        return f"harness: {why}\n"
+    if args[0] == "reload":
+        return f"harness: reload failed: {why} ({code})\n"
+    return f"harness: {why} ({code})\n"
+
+
+def odd_daemon(world: World, *args: str, raw: Any = None,
+               hello: bytes | None = None) -> subprocess.CompletedProcess[str]:
+    """`harness ARGS` against a FakeDaemon on the world's socket answering `raw`."""
+    daemon = FakeDaemon(str(world.root / "run" / "harness.sock"), [], raw=raw, hello=hello)
+    try:
+        return world.harness(*args)
+    finally:
+        daemon.close()
+
+
+BOOM = {"id": 1, "ok": False, "error": "boom"}
+
+
+@pytest.mark.parametrize("args", DAEMON_COMMANDS, ids=" ".join)
+def test_an_error_that_is_no_object_is_a_bad_reply(world: World, args: tuple[str, ...]
+                                                   ) -> None:
+    """{"ok": false, "error": "boom"} ended every command in an AttributeError."""
+    res = odd_daemon(world, *args, raw=BOOM)
+    why = (f"the daemon's reply to {first_op(args)} is neither ok nor an error object: "
+           '{"id": 1, "ok": false, "error": "boom"}')
+    assert (res.returncode, res.stdout, res.stderr) == (1, "", said(args, why))
+
+
+@pytest.mark.parametrize("args", DAEMON_COMMANDS, ids=" ".join)
+def test_a_reply_nested_too_deeply_is_a_bad_reply(world: World, args: tuple[str, ...]
+                                                  ) -> None:
+    """msgspec raises RecursionError, no ValueError, past its depth: it was a traceback."""
+    res = odd_daemon(world, *args, raw=b"[" * 100_000)
+    why = f"the daemon's reply to {first_op(args)} is not JSON (JSON nested too deeply)"
+    assert (res.returncode, res.stdout, res.stderr) == (1, "", said(args, why))
+
+
+@pytest.mark.parametrize("args", [("jobs",), ("reload",)], ids=" ".join)
+def test_a_hello_nested_too_deeply_is_a_daemon_not_responding(
+        world: World, args: tuple[str, ...]) -> None:
+    res = odd_daemon(world, *args, hello=b"[" * 100_000)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", f"harness: daemon not responding ({world.root / 'run' / 'harness.sock'})\n")
+
+
+@pytest.mark.parametrize(("raw", "hello", "why"), [
+    (BOOM, None, "failed (the daemon's reply to runs is neither ok nor an error object: "
+                 '{"id": 1, "ok": false, "error": "boom"})'),
+    (b"[" * 100_000, None, "failed (the daemon's reply to runs is not JSON (JSON nested "
+                           "too deeply))"),
+    (None, b"[" * 100_000, "not responding"),
+], ids=["error no object", "deep reply", "deep hello"])
+def test_runs_reads_the_disk_when_the_daemon_answers_nonsense(
+        world: World, raw: Any, hello: bytes | None, why: str) -> None:
+    res = odd_daemon(world, "runs", "--json", raw=raw, hello=hello)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        0, "[]\n", f"harness: daemon {why}; read the ledger from disk ({world.ledger})\n")
+
+
+TOKEN = "sk-ant-api03-" + "A" * 40
+
+
+@pytest.mark.parametrize("args", [("jobs",), ("trigger", "x"), ("reload",), ("logs", "x")],
+                         ids=" ".join)
+@pytest.mark.parametrize(("error", "why"), [
+    ({"code": "x", "message": f"upstream said: key {TOKEN}"},
+     "upstream said: key [REDACTED]"),
+    ({"code": "x", "detail": f"api_key={TOKEN}"},
+     '{"code": "x", "detail": "api_key=[REDACTED]"}'),
+], ids=["in the message", "no message"])
+def test_a_secret_in_a_daemon_error_never_reaches_stderr(
+        world: World, args: tuple[str, ...], error: dict[str, Any], why: str) -> None:
+    res = odd_daemon(world, *args, raw={"id": 1, "ok": False, "error": error})
+    assert (res.returncode, res.stdout, res.stderr) == (1, "", said(args, why, "x"))

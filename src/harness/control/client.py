@@ -49,9 +49,14 @@ class DaemonUnreachable(Exception):
 
 
 class DaemonError(Exception):
+    """The daemon answered `request` with an error, or with a reply of no use
+    (`bad_reply`). Its code and message are what the daemon said, scrubbed here once for
+    every command that shows them: an error never carries a credential, whatever the
+    other end sent. (Escaping them for a terminal is the printer's: `fail`, `visible`.)"""
+
     def __init__(self, code: str, message: str) -> None:
-        self.code = code
-        super().__init__(message)
+        self.code = scrub_text(code)[0]
+        super().__init__(scrub_text(message)[0])
 
 
 def _preview(value: Any) -> str:
@@ -102,9 +107,16 @@ class Client:
             raise DaemonUnreachable("not responding (protocol mismatch)", path)
 
     def _roundtrip(self, msg: dict[str, Any], *, patient: bool = False) -> Any:
+        """The reply to `msg`: OSError when the connection fails, ValueError when the
+        reply is no JSON (nested past the decoder's depth included, which msgspec raises
+        as a RecursionError)."""
         self._sock.sendall(json.dumps(msg).encode() + b"\n")
-        # msgspec: a 1,000-record runs answer decodes in a fraction of json.loads's time.
-        return _decode(self._read_line(patient))
+        line = self._read_line(patient)
+        try:
+            # msgspec: a 1,000-record runs answer decodes in a fraction of json.loads's time.
+            return _decode(line)
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
 
     def _read_line(self, patient: bool) -> bytes:
         scanned = 0
@@ -138,15 +150,26 @@ class Client:
         return True
 
     def request(self, op: str, **args: Any) -> Any:
+        """The `data` of the daemon's answer to `op`; DaemonError when it answered with an
+        error or with a reply of another shape than the protocol's."""
         self._next_id += 1
-        reply = self._roundtrip({"id": self._next_id, "op": op, **args},
-                                patient=op in PATIENT_OPS)
+        try:
+            reply = self._roundtrip({"id": self._next_id, "op": op, **args},
+                                    patient=op in PATIENT_OPS)
+        except ValueError as exc:
+            raise DaemonError("bad_reply", f"the daemon's reply to {op} is not JSON ({exc})"
+                              ) from None
         if not isinstance(reply, dict):
             raise DaemonError("bad_reply", f"the daemon's reply to {op} is not a JSON object: "
                                            f"{_preview(reply)}")
         if not reply.get("ok"):
-            err = reply.get("error") or {}
-            raise DaemonError(str(err.get("code", "error")), str(err.get("message", reply)))
+            err = reply.get("error")
+            if not isinstance(err, dict):
+                raise DaemonError("bad_reply", f"the daemon's reply to {op} is neither ok nor "
+                                               f"an error object: {_preview(reply)}")
+            message = err.get("message")
+            raise DaemonError(str(err.get("code", "error")),
+                              message if isinstance(message, str) else _preview(err))
         return reply.get("data")
 
     def close(self) -> None:
