@@ -382,6 +382,33 @@ def test_bad_requests_get_exact_codes_and_the_connection_goes_on(
     raw.close()
 
 
+TOKEN = "sk-ant-api03-" + "A" * 40
+
+
+async def refuse_quoting_a_secret(req: dict[str, Any]) -> Any:
+    # A refused config quotes the value it refused; here across the reply's cap (512).
+    raise OpError("bad_config", "x" * 464 + f" argv: got string 'claude --api-key {TOKEN}'")
+
+
+async def fail_quoting_a_secret(req: dict[str, Any]) -> Any:
+    raise RuntimeError(f"upstream said Authorization: Bearer {TOKEN}")
+
+
+@pytest.mark.parametrize(("op", "message"), [
+    ("refuse", "x" * 464 + " argv: got string 'claude --api-key [REDACTED]'"),
+    ("boom", "op 'boom' failed: upstream said Authorization: Bearer [REDACTED]"),
+], ids=["a refused config", "a handler failure"])
+def test_an_error_reply_never_carries_a_secret(serve: Serve, sockdir: Path, op: str,
+                                               message: str) -> None:
+    """Scrubbed whole, then cut: a token cut short is one the scrubber no longer knows."""
+    serve({"refuse": refuse_quoting_a_secret, "boom": fail_quoting_a_secret})
+    raw = Raw(sockdir / "harness.sock")
+    raw.hello()
+    raw.send({"id": 1, "op": op})
+    assert raw.recv()["error"]["message"] == message
+    raw.close()
+
+
 def test_a_handler_failure_is_internal_and_logged(
         serve: Serve, sockdir: Path, caplog: pytest.LogCaptureFixture) -> None:
     serve(HANDLERS)

@@ -41,6 +41,7 @@ from typing import Any
 import msgspec
 
 from .. import __version__
+from ..ledger.scrub import scrub_text
 from . import PROTO
 
 log = logging.getLogger("harness.control")
@@ -82,8 +83,11 @@ def _major(proto: str) -> str:
 
 
 def _error(rid: Any, code: str, message: str) -> dict[str, Any]:
-    # Messages may quote client input (an op name, a proto): keep replies small.
-    return {"id": rid, "ok": False, "error": {"code": code, "message": message[:_MAX_MESSAGE]}}
+    # Messages may quote client input (an op name, a proto): keep replies small. They may
+    # also quote a config value or an exception's text: scrubbed, whole before the cut (a
+    # token cut short is one the scrubber no longer knows).
+    return {"id": rid, "ok": False,
+            "error": {"code": code, "message": scrub_text(message)[0][:_MAX_MESSAGE]}}
 
 
 _encoder = msgspec.json.Encoder()
