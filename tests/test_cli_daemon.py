@@ -501,3 +501,33 @@ def test_a_secret_in_a_daemon_error_never_reaches_stderr(
         world: World, args: tuple[str, ...], error: dict[str, Any], why: str) -> None:
     res = odd_daemon(world, *args, raw={"id": 1, "ok": False, "error": error})
     assert (res.returncode, res.stdout, res.stderr) == (1, "", said(args, why, "x"))
+
+
+def not_an_object(op: str, data: str, needs: str = "") -> str:
+    return f"the daemon's {op} reply is not an object{needs and ' with ' + needs}: {data}"
+
+
+@pytest.mark.parametrize(("args", "data", "why"), [
+    (("trigger", "x"), None, not_an_object("trigger", "null", "run_id")),
+    (("trigger", "x"), "x", not_an_object("trigger", '"x"', "run_id")),
+    (("trigger", "x"), {}, not_an_object("trigger", "{}", "run_id")),
+    (("trigger", "x", "--wait"), [1, 2], not_an_object("daemon_info", "[1, 2]", "ledger")),
+    (("trigger", "x", "--wait"), {"ledger": {}, "run_id": 1},
+     not_an_object("daemon_info ledger", "{}", "next_seq")),
+    (("trigger", "x", "--wait"), {"ledger": {"next_seq": 1}, "run_id": 1, "runs": 5},
+     'the daemon\'s runs reply is not a list of objects: {"ledger": {"next_seq": 1}, '
+     '"run_id": 1, "runs": 5}'),
+    (("start", "x"), None, not_an_object("start", "null", "action")),
+    (("stop", "x"), [1, 2], not_an_object("stop", "[1, 2]", "action")),
+    (("restart", "x"), {}, not_an_object("restart", "{}", "action")),
+    (("reload",), [1, 2], not_an_object("reload", "[1, 2]")),
+    (("logs", "x"), {"text": None}, not_an_object("logs", '{"text": null}', "text")),
+], ids=["trigger null", "trigger string", "trigger no run_id", "wait list",
+        "wait no next_seq", "wait runs no list", "start null", "stop list",
+        "restart no action", "reload list", "logs no text"])
+def test_data_of_another_shape_is_a_bad_reply(world: World, args: tuple[str, ...],
+                                              data: Any, why: str) -> None:
+    """trigger, start, stop and restart read the reply's fields unchecked: a TypeError,
+    KeyError or AttributeError traceback."""
+    res = odd_daemon(world, *args, raw={"id": 1, "ok": True, "data": data})
+    assert (res.returncode, res.stdout, res.stderr) == (1, "", said(args, why))

@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from .. import paths
-from ..control.client import Client, DaemonError, DaemonUnreachable, listing
+from ..control.client import Client, DaemonError, DaemonUnreachable, listing, reply_object
 from ..ledger.query import MAX_LIMIT
 from ..supervisor.logview import LogFollower
 from . import render
@@ -83,10 +83,14 @@ def trigger_command(ctx: click.Context, name: str, wait: bool) -> None:
     """Start a run of the one-shot NAME now."""
 
     def go(client: Client) -> int:
-        # Every line written after this answer has at least this seq, the run's first
-        # line included: where the search for its record can stop.
-        first_seq = client.request("daemon_info")["ledger"]["next_seq"] if wait else 1
-        data = client.request("trigger", name=name)
+        first_seq = 1
+        if wait:
+            # Every line written after this answer has at least this seq, the run's first
+            # line included: where the search for its record can stop.
+            info = reply_object(client.request("daemon_info"), "daemon_info", ledger=dict)
+            first_seq = reply_object(info["ledger"], "daemon_info ledger",
+                                     next_seq=int)["next_seq"]
+        data = reply_object(client.request("trigger", name=name), "trigger", run_id=int)
         run_id = data["run_id"]
         decision = data.get("decision", "started")
         if decision != "started":
@@ -131,21 +135,21 @@ def _run_record(client: Client, name: str, run_id: int, seq: int | None,
     """
     if seq is not None:
         # The newest record below seq + 1 is the one at seq.
-        runs = client.request("runs", names=[name], before_seq=seq + 1, limit=1)["runs"]
+        runs = listing(client.request("runs", names=[name], before_seq=seq + 1, limit=1),
+                       "runs")
         if runs and runs[0].get("run_id") == run_id:
-            rec: dict[str, Any] = runs[0]
-            return rec
+            return runs[0]
     before: int | None = None
     while True:
         args: dict[str, Any] = {"names": [name], "limit": MAX_LIMIT}
         if before is not None:
             args["before_seq"] = before
         page = client.request("runs", **args)
-        runs = page["runs"]
+        runs = listing(page, "runs")
         found = next((r for r in runs if r.get("run_id") == run_id), None)
         if found is not None:
             return found
-        oldest = page.get("oldest_seq")
+        oldest = page.get("oldest_seq") if isinstance(page, dict) else None
         if len(runs) < MAX_LIMIT or not isinstance(oldest, int) or oldest <= first_seq:
             return None
         before = oldest
@@ -231,7 +235,8 @@ def _lifecycle(op: str, doc: str) -> click.Command:
     @click.argument("name")
     @click.pass_context
     def command(ctx: click.Context, name: str) -> None:
-        click.echo(_describe(_call(ctx, lambda c: c.request(op, name=name))))
+        click.echo(_describe(_call(
+            ctx, lambda c: reply_object(c.request(op, name=name), op, action=str))))
 
     return command
 

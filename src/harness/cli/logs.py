@@ -23,7 +23,7 @@ import click
 
 from .. import paths
 from ..config.load import ConfigError, load_config
-from ..control.client import Client, DaemonError, DaemonUnreachable
+from ..control.client import Client, DaemonError, DaemonUnreachable, reply_object
 from ..ledger.dayfiles import LedgerDirError
 from ..ledger.query import Query
 from ..ledger.reader import scan
@@ -41,12 +41,9 @@ def _ask_daemon(sock: str, name: str, run: int | None, lines: int | None) -> dic
             args["run"] = run
         if lines is not None:
             args["lines"] = lines
-        data = client.request("logs", **args)
+        return reply_object(client.request("logs", **args), "logs", text=str)
     finally:
         client.close()
-    if not isinstance(data, dict) or not isinstance(data.get("text"), str):
-        raise ValueError(f"unexpected answer to logs: {str(data)[:200]}")
-    return data
 
 
 def _disk_lookup(name: str, run_id: int) -> dict[str, Any] | None:

@@ -37,7 +37,7 @@ from ..config.load import (
     unregister_project,
 )
 from ..config.model import NAME_RE
-from ..control.client import Client, DaemonError, DaemonUnreachable
+from ..control.client import Client, DaemonError, DaemonUnreachable, reply_object
 from .output import fail, report
 
 EXIT_BAD_CONFIG = 2
@@ -54,7 +54,7 @@ def _request_reload(ctx: click.Context) -> dict[str, Any] | DaemonUnreachable:
     except DaemonUnreachable as exc:
         return exc
     try:
-        data = client.request("reload")
+        return reply_object(client.request("reload"), "reload")
     except DaemonError as exc:
         if exc.code == "bad_config":
             click.echo("harness: the daemon refused the new config and keeps its last good "
@@ -66,9 +66,6 @@ def _request_reload(ctx: click.Context) -> dict[str, Any] | DaemonUnreachable:
         fail(f"lost the daemon during the reload ({exc})")
     finally:
         client.close()
-    if not isinstance(data, dict):
-        fail(f"unexpected answer to reload: {str(data)[:200]}")
-    return data
 
 
 def _names(data: dict[str, Any], key: str) -> list[str]:

@@ -79,6 +79,20 @@ def listing(data: Any, key: str) -> list[dict[str, Any]]:
     return items
 
 
+def reply_object(data: Any, op: str, **fields: type) -> dict[str, Any]:
+    """`data`, what the daemon answered to `op`, as the object it must be, holding each of
+    `fields` as a value of its type (an int being no bool); or DaemonError: like
+    `listing`, a reply of another shape ends in a clear error, not in a traceback at the
+    first field the caller reads."""
+    if isinstance(data, dict) and all(
+            isinstance(v := data.get(k), t) and not (t is int and isinstance(v, bool))
+            for k, t in fields.items()):
+        return data
+    needs = f" with {', '.join(fields)}" if fields else ""
+    raise DaemonError("bad_reply", f"the daemon's {op} reply is not an object{needs}: "
+                                   f"{_preview(data)}")
+
+
 class Client:
     def __init__(self, path: str, timeout: float = 5.0) -> None:
         self.path = path
