@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from conftest import World
-from harness.control.client import Client
+from harness.control.client import Client, DaemonLost
 
 
 class FakeDaemon:
@@ -246,7 +246,7 @@ def test_an_op_that_cannot_take_long_still_times_out(tmp_path: Path) -> None:
     try:
         client = Client(str(tmp_path / "d.sock"), timeout=TIMEOUT)
         try:
-            with pytest.raises(TimeoutError, match=r"^timed out$"):
+            with pytest.raises(DaemonLost, match=r"^timed out$"):
                 client.request("list")
         finally:
             client.close()
@@ -264,7 +264,7 @@ def test_a_wedged_daemon_ends_a_long_op_within_two_timeouts(tmp_path: Path) -> N
         client = Client(str(tmp_path / "d.sock"), timeout=TIMEOUT)
         t0 = time.monotonic()
         try:
-            with pytest.raises(TimeoutError, match=r"^timed out, and the daemon no longer "
+            with pytest.raises(DaemonLost, match=r"^timed out, and the daemon no longer "
                                                    r"answers a new connection$"):
                 client.request("stop", name="stub")
         finally:
@@ -531,3 +531,73 @@ def test_data_of_another_shape_is_a_bad_reply(world: World, args: tuple[str, ...
     KeyError or AttributeError traceback."""
     res = odd_daemon(world, *args, raw={"id": 1, "ok": True, "data": data})
     assert (res.returncode, res.stdout, res.stderr) == (1, "", said(args, why))
+
+
+# -- failures that are the command's own, not the daemon's ---------------------------------
+
+
+def a_run(log: str, outcome: str = "failed", exit_code: int = 3) -> Answer:
+    """A daemon that starts run 1 of x, whose record reads closed with its log at `log`."""
+    rec = {"harness": "x", "run_id": 1, "seq": 1, "outcome": outcome,
+           "exit_code": exit_code, "log": log}
+
+    def answer(msg: dict[str, Any]) -> tuple[float, Any]:
+        return 0.0, {"daemon_info": {"ledger": {"next_seq": 1}},
+                     "trigger": {"decision": "started", "run_id": 1}}.get(
+                         msg["op"], {"runs": [rec], "oldest_seq": 1})
+    return answer
+
+
+def trigger(world: World, answer: Answer, *args: str, stdout: Any = subprocess.PIPE
+            ) -> subprocess.CompletedProcess[str]:
+    daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"), answer)
+    try:
+        return subprocess.run([sys.executable, "-m", "harness.cli", "trigger", "x", *args],
+                              env=world.env, stdout=stdout, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    finally:
+        daemon.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+@pytest.mark.parametrize("wait", [(), ("--wait",)], ids=["trigger", "trigger --wait"])
+def test_a_full_stdout_after_the_trigger_is_no_lost_daemon(
+        world: World, tmp_path: Path, wait: tuple[str, ...]) -> None:
+    """The daemon took the trigger and the run started: "lost the daemon" (and a second
+    line on the output) told the user otherwise, who might trigger it again."""
+    (tmp_path / "1.log").write_text("out\n")
+    with open("/dev/full", "w") as full:
+        res = trigger(world, a_run(str(tmp_path / "1.log")), *wait, stdout=full)
+    assert (res.returncode, res.stderr) == (
+        1, "harness: cannot write standard output: No space left on device\n")
+
+
+def test_a_reader_gone_before_the_run_id_ends_trigger_quietly(world: World) -> None:
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        res = trigger(world, a_run("/nonexistent"), stdout=w)
+    finally:
+        os.close(w)
+    assert (res.returncode, res.stderr) == (1, "")
+
+
+def test_a_log_that_will_not_read_leaves_wait_with_the_runs_exit_code(
+        world: World, tmp_path: Path) -> None:
+    """A log path that is a directory: was "lost the daemon ([Errno 21] ...)", exit 1."""
+    res = trigger(world, a_run(str(tmp_path)), "--wait")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        3, "", f"harness: cannot read the log of x run 1 ([Errno 21] Is a directory: "
+               f"'{tmp_path}'); waiting for the run to end without it\nx run 1: failed\n")
+
+
+def test_a_compressed_log_that_will_not_read_leaves_wait_with_the_runs_exit_code(
+        world: World, tmp_path: Path) -> None:
+    """A .zst that is no zstd frame: was a ZstdError traceback."""
+    (tmp_path / "1.log.zst").write_bytes(b"not zstd at all")
+    res = trigger(world, a_run(str(tmp_path / "1.log"), "success", 0), "--wait")
+    assert (res.returncode, res.stdout) == (0, "")
+    assert res.stderr.startswith("harness: cannot read the log of x run 1 (")
+    assert res.stderr.endswith("); waiting for the run to end without it\n"
+                               "x run 1: success\n")
+    assert res.stderr.count("\n") == 2

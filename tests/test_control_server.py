@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import pytest
 
 import harness
-from harness.control.client import Client, DaemonError, DaemonUnreachable
+from harness.control.client import Client, DaemonError, DaemonLost, DaemonUnreachable
 from harness.control.ops import runs_op
 from harness.control.server import MAX_LINE, ControlServer, Handler, OpError, SocketInUse
 from harness.ledger.runledger import RunLedger
@@ -198,7 +198,7 @@ def test_socket_is_0600_and_removed_on_close(loop: LoopThread, sockdir: Path) ->
     client = Client(str(path))  # an idle connection must not hold up close
     loop.run(srv.close(), timeout=10)
     assert not path.exists()
-    with pytest.raises((OSError, ValueError)):
+    with pytest.raises(DaemonLost):
         client.request("echo")
     client.close()
     with pytest.raises(DaemonUnreachable, match="not running"):

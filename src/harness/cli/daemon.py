@@ -18,13 +18,21 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+import zstandard
 
 from .. import paths
-from ..control.client import Client, DaemonError, DaemonUnreachable, listing, reply_object
+from ..control.client import (
+    Client,
+    DaemonError,
+    DaemonLost,
+    DaemonUnreachable,
+    listing,
+    reply_object,
+)
 from ..ledger.query import MAX_LIMIT
 from ..supervisor.logview import LogFollower
 from . import render
-from .output import fail
+from .output import fail, warn
 
 WAIT_POLL = 0.2
 EXIT_TIMED_OUT = 124
@@ -49,7 +57,10 @@ def exit_code_of(rec: dict[str, Any]) -> int:
 
 
 def _call(ctx: click.Context, fn: Callable[[Client], Any]) -> Any:
-    """Run `fn` against the daemon; any way it cannot be reached ends the command (exit 1)."""
+    """Run `fn` against the daemon; any way it cannot be reached ends the command (exit 1).
+    Only the client's failures are the daemon's: standard output refusing what `fn`
+    prints is reported as that (output.guarded_stdout), not as a daemon lost after it
+    took the request (a user told so might trigger the run again)."""
     sock = paths.socket_path((ctx.obj or {}).get("socket"))
     try:
         client = Client(sock)
@@ -59,7 +70,7 @@ def _call(ctx: click.Context, fn: Callable[[Client], Any]) -> Any:
         return fn(client)
     except DaemonError as exc:
         fail(f"{exc} ({exc.code})")
-    except (OSError, ValueError) as exc:
+    except DaemonLost as exc:
         fail(f"lost the daemon ({exc})")
     finally:
         client.close()
@@ -102,20 +113,29 @@ def trigger_command(ctx: click.Context, name: str, wait: bool) -> None:
             click.echo(str(run_id))
             return 0
         follower: LogFollower | None = None
+        unreadable = False  # the run's log would not read: its end is waited for without it
         out = sys.stdout.buffer
         seq: int | None = None
         while True:
             rec = _run_record(client, name, run_id, seq, first_seq)
             if rec is not None and isinstance(rec.get("seq"), int):
                 seq = rec["seq"]
-            if follower is None and rec is not None and isinstance(rec.get("log"), str):
+            if (follower is None and not unreadable and rec is not None
+                    and isinstance(rec.get("log"), str)):
                 follower = LogFollower(rec["log"])
             done = rec is not None and rec.get("outcome") != "running"
             if follower is not None:
                 # The run's output as it comes; the rest once closed, from the plain log
                 # or the .zst the daemon compressed it to.
-                out.write(follower.rest() if done else follower.new())
-                out.flush()
+                try:
+                    got = follower.rest() if done else follower.new()
+                except (OSError, zstandard.ZstdError) as exc:
+                    warn(f"cannot read the log of {name} run {run_id} ({exc}); waiting for "
+                         f"the run to end without it")
+                    follower, unreadable = None, True
+                else:
+                    out.write(got)
+                    out.flush()
             if rec is not None and done:
                 click.echo(f"{name} run {run_id}: {rec.get('outcome')}"
                            + (f" ({rec['reason']})" if rec.get("reason") else ""), err=True)

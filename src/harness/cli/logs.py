@@ -23,7 +23,7 @@ import click
 
 from .. import paths
 from ..config.load import ConfigError, load_config
-from ..control.client import Client, DaemonError, DaemonUnreachable, reply_object
+from ..control.client import Client, DaemonError, DaemonLost, DaemonUnreachable, reply_object
 from ..ledger.dayfiles import LedgerDirError
 from ..ledger.query import Query
 from ..ledger.reader import scan
@@ -109,7 +109,7 @@ def logs_command(ctx: click.Context, name: str, run: int | None, lines: int | No
         click.echo(f"harness: daemon {exc.why}; read the log from disk", err=True)
     except DaemonError as exc:
         fail(str(exc))
-    except (OSError, ValueError) as exc:
+    except DaemonLost as exc:
         fail(f"lost the daemon ({exc})")
     if as_json:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))

@@ -24,10 +24,15 @@ import click
 from .render import one_line
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
+def warn(message: str) -> None:
+    """One `harness: …` line on stderr; the command goes on."""
     # A message quotes paths, names and what a daemon or git said: none of it may reach
     # the terminal as a control, an escape sequence or a second "harness:" line.
     click.echo(f"harness: {one_line(message)}", err=True)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    warn(message)
     sys.exit(code)
 
 
@@ -113,4 +118,4 @@ def guarded_stdout() -> Iterator[None]:
         sys.exit(1)
 
 
-__all__ = ["OutputError", "fail", "guarded_stdout", "some_of"]
+__all__ = ["OutputError", "fail", "guarded_stdout", "some_of", "warn"]

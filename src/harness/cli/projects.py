@@ -37,7 +37,7 @@ from ..config.load import (
     unregister_project,
 )
 from ..config.model import NAME_RE
-from ..control.client import Client, DaemonError, DaemonUnreachable, reply_object
+from ..control.client import Client, DaemonError, DaemonLost, DaemonUnreachable, reply_object
 from .output import fail, report
 
 EXIT_BAD_CONFIG = 2
@@ -62,7 +62,7 @@ def _request_reload(ctx: click.Context) -> dict[str, Any] | DaemonUnreachable:
             report(str(exc))
             sys.exit(EXIT_BAD_CONFIG)
         fail(f"reload failed: {exc} ({exc.code})")
-    except (OSError, ValueError) as exc:
+    except DaemonLost as exc:
         fail(f"lost the daemon during the reload ({exc})")
     finally:
         client.close()

@@ -18,7 +18,7 @@ import click
 
 from .. import paths
 from ..config.durations import is_bare_number, parse_duration_ns
-from ..control.client import Client, DaemonError, DaemonUnreachable, listing
+from ..control.client import Client, DaemonError, DaemonLost, DaemonUnreachable, listing
 from ..ledger.dayfiles import LedgerDirError
 from ..ledger.fold import LogProbe
 from ..ledger.query import MAX_LIMIT, Query, QueryError
@@ -148,7 +148,7 @@ def runs_command(ctx: click.Context, names: tuple[str, ...], harness: tuple[str,
     sock = paths.socket_path((ctx.obj or {}).get("socket"))
     try:
         records = _ask_daemon(sock, q, legacy)
-    except (DaemonUnreachable, DaemonError, OSError, ValueError) as exc:
+    except (DaemonUnreachable, DaemonError, DaemonLost) as exc:
         # What the daemon said, the ledger's path and the names of the files in it are
         # not ours: each is shown as render.visible spells it, as in the table, or an
         # escape sequence in a file name would reach the terminal and a newline in a

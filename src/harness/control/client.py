@@ -48,6 +48,12 @@ class DaemonUnreachable(Exception):
             "; start it with `harness daemon`" if self.absent else "")
 
 
+class DaemonLost(Exception):
+    """The connection to the daemon failed during a request: closed, reset, or silent
+    past the timeout. Not an OSError, so that a command's own failures (standard output
+    refusing a write, a file it reads) are never taken for the daemon's."""
+
+
 class DaemonError(Exception):
     """The daemon answered `request` with an error, or with a reply of no use
     (`bad_reply`). Its code and message are what the daemon said, scrubbed here once for
@@ -165,11 +171,14 @@ class Client:
 
     def request(self, op: str, **args: Any) -> Any:
         """The `data` of the daemon's answer to `op`; DaemonError when it answered with an
-        error or with a reply of another shape than the protocol's."""
+        error or with a reply of another shape than the protocol's, DaemonLost when the
+        connection failed before an answer came."""
         self._next_id += 1
         try:
             reply = self._roundtrip({"id": self._next_id, "op": op, **args},
                                     patient=op in PATIENT_OPS)
+        except OSError as exc:
+            raise DaemonLost(str(exc)) from None
         except ValueError as exc:
             raise DaemonError("bad_reply", f"the daemon's reply to {op} is not JSON ({exc})"
                               ) from None
