@@ -601,3 +601,38 @@ def test_a_compressed_log_that_will_not_read_leaves_wait_with_the_runs_exit_code
     assert res.stderr.endswith("); waiting for the run to end without it\n"
                                "x run 1: success\n")
     assert res.stderr.count("\n") == 2
+
+
+def closed_stdout() -> None:
+    os.close(1)
+
+
+def test_logs_with_stdout_closed_ends_cleanly(world: World) -> None:
+    """`harness logs x >&-`: Python leaves sys.stdout None; the write to it was an
+    AttributeError traceback. The output goes to /dev/null, as the daemon's does."""
+    daemon = FakeDaemon(str(world.root / "run" / "harness.sock"), [], raw={
+        "id": 1, "ok": True, "data": {"name": "x", "run_id": 1, "path": "/x/1.log",
+                                      "text": "hello\n", "cut_bytes": 0, "shared": False}})
+    try:
+        res = subprocess.run([sys.executable, "-m", "harness.cli", "logs", "x"],
+                             env=world.env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, timeout=120,
+                             preexec_fn=closed_stdout)
+    finally:
+        daemon.close()
+    assert (res.returncode, res.stderr) == (0, "")
+
+
+def test_trigger_wait_with_stdout_closed_ends_with_the_runs_code(
+        world: World, tmp_path: Path) -> None:
+    (tmp_path / "1.log").write_text("out\n")
+    daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"),
+                            a_run(str(tmp_path / "1.log"), "failed", 3))
+    try:
+        res = subprocess.run([sys.executable, "-m", "harness.cli", "trigger", "x", "--wait"],
+                             env=world.env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, timeout=120,
+                             preexec_fn=closed_stdout)
+    finally:
+        daemon.close()
+    assert (res.returncode, res.stderr) == (3, "x run 1: failed\n")

@@ -57,12 +57,19 @@ def _std_fds_open() -> None:
     without (`harness daemon >&- 2>&-`). Otherwise the next files opened take them (the
     daemon's epoll and a socket did), and a write meant for a terminal lands there: C
     code or faulthandler writing to 2, a library writing to 1. open() returns the lowest
-    free descriptor, and those below `fd` are open by then: it lands on `fd`."""
-    for fd in (0, 1, 2):
+    free descriptor, and those below `fd` are open by then: it lands on `fd`.
+
+    Python left the stream of such a descriptor None (`harness logs NAME >&-`): it gets
+    one on /dev/null too, so that every command can write to `sys.stdout` as to a file."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
         try:
             os.fstat(fd)
         except OSError:
             os.open(os.devnull, os.O_RDWR)
+        if getattr(sys, name) is None:  # kept for the process's life: no `with`
+            stream = open(fd, "r" if fd == 0 else "w", closefd=False,  # noqa: SIM115
+                          errors="backslashreplace")
+            setattr(sys, name, stream)
 
 
 def main() -> None:
