@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -636,3 +637,29 @@ def test_trigger_wait_with_stdout_closed_ends_with_the_runs_code(
     finally:
         daemon.close()
     assert (res.returncode, res.stderr) == (3, "x run 1: failed\n")
+
+
+def test_ctrl_c_exits_130_and_says_nothing(world: World) -> None:
+    """Click turned the KeyboardInterrupt into "Aborted!" and exit 1, the ledger group's
+    "no ledger"; a shell reports a command Ctrl-C ended as 130."""
+    daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"), lambda m: None)
+    try:
+        # A stop is waited for while the daemon answers hello: nothing ends it but us.
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.cli", "stop", "x"], env=world.env, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        try:
+            deadline = time.monotonic() + 60
+            while not daemon.requests:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    finally:
+        daemon.close()
+    assert (proc.returncode, out, err) == (130, "", "")

@@ -11,11 +11,14 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import Any
 
 import click
 
 from .. import __version__
 from .output import guarded_stdout
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
 # Each command and the module of this package that defines it (in its COMMANDS). A
 # command's module is imported only when that command runs (or help lists them): a
@@ -38,6 +41,15 @@ class _LazyGroup(click.Group):
             return None
         commands = importlib.import_module(f"{__package__}.{module}").COMMANDS
         return next(c for c in commands if c.name == cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        # Ctrl-C exits 130, as a shell reports a command SIGINT ended, and says nothing
+        # more. Left to click, it printed "Aborted!" and exited 1: the ledger group's "no
+        # ledger", so a script could not tell an interrupted `ledger verify` from that.
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            sys.exit(EXIT_INTERRUPTED)
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -77,5 +89,5 @@ def main() -> None:
     try:
         with guarded_stdout():
             cli.main(prog_name="harness")
-    except KeyboardInterrupt:
-        sys.exit(130)
+    except KeyboardInterrupt:  # before or after the command
+        sys.exit(EXIT_INTERRUPTED)
