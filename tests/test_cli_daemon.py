@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pty
 import signal
 import socket
 import subprocess
@@ -663,3 +664,59 @@ def test_ctrl_c_exits_130_and_says_nothing(world: World) -> None:
     finally:
         daemon.close()
     assert (proc.returncode, out, err) == (130, "", "")
+
+
+# -- what the daemon sends is shown, never obeyed by the terminal --------------------------
+
+OSC = "\x1b]0;pwned\x07"  # retitles the terminal: click strips only CSI, and only off a TTY
+SHOWN = "\\x1b]0;pwned\\x07"
+
+
+@pytest.mark.parametrize(("args", "data", "out", "err"), [
+    (("start", "x"), {"action": OSC, "run_id": 1}, f"x: {SHOWN}\n", ""),
+    (("stop", "x"), {"action": "stopped", "run_id": OSC, "outcome": OSC, "reason": "r\n"},
+     f"x: stopped run {SHOWN} ({SHOWN}/r\\n)\n", ""),
+    (("restart", "x"), {"action": "restarted", "run_id": 2, "replaced": OSC},
+     f"x: restarted (replaced run {SHOWN}, new run 2)\n", ""),
+    (("trigger", "x"), {"run_id": 1, "decision": OSC}, "1\n", f"x: run 1 {SHOWN}\n"),
+    (("logs", "x"), {"text": "t\n", "path": f"/l/{OSC}", "cut_bytes": 5},
+     "t\n", f"harness: showing the end of /l/{SHOWN}; the first 5 byte(s) were left out\n"),
+    (("reload",), {"added": [OSC], "unchanged": OSC},
+     f"reloaded: added {SHOWN}; {SHOWN} unchanged\n", ""),
+], ids=["start", "stop", "restart", "trigger", "logs", "reload"])
+def test_values_the_daemon_sends_are_escaped(world: World, args: tuple[str, ...], data: Any,
+                                             out: str, err: str) -> None:
+    res = odd_daemon(world, *args, raw={"id": 1, "ok": True, "data": data})
+    assert (res.returncode, res.stdout, res.stderr) == (0, out, err)
+
+
+def test_trigger_wait_escapes_the_outcome(world: World, tmp_path: Path) -> None:
+    res = trigger(world, a_run(str(tmp_path / "none.log"), OSC, 3), "--wait")
+    assert (res.returncode, res.stdout, res.stderr) == (3, "", f"x run 1: {SHOWN}\n")
+
+
+def on_a_terminal(world: World, *args: str) -> bytes:
+    """What `harness ARGS` writes to a terminal (a pty): click strips CSI off a pipe."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec at once
+        os.execve(sys.executable, [sys.executable, "-m", "harness.cli", *args], world.env)
+    out = b""
+    try:
+        while chunk := os.read(fd, 4096):
+            out += chunk
+    except OSError:  # EIO: the child closed the terminal
+        pass
+    finally:
+        os.close(fd)
+        os.waitpid(pid, 0)
+    return out
+
+
+def test_a_colour_the_daemon_sends_does_not_reach_a_terminal(world: World) -> None:
+    daemon = FakeDaemon(str(world.root / "run" / "harness.sock"), [], raw={
+        "id": 1, "ok": True, "data": {"action": "\x1b[31mred", "run_id": 1}})
+    try:
+        out = on_a_terminal(world, "start", "x")
+    finally:
+        daemon.close()
+    assert out == b"x: \\x1b[31mred\r\n"

@@ -228,3 +228,18 @@ def test_up_and_down_reload_a_running_daemon(world: World, daemons: Daemons) -> 
         0, f"project proj unregistered ({proj})\nreloaded: removed proj/worker; "
            "1 unchanged\n", "")
     assert _names(world) == {"solo": "oneshot"}
+
+
+def test_up_and_down_show_the_directory_escaped(world: World) -> None:
+    """A directory named with an escape sequence retitled the terminal (and a CSI one,
+    which click strips off a pipe only, coloured it)."""
+    d = world.root / "p\x1b]0;pwned\x07"
+    d.mkdir()
+    (d / "harness.toml").write_text(PROJECT)
+    shown = f"{world.root}/p\\x1b]0;pwned\\x07"
+    assert _run(world, "up", str(d), "--name", "ok") == (
+        0, f"project ok registered ({shown}): ok/worker\n"
+           "the daemon is not running; the project loads at its next start\n", "")
+    assert _run(world, "down", str(d)) == (
+        0, f"project ok unregistered ({shown})\n"
+           "the daemon is not running; its harnesses are gone at its next start\n", "")

@@ -106,7 +106,7 @@ def trigger_command(ctx: click.Context, name: str, wait: bool) -> None:
         decision = data.get("decision", "started")
         if decision != "started":
             # stdout stays the bare run id, for scripts; the decision is for the reader.
-            click.echo(f"{name}: run {run_id} {decision}"
+            click.echo(f"{render.visible(name)}: run {run_id} {_shown(decision)}"
                        + (" until the live run ends" if decision == "queued" else ""),
                        err=True)
         if not wait:
@@ -137,8 +137,9 @@ def trigger_command(ctx: click.Context, name: str, wait: bool) -> None:
                     out.write(got)
                     out.flush()
             if rec is not None and done:
-                click.echo(f"{name} run {run_id}: {rec.get('outcome')}"
-                           + (f" ({rec['reason']})" if rec.get("reason") else ""), err=True)
+                click.echo(f"{render.visible(name)} run {run_id}: {_shown(rec.get('outcome'))}"
+                           + (f" ({_shown(rec['reason'])})" if rec.get("reason") else ""),
+                           err=True)
                 return exit_code_of(rec)
             time.sleep(WAIT_POLL)
 
@@ -189,6 +190,11 @@ def _text(value: Any, none: str) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
+def _shown(value: Any) -> str:
+    """A value the daemon sent, in a line of ours: as a cell reads, never a control."""
+    return render.visible(_text(value, "?"))
+
+
 def _show(ctx: click.Context, op: str, as_json: bool, empty: str, header: list[str],
           row: Callable[[dict[str, Any]], list[Any]], key: str | None = None) -> None:
     """Ask the daemon for a listing op and print it as JSON or as a table.
@@ -229,25 +235,25 @@ def list_command(ctx: click.Context, as_json: bool) -> None:
           lambda h: [h.get("name"), h.get("kind"), h.get("state")], key="harnesses")
 
 
-def _describe(data: dict[str, Any]) -> str:
-    """One line saying what a start/stop/restart did, from the daemon's reply."""
-    name, action = data.get("name"), data.get("action")
+def _describe(name: str, data: dict[str, Any]) -> str:
+    """One line saying what a start/stop/restart of `name` did, from the daemon's reply."""
+    name, action, run = render.visible(name), data["action"], _shown(data.get("run_id"))
     if action == "started":
-        return f"{name}: started (run {data.get('run_id')})"
+        return f"{name}: started (run {run})"
     if action == "triggered":
-        return f"{name}: triggered (run {data.get('run_id')})"
+        return f"{name}: triggered (run {run})"
     if action == "already_running":
-        return f"{name}: already running (run {data.get('run_id')})"
+        return f"{name}: already running (run {run})"
     if action == "stopped":
-        reason = f"/{data['reason']}" if data.get("reason") else ""
-        return f"{name}: stopped run {data.get('run_id')} ({data.get('outcome')}{reason})"
+        reason = f"/{_shown(data['reason'])}" if data.get("reason") else ""
+        return f"{name}: stopped run {run} ({_shown(data.get('outcome'))}{reason})"
     if action == "not_running":
         return f"{name}: not running"
     if action == "restarted":
         old = data.get("replaced")
-        was = f"replaced run {old}, " if old is not None else ""
-        return f"{name}: restarted ({was}new run {data.get('run_id')})"
-    return f"{name}: {action}"
+        was = f"replaced run {_shown(old)}, " if old is not None else ""
+        return f"{name}: restarted ({was}new run {run})"
+    return f"{name}: {_shown(action)}"
 
 
 def _lifecycle(op: str, doc: str) -> click.Command:
@@ -255,7 +261,7 @@ def _lifecycle(op: str, doc: str) -> click.Command:
     @click.argument("name")
     @click.pass_context
     def command(ctx: click.Context, name: str) -> None:
-        click.echo(_describe(_call(
+        click.echo(_describe(name, _call(
             ctx, lambda c: reply_object(c.request(op, name=name), op, action=str))))
 
     return command

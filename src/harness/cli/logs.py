@@ -30,7 +30,8 @@ from ..ledger.reader import scan
 from ..supervisor import logs as runlogs
 from ..supervisor import logview
 from ..supervisor.runner import resident_log_path
-from .output import fail, report
+from . import render
+from .output import fail, report, warn
 
 
 def _ask_daemon(sock: str, name: str, run: int | None, lines: int | None) -> dict[str, Any]:
@@ -62,8 +63,7 @@ def _read_files(config_path: str | None, name: str, run: int | None,
     try:
         config = load_config(config_path)
     except ConfigError as exc:
-        click.echo(f"harness: the config does not load, so {name}'s kind is unknown:",
-                   err=True)
+        warn(f"the config does not load, so {render.visible(name)}'s kind is unknown:")
         report(str(exc))
         sys.exit(2)
     cfg = config.harness.get(name)
@@ -106,7 +106,7 @@ def logs_command(ctx: click.Context, name: str, run: int | None, lines: int | No
         data = _ask_daemon(sock, name, run, lines)
     except DaemonUnreachable as exc:
         data = _read_files(obj.get("config"), name, run, lines)
-        click.echo(f"harness: daemon {exc.why}; read the log from disk", err=True)
+        warn(f"daemon {exc.why}; read the log from disk")
     except DaemonError as exc:
         fail(str(exc))
     except DaemonLost as exc:
@@ -114,12 +114,13 @@ def logs_command(ctx: click.Context, name: str, run: int | None, lines: int | No
     if as_json:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
+    # The path and the count are the daemon's: shown as a value is (render.visible).
     if data.get("shared") and data.get("run_id") is not None:
-        click.echo(f"harness: {name} is a resident: all its runs write one log, and runs "
-                   f"are not marked in it; printing it whole", err=True)
+        warn(f"{render.visible(name)} is a resident: all its runs write one log, and runs "
+             f"are not marked in it; printing it whole")
     if data.get("cut_bytes"):
-        click.echo(f"harness: showing the end of {data.get('path')}; the first "
-                   f"{data['cut_bytes']} byte(s) were left out", err=True)
+        warn(f"showing the end of {render.visible(str(data.get('path')))}; the first "
+             f"{render.visible(str(data['cut_bytes']))} byte(s) were left out")
     text = data["text"]
     # A reader that closes the pipe early (`| head`) ends the command quietly (output.py).
     sys.stdout.write(text if not text or text.endswith("\n") else text + "\n")

@@ -38,6 +38,7 @@ from ..config.load import (
 )
 from ..config.model import NAME_RE
 from ..control.client import Client, DaemonError, DaemonLost, DaemonUnreachable, reply_object
+from . import render
 from .output import fail, report
 
 EXIT_BAD_CONFIG = 2
@@ -70,14 +71,15 @@ def _request_reload(ctx: click.Context) -> dict[str, Any] | DaemonUnreachable:
 
 def _names(data: dict[str, Any], key: str) -> list[str]:
     v = data.get(key)
-    return sorted(str(n) for n in v) if isinstance(v, list) else []
+    return sorted(render.visible(str(n)) for n in v) if isinstance(v, list) else []
 
 
 def describe_reload(data: dict[str, Any]) -> str:
-    """One line saying what a reload changed, e.g. ``reloaded: added p/a; 2 unchanged``."""
+    """One line saying what a reload changed, e.g. ``reloaded: added p/a; 2 unchanged``;
+    each value the daemon sent as `render.visible` shows it."""
     parts = [f"{key} {', '.join(names)}" for key in ("added", "removed", "changed")
              if (names := _names(data, key))]
-    unchanged = data.get("unchanged", 0)
+    unchanged = render.visible(str(data.get("unchanged", 0)))
     if not parts:
         return f"reloaded: no changes ({unchanged} unchanged)"
     return f"reloaded: {'; '.join(parts)}; {unchanged} unchanged"
@@ -110,8 +112,8 @@ def _after_change(ctx: click.Context, later: str) -> None:
     elif isinstance(data, DaemonUnreachable):
         # Registered all the same; a daemon that holds the socket but does not answer
         # takes the change only when it is reloaded or started again.
-        click.echo(f"the daemon is {data.why} ({data.sock}); {later} when it is reloaded "
-                   "or started again")
+        click.echo(f"the daemon is {render.visible(data.why)} ({render.visible(data.sock)}); "
+                   f"{later} when it is reloaded or started again")
     else:
         click.echo(describe_reload(data))
 
@@ -163,7 +165,8 @@ def up_command(ctx: click.Context, directory: str, name: str | None) -> None:
     except RegistryError as exc:
         fail(str(exc))
     mine = sorted(n for n in config.harness if n.startswith(f"{project.name}/"))
-    click.echo(f"project {project.name} registered ({project.dir}): "
+    # The directory's name is anyone's: shown as a value is, never as a control.
+    click.echo(f"project {project.name} registered ({render.visible(project.dir)}): "
                + (", ".join(mine) if mine else "no harnesses"))
     _after_change(ctx, "the project loads")
 
@@ -185,7 +188,7 @@ def down_command(ctx: click.Context, directory: str) -> None:
     if not gone:
         fail(f"{real} is not a registered project")
     pname = project.name if project is not None else os.path.basename(real)
-    click.echo(f"project {pname} unregistered ({real})")
+    click.echo(f"project {render.visible(pname)} unregistered ({render.visible(real)})")
     _after_change(ctx, "its harnesses are gone")
 
 
