@@ -34,7 +34,7 @@ from daemons import (
     until,
 )
 from harness.cli.daemon import exit_code_of
-from harness.control.client import Client
+from harness.control.client import Client, DaemonError
 from harness.supervisor.runner import DEFAULT_GRACE
 
 
@@ -371,3 +371,24 @@ argv = ["sh", "-c", "echo started; while [ ! -e {go} ]; do sleep 0.1; done; echo
             proc.kill()
             proc.communicate()
     assert (proc.returncode, out, err) == (7, "started\ndone\n", "gate run 1: failed\n")
+
+
+def test_over_budget_is_recorded_on_the_run_it_admits(world: World, daemons: Daemons) -> None:
+    """DESIGN §2's `trigger --over-budget`: the run it starts carries `override: true`
+    (SPEC-0022 REQ-4); a run started without it carries no such field."""
+    daemons.write_config(_config(world, daemons))
+    daemons.start()
+    over = world.harness("trigger", "ok", "--over-budget", "--wait")
+    assert (over.returncode, over.stdout, over.stderr) == (0, "fine\n", "ok run 1: success\n")
+    plain = world.harness("trigger", "ok")
+    assert (plain.returncode, plain.stdout) == (0, "2\n")
+    until("run 2 to close", lambda: (r := record_of(world, "ok", 2)) is not None
+          and r["outcome"] == "success")
+    recs = {r["run_id"]: r for r in runs_of(world, "ok")}
+    assert recs[1]["override"] is True
+    assert "override" not in recs[2]
+    with pytest.raises(DaemonError) as info:
+        Client(str(daemons.socket)).request("trigger", name="ok", over_budget="yes")
+    assert (info.value.code, str(info.value)) == (
+        "bad_request", "over_budget must be true or false")
+    assert 3 not in {r["run_id"] for r in runs_of(world, "ok")}  # refused: no run

@@ -104,9 +104,15 @@ def _handlers(manager: Manager, ledger: RunLedger, info: dict[str, Any],
                 raise OpError("unavailable", str(exc)) from None
         return handler
 
+    async def trigger(req: dict[str, Any]) -> dict[str, Any]:
+        over = req.get("over_budget", False)
+        if type(over) is not bool:
+            raise OpError("bad_request", "over_budget must be true or false")
+        return await by_name("trigger", lambda n: manager.fire(n, "manual", override=over),
+                             "one-shot harness")(req)
+
     return {"list": list_op, "daemon_info": daemon_info, "runs": runs_op(ledger),
-            "trigger": by_name("trigger", lambda n: manager.fire(n, "manual"),
-                               "one-shot harness"),
+            "trigger": trigger,
             "jobs": jobs, "start": by_name("start", manager.start_op),
             "stop": by_name("stop", manager.stop_op),
             "restart": by_name("restart", manager.restart_op),

@@ -89,8 +89,10 @@ def daemon_command(ctx: click.Context) -> None:
 @click.command("trigger")
 @click.argument("name")
 @click.option("--wait", is_flag=True, help="Wait for the run and exit with its exit code.")
+@click.option("--over-budget", is_flag=True,
+              help="Admit this one run over the harness's budget (recorded as override).")
 @click.pass_context
-def trigger_command(ctx: click.Context, name: str, wait: bool) -> None:
+def trigger_command(ctx: click.Context, name: str, wait: bool, over_budget: bool) -> None:
     """Start a run of the one-shot NAME now."""
 
     def go(client: Client) -> int:
@@ -101,7 +103,9 @@ def trigger_command(ctx: click.Context, name: str, wait: bool) -> None:
             info = reply_object(client.request("daemon_info"), "daemon_info", ledger=dict)
             first_seq = reply_object(info["ledger"], "daemon_info ledger",
                                      next_seq=int)["next_seq"]
-        data = reply_object(client.request("trigger", name=name), "trigger", run_id=int)
+        extra = {"over_budget": True} if over_budget else {}
+        data = reply_object(client.request("trigger", name=name, **extra), "trigger",
+                            run_id=int)
         run_id = data["run_id"]
         decision = data.get("decision", "started")
         if decision != "started":

@@ -199,6 +199,7 @@ class Held:
     run_id: int
     trigger: str
     window: str | None
+    override: bool = False
 
 
 class Manager:
@@ -428,8 +429,9 @@ class Manager:
         return cfg
 
     async def fire(self, name: str, trigger: str = "manual", *,
-                   window: str | None = None) -> dict[str, Any]:
-        """Fire one-shot `name`: ``{"decision": started|queued|skipped, "run_id": N}``."""
+                   window: str | None = None, override: bool = False) -> dict[str, Any]:
+        """Fire one-shot `name`: ``{"decision": started|queued|skipped, "run_id": N}``.
+        `override` (--over-budget) is recorded on the run it starts, now or when queued."""
         cfg = self._oneshot(name)
         if self._stopping:
             raise RuntimeError("the daemon is shutting down")
@@ -440,7 +442,7 @@ class Manager:
             if live is not None and (not live.ended or name in self._held_firing):
                 if cfg.on_overlap == "queue" and name not in self._held_firing:
                     run_id = await asyncio.to_thread(self.ids.next, name)
-                    self._held_firing[name] = Held(run_id, trigger, window)
+                    self._held_firing[name] = Held(run_id, trigger, window, override)
                     log.info("harness %s: run %d queued behind run %s", name, run_id,
                              live.run_id)
                     return {"decision": "queued", "run_id": run_id}
@@ -452,13 +454,16 @@ class Manager:
                     # The reaper may not have run yet; the new run takes the slot now.
                     self._release(name, live)
             return {"decision": "started",
-                    "run_id": await self._start_oneshot(name, cfg, trigger, window)}
+                    "run_id": await self._start_oneshot(name, cfg, trigger, window,
+                                                        override=override)}
 
     async def _start_oneshot(self, name: str, cfg: HarnessConfig, trigger: str,
-                             window: str | None, run_id: int | None = None) -> int:
+                             window: str | None, run_id: int | None = None, *,
+                             override: bool = False) -> int:
         run = Run(RunSpec.from_config(name, cfg), self.ledger, self.ids, trigger,
                   jobs_dir=self.jobs_dir, grace=self.grace, preallocated=run_id,
-                  window=window, admit_unsynced=unbudgeted(cfg, self.config))
+                  window=window, override=override,
+                  admit_unsynced=unbudgeted(cfg, self.config))
         started = await self._start_claimed(name, run)
         if self._stopping:
             # The shutdown began while this run was starting and did not see it live.
@@ -511,7 +516,8 @@ class Manager:
                                     window=held.window)
                 return
             try:
-                await self._start_oneshot(name, cfg, held.trigger, held.window, held.run_id)
+                await self._start_oneshot(name, cfg, held.trigger, held.window, held.run_id,
+                                          override=held.override)
             except Exception as exc:
                 _log_failure(f"harness {name}: the queued run {held.run_id} could not be "
                              "started", exc)

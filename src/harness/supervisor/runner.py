@@ -206,6 +206,7 @@ class Run:
     # line, and its own-exit closed line, are queued without waiting for the sync).
     preallocated: int | None = None
     window: str | None = None
+    override: bool = False  # admitted with --over-budget (SPEC-0021 REQ-15): on the record
     nowait_open: bool = False
     nowait_close: bool = False
     admit_unsynced: bool = False  # spawn even when the opened line's sync fails (REQ-6)
@@ -258,6 +259,8 @@ class Run:
                 opened["log"] = self.log_path
             if self.window is not None:
                 opened["window"] = self.window
+            if self.override:
+                opened["override"] = True
             # Raises only when nothing was queued (the ledger is closed, the line refused).
             entry = self.ledger.enqueue(opened, sync=True)
         except BaseException:
