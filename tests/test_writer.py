@@ -543,6 +543,18 @@ def test_an_open_file_whose_write_tears_and_cannot_be_cut_back_keeps_no_duplicat
     assert rig.commits.batches == [[1], [2]]
 
 
+def torn_before_the_first_newline(rig: Rig, seq: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Lines of seq and seq + 1 (run ids the same) whose joint write, torn at half its
+    bytes, stops exactly before the first line's "\n"."""
+    first = {**line(run_id=seq), "reason": "x" * 200}
+    second = {**line(run_id=seq + 1), "reason": "x" * 199}
+    sealer = _DaySealer(str(rig.directory))
+    n1 = len(sealer.seal(dict(first), seq, ZERO_HASH)[0]) + 1
+    n2 = len(sealer.seal(dict(second), seq + 1, ZERO_HASH)[0]) + 1
+    assert (n1 + n2) // 2 == n1 - 1  # the tear falls right before the first "\n"
+    return first, second
+
+
 def test_a_torn_write_that_stops_just_before_a_newline_keeps_no_duplicate(
     make_rig: Callable[..., Rig],
 ) -> None:
@@ -551,12 +563,7 @@ def test_a_torn_write_that_stops_just_before_a_newline_keeps_no_duplicate(
     written, and the retry writes the newline it lacks, not the line again."""
     rig = make_rig()
     w = rig.writer
-    first = {**line(run_id=3), "reason": "x" * 200}
-    second = {**line(run_id=4), "reason": "x" * 199}
-    sealer = _DaySealer(str(rig.directory))
-    n1 = len(sealer.seal(dict(first), 3, ZERO_HASH)[0]) + 1
-    n2 = len(sealer.seal(dict(second), 4, ZERO_HASH)[0]) + 1
-    assert (n1 + n2) // 2 == n1 - 1  # the tear falls right before the first "\n"
+    first, second = torn_before_the_first_newline(rig, 3)
     hold_in_a_sync(rig)  # so the two lines are queued and written together
     e1 = w.enqueue(first, sync=False, harness="h", run_id=3)
     e2 = w.enqueue(second, sync=True, harness="h", run_id=4)

@@ -44,6 +44,7 @@ from test_writer import (
     assert_chain,
     line,
     rigs_in,
+    torn_before_the_first_newline,
     wait_until,
     warm,
 )
@@ -256,12 +257,7 @@ def test_a_line_torn_before_its_newline_then_a_failed_sync_is_cut_whole(
     line, it left the bytes in place, and line 2 was written again after them."""
     rig = make_rig()
     w = rig.writer
-    two = {**line(run_id=2), "reason": "x" * 200}
-    three = {**line(run_id=3), "reason": "x" * 199}
-    sealer = _DaySealer(str(rig.directory))
-    n2 = len(sealer.seal(dict(two), 2, ZERO_HASH)[0]) + 1
-    n3 = len(sealer.seal(dict(three), 3, ZERO_HASH)[0]) + 1
-    assert (n2 + n3) // 2 == n2 - 1  # the tear falls right before line 2's "\n"
+    two, three = torn_before_the_first_newline(rig, 2)
     _, e3 = _fail_then_retry_together(rig, two, (three, True))
     rig.files.inject("write", errno=errno.ENOSPC, partial=True, times=1)
     rig.files.inject("truncate", errno=errno.EIO, times=1)
