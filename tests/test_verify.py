@@ -692,6 +692,27 @@ def clock_jump(world: World) -> dict[str, list[bytes]]:
     return {day: lines_of(world.ledger / f"{day}.jsonl") for day in (DAY1, "2025-11-04")}
 
 
+def test_a_clock_step_among_years_of_day_files_opens_only_the_files_it_mixes(
+        world: World) -> None:
+    """400 quiet days, then the clock steps back a day for one line: the merge follows the
+    chain through every file in seq order, but it opens a file only when the chain
+    reaches it, so 400 files verify under a limit of 64 open files (with every file open
+    at once it failed with EMFILE and exit 2)."""
+    start = parse_ns(f"{DAY1}T09:00:00Z")
+    lines = [decided(i + 1, format_ns(start + i * DAY)) for i in range(400)]
+    lines.append(decided(401, format_ns(start + 398 * DAY + 60_000_000_000)))  # a day back
+    seed(world, lines).close()
+    res = subprocess.run(
+        [sys.executable, "-c", "import resource, sys; "
+         "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)); "
+         "from harness.cli.main import main; sys.argv = ['harness', 'ledger', 'verify']; "
+         "main()"],
+        env=world.env, capture_output=True, text=True, timeout=300)
+    assert res.stderr == ""
+    head = hash_of(lines_of(world.ledger / f"{format_ns(start + 398 * DAY)[:10]}.jsonl")[-1])
+    assert (res.returncode, res.stdout) == (0, ok_text(401, 400, 401, head))
+
+
 def test_a_break_reports_what_verified_before_it(world: World) -> None:
     """The first break is the one named, and the count and head stop at the line before it."""
     files = three_days(world)

@@ -20,7 +20,7 @@ import itertools
 import json
 import multiprocessing
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import msgspec
@@ -597,6 +597,44 @@ def _file_then_line(where: str) -> tuple[str, int]:
     return name, int(line)
 
 
+def _first_seq(path: str) -> int | None:
+    """The seq of a day file's first line that has one, read from its first lines."""
+    for _n, lines, _torn in iter_chunks(path, first=1 << 16):
+        for raw in lines:
+            try:
+                return _link.decode(raw).seq
+            except UNREADABLE:
+                continue
+    return None
+
+
+_Keyed = tuple[int, int, int, bytes, "_Link | _Foreign"]
+
+
+def _merge_lazily(firsts: list[int], stream: Callable[[int], Iterator[_Keyed]]
+                  ) -> Iterator[_Keyed]:
+    """What `heapq.merge` of every file's `stream(fi)` by seq gives (ties in file order),
+    with a file opened only once the merge reaches `firsts[fi]`, no more than its first
+    item's seq, and closed when it ends. So only files whose seq ranges overlap are open
+    at once, a few where a clock stepped back, not ten years of day files (past the
+    descriptor limit, each holding a chunk)."""
+    heap: list[tuple[int, int, _Keyed | None]] = [(k, fi, None) for fi, k in enumerate(firsts)]
+    heapq.heapify(heap)
+    open_: dict[int, Iterator[_Keyed]] = {}
+    while heap:
+        _key, fi, item = heap[0]
+        if item is None:
+            open_[fi] = stream(fi)
+        else:
+            yield item
+        nxt = next(open_[fi], None)
+        if nxt is None:
+            heapq.heappop(heap)
+            del open_[fi]
+        else:
+            heapq.heapreplace(heap, (nxt[0], fi, nxt))
+
+
 def _verify_merged(listing: Listing, anchor: tuple[int, str] | None, checks: list[FileCheck],
                    scans: dict[int, _Scan], res: VerifyResult) -> VerifyResult:
     """Follow the chain through every file at once, in seq order (the clock-jump case)."""
@@ -614,13 +652,19 @@ def _verify_merged(listing: Listing, anchor: tuple[int, str] | None, checks: lis
         (scans[i].end if i in scans else (c.last_seq or 0) for i, c in enumerate(checks)),
         max, initial=prev_seq)
     placed: list[tuple[tuple[int, int, int], str]] = []
-    streams = []
-    for (fi, (_, p)), end in zip(enumerate(listing.days), ends, strict=False):
+    befores = list(ends)
+
+    def stream(fi: int) -> Iterator[tuple[int, int, int, bytes, _Link | _Foreign]]:
         frags = _Fragments([])
-        streams.append(_by_seq(fi, _lines(p, names[fi], frags), end, frags, placed))
+        return _by_seq(fi, _lines(listing.days[fi][1], names[fi], frags), befores[fi], frags,
+                       placed)
+
     # Day files are seq-ordered inside; merging by seq also orders lines a clock jump
-    # put in an earlier-named file.
-    items = heapq.merge(*streams, key=lambda it: it[0])
+    # put in an earlier-named file. A file's stream starts no lower than the line before
+    # its first linked line, or where the files before it end (`_by_seq`).
+    firsts = [min(befores[fi], first - 1) if (first := _first_seq(p)) is not None
+              else befores[fi] for fi, (_, p) in enumerate(listing.days)]
+    items = _merge_lazily(firsts, stream)
     gc_was = gc.isenabled()
     gc.disable()
     try:
