@@ -511,3 +511,19 @@ def test_is_whole_refuses_invalid_utf8_whichever_field_comes_first(value: bytes)
     checks the rest skips strings unread, so invalid UTF-8 after the number passed as a
     whole line, while the same value with its fields swapped did not."""
     assert is_whole(value) is False
+
+
+def test_iter_blocks_follows_a_file_that_grows_past_its_first_buffer(tmp_path: Path) -> None:
+    """The buffer is sized to the file when it opens (a quiet day's file is small); lines
+    the daemon appends meanwhile are read all the same, each block whole."""
+    path = tmp_path / "2026-11-03.jsonl"
+    path.write_bytes(b'{"seq":1}\n')
+    blocks = iter_blocks(str(path))
+    first, torn = next(blocks)
+    assert (bytes(first), torn) == (b'{"seq":1}\n', False)
+    more = b"".join(b'{"seq":%d,"pad":"%s"}\n' % (i, b"x" * 300) for i in range(2, 2000))
+    with open(path, "ab") as f:
+        f.write(more + b'{"seq":2000}')  # and a last line still without its newline
+    got = [(bytes(view), torn) for view, torn in blocks]
+    assert all(data.endswith(b"\n") and not torn for data, torn in got)
+    assert b"".join(data for data, _ in got) == more + b'{"seq":2000}\n'

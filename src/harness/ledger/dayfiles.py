@@ -204,7 +204,9 @@ def iter_blocks(path: str, gone_ok: bool = False) -> Iterator[tuple[memoryview, 
     f = _open_listed(path, gone_ok)
     if f is None:
         return
-    buf = bytearray(CHUNK)
+    # Sized to the file (a quiet day's is a few hundred bytes): a fresh 4 MiB buffer is
+    # zero-filled, which cost more than reading such a file. It grows while the file does.
+    buf = bytearray(min(CHUNK, os.fstat(f.fileno()).st_size + 1))
     have = 0
     with f:
         while True:
@@ -213,6 +215,10 @@ def iter_blocks(path: str, gone_ok: bool = False) -> Iterator[tuple[memoryview, 
                 yield memoryview(buf)[:cut], False
                 buf[: have - cut] = buf[cut:have]
                 have -= cut
+            elif have == len(buf) < CHUNK:  # the file grew: a larger buffer, not a
+                grown = bytearray(min(CHUNK, 2 * len(buf)))  # resize (a view may be out)
+                grown[:have] = buf
+                buf = grown
             elif have == CHUNK:
                 # One line fills the buffer: it comes as its first CHUNK bytes, and the
                 # rest of it is read past, not kept.
