@@ -387,8 +387,12 @@ def test_over_budget_is_recorded_on_the_run_it_admits(world: World, daemons: Dae
     recs = {r["run_id"]: r for r in runs_of(world, "ok")}
     assert recs[1]["override"] is True
     assert "override" not in recs[2]
-    with pytest.raises(DaemonError) as info:
-        Client(str(daemons.socket)).request("trigger", name="ok", over_budget="yes")
+    client = Client(str(daemons.socket))
+    try:
+        with pytest.raises(DaemonError) as info:
+            client.request("trigger", name="ok", over_budget="yes")
+    finally:
+        client.close()
     assert (info.value.code, str(info.value)) == (
         "bad_request", "over_budget must be true or false")
     assert 3 not in {r["run_id"] for r in runs_of(world, "ok")}  # refused: no run
