@@ -382,7 +382,9 @@ def _check_all(jobs: list[tuple[str, str, tuple[int, str] | None]], parallel: bo
     if parallel and procs > 1 and len(jobs) > 1:
         ctx = multiprocessing.get_context("fork")
         with ctx.Pool(min(procs, len(jobs))) as pool:
-            return pool.map(_check_job, jobs, chunksize=1)
+            # Tasks of many files each (map's default split): one per file cost a round
+            # trip each, and 100,000 small files verified 3× slower than on one core.
+            return pool.map(_check_job, jobs)
     return [check_file(*j) for j in jobs]
 
 
