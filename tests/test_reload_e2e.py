@@ -182,3 +182,18 @@ def test_a_refused_reload_quotes_no_secret_to_the_caller_or_the_log(
     assert f"reload failed; the last good config stays in force:\n{problem}\n" in log
     assert token not in log and token[:20] not in log
     assert states_of(world) == {"job": "armed"}
+
+
+def test_a_refused_reload_shows_a_credential_named_key_problem_as_it_is(
+        world: World, daemons: Daemons) -> None:
+    """A problem with a key named `secret` reads as the loader wrote it: its values were
+    scrubbed there, and a second, whole-line scrub by the socket would take "must" for
+    the secret."""
+    daemons.write_config('[harness.job]\nkind = "oneshot"\nargv = ["true"]\n')
+    daemons.start()
+    daemons.write_config('[harness.job]\nkind = "oneshot"\nargv = ["true"]\n\n'
+                         '[webhook.w]\nverify = "bearer"\nsecret = ""\n')
+    res = world.harness("reload")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"harness: the daemon refused the new config and keeps its last good one:\n"
+               f"{daemons.config}:7: webhook.w.secret: must not be empty\n")

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from ..ledger.scrub import scrub_text
-from . import PROTO
+from . import PROTO, SCRUBBED_AT_SOURCE
 
 _decode = msgspec.json.Decoder().decode
 _CHUNK = 1 << 16
@@ -62,7 +62,9 @@ class DaemonError(Exception):
 
     def __init__(self, code: str, message: str) -> None:
         self.code = scrub_text(code)[0]
-        super().__init__(scrub_text(message)[0])
+        # A config problem's values were scrubbed where it was made (SCRUBBED_AT_SOURCE).
+        super().__init__(message if self.code in SCRUBBED_AT_SOURCE
+                         else scrub_text(message)[0])
 
 
 def _preview(value: Any) -> str:

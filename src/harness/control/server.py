@@ -42,7 +42,7 @@ import msgspec
 
 from .. import __version__
 from ..ledger.scrub import scrub_text
-from . import PROTO
+from . import PROTO, SCRUBBED_AT_SOURCE
 
 log = logging.getLogger("harness.control")
 
@@ -86,8 +86,9 @@ def _error(rid: Any, code: str, message: str) -> dict[str, Any]:
     # Messages may quote client input (an op name, a proto): keep replies small. They may
     # also quote a config value or an exception's text: scrubbed, whole before the cut (a
     # token cut short is one the scrubber no longer knows).
-    return {"id": rid, "ok": False,
-            "error": {"code": code, "message": scrub_text(message)[0][:_MAX_MESSAGE]}}
+    if code not in SCRUBBED_AT_SOURCE:
+        message = scrub_text(message)[0]
+    return {"id": rid, "ok": False, "error": {"code": code, "message": message[:_MAX_MESSAGE]}}
 
 
 _encoder = msgspec.json.Encoder()
