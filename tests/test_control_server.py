@@ -386,8 +386,9 @@ TOKEN = "sk-ant-api03-" + "A" * 40
 
 
 async def refuse_quoting_a_secret(req: dict[str, Any]) -> Any:
-    # A refused config quotes the value it refused; here across the reply's cap (512).
-    raise OpError("bad_config", "x" * 464 + f" argv: got string 'claude --api-key {TOKEN}'")
+    # A refusal quotes the value it refused; here across the reply's cap (512). (Not
+    # bad_config: a config problem is scrubbed value by value where it is made.)
+    raise OpError("refused", "x" * 464 + f" argv: got string 'claude --api-key {TOKEN}'")
 
 
 async def fail_quoting_a_secret(req: dict[str, Any]) -> Any:
@@ -397,7 +398,7 @@ async def fail_quoting_a_secret(req: dict[str, Any]) -> Any:
 @pytest.mark.parametrize(("op", "message"), [
     ("refuse", "x" * 464 + " argv: got string 'claude --api-key [REDACTED]'"),
     ("boom", "op 'boom' failed: upstream said Authorization: Bearer [REDACTED]"),
-], ids=["a refused config", "a handler failure"])
+], ids=["a refusal", "a handler failure"])
 def test_an_error_reply_never_carries_a_secret(serve: Serve, sockdir: Path, op: str,
                                                message: str) -> None:
     """Scrubbed whole, then cut: a token cut short is one the scrubber no longer knows."""
