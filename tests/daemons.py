@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
@@ -76,6 +76,17 @@ def stubborn_pid(pidfile: Path) -> int:
           and comm(int(pidfile.read_text())) == "sleep")
     return int(pidfile.read_text())
 
+
+@contextlib.contextmanager
+def reaped(proc: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+    """`proc`, killed and reaped on the way out if it is still running (a test that
+    failed while it waited must not leave the command behind)."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 class Daemons:
     """Starts daemons in a world; kills every one still alive (and the pids in pidfiles)."""

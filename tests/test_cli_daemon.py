@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from conftest import World
+from daemons import reaped
 from harness.control.client import Client, DaemonLost
 
 
@@ -345,15 +346,10 @@ def test_trigger_wait_pages_back_to_its_run_under_thousands_of_newer_records(
 
     daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"), answer)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "trigger", "gate",
-                                 "--wait"], env=world.env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
+        with reaped(subprocess.Popen([sys.executable, "-m", "harness.cli", "trigger", "gate",
+                                      "--wait"], env=world.env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)) as proc:
             out, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
     finally:
         daemon.close()
     assert (proc.returncode, out, err) == (4, "", "gate run 40: failed\n")
@@ -646,21 +642,16 @@ def test_ctrl_c_exits_130_and_says_nothing(world: World) -> None:
     daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"), lambda m: None)
     try:
         # A stop is waited for while the daemon answers hello: nothing ends it but us.
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.cli", "stop", "x"], env=world.env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        try:
+        with reaped(subprocess.Popen(
+                [sys.executable, "-m", "harness.cli", "stop", "x"], env=world.env, text=True,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))) as proc:
             deadline = time.monotonic() + 60
             while not daemon.requests:
                 assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
                 time.sleep(0.05)
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
     finally:
         daemon.close()
     assert (proc.returncode, out, err) == (130, "", "")

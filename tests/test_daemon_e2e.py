@@ -27,6 +27,7 @@ from daemons import (
     DEADLINE,
     STUBBORN,
     Daemons,
+    reaped,
     record_of,
     request,
     runs_of,
@@ -353,10 +354,9 @@ kind = "oneshot"
 argv = ["sh", "-c", "echo started; while [ ! -e {go} ]; do sleep 0.1; done; echo done; exit 7"]
 """)
     daemons.start()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "trigger", "gate", "--wait"],
-                            env=world.env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    try:
+    with reaped(subprocess.Popen([sys.executable, "-m", "harness.cli", "trigger", "gate",
+                                  "--wait"], env=world.env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)) as proc:
         until("run 1 to be live", lambda: (rec := record_of(world, "gate", 1)) is not None
               and rec["outcome"] == "running")
         # Firings while it is live are skipped, each a newer record of the same harness:
@@ -366,10 +366,6 @@ argv = ["sh", "-c", "echo started; while [ ! -e {go} ]; do sleep 0.1; done; echo
                                                                  "run_id": n}
         go.touch()
         out, err = proc.communicate(timeout=DEADLINE)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert (proc.returncode, out, err) == (7, "started\ndone\n", "gate run 1: failed\n")
 
 
