@@ -605,6 +605,13 @@ def closed_stdout() -> None:
     os.close(1)
 
 
+def with_stdout_closed(world: World, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real CLI run with file descriptor 1 closed (`harness ... >&-`)."""
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], env=world.env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          timeout=120, preexec_fn=closed_stdout)
+
+
 def test_logs_with_stdout_closed_ends_cleanly(world: World) -> None:
     """`harness logs x >&-`: Python leaves sys.stdout None; the write to it was an
     AttributeError traceback. The output goes to /dev/null, as the daemon's does."""
@@ -612,10 +619,7 @@ def test_logs_with_stdout_closed_ends_cleanly(world: World) -> None:
         "id": 1, "ok": True, "data": {"name": "x", "run_id": 1, "path": "/x/1.log",
                                       "text": "hello\n", "cut_bytes": 0, "shared": False}})
     try:
-        res = subprocess.run([sys.executable, "-m", "harness.cli", "logs", "x"],
-                             env=world.env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True, timeout=120,
-                             preexec_fn=closed_stdout)
+        res = with_stdout_closed(world, "logs", "x")
     finally:
         daemon.close()
     assert (res.returncode, res.stderr) == (0, "")
@@ -627,10 +631,7 @@ def test_trigger_wait_with_stdout_closed_ends_with_the_runs_code(
     daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"),
                             a_run(str(tmp_path / "1.log"), "failed", 3))
     try:
-        res = subprocess.run([sys.executable, "-m", "harness.cli", "trigger", "x", "--wait"],
-                             env=world.env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True, timeout=120,
-                             preexec_fn=closed_stdout)
+        res = with_stdout_closed(world, "trigger", "x", "--wait")
     finally:
         daemon.close()
     assert (res.returncode, res.stderr) == (3, "x run 1: failed\n")
