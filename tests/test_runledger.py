@@ -1640,3 +1640,33 @@ def test_the_first_ack_follows_a_sync_of_every_directory_the_ledger_made(
         led.close()
     assert files.dirs == [str(tmp_path), str(tmp_path / "state"),
                           str(tmp_path / "state" / "harness"), str(d)]
+
+
+@pytest.mark.parametrize("found", ["all", "harness"])
+def test_the_first_ack_follows_a_sync_of_directories_found_unsynced(
+        tmp_path: Path, found: str) -> None:
+    """A power-cut hunt: a first boot without XDG_RUNTIME_DIR made `state/harness` for
+    the daemon's lock and never synced its entry, and a daemon killed before its day
+    file's directory sync left that file's entry unsynced; the next process trusted
+    both, and a power cut then took every line it acknowledged. Directories found there
+    (and a day file found there) are synced once, before the first line is durable:
+    `ledger/` (the day file's entry), `harness/` (ledger's), the state dir (harness's)."""
+    d = tmp_path / "state" / "harness" / "ledger"
+    d.parent.mkdir(parents=True, mode=0o700)
+    if found == "all":
+        d.mkdir(mode=0o700)
+        (d / "2026-11-30.jsonl").touch(mode=0o600)  # a killed daemon's, entry unsynced
+    files = DirSyncs()
+    led = RunLedger(str(d), clock=Clock(T0), files=files)
+    try:
+        assert led.append(decided("a", 1)) == 1
+        made = list(files.dirs)
+        assert led.append(decided("a", 2)) == 2
+    finally:
+        led.close()
+    state, harness = str(tmp_path / "state"), str(tmp_path / "state" / "harness")
+    if found == "all":
+        assert made == [str(d), harness, state]
+    else:  # `ledger/` made now: its entry synced as it was made
+        assert made == [harness, str(d), state]
+    assert files.dirs == made  # once

@@ -258,3 +258,34 @@ def test_highest_log_id_of_a_namespaced_harness(tmp_path: Path) -> None:
     (d / "7.log").write_text("")
     assert highest_log_id(str(tmp_path / "jobs"), "proj/build") == 7
     assert highest_log_id(str(tmp_path / "jobs"), "missing") == 0
+
+
+@pytest.mark.parametrize("found", [True, False], ids=["found", "made"])
+def test_the_first_save_makes_the_state_dirs_entry_durable_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, found: bool) -> None:
+    """A power-cut hunt: the daemon's lock made `state/harness` on a first boot without
+    XDG_RUNTIME_DIR and never synced its entry in `state/`, so a power cut could take
+    state.json, and the run ids it had handed out, with the whole directory. The first
+    save syncs the entry of a directory it finds (once); one it makes is synced as made."""
+    synced: list[str] = []  # each directory fsync'd, in order
+    real = os.fsync
+
+    def noting(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if os.path.isdir(path):
+            synced.append(path)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", noting)
+    d = tmp_path / "state" / "harness"
+    if found:
+        d.mkdir(parents=True, mode=0o700)
+    sf = StateFile(str(d / "state.json"))
+    sf.set_last_run_id("a", 1)
+    sf.set_last_run_id("a", 2)
+    parent = str(tmp_path / "state")
+    if found:  # the entry once, then each save's rename in harness/
+        assert synced == [parent, str(d), str(d)]
+    else:  # made: state/ and harness/ synced in their parents as made
+        assert synced == [str(tmp_path), parent, str(d), str(d)]
+    assert StateFile(str(d / "state.json")).load()["harnesses"]["a"]["last_run_id"] == 2

@@ -816,3 +816,21 @@ def test_a_new_work_ledger_syncs_every_directory_it_made(tmp_path: Path) -> None
     made = [root, root / ".harness", root / ".harness" / "runtime",
             root / ".harness" / "runtime" / "ledger"]
     assert files.dirs[: len(made)] == [str(p) for p in made]
+
+
+def test_a_found_work_ledger_syncs_its_directories_once_before_the_first_row(
+        tmp_path: Path) -> None:
+    """`.harness/runtime/ledger/<run>` found already there, as a killed process may leave
+    it, made and never synced: before the first row is acknowledged each directory's
+    entry is synced, up to the work tree that holds `.harness`, once."""
+    root = tmp_path.resolve()
+    run = root / ".harness" / "runtime" / "ledger" / "goal"
+    run.mkdir(parents=True, mode=0o700)
+    files = DirSyncs()
+    with WorkLedger(tmp_path, "goal", files=files) as wl:
+        wl.record("goal.tick", None, {"i": 1})
+        first = list(files.dirs)
+        wl.record("goal.tick", None, {"i": 2})
+    assert first == [str(run), str(run.parent), str(run.parent.parent),
+                     str(root / ".harness"), str(root)]
+    assert files.dirs == first

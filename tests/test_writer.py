@@ -1050,70 +1050,99 @@ def _on(day: str, run_id: int) -> dict[str, Any]:
     return {**line(run_id=run_id, type_="updated"), "at": f"{day}T10:00:00.000000000Z"}
 
 
-def test_buffered_lines_to_a_file_deleted_behind_a_dropped_handle_keep_seq_order(
+class OrderFiles(RecordingFiles):
+    """RecordingFiles that also notes, in order, each write and fdatasync and the day
+    file it went to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, str]] = []
+
+    @staticmethod
+    def _name(fd: int) -> str:
+        return os.path.basename(os.readlink(f"/proc/self/fd/{fd}")).removesuffix(" (deleted)")
+
+    def write(self, fd: int, data: bytes) -> int:
+        self.ops.append(("write", self._name(fd)))
+        return super().write(fd, data)
+
+    def sync(self, fd: int) -> None:
+        self.ops.append(("sync", self._name(fd)))
+        super().sync(fd)
+
+
+def assert_no_file_written_past_another_unsynced(ops: list[tuple[str, str]]) -> None:
+    """A power cut keeps or loses each file's unsynced lines on its own: a write to one
+    file while another holds lines written since its last sync could leave a later seq
+    on disk and an earlier one lost, a gap in the chain for good."""
+    dirty: set[str] = set()
+    for op, name in ops:
+        if op == "write":
+            assert dirty <= {name}, f"{name} written while {sorted(dirty)} unsynced: {ops}"
+            dirty.add(name)
+        else:
+            dirty.discard(name)
+
+
+def test_buffered_lines_for_three_days_are_each_synced_before_the_next_days_file_takes_one(
     make_rig: Callable[..., Rig],
 ) -> None:
-    """Buffered lines for three days leave the first two days' handles dropped but held
-    (their lines are not synced yet). The first day's file is deleted; a buffered line for
-    that day then goes into a new file after the line the old file held, which is written
-    again first: each file holds its seqs in order, each seq once."""
-    rig = make_rig(flush_every=30.0)
+    """A power-cut hunt found a pass writing yesterday's buffered line and today's, then
+    syncing both: a cut between kept today's (its file synced first, or its pages flushed
+    first) and lost yesterday's, and verify failed on that ledger for ever. Each day's
+    lines are now synced (and committed) before the next day's file takes a line; the
+    last day's buffered line waits for its flush as before."""
+    files = OrderFiles()
+    rig = make_rig(flush_every=30.0, files=files)
     w = rig.writer
     days = ["2026-11-28", "2026-11-29", "2026-11-30"]
     for rid, day in enumerate(days, 1):
         w.append(_on(day, rid), sync=False)
     wait_until(lambda: w.stats().lines_written == 3)
-    assert [read_disk(rig.directory / f"{d}.jsonl").seqs for d in days] == [[1], [2], [3]]
-    (rig.directory / f"{days[0]}.jsonl").unlink()
-    w.append(_on(days[0], 4), sync=False)
+    assert rig.commits.batches == [[1], [2]]
+    assert w.stats().queued == 1
+    w.append(_on(days[0], 4), sync=False)  # a clock stepped back
     wait_until(lambda: w.stats().lines_written == 4)
     assert w.append(_on(days[2], 5)) == 5
-    assert rig.commits.seqs == [1, 2, 3, 4, 5]
+    assert rig.commits.batches == [[1], [2], [3], [4], [5]]
     assert [read_disk(rig.directory / f"{d}.jsonl").seqs for d in days] == [[1, 4], [2], [3, 5]]
+    f0, f1, f2 = (f"{d}.jsonl" for d in days)
+    assert files.ops == [("write", f0), ("sync", f0), ("write", f1), ("sync", f1),
+                         ("write", f2), ("sync", f2), ("write", f0), ("sync", f0),
+                         ("write", f2), ("sync", f2)]
+    assert_no_file_written_past_another_unsynced(files.ops)
 
 
-class _AppendDuringSync(RecordingFiles):
-    """Runs `hook` (once) inside the writer's `n`th fdatasync, before it."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__()
-        self.n = n
-        self.hook: Callable[[], None] | None = None
-
-    def sync(self, fd: int) -> None:
-        if self.calls["sync"] + 1 == self.n and self.hook is not None:
-            hook, self.hook = self.hook, None
-            hook()
-        super().sync(fd)
-
-
-def test_a_buffered_line_never_overtakes_an_earlier_line_rewritten_after_a_clean_pass(
+def test_a_line_held_by_a_dropped_handle_on_a_deleted_file_is_synced_before_the_next_days(
     make_rig: Callable[..., Rig],
 ) -> None:
-    """A clean pass can leave a line unwritten ahead of a written one: day 1's sync and
-    then its cut back failed, so its handle was dropped holding line 1; the file was then
-    deleted, and the next flush finds that, marks line 1 unwritten and syncs day 2's line
-    2 without error. A buffered line 3 for day 1 queued meanwhile must not be written on
-    the buffered lines' fast path, which looks at the unwritten tail only: it would land
-    in day 1's new file before line 1."""
+    """Day 1's sync and then its cut-back failed, so its handle was dropped holding line
+    1, and the file was deleted. Lines for day 2 (2) and day 1 (3) come: line 1 is written
+    again to a new day-1 file and synced before day 2's file takes line 2, and line 3
+    follows it there; each file holds its seqs in order, each once."""
     days = ["2026-11-30", "2026-12-01"]
-    files = _AppendDuringSync(n=2)  # the first sync is day 1's, which fails
+    files = OrderFiles()
     rig = make_rig(flush_every=30.0, files=files)
     w = rig.writer
     w.append(_on(days[0], 1), sync=False)
-    w.append(_on(days[1], 2), sync=False)
-    wait_until(lambda: w.stats().lines_written == 2)
+    wait_until(lambda: w.stats().lines_written == 1)
     files.inject("sync", errno=errno.EIO, times=1)
     files.inject("truncate", errno=errno.EIO, times=1)
     w.flush()
     wait_until(lambda: files.calls["truncate"] == 1 and w.stats().append_errors == 1)
     (rig.directory / f"{days[0]}.jsonl").unlink()
-    files.hook = lambda: w.append(_on(days[0], 3), sync=False)
+    files.ops.clear()
+    w.append(_on(days[1], 2), sync=False)
+    w.append(_on(days[0], 3), sync=False)
     w.flush()
-    wait_until(lambda: files.calls["sync"] >= 2 and files.hook is None)
+    rig.commits.wait_for(2)
     w.close(timeout=WAIT)
-    assert rig.commits.seqs == [1, 2, 3]
+    assert rig.commits.batches == [[1], [2], [3]]
     assert [read_disk(rig.directory / f"{d}.jsonl").seqs for d in days] == [[1, 3], [2]]
+    f0, f1 = (f"{d}.jsonl" for d in days)
+    assert files.ops == [("write", f0), ("sync", f0), ("write", f1), ("sync", f1),
+                         ("write", f0), ("sync", f0)]
+    assert_no_file_written_past_another_unsynced(files.ops)
 
 
 def test_flush_syncs_buffered_lines_now(make_rig: Callable[..., Rig]) -> None:
@@ -1530,7 +1559,9 @@ def test_next_line_after_a_torn_fragment_starts_on_a_new_line(
     assert d.seqs == [1, 2, 3, 4]
     assert d.fragments == [fragment]
     assert_chain(d)  # the fragment is not part of the chain: 3 links to 2
-    assert files.dir_syncs == []  # the file already existed
+    # The file was there already, left by a writer that may have been killed before it
+    # synced the directory: this writer syncs its entry once, before line 3 is durable.
+    assert files.dir_syncs == [str(first.directory)]
 
 
 def test_a_day_file_that_is_one_torn_byte_gets_its_next_line_on_a_new_line(

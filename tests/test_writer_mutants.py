@@ -80,9 +80,10 @@ def test_a_dropped_file_found_replaced_mid_pass_rewrites_its_lines_first_in_seq_
 ) -> None:
     """Lines 1-3 sit in a day file that was deleted while its handle was dropped (a
     failed sync whose cut-back failed too). The retry pass carries new lines for another
-    day (4) and for that day (5): on reaching line 5 the writer finds the path names a new
-    file, and writes 1, 2, 3 and 5 there in one write, in seq order, each once; one sync
-    per file, one commit of 1-5."""
+    day (4) and for that day (5). Line 4 waits until 1-3 are synced, and looking for that
+    the writer finds the path names a new file: it writes 1, 2 and 3 there again, in seq
+    order, each once, then 4 in its own file and 5 after them. Each file is synced before
+    another takes a line: one write and one commit per run of same-file lines."""
     rig = make_rig()
     w = rig.writer
     deleted_before_a_failed_sync_and_cut(rig)
@@ -98,10 +99,10 @@ def test_a_dropped_file_found_replaced_mid_pass_rewrites_its_lines_first_in_seq_
     d, other = rig.disk(), read_disk(rig.directory / f"{OTHER_DAY}.jsonl")
     assert (d.seqs, d.fragments) == ([1, 2, 3, 5], [])
     assert (other.seqs, other.fragments) == ([4], [])
-    assert rig.commits.batches == [[1, 2, 3, 4, 5]]
-    assert rig.files.calls["write"] - writes == 2  # one per run of same-file lines
+    assert rig.commits.batches == [[1, 2, 3], [4], [5]]
+    assert rig.files.calls["write"] - writes == 3  # one per run of same-file lines
     s = w.stats()
-    assert (s.syncs, s.lines_written, s.queued, s.degraded) == (2, 5, 0, False)
+    assert (s.syncs, s.lines_written, s.queued, s.degraded) == (3, 5, 0, False)
     # The handle kept on the deleted file was closed once the path was open again.
     assert _open_in(rig.directory) == [f"{DAY}.jsonl", f"{OTHER_DAY}.jsonl"]
 
@@ -110,7 +111,8 @@ def test_a_failed_write_stops_the_pass_before_lines_for_another_file(
     make_rig: Callable[..., Rig],
 ) -> None:
     """Line 3's write fails: line 4, for another day's file, must not reach its file
-    ahead of it. Nothing more is written until the retry, which puts both down."""
+    ahead of it. Nothing more is written until the retry, which puts both down, 3 synced
+    before 4 is written."""
     rig = make_rig()
     w = rig.writer
     hold_in_a_sync(rig)
@@ -129,7 +131,7 @@ def test_a_failed_write_stops_the_pass_before_lines_for_another_file(
     w.flush()
     rig.commits.wait_for(4)
     assert (rig.disk().seqs, read_disk(other).seqs) == ([1, 2, 3], [4])
-    assert rig.commits.batches == [[1], [2], [3, 4]]
+    assert rig.commits.batches == [[1], [2], [3], [4]]
 
 
 @pytest.mark.parametrize("synced", [True, False], ids=["short-pass", "general-pass"])
@@ -201,31 +203,29 @@ def test_a_buffered_write_within_the_bound_is_no_append_error(
 def test_a_pass_whose_write_and_sync_both_fail_reports_the_write(
     make_rig: Callable[..., Rig],
 ) -> None:
-    """Line 2 is written to today's file, line 3's file cannot be opened, and then the
-    sync of line 2 fails too: the error reported (to the callers and in stats) is the
-    first one, the write of seq 3; both lines are retried, in order, once each."""
+    """Line 2 is written, buffered; line 3's write fails, and then the sync of line 2
+    fails too: the error reported (to the callers and in stats) is the first one, the
+    write of seq 3; both lines are retried, in order, once each."""
     rig = make_rig()
     w = rig.writer
     assert w.append(line(run_id=1), harness="h", run_id=1) == 1
+    w.append(line(run_id=2), harness="h", run_id=2, sync=False)
+    wait_until(lambda: w.stats().lines_written == 2)
     rig.files.inject("write", errno=errno.EIO, times=1)
-    with pytest.raises(LedgerUnavailable, match="Input/output error"):
-        w.append(line(run_id=2), harness="h", run_id=2)
-    e3 = w.enqueue(on_day(OTHER_DAY, 3), sync=True, harness="h", run_id=3)
-    rig.files.inject("open", errno=errno.EACCES, times=1)
     rig.files.inject("sync", errno=errno.EIO, times=1)
     errors = w.stats().append_errors
-    w.flush()
+    e3 = w.enqueue(line(run_id=3), sync=True, harness="h", run_id=3)
     wait_until(lambda: w.stats().append_errors == errors + 1)
-    other = rig.directory / f"{OTHER_DAY}.jsonl"
     s = w.stats()
-    assert s.last_error == ("ledger write of " + str(other) + " failed: Permission denied "
-                            "(injected on open) (harness=h run_id=3 seq=3)")
+    assert s.last_error == ("ledger write of " + str(rig.day) + " failed: Input/output "
+                            "error (injected on write) (harness=h run_id=3 seq=3)")
     assert (s.queued, s.degraded, s.lines_written) == (2, True, 1)
     assert rig.disk().seqs == [1]  # the failed sync's line was cut back
     assert e3.waiter is not None and e3.waiter.woken
+    assert rig.files.calls["sync"] == 2 and rig.files.calls["truncate"] == 2
     w.flush()
     rig.commits.wait_for(3)
-    assert (rig.disk().seqs, read_disk(other).seqs) == ([1, 2], [3])
+    assert rig.disk().seqs == [1, 2, 3]
     assert rig.commits.batches == [[1], [2, 3]]
     assert w.stats().append_errors == errors + 1
 

@@ -89,6 +89,18 @@ def make_durable_dirs(path: str, sync_dir: Callable[[str], None] = fsync_dir) ->
     return made
 
 
+def found_parents(path: str, levels: int, made: list[str]) -> tuple[str, ...]:
+    """The directories up to `levels` above `path` whose entries `make_durable_dirs(path)`,
+    which made `made`, did not sync. Found already there, each may have been made by a
+    process killed before it synced it: they are synced before a line below is durable."""
+    above = []
+    d = os.path.abspath(path)
+    for _ in range(levels):
+        d = os.path.dirname(d)
+        above.append(d)
+    return tuple(dict.fromkeys(above[len(made):]))  # "/" is its own parent
+
+
 def atomic_write(path: str | os.PathLike[str], data: bytes,
                  files: FileLayer | None = None) -> None:
     """Replace `path` with `data`: readers see the old content or the new, never a mix.

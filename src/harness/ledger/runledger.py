@@ -37,7 +37,7 @@ from .dayfiles import (
 )
 from .errors import LedgerCorrupt, LedgerInUse, LineTooLong
 from .feed import Committed, Feed, Subscription
-from .files import FileLayer, clear_leftovers, hold_dir, make_durable_dirs
+from .files import FileLayer, clear_leftovers, found_parents, hold_dir, make_durable_dirs
 from .fold import Frozen, LogProbe, Record
 from .index import Index, NewestPicker
 from .query import Query
@@ -139,7 +139,8 @@ class RunLedger:
         # Lines committed while a prune's refold reads the files, one list per refold
         # under way: replayed before its swap, however many there were.
         self._captures: dict[int, list[dict[str, Any]]] = {}
-        self.created = bool(make_durable_dirs(directory, (files or FileLayer()).sync_dir))
+        made = make_durable_dirs(directory, (files or FileLayer()).sync_dir)
+        self.created = bool(made)
         # One writer per ledger (SPEC-0022): a second daemon on the same state directory
         # would issue the same seqs. Held until close; readers take no lock.
         held = hold_dir(directory)
@@ -176,6 +177,8 @@ class RunLedger:
                 flush_every=flush_every,
                 retry_min=retry_min,
                 retry_max=retry_max,
+                # `harness/` holds the entry of `ledger/`, the state dir that of `harness/`.
+                ancestors=found_parents(directory, 2, made),
             )
         except BaseException:
             if held >= 0:

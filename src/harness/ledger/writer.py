@@ -152,6 +152,7 @@ class Writer:
         retry_max: float = 30.0,
         max_line: int = MAX_LINE,
         name: str = "ledger-writer",
+        ancestors: tuple[str, ...] = (),
     ) -> None:
         self._sealer = sealer
         self._files = files or FileLayer()
@@ -181,6 +182,14 @@ class Writer:
         self._io_started: float | None = None  # when the pass under way began writing
         self._overdue = 0  # highest seq whose synced caller timed out
         self._dir_unsynced: set[str] = set()  # files we created whose directory entry is not synced
+        # Paths whose directory entry this writer has synced. A file it finds already
+        # there may have been created by a process killed before its directory sync, so
+        # its entry is synced too before the first line written to it is acknowledged.
+        self._entries_synced: set[str] = set()
+        # Directories above the ledger's, synced once with the first directory sync: a
+        # killed process may have made them and not synced them either (`make_durable_dirs`
+        # syncs only what it creates itself).
+        self._ancestors = ancestors
         # Files where a write failed, could not be cut back and could not be read back:
         # (offset it began at, whether it began with "\n"). What reached the file is
         # unknown, so nothing more is written there until a read-back tells.
@@ -536,10 +545,14 @@ class Writer:
         with self._cv:
             self._io_started = started = time.monotonic()
         try:
-            error = self._write_pending(fresh)
+            error, whole = self._write_pending(fresh)
         finally:
             with self._cv:
                 self._io_started = None
+        if not whole:  # the lines written to the other file are synced before the rest
+            with self._cv:
+                batch = list(self._queue)
+            return self._write_and_sync(batch, True)
         self._trim_handles()
         if error is not None:
             return self._fail(error)
@@ -602,7 +615,8 @@ class Writer:
             size = self._files.size(fd)
             # A handle dropped after a failure may have created the file: its directory
             # entry still needs the sync the reopened handle would otherwise skip.
-            created = created or path in self._dir_unsynced
+            created = created or path in self._dir_unsynced \
+                or path not in self._entries_synced
             self._dir_unsynced.discard(path)
             f = _File(fd, size, size, created, identity)
             if size > 0 and self._files.last_byte(fd, size) != b"\n":
@@ -790,21 +804,31 @@ class Writer:
     def _write_and_sync(self, batch: list[Entry], force: bool) -> LedgerError | None:
         with self._cv:
             self._io_started = started = time.monotonic()
-        error = self._write_pending(batch)
+        error, whole = self._write_pending(batch)
         if error is None:
-            self._gapless = True  # all it took is written; lines queued since are a tail
+            self._gapless = True  # all it wrote is a prefix; lines still unwritten, a tail
         written = [e for e in batch if e.written]
-        return self._finish_pass(batch, written, error, force, started)
+        return self._finish_pass(batch, written, error, force or not whole, started)
 
-    def _write_pending(self, batch: list[Entry]) -> LedgerError | None:
-        """Write every unwritten line of `batch` in seq order, one write per run of
-        same-file lines; the error of the first write that failed."""
+    def _write_pending(self, batch: list[Entry]) -> tuple[LedgerError | None, bool]:
+        """Write the unwritten lines of `batch` in seq order, one write per run of
+        same-file lines: (the error of the first write that failed, whether it wrote
+        them all). It stops short before the first line for a file while another file
+        holds lines not yet synced: the caller syncs those, and a later pass writes
+        the rest."""
         i = 0
         todo = [e for e in batch if not e.written]
         while i < len(todo):
             j = i
             while j < len(todo) and todo[j].path == todo[i].path:
                 j += 1
+            if self._unsynced_elsewhere(todo[i].path):
+                # A power cut keeps each file's unsynced lines or loses them on its own:
+                # a later file keeping its line while an earlier one lost the line before
+                # would leave a gap in the chain for good (a midnight, a clock step, the
+                # import of many days). Nothing is written past a file boundary until the
+                # lines before it are synced.
+                return None, False
             try:
                 if self._reopened_elsewhere(todo[i].path):
                     todo = [e for e in batch if not e.written]  # again, in seq order
@@ -813,9 +837,22 @@ class Writer:
                 self._write_group(todo[i].path, todo[i:j])
             except OSError as exc:
                 failed_at = next((e for e in todo[i:j] if not e.written), todo[i])
-                return self._error("write", exc, failed_at)
+                return self._error("write", exc, failed_at), True
             i = j
-        return None
+        return None, True
+
+    def _unsynced_elsewhere(self, path: str) -> bool:
+        """Whether a file other than `path` holds lines written and not yet synced:
+        through an open handle past its last sync, or through a handle held since it was
+        dropped that has written lines still queued (synced or not: they are synced
+        again, and a pass that stops here always has a line of its own to sync)."""
+        if any(p != path and f.size > f.synced for p, f in self._open.items()):
+            return True
+        if all(p == path for p in self._dropped):
+            return False  # the common case: no failure left a handle held
+        with self._cv:
+            return any(e.written and e.path != path and e.path in self._dropped
+                       for e in self._queue)
 
     def _finish_pass(
         self, batch: list[Entry], written: list[Entry], error: LedgerError | None, force: bool,
@@ -883,7 +920,11 @@ class Writer:
         self._files.sync(f.fd)
         if f.created:
             self._files.sync_dir(path.rsplit("/", 1)[0] or "/")
+            for d in self._ancestors:
+                self._files.sync_dir(d)
+            self._ancestors = ()
             f.created = False
+            self._entries_synced.add(path)
         f.synced = f.size
         self._syncs += 1
         if self._identities_hold and self._moved(path, f):

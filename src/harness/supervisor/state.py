@@ -22,7 +22,13 @@ import re
 import threading
 from typing import Any, Protocol
 
-from ..ledger.files import atomic_write, clear_leftovers, make_private_dir
+from ..ledger.files import (
+    atomic_write,
+    clear_leftovers,
+    found_parents,
+    fsync_dir,
+    make_durable_dirs,
+)
 
 LEGACY_KEY = "runs"
 HARNESSES_KEY = "harnesses"
@@ -47,6 +53,8 @@ class StateFile:
     def __init__(self, path: str) -> None:
         self.path = path
         self._data: dict[str, Any] | None = None
+        # Whether this process has made the state dir's own entry durable (see `save`).
+        self._entry_synced = False
 
     # -- reading -------------------------------------------------------------------
 
@@ -149,8 +157,15 @@ class StateFile:
         except (TypeError, ValueError) as exc:
             raise StateError(f"{self.path}: cannot encode the state: {exc}") from None
         try:
-            make_private_dir(os.path.dirname(os.path.abspath(self.path)))
+            d = os.path.dirname(os.path.abspath(self.path))
+            made = make_durable_dirs(d)
+            # The run id is durable only with the state dir's entry: one found already
+            # there may be a killed process's (the daemon's lock beside the socket makes
+            # it first), made and never synced.
+            for parent in () if self._entry_synced else found_parents(d, 1, made):
+                fsync_dir(parent)
             atomic_write(self.path, data)
+            self._entry_synced = True
         except OSError as exc:
             # The rename may or may not have happened (a failed directory sync comes after
             # it): forget the cached document so the next read takes the disk's word.

@@ -35,7 +35,7 @@ from typing import Any, Final
 import msgspec
 
 from harness.ledger.errors import LedgerClosed, LedgerUnavailable, LineRejected
-from harness.ledger.files import FileLayer, make_durable_dirs
+from harness.ledger.files import FileLayer, found_parents, make_durable_dirs
 from harness.ledger.writer import Writer
 from harness.timefmt import format_ns, now_ns
 
@@ -178,7 +178,7 @@ class WorkLedger:
         self._files = files or FileLayer()
         self._closed = False
         try:
-            make_durable_dirs(str(self.dir), self._files.sync_dir)
+            made = make_durable_dirs(str(self.dir), self._files.sync_dir)
             self._lock_fd = take_lock(self.dir, self.run_id)
         except OSError as exc:
             raise WorkLedgerError(f"cannot open work ledger {self.dir}: {exc}") from None
@@ -198,6 +198,8 @@ class WorkLedger:
                 sync_timeout=sync_timeout,
                 max_line=MAX_LINE,
                 name=f"worklog-{self.run_id}",
+                # Up to the work tree, which holds the entry of `.harness/`.
+                ancestors=found_parents(str(self.dir), 4, made),
             )
         except BaseException:
             release_lock(self._lock_fd)
