@@ -499,6 +499,112 @@ argv = ["true"]
            lambda: not any(_alive(p) for p in orphans))
 
 
+def _worker_lines(world: World, name: str) -> list[tuple[int, str, str, str | None, int | None]]:
+    """(run_id, type, outcome, reason, exit_code) of every line of `name`, in seq order."""
+    return [(x["run_id"], x["type"], x["outcome"], x.get("reason"), x.get("exit_code"))
+            for x in all_lines(world.ledger) if x["harness"] == name]
+
+
+def test_a_shutdown_keeps_a_residents_own_exit_whose_closed_line_is_still_queued(
+        world: World, fd: FaultDaemons) -> None:
+    """REQ-6's no-wait exception meets REQ-7's shutdown: the resident exited 1 on its own
+    and its closed line is still in the writer's queue (a 3 s sync) when SIGTERM comes.
+    The shutdown closes only what is really open, so the run reads failed (REQ-5), with
+    its own end, not interrupted/shutdown; and the next boot's REQ-7 pass finds nothing
+    left open to close as daemon_crash."""
+    gate = world.root / "worker.go"
+    fd.write_config(f"""
+[harness.worker]
+kind = "resident"
+restart = "no"
+argv = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.02; done; exit 1"]
+""")
+    proc = fd.start_faulty()
+    until("run 1 to be up", lambda: (rec := record_of(world, "worker", 1)) is not None
+          and rec["outcome"] == "running")
+    # Only the next sync is slow: the closed line's. Its 3 s leave the shutdown below
+    # plenty of time to look while the line is queued.
+    fd.faults(sync={"delay": 3.0, "times": 1})
+    gate.touch()  # the worker exits 1 on its own: its closed line is queued, not waited for
+    until("run 1's closed line to be queued", lambda: ledger_info(fd)["queued"] == 1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=LONG) == 0, fd.stderr()
+    assert _worker_lines(world, "worker") == [(1, "opened", "running", None, None),
+                                             (1, "closed", "failed", None, 1)]
+    closed = line_of(world.ledger, "closed", "worker", 1)
+    assert closed is not None
+    rec = record_of(world, "worker", 1)  # read from the files: the daemon is down
+    assert rec is not None
+    assert (rec["outcome"], rec.get("reason"), rec["exit_code"], rec["ended_at"]) == (
+        "failed", None, 1, closed["ended_at"])
+    assert "closed 1 open record(s) as interrupted (shutdown)" not in fd.stderr()
+
+    # The next boot reads only the files: nothing there is open, nothing is closed again.
+    # The worker autostarts as run 2 and waits for its gate, which is gone.
+    gate.unlink()
+    proc = fd.start()
+    until("run 2 to be up", lambda: (rec := record_of(world, "worker", 2)) is not None
+          and rec["outcome"] == "running")
+    assert "daemon_crash" not in fd.stderr()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=LONG) == 0, fd.stderr()
+    assert _worker_lines(world, "worker") == [
+        (1, "opened", "running", None, None), (1, "closed", "failed", None, 1),
+        (2, "opened", "running", None, None), (2, "closed", "interrupted", "shutdown", -1)]
+    seqs_in_order(world)
+    verify_ok(world)
+
+
+def test_a_shutdown_after_an_unwaited_restart_closes_only_the_restart(
+        world: World, fd: FaultDaemons) -> None:
+    """The restart half of REQ-6's exception: the resident exits 0 on its own and restarts
+    at once, its closed line and the restart's opened line both queued behind a 5 s sync.
+    SIGTERM stops the restart (interrupted/shutdown); run 1 keeps its own success, with
+    no second closed line, and a reboot closes nothing as daemon_crash."""
+    svc = script(world, "service.py", SERVICE)
+    fd.write_config(f"""
+[harness.flap]
+kind = "resident"
+restart = "always"
+restart_delay = "100ms"
+argv = ["{sys.executable}", "{svc}", "{world.root}", "flap", "exit-once"]
+""")
+    proc = fd.start_faulty()
+    wait_live(world, "flap", 1, 1)
+    # Only the next sync is slow: run 1's closed line's. The restart's stop waits out its
+    # 2 s bound, and the shutdown still looks well inside the 5 s.
+    fd.faults(sync={"delay": 5.0, "times": 1})
+    (world.root / "flap.go").touch()  # run 1 now exits 0 on its own
+    until("the restart to spawn", lambda: len(starts(world, "flap")) >= 2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=LONG) == 0, fd.stderr()
+    assert _worker_lines(world, "flap") == [
+        (1, "opened", "running", None, None), (1, "closed", "success", None, 0),
+        (2, "opened", "running", None, None), (2, "closed", "interrupted", "shutdown", -1)]
+    closed1 = line_of(world.ledger, "closed", "flap", 1)
+    closed2 = line_of(world.ledger, "closed", "flap", 2)
+    assert closed1 is not None and closed2 is not None
+    runs = {r["run_id"]: r for r in runs_of(world, "flap")}
+    assert sorted(runs) == [1, 2]
+    assert (runs[1]["outcome"], runs[1].get("reason"), runs[1]["exit_code"],
+            runs[1]["ended_at"]) == ("success", None, 0, closed1["ended_at"])
+    assert (runs[2]["outcome"], runs[2]["reason"], runs[2]["trigger"], runs[2]["ended_at"]) == (
+        "interrupted", "shutdown", "restart", closed2["ended_at"])
+
+    # The next boot closes nothing as daemon_crash; the resident autostarts as run 3.
+    proc = fd.start()
+    wait_live(world, "flap", 3, 3)
+    assert "daemon_crash" not in fd.stderr()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=LONG) == 0, fd.stderr()
+    assert _worker_lines(world, "flap")[:4] == [
+        (1, "opened", "running", None, None), (1, "closed", "success", None, 0),
+        (2, "opened", "running", None, None), (2, "closed", "interrupted", "shutdown", -1)]
+    assert [x[:2] for x in _worker_lines(world, "flap")[4:]] == [(3, "opened"), (3, "closed")]
+    seqs_in_order(world)
+    verify_ok(world)
+
+
 # -- REQ-13: the legacy import at a real first boot --------------------------------------
 
 LEGACY_OUTCOMES = ["success", "failed", "timed_out", "skipped", "success", "interrupted",

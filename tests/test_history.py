@@ -11,6 +11,8 @@ import errno
 import json
 import os
 import stat
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -507,6 +509,53 @@ def test_clean_shutdown_closes_with_an_end(tmp_path: Path, open_ledger: OpenLedg
     assert last[0] == {"v": 1, "type": "closed", "at": format_ns(NOW), "harness": "nightly",
                        "run_id": 5, "outcome": "interrupted", "reason": "shutdown",
                        "ended_at": format_ns(NOW), "duration_ms": 90_000}
+    assert led.open_records() == []
+    assert close_open_on_shutdown(led, NOW) == []
+
+
+def test_shutdown_closes_only_what_the_queued_lines_leave_open(
+        tmp_path: Path, open_ledger: OpenLedger) -> None:
+    """REQ-6's no-wait exception meets REQ-7's shutdown close. A resident that exited 1 on
+    its own has its closed line queued, not yet durable (a sync that hangs), and the
+    restart that followed has its opened line queued behind it. The shutdown closes the
+    restart, whose opened line is not even committed, and leaves the run that exited
+    with its own outcome: no second closed line overwrites it."""
+    d = tmp_path / "ledger"
+    seed(d, [opened("worker", 1, NOW - HOUR, kind="resident", trigger="autostart")])
+    files = FaultyFiles()
+    led = open_ledger(d, clock=Clock(NOW), files=files)
+    release = files.inject("sync", hang=True)
+    assert release is not None
+    got: list[dict[str, Any]] = []
+    try:
+        # What runner._close and the restart queue without waiting (REQ-6's exception).
+        led.enqueue({"type": "closed", "harness": "worker", "run_id": 1,
+                     "at": format_ns(NOW - 2 * SEC), "outcome": "failed", "exit_code": 1,
+                     "ended_at": format_ns(NOW - 2 * SEC), "duration_ms": 3_598_000},
+                    sync=True)
+        led.enqueue(opened("worker", 2, NOW - SEC, kind="resident", trigger="restart"),
+                    sync=True)
+        assert [r["run_id"] for r in led.open_records()] == [1]  # what is committed
+        shut = threading.Thread(target=lambda: got.extend(close_open_on_shutdown(led, NOW)))
+        shut.start()
+        end = time.monotonic() + 30
+        while led.stats().queued < 3 and time.monotonic() < end:  # the shutdown's line
+            time.sleep(0.01)
+    finally:
+        files.clear("sync")  # the disk catches up
+    shut.join(timeout=30)
+    assert not shut.is_alive()
+    assert [(r["harness"], r["run_id"], r["outcome"], r["reason"], r["ended_at"],
+             r["duration_ms"]) for r in got] == [
+        ("worker", 2, "interrupted", "shutdown", format_ns(NOW), 1_000)]
+    assert [(o["run_id"], o["type"], o["outcome"], o.get("reason"), o.get("exit_code"))
+            for o in all_lines(d)] == [
+        (1, "opened", "running", None, None), (1, "closed", "failed", None, 1),
+        (2, "opened", "running", None, None), (2, "closed", "interrupted", "shutdown", None)]
+    rec1 = led.get("worker", 1)
+    assert rec1 is not None
+    assert (rec1["outcome"], rec1.get("reason"), rec1["exit_code"], rec1["ended_at"]) == (
+        "failed", None, 1, format_ns(NOW - 2 * SEC))
     assert led.open_records() == []
     assert close_open_on_shutdown(led, NOW) == []
 

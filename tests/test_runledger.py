@@ -1670,3 +1670,50 @@ def test_the_first_ack_follows_a_sync_of_directories_found_unsynced(
     else:  # `ledger/` made now: its entry synced as it was made
         assert made == [harness, str(d), state]
     assert files.dirs == made  # once
+
+
+def test_closing_counts_lines_still_queued(tmp_path: Path) -> None:
+    """REQ-7's closing passes judge "open" by every line already queued, committed or not
+    (REQ-6 queues a resident's own-exit closed line and its restart's opened line without
+    waiting): a record a queued line ends gets no second closed line, and one whose opened
+    line is only queued is open."""
+    files = FaultyFiles()
+    led = RunLedger(str(tmp_path / "ledger"), clock=Clock(T0), files=files)
+    try:
+        led.append({"type": "opened", "harness": "w", "run_id": 1, "kind": "resident",
+                    "started_at": format_ns(T0 - 60 * NS), "outcome": "running"})
+        files.inject("sync", hang=True)  # from here on nothing commits
+        led.enqueue({"type": "closed", "harness": "w", "run_id": 1, "outcome": "failed",
+                     "exit_code": 1}, sync=True)
+        led.enqueue({"type": "opened", "harness": "w", "run_id": 2, "kind": "resident",
+                     "trigger": "restart", "started_at": format_ns(T0), "outcome": "running"},
+                    sync=True)
+        led.enqueue({"type": "updated", "harness": "w", "run_id": 2, "model_calls": 3},
+                    sync=False)
+
+        assert [r["run_id"] for r in led.open_records()] == [1]  # committed only
+        assert led.open_records(queued=True) == [{
+            "harness": "w", "run_id": 2, "seq": 3, "kind": "resident", "trigger": "restart",
+            "started_at": format_ns(T0), "outcome": "running", "model_calls": 3}]
+
+        def shut(run_id: int) -> dict[str, Any]:
+            return {"type": "closed", "harness": "w", "run_id": run_id,
+                    "outcome": "interrupted", "reason": "shutdown"}
+
+        assert led.enqueue_closing(shut(1)) is None  # its own closed line is queued
+        assert led.enqueue_closing(shut(9)) is None  # never opened
+        e = led.enqueue_closing(shut(2))
+        assert e is not None and e.seq == 5
+        assert led.enqueue_closing(shut(2)) is None  # closed once, by the first line
+        assert led.open_records(queued=True) == []
+        with pytest.raises(ValueError):
+            led.enqueue_closing({**shut(3), "type": "updated"})
+        files.clear()
+        assert led.wait(e) == 5
+        got = {r["run_id"]: (r["outcome"], r.get("reason"), r.get("exit_code"))
+               for r in (led.get("w", i) for i in (1, 2)) if r is not None}
+        assert got == {1: ("failed", None, 1), 2: ("interrupted", "shutdown", None)}
+        assert led.open_records() == []
+    finally:
+        files.clear()
+        led.close(timeout=10.0)

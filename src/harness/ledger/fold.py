@@ -57,6 +57,17 @@ class Record:
     def is_open(self) -> bool:
         return self.opened and not self.closed
 
+    def copy(self) -> Record:
+        """An independent copy, to fold lines into without touching this record (the
+        shutdown's look at lines still queued, which the index must not see yet)."""
+        r = Record(self.harness, self.run_id)
+        r.seq, r.last_seq, r.first_at, r.opened_at = (self.seq, self.last_seq, self.first_at,
+                                                      self.opened_at)
+        r.opened, r.closed = self.opened, self.closed
+        r.fields = dict(self.fields)
+        r._field_seq = dict(self._field_seq)
+        return r
+
     def apply(self, line: dict[str, Any]) -> None:
         """Fold one parsed line (already known to belong to this record) into it."""
         seq = line["seq"]

@@ -4,9 +4,11 @@ It puts the engine together for runs: `prepare_line` (schema, scrub, caps) → t
 single `Writer` (seq, chain, day file by each line's UTC `at`, durability) → on
 commit, the `Index` and the ring behind `since`, then the `Feed`. Data flows one
 way. Invariants: a line is visible to queries, `since` and subscribers only once
-it is durable; the index and ring are touched only under `_lock`; `seq` continues
-from the highest parseable seq on disk and never repeats; every record that was
-ever opened and not closed is known at open (REQ-7 needs them all), whatever its age.
+it is durable (REQ-7's closing passes alone also count lines still queued, through
+`open_records(queued=True)` and `enqueue_closing`, so no run is closed twice); the
+index and ring are touched only under `_lock`; `seq` continues from the highest
+parseable seq on disk and never repeats; every record that was ever opened and not
+closed is known at open (REQ-7 needs them all), whatever its age.
 """
 
 from __future__ import annotations
@@ -480,9 +482,65 @@ class RunLedger:
             r = self._index.get(harness, run_id)
             return r.to_json() if r is not None else None
 
-    def open_records(self) -> list[dict[str, Any]]:
+    def open_records(self, *, queued: bool = False) -> list[dict[str, Any]]:
+        """The records still open, in seq order: by the committed lines (what queries see),
+        or with `queued`, by every line already queued as well, committed or not.
+
+        REQ-7's closing passes need the second: under REQ-6's no-wait exception a
+        resident's own-exit closed line, and the opened line of its restart, may still
+        wait in the queue, and the committed view would close the first run again (its
+        fold then reading interrupted) and miss the second."""
+        if queued:
+            return self._writer.look_queued(
+                lambda q: [r.to_json(check_log=False) for r in self._open_with(q)])
         with self._lock:
             return [r.to_json(check_log=False) for r in self._index.open_records()]
+
+    def enqueue_closing(self, line: dict[str, Any]) -> Entry | None:
+        """Queue closed `line` (a synced entry; wait for it with `wait`) only if its record
+        is still open once every line already queued is folded in, judged in one step with
+        the queueing; None when a line queued before it already ends the record, or it
+        was never opened. REQ-7's closing passes use it: a run is closed once, by the
+        first line that closes it, and a shutdown never overwrites a run's own end."""
+        if line.get("type") != "closed":
+            raise ValueError(f"enqueue_closing takes a closed line, not {line.get('type')!r}")
+        out, cuts = prepare_line(line, self.clock())
+        # Cut to fit here: inside the writer's lock a refused line could not be cut.
+        out = fit_line(out, cuts, self._writer.max_line)
+        key = (out["harness"], out["run_id"])
+
+        def build(queue: Iterable[Entry]) -> tuple[dict[str, Any], str, int] | None:
+            return (out, key[0], key[1]) if self._open_with(queue, key) else None
+
+        e = self._writer.enqueue_built(build)
+        if e is not None:
+            self._count_cuts(cuts)
+        return e
+
+    def _open_with(self, queue: Iterable[Entry],
+                   only: tuple[str, int] | None = None) -> list[Record]:
+        """The records open once `queue`'s lines are folded, in seq order, onto copies of
+        the committed ones (all, or the one record `only`); call under the writer's queue
+        lock, so no line is committed or queued meanwhile. A line both committed and
+        still queued folds twice, to the same state."""
+        with self._lock:
+            known = self._index.records
+            recs = {(r.harness, r.run_id): r.copy() for r in self._index.open_records()
+                    if only is None or (r.harness, r.run_id) == only}
+            for e in queue:
+                o = e.obj
+                key = (o["harness"], o["run_id"])
+                if only is not None and key != only:
+                    continue
+                r = recs.get(key)
+                if r is None:
+                    # Only an opened line starts a record here; a committed record that
+                    # is not open (ended, or partial) stays as the committed fold has it.
+                    if o["type"] != "opened" or key in known:
+                        continue
+                    r = recs[key] = Record(*key)
+                r.apply(o)
+        return sorted((r for r in recs.values() if r.is_open), key=lambda r: r.seq)
 
     def max_run_id(self, harness: str) -> int:
         with self._lock:

@@ -42,7 +42,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from .errors import LedgerClosed, LedgerError, LedgerUnavailable, LineTooLong
 from .files import FileLayer, make_durable_dirs
@@ -50,6 +50,7 @@ from .files import FileLayer, make_durable_dirs
 log = logging.getLogger("harness.ledger")
 
 MAX_LINE = 16 * 1024
+T = TypeVar("T")
 
 
 class _Stopped:
@@ -255,6 +256,13 @@ class Writer:
             e = self._queue_locked(made[0], True, made[1], made[2])
         self._ring()
         return e
+
+    def look_queued(self, look: Callable[[deque[Entry]], T]) -> T:
+        """What `look` makes of the lines still queued (and not yet committed), under the
+        queue lock: as in `enqueue_built`, each line is in the queue or already handed to
+        ``on_commit`` (for a moment both), never in neither. `look` must not queue."""
+        with self._cv:
+            return look(self._queue)
 
     def _queue_locked(
         self, obj: dict[str, Any], sync: bool, harness: str | None, run_id: int | None

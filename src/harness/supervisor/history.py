@@ -11,14 +11,16 @@ the marker exists, so a failed import keeps them for the next boot.
 
 `reconcile` (REQ-7, at boot before any start) and `close_open_on_shutdown` (REQ-7, clean
 shutdown) close every open record as ``interrupted``; neither raises for one record's
-failure, so one bad disk write cannot stop a daemon from booting or stopping.
+failure, so one bad disk write cannot stop a daemon from booting or stopping. "Open"
+counts every line already queued, committed or not (REQ-6's no-wait exception leaves a
+resident's own-exit closed line and its restart's opened line queued): a run is closed
+once, never over its own end, and a run whose opened line is still queued is closed too.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -309,10 +311,14 @@ def _note_in_log(path: Any, text: str, now: int) -> bool:
     return True
 
 
-def _close_all(ledger: RunLedger, records: Iterable[dict[str, Any]],
-               extra: dict[str, Any], now: int, with_end: bool) -> list[dict[str, Any]]:
+def _close_all(ledger: RunLedger, extra: dict[str, Any], now: int,
+               with_end: bool) -> list[dict[str, Any]]:
+    """Close every record still open, counting lines already queued: REQ-6's no-wait
+    exception can leave a resident's own-exit closed line (and its restart's opened
+    line) queued at shutdown, and the committed view alone would close that run a second
+    time, its fold then reading interrupted instead of its own outcome (REQ-5)."""
     closed: list[dict[str, Any]] = []
-    for rec in records:
+    for rec in ledger.open_records(queued=True):
         line: dict[str, Any] = {"type": "closed", "harness": rec["harness"],
                                 "run_id": rec["run_id"], "at": format_ns(now),
                                 "outcome": "interrupted", **extra}
@@ -322,7 +328,10 @@ def _close_all(ledger: RunLedger, records: Iterable[dict[str, Any]],
             if isinstance(started, str) and is_rfc3339(started):
                 line["duration_ms"] = max(0, (now - parse_ns(started)) // 1_000_000)
         try:
-            ledger.append(line, sync=True)
+            entry = ledger.enqueue_closing(line)
+            if entry is None:
+                continue  # a line queued since the look closed it first
+            ledger.wait(entry)
         except LedgerError as exc:
             # Not fatal: the line stays queued and the writer retries it in order.
             log.error("cannot close open run: %s", exc)
@@ -337,8 +346,7 @@ def reconcile(ledger: RunLedger, now: int) -> list[dict[str, Any]]:
     No ended_at: nobody saw the run end. Each record's log (per-run or a resident's durable
     log) gains a line saying so when it exists.
     """
-    open_recs = ledger.open_records()
-    closed = _close_all(ledger, open_recs, {"reason": "daemon_crash"}, now, with_end=False)
+    closed = _close_all(ledger, {"reason": "daemon_crash"}, now, with_end=False)
     for rec in closed:
         _note_in_log(rec.get("log"), CRASH_NOTE, now)
     return closed
@@ -346,5 +354,4 @@ def reconcile(ledger: RunLedger, now: int) -> list[dict[str, Any]]:
 
 def close_open_on_shutdown(ledger: RunLedger, now: int) -> list[dict[str, Any]]:
     """Close every record still open at a clean shutdown: interrupted/shutdown, ended now."""
-    return _close_all(ledger, ledger.open_records(), {"reason": "shutdown"}, now,
-                      with_end=True)
+    return _close_all(ledger, {"reason": "shutdown"}, now, with_end=True)
