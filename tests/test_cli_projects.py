@@ -243,3 +243,69 @@ def test_up_and_down_show_the_directory_escaped(world: World) -> None:
     assert _run(world, "down", str(d)) == (
         0, f"project ok unregistered ({shown})\n"
            "the daemon is not running; its harnesses are gone at its next start\n", "")
+
+
+TOKEN = "ghp_" + "A1b2C3d4" * 4 + "abcd"  # the form of a GitHub token
+
+
+def test_up_and_down_never_repeat_a_secret_in_an_argument(world: World) -> None:
+    """A directory or a --name holding a token: every error scrubs it, as a config error
+    scrubs what it quotes (and a value scrubbed is never cut to a piece the scrubber no
+    longer knows)."""
+    base = world.root / TOKEN
+    base.mkdir()
+    (base / "empty").mkdir()
+    proj = _project(world, f"{TOKEN}/p")
+    shown = f"{world.root}/[REDACTED]"
+    results = [
+        (_run(world, "up", str(base / "nowhere")),
+         (1, "", f"harness: {shown}/nowhere: not a directory\n")),
+        (_run(world, "up", str(base / "empty")),
+         (1, "", f"harness: {shown}/empty: no harness.toml in this directory\n")),
+        (_run(world, "up", str(proj), "--name", "x"),
+         (0, f"project x registered ({proj}): x/worker\n"
+             "the daemon is not running; the project loads at its next start\n", "")),
+        # Refused by register_project itself.
+        (_run(world, "up", str(proj), "--name", "y"),
+         (1, "", f"harness: {shown}/p: already registered as 'x'\n")),
+        (_run(world, "up", str(_project(world, "q")), "--name", "x"),
+         (1, "", f"harness: {world.root}/q: project name 'x' is already taken by "
+                 f"{shown}/p\n")),
+        (_run(world, "down", str(base / "empty")),
+         (1, "", f"harness: {shown}/empty is not a registered project\n")),
+    ]
+    for got, want in results:
+        assert got == want
+    code, out, err = _run(world, "up", str(proj), "--name", f"{TOKEN}!")
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == ("Error: Invalid value for --name: '[REDACTED]!' is not "
+                                    "a usable project name (letters, digits, '.', '_', '-')")
+    assert TOKEN not in err
+
+    # A config problem names the project's file by its path, scrubbed the same way.
+    assert _run(world, "down", str(proj))[0] == 0
+    (proj / "harness.toml").write_text(PROJECT.replace('["echo", "from the project"]',
+                                                       '"echo"'))
+    assert _run(world, "up", str(proj)) == (
+        2, "", f"{shown}/p/harness.toml:4: harness.worker.argv: must be a non-empty list of "
+               "strings, got string 'echo'\n"
+               f"harness: {shown}/p was not registered\n")
+
+
+def test_a_reload_never_logs_a_secret_in_a_project_path(world: World,
+                                                        daemons: Daemons) -> None:
+    """The daemon logs a refused config and sends it to `harness reload`: a registered
+    project's path is scrubbed in both."""
+    proj = _project(world, TOKEN)
+    daemons.write_config("")
+    assert _run(world, "up", str(proj), "--name", "p")[0] == 0
+    daemons.start()
+    (proj / "harness.toml").write_text(PROJECT.replace('["echo", "from the project"]',
+                                                       '"echo"'))
+    problem = (f"{world.root}/[REDACTED]/harness.toml:4: harness.worker.argv: must be a "
+               "non-empty list of strings, got string 'echo'")
+    assert _run(world, "reload") == (
+        2, "", "harness: the daemon refused the new config and keeps its last good one:\n"
+               f"{problem}\n")
+    assert problem in daemons.stderr()
+    assert TOKEN not in daemons.stderr()

@@ -972,3 +972,34 @@ def test_a_registry_nested_too_deeply_is_a_registry_error(world: World) -> None:
         2, "", f"harness: the config does not load, so a's kind is unknown:\n{problem}\n")
     res = world.harness("down", str(world.root))
     assert (res.returncode, res.stdout, res.stderr) == (1, "", f"harness: {problem}\n")
+
+
+def test_registry_refusals_never_repeat_a_secret(tmp_path: Path) -> None:
+    """Every refusal quotes the directory and names the user passed scrubbed, as a config
+    error quotes a value: a token in a path or a name is never repeated."""
+    tok = "ghp_" + "A1b2C3d4" * 4 + "abcd"
+    base = tmp_path / tok
+    write(base / "app" / "harness.toml", "")
+    write(tmp_path / "y" / "app" / "harness.toml", "")
+    (base / "empty").mkdir()
+    register_project(str(base / "app"))
+    shown = f"{tmp_path}/[REDACTED]"
+    refusals = [
+        (lambda: register_project(str(tmp_path / "y" / "app")),
+         f"{tmp_path}/y/app: project name 'app' is already taken by {shown}/app"),
+        (lambda: register_project(str(base / "app"), name="other"),
+         f"{shown}/app: already registered as 'app'"),
+        (lambda: register_project(str(base / "empty")),
+         f"{shown}/empty: no harness.toml in this directory"),
+        (lambda: register_project(str(tmp_path / "y" / "app"), name=f"{tok}/b"),
+         f"{tmp_path}/y/app: '[REDACTED]/b' is not a usable project name (letters, "
+         "digits, '.', '_', '-'); pass another name"),
+        # Cut after the scrub, like any quoted value: an invalid name may be of any length.
+        (lambda: register_project(str(tmp_path / "y" / "app"), name="x " * 40),
+         f"{tmp_path}/y/app: 'x x x x x x x x x x x x …' (80 characters) is not a usable "
+         "project name (letters, digits, '.', '_', '-'); pass another name"),
+    ]
+    for call, message in refusals:
+        with pytest.raises(RegistryError) as info:
+            call()
+        assert str(info.value) == message

@@ -27,6 +27,7 @@ from typing import Any
 import click
 
 from .. import paths
+from ..config.durations import shown, shown_path
 from ..config.load import (
     ConfigError,
     Project,
@@ -137,21 +138,23 @@ def up_command(ctx: click.Context, directory: str, name: str | None) -> None:
     """
     real = os.path.realpath(directory)
     if not os.path.isdir(real):
-        fail(f"{directory}: not a directory")
+        fail(f"{shown_path(directory)}: not a directory")
     if not os.path.isfile(os.path.join(real, "harness.toml")):
-        fail(f"{real}: no harness.toml in this directory")
+        fail(f"{shown_path(real)}: no harness.toml in this directory")
     projects = _registered()
     current = next((p for p in projects if p.dir == real), None)
     # Already registered and no --name: `up` again keeps the name it has.
     pname = name or (current.name if current else os.path.basename(real))
     if not NAME_RE.fullmatch(pname):
         raise click.BadParameter(
-            f"{pname!r} is not a usable project name (letters, digits, '.', '_', '-')",
+            f"{shown(pname, cut=True)} is not a usable project name "
+            "(letters, digits, '.', '_', '-')",
             param_hint="--name" if name else "DIR (its name; pass --name)")
     clash = next((p for p in projects if p.name == pname and p.dir != real), None)
     if clash is not None:
         # Said before the load, which would only report the harness names clashing.
-        fail(f"{real}: project name {pname!r} is already taken by {clash.dir}")
+        fail(f"{shown_path(real)}: project name {shown(pname)} is already taken by "
+             f"{shown_path(clash.dir)}")
     # The whole config the daemon would load next, so a clash with the global file or
     # another project is found now, not at the reload.
     joined = [p for p in projects if p.dir != real] + [Project(pname, real)]
@@ -159,7 +162,7 @@ def up_command(ctx: click.Context, directory: str, name: str | None) -> None:
         config = load_config((ctx.obj or {}).get("config"), projects=joined)
     except ConfigError as exc:
         report(str(exc))
-        fail(f"{real} was not registered", EXIT_BAD_CONFIG)
+        fail(f"{shown_path(real)} was not registered", EXIT_BAD_CONFIG)
     try:
         project = register_project(real, pname)
     except RegistryError as exc:
@@ -186,7 +189,7 @@ def down_command(ctx: click.Context, directory: str) -> None:
     except RegistryError as exc:
         fail(str(exc))
     if not gone:
-        fail(f"{real} is not a registered project")
+        fail(f"{shown_path(real)} is not a registered project")
     pname = project.name if project is not None else os.path.basename(real)
     click.echo(f"project {render.visible(pname)} unregistered ({render.visible(real)})")
     _after_change(ctx, "its harnesses are gone")

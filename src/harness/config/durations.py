@@ -22,10 +22,10 @@ import math
 import re
 from decimal import Decimal, localcontext
 
-from harness.ledger.scrub import scrub_value
+from harness.ledger.scrub import scrub_text, scrub_value
 
 __all__ = ["MAX_DURATION", "MAX_DURATION_NS", "format_duration_ms", "is_bare_number",
-           "parse_duration_ns", "shown"]
+           "parse_duration_ns", "shown", "shown_path"]
 
 _SECOND = 1_000_000_000
 _UNITS = {"ms": 1_000_000, "s": _SECOND, "m": 60 * _SECOND, "h": 3_600 * _SECOND,
@@ -50,6 +50,13 @@ def shown(value: object, *, cut: bool = False) -> str:
     if cut and isinstance(clean, str) and isinstance(value, str) and len(clean) > 40:
         return f"{clean[:24] + '…'!r} ({len(value)} characters)"
     return repr(clean)
+
+
+def shown_path(path: str) -> str:
+    """A path as an error message names it: as written, with every secret in it scrubbed.
+    A directory may be named after a token (or a user's argument hold one); the message
+    must still say which file, so a path is neither quoted nor cut, only scrubbed."""
+    return scrub_text(path)[0]
 
 
 def _too_long(value: str | int | float) -> ValueError:

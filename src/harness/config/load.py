@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from harness.config.durations import shown
+from harness.config.durations import shown, shown_path
 from harness.config.model import (
     NAME_RE,
     BudgetConfig,
@@ -120,9 +120,11 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
+        # The file is a registered project's directory, or a path the user passed.
+        where = shown_path(self.file)
         if self.line is None:
-            return f"{self.file}: {self.message}"
-        return f"{self.file}:{self.line}: {self.key}: {self.message}"
+            return f"{where}: {self.message}"
+        return f"{where}:{self.line}: {self.key}: {self.message}"
 
 
 class ConfigError(Exception):
@@ -137,7 +139,9 @@ class RegistryError(Exception):
     """``harness up``/``down`` could not register or unregister a project, or read the registry."""
 
     def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
+        # `path` is the directory the user passed to `up`/`down` (or the registry's own);
+        # `reason` quotes names through `shown`.
+        super().__init__(f"{shown_path(path)}: {reason}")
         self.path = path
         self.reason = reason
 
@@ -512,7 +516,8 @@ def list_projects() -> list[Project]:
     except FileNotFoundError:
         return []
     except (OSError, ValueError) as exc:
-        raise RegistryError(path, f"cannot read the project registry: {exc}") from exc
+        raise RegistryError(path, "cannot read the project registry: "
+                                  f"{shown_path(str(exc))}") from exc
     except RecursionError:  # the decoder recurses once per level of nesting
         raise RegistryError(path, "cannot read the project registry: JSON nested too "
                                   "deeply") from None
@@ -553,7 +558,8 @@ def register_project(directory: str, name: str | None = None) -> Project:
         raise RegistryError(real, "no harness.toml in this directory")
     name = name or os.path.basename(real)
     if not NAME_RE.fullmatch(name):
-        raise RegistryError(real, f"{name!r} is not a usable project name "
+        # Cut (after the scrub) as well: a name that fails the check may be of any length.
+        raise RegistryError(real, f"{shown(name, cut=True)} is not a usable project name "
                                   "(letters, digits, '.', '_', '-'); pass another name")
     with _registry_lock():
         projects = list_projects()
@@ -561,9 +567,10 @@ def register_project(directory: str, name: str | None = None) -> Project:
             if p.dir == real:
                 if p.name == name:
                     return p
-                raise RegistryError(real, f"already registered as {p.name!r}")
+                raise RegistryError(real, f"already registered as {shown(p.name)}")
             if p.name == name:
-                raise RegistryError(real, f"project name {name!r} is already taken by {p.dir}")
+                raise RegistryError(real, f"project name {shown(name)} is already taken by "
+                                          f"{shown_path(p.dir)}")
         project = Project(name, real)
         _write_registry([*projects, project])
         return project
