@@ -11,6 +11,7 @@ work tree, a missing remote, a ref that is not an anchor). Exit codes are exact:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -892,6 +893,26 @@ def test_a_resume_signals_tasks_with_the_longest_ids(world: World, repo: Path) -
     assert json.loads(res.stdout)["frontier"] == [task]
     (name, body), = signals(repo).items()
     assert body["task_id"] == task and len(name.encode()) <= 255
+
+
+def test_a_held_lock_whose_identity_is_nested_too_deeply(world: World, repo: Path) -> None:
+    """The refusal reads the holder's identity from the lock file: JSON nested past the
+    decoder's depth there is as unreadable as any bad JSON, and the refusal names the
+    file (it reached the CLI's last-resort catch as "cannot read a ledger file")."""
+    record(repo, GOAL)
+    before = ledger_path(repo).read_bytes()
+    lock = ledger_path(repo).parent / ".lock"
+    with open(lock, "r+b") as held:  # its own open file description: the CLI's flock fails
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write(b'{"pid":' + b"[" * 4000)
+        held.flush()
+        res = cli(world, repo, "ledger", "resume", RUN)
+    assert res.returncode == 2
+    assert err_line(res) == (f"harness: work ledger '{RUN}' is held by another process (its "
+                             f"identity in {lock} cannot be read); only one writer may hold "
+                             "a run")
+    assert ledger_path(repo).read_bytes() == before
+    assert signals(repo) == {}
 
 
 def test_concurrent_resumes_never_fork_the_local_chain(world: World, repo: Path) -> None:

@@ -342,6 +342,45 @@ def test_a_resume_whose_row_cannot_be_written_removes_its_signals(tmp_path: Path
     assert verify_dir(ledger_dir(tmp_path, "rs")).entry_count == 5
 
 
+class FullUnderAStrayLine(FullOn):
+    """`FullOn` for the run.resumed row, while something outside the writer's lock (a hand
+    edit, a broken tool) appends a complete line nested past any JSON decoder's depth each
+    time the writer cuts its failed write back: the last line the resume then reads to
+    learn whether its row landed."""
+
+    STRAY = b"[" * 100_000 + b"\n"
+
+    def __init__(self, segment: Path) -> None:
+        super().__init__(b'"kind":"run.resumed"')
+        self.segment = segment
+
+    def truncate(self, fd: int, size: int) -> None:
+        super().truncate(fd, size)
+        with open(self.segment, "ab") as fh:
+            fh.write(self.STRAY)
+
+
+def test_a_resume_that_finds_a_deeply_nested_last_line_removes_its_signals(
+        tmp_path: Path) -> None:
+    """The resume's row was not confirmed, and the ledger's last line is nested too
+    deeply to decode: that is not the row, so the resume reports it was not recorded,
+    naming the segment, and removes its signals (a RecursionError escaped the resume,
+    leaving the signals of an unrecorded resume behind)."""
+    sig, before, ledger = _resumed_once(tmp_path)
+    segment = ledger_dir(tmp_path, "rs") / "000000.jsonl"
+    full = FullUnderAStrayLine(segment)
+    with pytest.raises(WorkLedgerError) as ei:
+        resume_mod.resume(tmp_path, "rs", files=full, sync_timeout=1.0)
+    assert full.failed >= 1
+    assert ei.value.exit_code == 2
+    message = str(ei.value)
+    assert message.startswith("work ledger 'rs': run.resumed row was not confirmed durable: ")
+    assert message.endswith(f"; the resume was not recorded in {segment} and the signals it "
+                            "wrote were removed")
+    assert segment.read_bytes() == ledger + full.STRAY
+    assert {p.name: p.read_bytes() for p in sig.iterdir()} == before
+
+
 def test_a_row_that_lands_late_keeps_its_signals(tmp_path: Path) -> None:
     """The writer keeps a row it could not write and retries it: when the row lands (while
     `record` waits, or as the ledger closes), the resume stands, signals and all."""

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from harness.ledger.canonical import canonical
+from harness.ledger.canonical import canonical, decode_untrusted
 from harness.ledger.files import make_private_dir
 from harness.ledger.scrub import scrub_value
 from harness.paths import state_dir
@@ -34,17 +34,8 @@ from harness.timefmt import format_ns, now_ns
 GENESIS = "0" * 64
 KEY_BYTES = 32
 
-_decoder = msgspec.json.Decoder()
-
-
-def _decode(raw: bytes) -> Any:
-    """One line of the chain, decoded. A line nested past the decoder's depth (msgspec
-    raises RecursionError for it, not DecodeError) is as unreadable as a torn one: every
-    caller treats it alike."""
-    try:
-        return _decoder.decode(raw)
-    except RecursionError:
-        raise msgspec.DecodeError("JSON nested too deeply") from None
+# A line is decoded by `decode_untrusted`: one nested past the decoder's depth is as unreadable
+# as a torn one (a DecodeError, never a RecursionError), and every caller treats it alike.
 
 
 class AuditError(Exception):
@@ -126,7 +117,7 @@ def _last_line(fd: int) -> tuple[bytes | None, bytes]:
         fragment = lines.pop()  # b"" unless the file ends in a torn line
         if fragment:
             try:
-                _decode(fragment)
+                decode_untrusted(fragment)
             except msgspec.DecodeError:
                 pass
             else:
@@ -179,7 +170,7 @@ def _holds(fd: int, event: str, data: object) -> bool:
         if needle not in line:
             continue  # cheap: most lines are other events
         try:
-            row = _decode(line)
+            row = decode_untrusted(line)
         except msgspec.DecodeError:
             continue  # a torn fragment a later append closed off: no event
         if isinstance(row, dict) and row.get("event") == event and row.get("data") == data:
@@ -208,7 +199,7 @@ def _append(fd: int, key: bytes, event: str, clean: object) -> dict[str, Any]:
         seq, prev = 1, GENESIS
     else:
         try:
-            row = _decode(last)
+            row = decode_untrusted(last)
             seq, prev = int(row["seq"]) + 1, str(row["mac"])
         except (msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
             raise AuditError(f"the last line of {audit_path()} is not an audit line") from exc
@@ -243,7 +234,7 @@ def verify_audit() -> tuple[bool, int, int | None]:
     lines = raw.split(b"\n")
     if lines[-1]:
         try:
-            _decode(lines[-1])
+            decode_untrusted(lines[-1])
         except msgspec.DecodeError:
             lines.pop()  # a torn tail: not part of the chain
     prev, count = GENESIS, 0
@@ -252,7 +243,7 @@ def verify_audit() -> tuple[bool, int, int | None]:
             continue
         expected_seq = count + 1
         try:
-            row = _decode(line)
+            row = decode_untrusted(line)
         except msgspec.DecodeError:
             # A fragment a crash left before a later append closed it off; the chain
             # links across it.

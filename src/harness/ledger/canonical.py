@@ -10,7 +10,10 @@ standard library uses — as raw JSON. Values the standard form cannot carry
 nested past the interpreter's recursion limit raises `RecursionError`, as the stdlib does,
 but sooner (about 500 lists deep, where the stdlib's C encoder goes on): every caller that
 encodes what it did not build takes it as unreadable; the writer's schema never nests that
-deep.
+deep. Decoding is the mirror: `decode_untrusted` turns JSON nested past the decoder's
+depth into the `msgspec.DecodeError` any other bad JSON gives, so a reader of another
+process's (or another machine's) bytes has one error to catch, and no RecursionError
+reaches its caller.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 import msgspec
 
 _encoder = msgspec.json.Encoder(order="sorted")
+_plain: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 
 
 def _stdlib(obj: Any) -> bytes:
@@ -70,6 +74,16 @@ def encode_prepared(prepared: Any, original: Any) -> bytes:
 def canonical(obj: Any) -> bytes:
     """The canonical bytes of a JSON-compatible value (no trailing newline)."""
     return encode_prepared(prepare(obj), obj)
+
+
+def decode_untrusted(raw: bytes, decoder: msgspec.json.Decoder[Any] = _plain) -> Any:
+    """`raw` decoded by `decoder`. A value nested past the decoder's depth (msgspec raises
+    RecursionError for it, not DecodeError) is as undecodable as any other bad JSON: it
+    raises `msgspec.DecodeError` (a ValueError), so every caller treats it alike."""
+    try:
+        return decoder.decode(raw)
+    except RecursionError:
+        raise msgspec.DecodeError("JSON nested too deeply") from None
 
 
 def cap_utf8(s: str, limit: int) -> tuple[str, bool]:

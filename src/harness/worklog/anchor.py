@@ -40,7 +40,7 @@ from typing import Any, Final, Literal, NamedTuple
 import msgspec
 
 from harness import audit
-from harness.ledger.canonical import canonical
+from harness.ledger.canonical import canonical, decode_untrusted
 from harness.ledger.files import atomic_write, make_private_dir
 
 from . import Divergence, NoLedger, VerificationFailed, rows, store, verify
@@ -158,22 +158,13 @@ class _Hash(msgspec.Struct):
 
 
 _hash_of = msgspec.json.Decoder(_Hash)
-_plain: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
-
-
-def _decode(raw: bytes, decoder: msgspec.json.Decoder[Any] = _plain) -> Any:
-    """JSON an anchor holds (it may come from another machine), decoded. A value nested
-    past the decoder's depth (msgspec raises RecursionError for it, not DecodeError) is
-    as undecodable as any other bad JSON, and every caller treats it alike."""
-    try:
-        return decoder.decode(raw)
-    except RecursionError:
-        raise msgspec.DecodeError("JSON nested too deeply") from None
+# JSON an anchor holds may come from another machine: it is decoded by `decode_untrusted`, so a
+# value nested past the decoder's depth is as undecodable as any other bad JSON.
 
 
 def _entry_hash(line: bytes) -> str | None:
     try:
-        return _decode(line, _hash_of).entry_hash
+        return decode_untrusted(line, _hash_of).entry_hash
     except msgspec.DecodeError:
         return None
 
@@ -319,7 +310,7 @@ def _read_tree(git: Git, ref: str, commit: str) -> _Tree:
 def _parse_meta(ref: str, raw: bytes, run_id: str, chunk_count: int) -> tuple[str, int]:
     """Check LEDGER.json against the run and the tree; return (head_hash, entry_count)."""
     try:
-        meta = _decode(raw)
+        meta = decode_untrusted(raw)
     except msgspec.DecodeError as exc:
         raise _not_anchor(ref, f"{META_NAME} is not JSON ({exc})") from None
     if not isinstance(meta, dict) or set(meta) != _META_KEYS:
@@ -728,7 +719,7 @@ def list_anchored(workdir: str | os.PathLike[str]) -> list[AnchoredInfo]:
         try:
             if obj is None or obj[0] != "blob":
                 raise _not_anchor(name, f"no {META_NAME}")
-            meta = _decode(obj[1])
+            meta = decode_untrusted(obj[1])
             if not isinstance(meta, dict):
                 raise _not_anchor(name, f"{META_NAME} is not an object")
             info.entry_count = int(meta.get("entry_count", 0))

@@ -34,6 +34,7 @@ from typing import Any, Final
 
 import msgspec
 
+from harness.ledger.canonical import decode_untrusted
 from harness.ledger.errors import LedgerClosed, LedgerUnavailable, LineRejected
 from harness.ledger.files import FileLayer, found_parents, make_durable_dirs
 from harness.ledger.writer import Writer
@@ -97,7 +98,11 @@ class _RowSealer:
         return line, row["entry_hash"], self.path
 
 
-def _read_holder(fd: int) -> dict[str, Any]:
+def _read_holder(fd: int) -> dict[str, Any] | None:
+    """The holder's identity: {} while it has recorded none, None when the lock file holds
+    something that is no identity (not a JSON object, or nested past the decoder's depth,
+    which `decode_untrusted` reports as bad JSON rather than a RecursionError)."""
+    data = b""
     for _ in range(_HOLDER_READ_TRIES):
         try:
             data = os.pread(fd, 4096, 0)
@@ -105,13 +110,13 @@ def _read_holder(fd: int) -> dict[str, Any]:
             data = b""
         if data:
             try:
-                info = json.loads(data)
+                info = decode_untrusted(data)
                 if isinstance(info, dict):
                     return info
-            except ValueError:
+            except msgspec.DecodeError:
                 pass  # caught mid-write; look again
         time.sleep(0.01)
-    return {}
+    return None if data else {}
 
 
 def take_lock(directory: Path, run_id: str) -> int:
@@ -122,11 +127,13 @@ def take_lock(directory: Path, run_id: str) -> int:
     except BlockingIOError:
         holder = _read_holder(fd)
         os.close(fd)
-        who = (
-            f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')}"
-            if holder
-            else "another process (it has not recorded its pid yet)"
-        )
+        if holder is None:
+            who = f"another process (its identity in {path} cannot be read)"
+            holder = {}
+        elif holder:
+            who = f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')}"
+        else:
+            who = "another process (it has not recorded its pid yet)"
         raise LedgerLocked(
             f"work ledger {run_id!r} is held by {who}; only one writer may hold a run",
             holder,
