@@ -165,10 +165,18 @@ def test_a_daemon_error_falls_back_to_the_files(world: World, tmp_path: Path) ->
 Answer = Callable[[dict[str, Any]], "tuple[float, Any] | None"]
 
 
+class Refusal:
+    """What a `ScriptedDaemon` answers as an error, not as data."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.error = {"code": code, "message": message}
+
+
 class ScriptedDaemon:
     """Answers hello on every connection until `wedge`d, and each request with
-    `answer(msg)`: (delay, data) to reply with data after delay seconds, None never to
-    reply. A wedged daemon accepts connections but answers nothing, like a stopped one."""
+    `answer(msg)`: (delay, data) to reply with data after delay seconds (a `Refusal`:
+    with that error), None never to reply. A wedged daemon accepts connections but
+    answers nothing, like a stopped one."""
 
     def __init__(self, path: str, answer: Answer) -> None:
         self.answer = answer
@@ -212,7 +220,9 @@ class ScriptedDaemon:
                     delay, data = got
                     if self.closed.wait(delay):
                         return
-                    reply = {"id": msg["id"], "ok": True, "data": data}
+                    reply = ({"id": msg["id"], "ok": False, "error": data.error}
+                             if isinstance(data, Refusal) else
+                             {"id": msg["id"], "ok": True, "data": data})
                 f.write(json.dumps(reply).encode() + b"\n")
                 f.flush()
 
@@ -359,6 +369,58 @@ def test_trigger_wait_pages_back_to_its_run_under_thousands_of_newer_records(
         {"op": "runs", "names": ["gate"], "limit": 1000},
         {"op": "runs", "names": ["gate"], "limit": 1000, "before_seq": 1601},
         {"op": "runs", "names": ["gate"], "limit": 1000, "before_seq": 601}]
+
+
+def _durable_after(polls: int, pending: Any) -> Answer:
+    """A daemon that starts run 1 of x, whose record is not durable (no record at all)
+    for the first `polls` runs requests and then reads failed with exit 3; it answers
+    `pending` with `pending`."""
+    rec = {"harness": "x", "run_id": 1, "seq": 1, "outcome": "failed", "exit_code": 3}
+    polled = [0]
+
+    def answer(msg: dict[str, Any]) -> tuple[float, Any]:
+        op = msg["op"]
+        if op == "daemon_info":
+            return 0.0, {"ledger": {"next_seq": 1}}
+        if op == "trigger":
+            return 0.0, {"decision": "started", "run_id": 1}
+        if op == "pending":
+            return 0.0, pending
+        polled[0] += 1
+        runs = [rec] if polled[0] > polls else []
+        return 0.0, {"runs": runs, "oldest_seq": 1 if runs else None}
+    return answer
+
+
+@pytest.mark.parametrize(("pending", "said"), [
+    ({"stuck": "ledger write of /l/day.jsonl failed: api_key=" + "sk-ant-api03-" + "A" * 40
+               + " \x1b]0;owned\x07\nharness: done"},
+     "harness: x run 1: its record is not durable yet, the run ledger cannot write it ("
+     "ledger write of /l/day.jsonl failed: api_key=[REDACTED] \\x1b]0;owned\\x07\\n"
+     "harness: done); still waiting (Ctrl-C stops the wait, not the run)\n"),
+    (Refusal("unknown_op", "unknown op 'pending' (known: daemon_info, trigger, runs)"), ""),
+    ({"stuck": None}, ""),
+], ids=["stuck", "a daemon without the op", "not stuck"])
+def test_trigger_wait_says_once_why_its_record_is_not_durable(
+        world: World, pending: Any, said: str) -> None:
+    """What the daemon says keeps the record from being durable is shown once, scrubbed
+    and escaped as every daemon value is, and the wait goes on to the durable outcome. A
+    daemon that does not know the op is asked once, and the wait goes on as before it."""
+    daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"),
+                            _durable_after(5, pending))
+    try:
+        with reaped(subprocess.Popen([sys.executable, "-m", "harness.cli", "trigger", "x",
+                                      "--wait"], env=world.env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)) as proc:
+            out, err = proc.communicate(timeout=60)
+    finally:
+        daemon.close()
+    assert (proc.returncode, out, err) == (3, "", said + "x run 1: failed\n")
+    asked = [r for r in daemon.requests if r["op"] == "pending"]
+    assert [{k: v for k, v in r.items() if k != "id"} for r in asked][:1] == [
+        {"op": "pending", "name": "x", "run_id": 1}]
+    # Asked while the record was not durable: once when stuck or unknown, each poll else.
+    assert len(asked) == (5 if pending == {"stuck": None} else 1)
 
 
 @pytest.mark.parametrize(("op", "data", "encoding", "table"), [

@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -27,7 +29,17 @@ import pytest
 
 import harness.supervisor.manager as manager_mod
 from conftest import World
-from daemons import DEADLINE, Daemons, FaultDaemons, record_of, request, runs_of, until
+from daemons import (
+    DEADLINE,
+    Daemons,
+    FaultDaemons,
+    reaped,
+    record_of,
+    request,
+    runs_of,
+    until,
+)
+from harness.control.client import DaemonError
 from harness.ledger.runledger import RunLedger
 from harness.supervisor.logs import read_log
 from harness.timefmt import format_ns, parse_ns
@@ -387,6 +399,106 @@ argv = ["true"]
     assert lost == ["ERROR harness.daemon: ledger: closed with 2 line(s) still queued (not "
                     "durable) (harness=ok run_id=1 seq=1); they are lost"]
     assert all_lines(world.ledger) == []
+
+
+# -- `trigger --wait` on a disk that takes no line ------------------------------------
+
+
+def _waiting(world: World, err: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "harness.cli", "trigger", "ok", "--wait"],
+                            env=world.env, stdout=subprocess.PIPE, stderr=err, text=True)
+
+
+def _stuck_line(world: World, run_id: int) -> str:
+    day = sorted(world.ledger.glob("*.jsonl"))[-1]
+    return (f"harness: ok run {run_id}: its record is not durable yet, the run ledger cannot "
+            f"write it (ledger write of {day} failed: Read-only file system (injected on "
+            "write)); still waiting (Ctrl-C stops the wait, not the run)\n")
+
+
+def test_trigger_wait_says_once_why_the_record_is_not_durable_then_waits_for_it(
+        world: World, fd: FaultDaemons) -> None:
+    """The ledger's disk refuses every line: `trigger --wait` hung, silent, for as long
+    as it did. Now it says once, on stderr, that the run's record cannot be written and
+    the daemon's reason, keeps waiting (it reports no outcome that is not durable), and
+    once the disk is back exits with the run's own code, read from its durable record."""
+    fd.write_config('[harness.ok]\nkind = "oneshot"\nargv = ["sh", "-c", "exit 3"]\n')
+    fd.start_faulty()
+    first = world.harness("trigger", "ok", "--wait")
+    assert (first.returncode, first.stderr) == (3, "ok run 1: failed\n")
+    fd.faults(**RO)
+    stuck = _stuck_line(world, 2)
+    err_path = world.root / "wait.err"
+    with open(err_path, "w") as err, reaped(_waiting(world, err)) as proc:
+        until("the wait to say why run 2 is not durable",
+              lambda: err_path.read_text() == stuck, LONG)
+        # The daemon's answer the CLI showed, and no word for a run that is durable.
+        assert request(fd, "pending", name="ok", run_id=2) == {
+            "stuck": stuck[stuck.index("(") + 1:stuck.index("); still")]}
+        assert request(fd, "pending", name="ok", run_id=1) == {"stuck": None}
+        assert proc.poll() is None
+        assert record_of(world, "ok", 2) is None  # nothing of run 2 is durable
+        fd.faults()
+        out, _ = proc.communicate(timeout=LONG)
+    assert (proc.returncode, out) == (3, "")
+    assert err_path.read_text() == stuck + "ok run 2: failed\n"  # said once only
+    rec = record_of(world, "ok", 2)
+    assert rec is not None and (rec["outcome"], rec["exit_code"]) == ("failed", 3)
+
+
+def test_trigger_wait_on_a_stuck_record_ends_with_130_on_ctrl_c(
+        world: World, fd: FaultDaemons) -> None:
+    fd.write_config('[harness.ok]\nkind = "oneshot"\nargv = ["true"]\n')
+    fd.start_faulty()
+    fd.booted()
+    fd.faults(**RO)
+    err_path = world.root / "wait.err"
+    with open(err_path, "w") as err, reaped(_waiting(world, err)) as proc:
+        until("the wait to say why run 1 is not durable",
+              lambda: err_path.read_text() == _stuck_line(world, 1)
+              if list(world.ledger.glob("*.jsonl")) else False, LONG)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=LONG)
+    assert (proc.returncode, out) == (130, "")
+    assert err_path.read_text() == _stuck_line(world, 1)
+
+
+def test_trigger_wait_says_once_that_a_sync_hangs_then_waits_for_it(
+        world: World, fd: FaultDaemons) -> None:
+    """A sync that hangs well past the 2 s bound (REQ-6) is the other way a record is
+    stuck: said once, with how long the sync has not returned, and waited out."""
+    fd.write_config('[harness.ok]\nkind = "oneshot"\nargv = ["true"]\n')
+    fd.start_faulty()
+    fd.booted()
+    fd.faults(sync={"delay": 10.0})
+    err_path = world.root / "wait.err"
+    said = re.compile(r"harness: ok run 1: its record is not durable yet, the run ledger "
+                      r"cannot write it \(a ledger write or sync has not returned for "
+                      r"[0-9]+s\); still waiting \(Ctrl-C stops the wait, not the run\)\n")
+    with open(err_path, "w") as err, reaped(_waiting(world, err)) as proc:
+        until("the wait to say the sync hangs", lambda: said.fullmatch(err_path.read_text()),
+              LONG)
+        fd.faults()  # the sync under way still takes its 10 s; the next ones do not
+        out, _ = proc.communicate(timeout=LONG)
+    assert (proc.returncode, out) == (0, "")
+    stuck, done = err_path.read_text().splitlines(keepends=True)
+    assert said.fullmatch(stuck) and done == "ok run 1: success\n"
+
+
+def test_the_pending_op_refuses_a_bad_request(world: World, fd: FaultDaemons) -> None:
+    fd.write_config('[harness.ok]\nkind = "oneshot"\nargv = ["true"]\n')
+    fd.start_faulty()
+    fd.booted()
+    for args, message in [
+        ({"name": "ok"}, "run_id is required"),
+        ({"name": "ok", "run_id": 0}, "run_id must be a positive integer, got 0"),
+        ({"name": "ok", "run_id": True}, "run_id must be an integer, got True"),
+        ({"run_id": 1}, "name must be a non-empty string, got None"),
+        ({"name": "ok", "run_id": 1, "seq": 3}, "unknown field 'seq' (valid: name, run_id)"),
+    ]:
+        with pytest.raises(DaemonError) as info:
+            request(fd, "pending", **args)
+        assert (info.value.code, str(info.value)) == ("bad_request", message)
 
 
 # -- REQ-7: SIGKILL mid-run -------------------------------------------------------------

@@ -38,7 +38,7 @@ from typing import Any
 from . import __version__, paths
 from .config.load import ConfigError, load_config
 from .config.model import Config
-from .control.ops import logs_op, require_name, runs_op
+from .control.ops import logs_op, pending_op, require_name, runs_op
 from .control.server import ControlServer, Handler, OpError, SocketInUse
 from .ledger.errors import LedgerError
 from .ledger.files import make_private_dir
@@ -68,7 +68,7 @@ def _setup_logging() -> None:
 
 
 OPS = ("list", "daemon_info", "runs", "trigger", "jobs", "start", "stop", "restart",
-       "logs", "reload")
+       "logs", "reload", "pending")
 
 
 def _handlers(manager: Manager, ledger: RunLedger, info: dict[str, Any],
@@ -117,7 +117,7 @@ def _handlers(manager: Manager, ledger: RunLedger, info: dict[str, Any],
             "stop": by_name("stop", manager.stop_op),
             "restart": by_name("restart", manager.restart_op),
             "logs": logs_op(lambda: manager.config, ledger, manager.jobs_dir),
-            "reload": reload_op}
+            "reload": reload_op, "pending": pending_op(ledger)}
 
 
 class Reloader:

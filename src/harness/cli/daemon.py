@@ -5,7 +5,10 @@ Owns the commands that need a running daemon (everything but `daemon` itself) an
 mapping of a finished run to `trigger --wait`'s exit code. Invariant: when the daemon
 cannot be reached, or answers with an error, a command prints one line on stderr and
 exits 1 — never a traceback — and `trigger --wait` exits with exactly DESIGN §2's code
-for the run it started, found by seq however many records of the harness follow it.
+for the run it started, found by seq however many records of the harness follow it,
+and only once that record is durable (the `runs` op shows nothing else). While it is
+not, and the daemon (`pending` op) says a line of it waits on a failing ledger, the wait
+says so once on stderr, with the daemon's reason, and goes on: Ctrl-C ends it (130).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from ..control.client import (
     reply_object,
 )
 from ..ledger.query import MAX_LIMIT
+from ..ledger.scrub import scrub_text
 from ..supervisor.logview import LogFollower
 from . import render
 from .output import fail, warn
@@ -120,10 +124,20 @@ def trigger_command(ctx: click.Context, name: str, wait: bool, over_budget: bool
         unreadable = False  # the run's log would not read: its end is waited for without it
         out = sys.stdout.buffer
         seq: int | None = None
+        ask = True  # whether to ask the daemon why the record is not durable yet
         while True:
             rec = _run_record(client, name, run_id, seq, first_seq)
             if rec is not None and isinstance(rec.get("seq"), int):
                 seq = rec["seq"]
+            if ask and (rec is None or rec.get("outcome") == "running"):
+                ask, why = _stuck(client, name, run_id)
+                if why is not None:
+                    # Said once. The wait goes on until the record is durable (only a
+                    # durable outcome is ever reported); Ctrl-C ends it with 130.
+                    warn(f"{render.visible(name)} run {run_id}: its record is not durable "
+                         f"yet, the run ledger cannot write it ({_shown(why)}); still "
+                         "waiting (Ctrl-C stops the wait, not the run)")
+                    ask = False
             if (follower is None and not unreadable and rec is not None
                     and isinstance(rec.get("log"), str)):
                 follower = LogFollower(rec["log"])
@@ -148,6 +162,25 @@ def trigger_command(ctx: click.Context, name: str, wait: bool, over_budget: bool
             time.sleep(WAIT_POLL)
 
     sys.exit(_call(ctx, go))
+
+
+def _stuck(client: Client, name: str, run_id: int) -> tuple[bool, str | None]:
+    """(whether to ask again, why the daemon cannot make the run's record durable now, or
+    None when nothing of it waits on a failing ledger). A daemon older than the `pending`
+    op is not asked again: the wait goes on, silent, as it did before the op."""
+    try:
+        data = reply_object(client.request("pending", name=name, run_id=run_id), "pending")
+    except DaemonError as exc:
+        if exc.code == "unknown_op":
+            return False, None
+        raise
+    why = data.get("stuck")
+    if why is not None and not isinstance(why, str):
+        raise DaemonError("bad_reply", "the daemon's pending reply holds a stuck that is "
+                                       "neither null nor a string")
+    # Scrubbed here too, as DaemonError scrubs what a daemon says: whatever the other end
+    # sent, a credential never reaches the terminal.
+    return True, scrub_text(why)[0] if why else None
 
 
 def _run_record(client: Client, name: str, run_id: int, seq: int | None,

@@ -1,14 +1,18 @@
-"""Control ops served from the run ledger and the run logs (SPEC-0022 REQ-15): `runs`
-and `logs`.
+"""Control ops served from the run ledger and the run logs (SPEC-0022 REQ-15): `runs`,
+`logs` and `pending`.
 
-Owns turning a `runs` request into a `Query` and its answer, and a `logs` request into
-`logview.view_log`'s. Invariants: every field is checked before the ledger or a log is
+Owns turning a `runs` request into a `Query` and its answer, a `logs` request into
+`logview.view_log`'s, and a `pending` request into the ledger's word on one run's lines
+not yet durable. Invariants: every field is checked before the ledger or a log is
 read, and a bad one is answered with ``bad_request`` naming the field (and, for outcomes
 and triggers, listing the valid values); the ledger and the logs are only ever read on a
 worker thread, so a disk scan never stalls the daemon's event loop; the `runs` answer is
 always ``{"runs": [records newest first], "oldest_seq": seq or null}``, the `logs` answer
 ``{"name", "run_id", "path", "text", "cut_bytes", "shared"}`` with at most
-``logview.SOCKET_CAP`` bytes of log in it, or ``not_found``/``pruned``.
+``logview.SOCKET_CAP`` bytes of log in it, or ``not_found``/``pruned``; the `pending`
+answer (``name``, ``run_id``) is ``{"stuck": reason or null}``: the reason, scrubbed, when
+a line of that run waits in the writer's queue behind a failing (or hung) write or sync,
+so a client waiting for the record can say why it does not come; null otherwise.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 from ..config.model import Config
 from ..ledger.query import MAX_LIMIT, Query, QueryError
 from ..ledger.runledger import RunLedger
+from ..ledger.scrub import scrub_text
 from ..supervisor import logview
 from ..supervisor.runner import resident_log_path
 from ..timefmt import parse_ns
@@ -192,3 +197,27 @@ def logs_op(config: Callable[[], Config], ledger: RunLedger, jobs_dir: str) -> H
         return view.to_json()
 
     return logs
+
+
+_PENDING_FIELDS = frozenset({"name", "run_id"})
+
+
+def pending_op(ledger: RunLedger) -> Handler:
+    """The handler of the `pending` op, answering from `ledger`'s writer."""
+
+    async def pending(req: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(req) - _ENVELOPE - _PENDING_FIELDS)
+        if unknown:
+            raise _bad(f"unknown field {unknown[0]!r} (valid: name, run_id)"[:300])
+        name = require_name(req)
+        run_id = _positive(req, "run_id")
+        if run_id is None:
+            raise _bad("run_id is required")
+        # No disk is read: a look at the writer's queue under its state lock, which is
+        # never held across I/O, so it is answered on the loop.
+        why = ledger.stuck(name, run_id)
+        # A ledger error is scrubbed where it is made; scrubbed again here, as the
+        # server scrubs every error message, since this one travels as data.
+        return {"stuck": scrub_text(why)[0] if why is not None else None}
+
+    return pending

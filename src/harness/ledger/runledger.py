@@ -441,6 +441,10 @@ class RunLedger:
     def flush(self) -> None:
         self._writer.flush()
 
+    def stuck(self, harness: str, run_id: int) -> str | None:
+        """Why a line of that run, queued, cannot be made durable now; None if none waits so."""
+        return self._writer.stuck(harness, run_id)
+
     def _commit(self, entries: list[Entry]) -> None:
         published = []
         feed = self._feed.active()

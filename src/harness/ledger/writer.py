@@ -301,6 +301,23 @@ class Writer:
             or (bool(self._queue) and self._queue[0].seq <= self._overdue)
         )
 
+    def stuck(self, harness: str, run_id: int) -> str | None:
+        """Why a line of run (`harness`, `run_id`) still queued cannot become durable now
+        (the failing head's error, or a write or sync stuck past the bound); None when
+        none of its lines is queued, or the queue is moving."""
+        with self._cv:
+            now = time.monotonic()
+            if not self._behind_failure(now) or not any(
+                    e.run_id == run_id and e.harness == harness for e in self._queue):
+                return None
+            if self._failing is not None:
+                # The message alone: its context names the head's line, maybe another run's.
+                return self._failing.message
+            took = now - self._io_started if self._io_started is not None else 0.0
+            if took > self.sync_timeout:
+                return f"a ledger write or sync has not returned for {took:.0f}s"
+            return f"a ledger sync did not finish within the {self.sync_timeout:g}s bound"
+
     def wait(self, e: Entry, *, as_enqueued: bool = False) -> int:
         """Wait until a synced entry is durable; raise LedgerUnavailable on failure or timeout.
 
