@@ -23,6 +23,7 @@ import click
 import pytest
 
 from conftest import World
+from daemons import Daemons, request
 from harness.cli import render
 from harness.cli.runs import build_query, parse_since
 from harness.ledger import RunLedger
@@ -743,6 +744,36 @@ def test_non_json_and_non_object_lines(world: World) -> None:
     path, lines = _three_runs(world)
     _inject(path, lines, 2, b"hello", b"[1,2,3]", b"42", b'"str"', b"{}")
     _check_skips(world, skipped=5)
+
+
+@pytest.mark.parametrize("newline", [True, False], ids=["a line", "the last, unterminated"])
+def test_a_line_holding_a_lone_surrogate_escape(world: World, newline: bool) -> None:
+    """JSON that msgspec refuses as "truncated": a complete line is skipped and counted as
+    unparseable, never a traceback; the file's last line without its newline too (it was
+    counted as a torn fragment, which no whole line is)."""
+    path, lines = _three_runs(world)
+    obj = json.loads(lines[0])
+    obj.update(run_id=50, seq=100)
+    bad = _line(obj).replace(b'"harness":"nightly"', b'"harness":"a\\ud800b"')
+    assert bad != _line(obj)
+    if newline:
+        _inject(path, lines, 2, bad)
+    else:
+        path.write_bytes(b"".join(x + b"\n" for x in lines) + bad)
+    _check_skips(world, skipped=1)
+
+
+def test_a_daemon_skips_and_counts_a_line_holding_a_lone_surrogate_escape(
+        world: World, daemons: Daemons) -> None:
+    path, lines = _three_runs(world)
+    bad = lines[0].replace(b'"harness":"nightly"', b'"harness":"a\\ud800b"')
+    _inject(path, lines, 2, bad.replace(b'"seq":1', b'"seq":100'))
+    daemons.write_config('[harness.nightly]\nkind = "oneshot"\nargv = ["true"]\n')
+    daemons.start()
+    res = runs(world, "nightly", "--json")
+    assert (res.returncode, res.stderr) == (0, "")
+    assert [r["run_id"] for r in json.loads(res.stdout)] == [3, 2, 1]
+    assert request(daemons, "daemon_info")["ledger"]["skipped"] == 1
 
 
 def test_non_utf8_bytes_in_a_line(world: World) -> None:

@@ -361,6 +361,40 @@ def test_a_line_with_a_number_out_of_range_is_an_edit(world: World) -> None:
     assert_broken(world, 3, f"{FILE1}:3", EDITED)
 
 
+@pytest.mark.parametrize("escape", ["\\ud800", "\\udc00"], ids=["high", "low"])
+@pytest.mark.parametrize("where", [1, 3, 6])
+def test_a_line_edited_to_hold_a_lone_surrogate_escape_is_named(
+        world: World, where: int, escape: str) -> None:
+    """JSON allows a string to hold "\\ud800" alone; msgspec calls such a line cut short
+    ("truncated") or malformed. Verify took the edited line for a crash's fragment and
+    blamed the break on the next line, or on none when it was the last."""
+    lines = one_day(world)
+    lines[where - 1] = lines[where - 1].replace(
+        b'"harness":"nightly"', b'"harness":"a' + escape.encode() + b'b"')
+    write_day_file(world.ledger / FILE1, lines)
+    reason = (f"complete line is not a ledger line (a string holds the lone surrogate "
+              f"escape {escape}, which no writer of the chain makes: it was edited)")
+    assert_broken(world, where, f"{FILE1}:{where}", reason)
+    assert verify_json(world)[1]["torn_at"] == []
+    # The last line missing its newline too is a whole line, not a torn tail.
+    if where == 6:
+        write_day_file(world.ledger / FILE1, lines[:-1], lines[-1])
+        assert_broken(world, where, f"{FILE1}:{where}", reason)
+        assert verify_json(world)[1]["torn_tail"] is False
+
+
+def test_a_fragment_that_ends_in_a_surrogate_escape_stays_a_fragment(world: World) -> None:
+    """What the stdlib is asked only after msgspec refused a line cannot make a crash's
+    fragment whole: cut after "\\ud800" (or inside it), a line is still torn."""
+    lines = one_day(world)
+    edited_line = lines[2].replace(b'"harness":"nightly"', b'"harness":"a\\ud800b"')
+    for cut in (edited_line.index(b"\\ud800") + 6, edited_line.index(b"\\ud800") + 3):
+        write_day_file(world.ledger / FILE1, lines, edited_line[:cut])
+        res = verify(world)
+        assert res.returncode == 0, res.stderr
+        assert verify_json(world)[1]["torn_at"] == [f"{FILE1}:7"]
+
+
 def test_a_line_numbered_zero_or_below_is_a_break(world: World) -> None:
     """With no CHAIN no line is one a prune left behind: a forged line numbered 0 (or
     below) breaks the chain where it lies, inside a file or as its first line."""

@@ -14,6 +14,7 @@ appends them in that order.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -174,7 +175,8 @@ def is_utf8(data: bytes) -> bool:
 
 def is_whole(fragment: bytes | memoryview) -> bool:
     """Whether an unterminated tail is a whole JSON value: a line missing only its
-    newline (the writer adopts such a line at boot), not a torn write."""
+    newline (the writer adopts such a line at boot), not a torn write. A string may hold
+    a lone surrogate escape: JSON allows one, though msgspec refuses the line."""
     try:
         _any.decode(fragment)
     except msgspec.ValidationError:
@@ -188,7 +190,10 @@ def is_whole(fragment: bytes | memoryview) -> bool:
             return False
         return is_utf8(bytes(fragment))
     except UNREADABLE:
-        return False
+        try:
+            surrogate_escape(fragment)
+        except UNREADABLE:
+            return False
     return True
 
 
@@ -261,6 +266,45 @@ _raw = msgspec.json.Decoder(msgspec.Raw)  # checks a value is whole JSON, conver
 # that msgspec refuses; this decoder reads it as an infinity instead. Only damage or an
 # edit puts one in a ledger: the writer refuses non-finite numbers.
 _wide = msgspec.json.Decoder(float_hook=float)
+
+
+# JSON's grammar lets a string hold a UTF-16 surrogate escape alone ("\ud800"), and the
+# standard library reads one; msgspec refuses the whole line, as "truncated" or
+# "malformed" (a proper prefix of a line reads as truncated too). No writer of the chain
+# makes one (canonical JSON refuses lone surrogates): only an edit puts one in a line.
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def surrogate_escape(data: bytes | memoryview) -> tuple[Any, str]:
+    """For bytes msgspec refused: (their JSON value, the first lone surrogate in it as
+    its escape, e.g. ``\\ud800``) when they are a whole JSON value holding one;
+    msgspec.DecodeError otherwise. Only a decode that already failed asks this."""
+    raw = bytes(data)
+    if _SURROGATE.search(raw) is None:
+        raise msgspec.DecodeError("no surrogate escape")
+    try:
+        # As UTF-8 text: given bytes, the stdlib would guess UTF-16 from NUL bytes (a
+        # crash leaves runs of them) and read a fragment as a whole value.
+        value = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise msgspec.DecodeError(str(exc)) from None
+    # The decoded strings hold a pair as one character and a lone surrogate as itself.
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(reversed([x for kv in v.items() for x in kv]))
+        elif isinstance(v, list):
+            stack.extend(reversed(v))
+        elif isinstance(v, str):
+            lone = next((c for c in v if "\ud800" <= c <= "\udfff"), None)
+            if lone is not None:
+                return value, f"\\u{ord(lone):04x}"
+    raise msgspec.DecodeError("no lone surrogate")
 
 
 def decode_json(data: bytes | memoryview) -> Any:

@@ -35,6 +35,7 @@ from .dayfiles import (
     is_whole,
     iter_chunks,
     list_day_files,
+    surrogate_escape,
 )
 from .files import open_regular
 from .reader import MAX_DEPTH, too_deep
@@ -273,6 +274,8 @@ class _Fragments:
 
 
 DAMAGED = "line is not valid UTF-8: damaged on disk"
+SURROGATE = ("complete line is not a ledger line (a string holds the lone surrogate escape "
+             "{}, which no writer of the chain makes: it was edited)")
 UNREAD = (f"line is over {MAX_LINE // 1024} KiB or nested deeper than {MAX_DEPTH}: every "
           "reader skips it (it was edited)")
 
@@ -313,8 +316,14 @@ def _unreadable(raw: bytes, exc: Exception, where: str, frags: _Fragments) -> _F
     if is_whole(raw):
         try:
             obj = decode_json(raw)
-        except UNREADABLE:  # an integer of over 4,300 digits
-            obj = None
+        except UNREADABLE:
+            try:
+                obj, escape = surrogate_escape(raw)
+            except UNREADABLE:  # an integer of over 4,300 digits
+                obj = None
+            else:
+                # msgspec's own word for such a line is "truncated": not the reason.
+                return _Foreign(obj, SURROGATE.format(escape))
         return _Foreign(obj, f"complete line is not a ledger line ({exc})")
     if (obj := _damaged(raw)) is not None:
         return _Foreign(obj, DAMAGED)
