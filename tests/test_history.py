@@ -493,6 +493,39 @@ def test_daemon_killed_mid_run(world: World, open_ledger: OpenLedger) -> None:
     assert "ended_at" not in first
 
 
+def test_a_queued_run_still_running_at_the_upgrade_is_closed_at_that_boot(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """Legacy history under on_overlap = "queue": run 7 was skipped while run 6 was held,
+    and run 6 started later and was still running when the old daemon died. Imported in
+    time order, run 6's opened line follows run 7's: memory took it for a late line of a
+    record it had let go and did not hold it, so REQ-7's reconcile at that boot closed
+    nothing, and run 6 read running for the whole life of the daemon."""
+    state_path = tmp_path / "state.json"
+    write_state(state_path, {"runs": {"nightly": {"last_run_id": 7, "runs": [
+        {"run_id": 5, "trigger": "manual", "outcome": "success",
+         "started_at": format_ns(NOW - 3 * HOUR), "ended_at": format_ns(NOW - 2 * HOUR),
+         "exit_code": 0},
+        {"run_id": 7, "trigger": "manual", "outcome": "skipped", "reason": "overlap",
+         "started_at": format_ns(NOW - 150 * 60 * SEC)},
+        {"run_id": 6, "trigger": "manual", "outcome": "running",
+         "started_at": format_ns(NOW - 2 * HOUR)},
+    ]}}})
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
+    res = import_legacy(led, str(state_path))
+    assert (res.error, res.records, res.lines) == (None, 3, 4)
+    assert [(o["run_id"], o["type"]) for o in all_lines(tmp_path / "ledger")] == [
+        (5, "opened"), (7, "decided"), (5, "closed"), (6, "opened")]
+    closed = reconcile(led, NOW)
+    assert [(r["run_id"], r["seq"], r["outcome"], r["reason"], r["started_at"])
+            for r in closed] == [
+        (6, 4, "interrupted", "daemon_crash", format_ns(NOW - 2 * HOUR))]
+    assert led.open_records() == []
+    led.close()
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
+    assert reconcile(led, NOW) == []  # the next boot finds nothing left open
+
+
 def test_clean_shutdown_closes_with_an_end(tmp_path: Path, open_ledger: OpenLedger) -> None:
     d = tmp_path / "ledger"
     seed(d, [opened("nightly", 5, NOW - 90 * SEC),

@@ -293,6 +293,28 @@ def test_a_live_late_closing_line_is_folded_but_not_kept() -> None:
     assert (idx.floor, idx.harness_floor, idx.max_ids) == (4, {"a": 4}, {"a": 2, "b": 3})
 
 
+def test_a_live_opened_line_below_the_highest_run_id_starts_a_record_unless_carried() -> None:
+    """Run ids are allocated before the opened line is written: a run held under
+    on_overlap = "queue" (a/4) opens after a/6 was decided. Its opened line starts a
+    record, kept, the floors where they were. A prune's carried opened line of a record
+    the index let go (a/5, trimmed) is still late: folded for the caller, not kept."""
+    idx = Index(window_ns=DAY, tail=1)
+    idx.apply(_index_line(1, "a", 5, T0 - 10 * DAY))
+    idx.apply(_index_line(2, "a", 6, T0 - 10 * DAY + 1))
+    assert idx.trim(T0) == 1
+    floors = (2, {"a": 2}, format_ns(T0 - DAY))
+    assert (idx.floor, idx.harness_floor, idx.floor_at) == floors
+    queued = {**_index_line(3, "a", 4, T0), "type": "opened", "outcome": "running"}
+    r = idx.apply(queued, live=True)
+    assert [(x.run_id, x.seq, x.is_open) for x in idx.open_records()] == [(4, 3, True)]
+    assert idx.get("a", 4) is r
+    assert (idx.floor, idx.harness_floor, idx.floor_at, idx.max_ids) == (*floors, {"a": 6})
+    carried = {**_index_line(4, "a", 5, T0 + 1), "type": "opened"}
+    r = idx.apply(carried, live=True, carried=True)
+    assert (r.seq, r.run_id, idx.get("a", 5)) == (4, 5, None)
+    assert (idx.floor, idx.harness_floor, idx.floor_at) == (5, {"a": 5}, format_ns(T0 + 2))
+
+
 def test_a_live_closing_line_of_a_record_the_index_holds_is_kept() -> None:
     """Only a record memory does NOT hold can be late: a live closing line of an open
     record it holds (its run id seen, so no newer than the highest) closes that record in

@@ -30,6 +30,7 @@ from harness.ledger.query import Query
 from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
 from harness.ledger.verify import verify_run_ledger
+from harness.supervisor.history import reconcile
 from harness.timefmt import format_ns, parse_ns
 from ledgertools import DAY, HOUR, MINUTE, T0, Clock, OpenLedger, day, decided, lines_of
 
@@ -1400,3 +1401,41 @@ def test_a_carried_opened_line_committed_after_the_trim_does_not_reopen_the_run(
     assert led.open_records() == []
     files, low, _ = scan(str(d), Query(names=("h",)))
     assert led.query(Query(names=("h",))) == ([r.to_json() for r in files], low)
+
+
+def test_a_queued_run_opened_below_a_skipped_run_id_is_carried_across_the_prune(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """on_overlap = "queue": while nightly/1 runs, a second firing is held (run id 2
+    allocated, no line yet) and a third is skipped as run 3; run 2 opens only after run 3's
+    line. Memory took that opened line, its run id below one already seen, for a late line
+    of a record it had let go, and did not keep it: the prune then carried nothing, run 2's
+    only opened line went with its file (REQ-12) and no boot could close it (REQ-7)."""
+    d = tmp_path / "ledger"
+    clock = Clock(T0 - 3 * DAY)
+    led = open_ledger(d, clock=clock, retention_ns=DAY)
+    led.append({"type": "opened", "harness": "nightly", "run_id": 1, "kind": "oneshot",
+                "trigger": "manual", "started_at": format_ns(clock.ns)})
+    led.append(decided("nightly", 3, trigger="manual"))
+    led.append({"type": "closed", "harness": "nightly", "run_id": 1, "outcome": "success"})
+    clock.ns += MINUTE
+    started = format_ns(clock.ns)
+    led.append({"type": "opened", "harness": "nightly", "run_id": 2, "kind": "oneshot",
+                "trigger": "manual", "started_at": started})
+    run2 = {"harness": "nightly", "run_id": 2, "kind": "oneshot", "trigger": "manual",
+            "started_at": started}
+    assert led.open_records() == [{**run2, "seq": 4, "outcome": "running"}]
+
+    clock.ns = T0
+    res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == ([day(T0 - 3 * DAY)], 1, None)
+    q = Query(names=("nightly",))
+    files, low, _ = scan(str(d), q)
+    assert ([r.to_json(offline=True) for r in files], low) == (
+        [{**run2, "seq": 5, "outcome": "running?"}], 5)
+    assert led.query(q) == ([{**run2, "seq": 5, "outcome": "running"}], 5)
+    led.close()
+
+    led = open_ledger(d, clock=Clock(T0))
+    assert [(r["run_id"], r["outcome"], r["reason"]) for r in reconcile(led, T0)] == [
+        (2, "interrupted", "daemon_crash")]

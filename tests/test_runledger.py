@@ -1143,6 +1143,45 @@ def test_since_from_before_the_pruned_lines_returns_what_is_left(
     assert list(led.since(3)) == []
 
 
+def test_a_queued_run_opened_below_a_skipped_run_id_is_published_and_held_whole(
+    ledger_dir: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """on_overlap = "queue": nightly/2 is held while run 1 runs (its id allocated), a third
+    firing is skipped as run 3, and run 2 opens after run 3's line. Memory took run 2's
+    lines, their run id below one already seen, for late lines of a record it had let go:
+    the feed published its close as the closed line alone, `get` found no record (the
+    runner then built its record from that line), and the floors rose past it, so every
+    later query read the files instead of memory (REQ-15)."""
+    clock = Clock(T0)
+    led = open_ledger(ledger_dir, clock=clock)
+    sub = led.subscribe("watcher", 16)
+    start1 = format_ns(clock.ns)
+    led.append({"type": "opened", "harness": "nightly", "run_id": 1, "kind": "oneshot",
+                "trigger": "manual", "started_at": start1})
+    led.append(decided("nightly", 3, trigger="manual"))
+    led.append({"type": "closed", "harness": "nightly", "run_id": 1, "outcome": "success"})
+    clock.ns += 60 * NS
+    started = format_ns(clock.ns)
+    led.append({"type": "opened", "harness": "nightly", "run_id": 2, "kind": "oneshot",
+                "trigger": "manual", "started_at": started})
+    led.append({"type": "closed", "harness": "nightly", "run_id": 2, "outcome": "failed",
+                "exit_code": 1})
+    run2 = {"harness": "nightly", "run_id": 2, "seq": 4, "kind": "oneshot",
+            "trigger": "manual", "started_at": started}
+    got = [(c.seq, c.type, c.record) for c in sub.drain() if c.record["run_id"] == 2]
+    assert got == [(4, "opened", {**run2, "outcome": "running"}),
+                   (5, "closed", {**run2, "outcome": "failed", "exit_code": 1})]
+    assert led.get("nightly", 2) == {**run2, "outcome": "failed", "exit_code": 1}
+
+    calls = count_scans(monkeypatch)
+    recs, oldest = led.query(Query(names=("nightly",), limit=20))
+    assert ([(r["run_id"], r["seq"], r["outcome"]) for r in recs], oldest) == (
+        [(2, 4, "failed"), (3, 2, "skipped"), (1, 1, "success")], 1)
+    recs, oldest = led.query(Query(since_ns=T0 - HOUR, limit=50))
+    assert ([r["run_id"] for r in recs], oldest) == ([2, 3, 1], 1)
+    assert calls == []  # answered from memory
+
+
 # -- the boot index: open records, runs across the window's edge, backfill -------------
 
 

@@ -11,6 +11,7 @@ skips the rest, `replace` closes the live run `replaced`, and `stop` cancels a h
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -211,6 +212,39 @@ def test_queue_holds_one_firing_and_skips_the_rest(world: World, daemons: Daemon
     one, two = record_of(world, "q", 1), record_of(world, "q", 2)
     assert one is not None and two is not None
     assert two["started_at"] >= one["ended_at"]
+
+
+def test_the_queued_run_is_held_in_the_daemons_memory(world: World, daemons: Daemons,
+                                                      tmp_path: Path) -> None:
+    """The queued run 2 opens after skipped run 3's line, its run id below one already
+    seen. Memory took its lines for late lines of a record it had let go: it never held
+    run 2, and raised its floors past it, so the daemon answered every later query from
+    the day files instead of memory (REQ-15). Here the day files are set aside while the
+    daemon answers: memory alone must give all three records."""
+    gate = tmp_path / "gate"
+    daemons.write_config(_oneshot("q", "queue", f"while [ ! -e {gate} ]; do sleep 0.05; done"))
+    daemons.start()
+    with Client(str(daemons.socket)) as c:
+        assert [_fire(c, "q")["decision"] for _ in range(3)] == ["started", "queued", "skipped"]
+    gate.touch()
+    until("run 2 to succeed", lambda: (x := record_of(world, "q", 2))
+          and x["outcome"] == "success")
+    aside = [p.rename(p.with_name(p.name + ".aside")) for p in world.ledger.glob("*.jsonl")]
+    assert aside
+    try:
+        with Client(str(daemons.socket)) as c:
+            info = c.request("daemon_info")
+            named = c.request("runs", names=["q"], limit=10)
+            swept = c.request("runs", since=format_ns(time.time_ns() - 3600 * 10**9),
+                              limit=50)
+    finally:
+        for p in aside:
+            p.rename(p.with_name(p.name.removesuffix(".aside")))
+    assert info["ledger"]["records_in_memory"] == 3
+    want = [(2, "success", "manual"), (3, "skipped", "manual"), (1, "success", "manual")]
+    for got in (named, swept):
+        assert [(r["run_id"], r["outcome"], r["trigger"]) for r in got["runs"]] == want
+        assert got["oldest_seq"] == 1
 
 
 def test_stop_cancels_the_held_firing(world: World, daemons: Daemons) -> None:

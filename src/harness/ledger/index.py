@@ -37,22 +37,32 @@ class Index:
     def __len__(self) -> int:
         return len(self.records)
 
-    def apply(self, line: dict[str, Any], *, live: bool = False) -> Record:
+    def apply(self, line: dict[str, Any], *, live: bool = False,
+              carried: bool = False) -> Record:
         """Fold a committed (or loaded) line into its record.
 
-        `live` (a line just committed, not one loaded from the files): a closed, updated
-        or opened (a prune's carried one) line of a record memory does not hold, with a
+        `live` (a line just committed, not one loaded from the files): a closed or updated
+        line, or a prune's `carried` opened line, of a record memory does not hold, with a
         run id the ledger has already seen, belongs to a record it trimmed or never
         loaded. Whether that record's first lines are still on disk (then it is older than
         the floors) or were pruned (then this line starts a partial record) only the files
         can say, so it is folded for the caller but not kept, and the floors rise past it:
-        queries that reach it read the files. (A new run id is a new record, partial or
-        not.)"""
+        queries that reach it read the files.
+
+        Any other opened line starts a record, whatever its run id: ids are allocated
+        before the opened line is written, so a run held under on_overlap = "queue" opens
+        after the records of higher ids decided meanwhile (and a legacy import writes
+        runs in time order, not id order). Only a prune's carry writes an opened line for
+        a record that already has one, and only for a record memory held, open, when the
+        carry read it; the line is not kept if memory let the record go since (it closed
+        and was trimmed before the line was committed). A new run id is likewise a new
+        record, partial or not."""
         h, rid = line["harness"], line["run_id"]
         key = (h, rid)
         found = self.records.get(key)
-        if (found is None and live and line["type"] in ("closed", "updated", "opened")
-                and rid <= self.max_ids.get(h, 0)):
+        typ = line["type"]
+        if (found is None and live and rid <= self.max_ids.get(h, 0)
+                and (typ in ("closed", "updated") or (typ == "opened" and carried))):
             late = Record(h, rid)
             late.apply(line)
             above = line["seq"] + 1

@@ -59,6 +59,9 @@ RING = 10_000
 _PEEK = 1 << 16
 # The boot's bound on records tracked while it looks for those still open.
 _LIVE_CAP = 100_000
+# The writer's tag on a prune's carried-forward lines: an opened line so tagged restates a
+# record memory held, where any other opened line starts one (`Index.apply`).
+_CARRIED = "carried"
 
 
 def _opened_after(r: Record | Frozen, day: str) -> bool:
@@ -454,7 +457,7 @@ class RunLedger:
                 self._path_commits[e.path] = e.seq
                 obj = e.obj  # the writer is done with it: the ring keeps it as committed
                 self._ring.append(obj)
-                r = self._index.apply(obj, live=True)
+                r = self._index.apply(obj, live=True, carried=e.tag == _CARRIED)
                 for captured in self._captures.values():
                     captured.append(obj)
                 if feed and obj["type"] != "updated":
@@ -706,7 +709,7 @@ class RunLedger:
             # the run appended meanwhile (its closed line, a usage update) is folded in,
             # never overwritten by the older state the carried line would otherwise hold.
             e = self._writer.enqueue_built(
-                functools.partial(self._carried_line, key, typ, known))
+                functools.partial(self._carried_line, key, typ, known), _CARRIED)
             if e is not None:
                 entries.append(e)
         for e in entries:

@@ -111,6 +111,9 @@ class Entry:
     end: int = 0  # offset just past this line in its file, once written
     waiter: _Waiter | None = field(default=None, repr=False)
     behind_failure: bool = False  # a synced wait would fail fast, as of the enqueue
+    # What the caller of `enqueue_built` says the line is, handed back at commit: the
+    # writer never reads it (the run ledger marks a prune's carried lines with it).
+    tag: str | None = None
 
 
 @dataclass
@@ -242,18 +245,21 @@ class Writer:
         return e
 
     def enqueue_built(
-        self, build: Callable[[deque[Entry]], tuple[dict[str, Any], str, int] | None]
+        self, build: Callable[[deque[Entry]], tuple[dict[str, Any], str, int] | None],
+        tag: str | None = None,
     ) -> Entry | None:
         """Queue the line `build` makes from the lines still queued (and not yet
         committed), as one step: no other line can be queued between what `build` saw
         and its own line. `build` returns (obj, harness, run_id), or None for no line.
         Committed lines are handed to ``on_commit`` before they leave the queue, so a
-        line is always in one of the two places `build` can look. A synced entry."""
+        line is always in one of the two places `build` can look. A synced entry, with
+        `tag` on it."""
         with self._cv:
             made = build(self._queue)
             if made is None:
                 return None
             e = self._queue_locked(made[0], True, made[1], made[2])
+            e.tag = tag  # before the lock goes: the commit that reads it cannot come first
         self._ring()
         return e
 
