@@ -402,6 +402,21 @@ def test_thaw_restores_the_record_and_keeps_folding_in_order() -> None:
     assert t.fields["outcome"] == "success" and t.fields["reason"] == "late"
 
 
+def test_last_day_is_the_day_of_the_newest_line_in_any_order_frozen_and_thawed() -> None:
+    """The clock stepped back: the update (seq 2) is in the 2nd's file, the close (seq 3)
+    in the 1st's. `last_day` names the last day file holding a line of the run, which a
+    prune needs (a closing line in an older file is carried); lines applied in any order
+    give it, and it survives Frozen and thaw."""
+    lines = [{**_line(1, "opened"), "at": "2026-01-01T23:00:00Z"},
+             {**_line(2, "updated", model_calls=3), "at": "2026-01-02T00:30:00Z"},
+             {**_line(3, "closed", outcome="failed"), "at": "2026-01-01T23:59:00Z"}]
+    for order in (lines, lines[::-1]):
+        r = fold(order)
+        f = Frozen(r)
+        assert (r.last_day, f.last_day, f.thaw().last_day) == ("2026-01-02",) * 3
+    assert fold(lines[:1]).last_day == "2026-01-01"
+
+
 def test_thaw_of_an_unopened_record_stays_partial() -> None:
     r = fold([_line(8, "closed", outcome="failed")])
     t = Frozen(r).thaw()

@@ -1059,6 +1059,50 @@ def test_a_closing_line_in_a_doomed_file_is_carried_for_a_run_memory_let_go(
     assert [(r.closed, r.fields["outcome"]) for r in recs] == [(True, outcome)]
 
 
+@pytest.mark.parametrize("held", [True, False])
+def test_a_closing_line_in_a_doomed_file_is_carried_when_a_later_file_holds_an_update(
+    tmp_path: Path, open_ledger: OpenLedger, held: bool
+) -> None:
+    """a/1 opens at 23:00, a usage update lands in the next day's file at 00:30, then the
+    clock steps back and the failed close is stamped 23:59: in the first day's file with
+    the opened line, which the prune deletes. Only an opened line in a later file got the
+    closing line carried, so the update was left alone on disk: the run read running to
+    memory, the files and `--outcome running`, its failed close gone. Held: memory has the
+    run; not held: it is older than the window (a day here), past the tail (tail=0), and is
+    read from the files."""
+    d = tmp_path / "ledger"
+    clock = Clock(parse_ns("2026-06-01T23:00:00Z"))
+    led = open_ledger(d, clock=clock, retention_ns=2 * DAY,
+                      **({} if held else {"window_ns": DAY, "tail": 0}))
+    led.append({"type": "opened", "harness": "a", "run_id": 1, "kind": "oneshot",
+                "trigger": "manual"})
+    clock.ns = parse_ns("2026-06-02T00:30:00Z")
+    led.append({"type": "updated", "harness": "a", "run_id": 1, "model_calls": 3})
+    clock.ns = parse_ns("2026-06-01T23:59:00Z")
+    led.append({"type": "closed", "harness": "a", "run_id": 1, "outcome": "failed",
+                "exit_code": 1})
+    clock.ns = parse_ns("2026-06-04T01:00:00Z")  # the 1st ended over 2 days ago, the 2nd not
+    led.append(decided("b", 1))  # the day's trim
+    assert (led.get("a", 1) is not None) is held
+    res = led.prune()
+    assert (res.deleted, res.carried_forward, res.error) == (["2026-06-01"], 1, None)
+    carried = [(x["type"], x["harness"], x["run_id"], x.get("outcome"), x.get("exit_code"),
+                x.get("model_calls"), x.get("trigger"))
+               for x in lines_of(d / f"{day(clock.ns)}.jsonl")]
+    assert carried == [("decided", "b", 1, "skipped", None, None, "schedule"),
+                       ("closed", "a", 1, "failed", 1, 3, "manual")]
+    ended = {"harness": "a", "run_id": 1, "seq": 2, "kind": "oneshot",
+             "trigger": "manual", "model_calls": 3, "outcome": "failed", "exit_code": 1}
+    q = Query(names=("a",), since_ns=0, limit=5)
+    files, _, _ = scan(str(d), q)
+    assert [r.to_json(offline=True) for r in files] == [ended]
+    assert led.query(q) == ([ended], 2)
+    running, _ = led.query(Query(outcomes=frozenset({"running"}), since_ns=0, limit=5))
+    assert running == []
+    led.close()
+    assert open_ledger(d, clock=clock).open_records() == []
+
+
 def test_a_run_memory_let_go_that_opened_in_an_earlier_file_is_not_carried(
     tmp_path: Path, open_ledger: OpenLedger
 ) -> None:

@@ -13,6 +13,7 @@ as if in order: an older line only fills fields no newer line has set.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import msgspec
@@ -30,6 +31,7 @@ class Record:
         "fields",
         "first_at",
         "harness",
+        "last_day",
         "last_seq",
         "opened",
         "opened_at",
@@ -44,6 +46,9 @@ class Record:
         self.last_seq = 0
         self.first_at = ""  # `at` of the first line
         self.opened_at = ""  # `at` of the newest opened line (its day file holds it)
+        # The day of the newest `at` of any line: the last day file holding a line of the
+        # run. Interned: records share the few days there are.
+        self.last_day = ""
         self.opened = False
         self.closed = False
         self.fields: dict[str, Any] = {}
@@ -72,9 +77,12 @@ class Record:
         """Fold one parsed line (already known to belong to this record) into it."""
         seq = line["seq"]
         typ = line.get("type")
+        at = line.get("at", "")
         if self.seq == 0 or seq < self.seq:
             self.seq = seq
-            self.first_at = line.get("at", "")
+            self.first_at = at
+        if at[:10] > self.last_day:
+            self.last_day = sys.intern(at[:10])
         if typ == "opened":
             self.opened = True
             if line.get("at", "") >= self.opened_at:
@@ -181,8 +189,8 @@ class Frozen:
     for a frozen record thaws it (`thaw`), and the index freezes it again once folded.
     """
 
-    __slots__ = ("_blob", "_older", "first_at", "harness", "last_seq", "opened", "opened_at",
-                 "outcome", "run_id", "seq", "started_key", "trigger")
+    __slots__ = ("_blob", "_older", "first_at", "harness", "last_day", "last_seq", "opened",
+                 "opened_at", "outcome", "run_id", "seq", "started_key", "trigger")
     closed = True
     is_open = False
 
@@ -191,6 +199,7 @@ class Frozen:
         self.run_id = r.run_id
         self.seq = r.seq
         self.last_seq = r.last_seq
+        self.last_day = r.last_day
         self.first_at = r.first_at
         self.opened_at = r.opened_at
         self.opened = r.opened
@@ -214,6 +223,7 @@ class Frozen:
         r = Record(self.harness, self.run_id)
         r.seq, r.last_seq, r.first_at, r.opened_at = (self.seq, self.last_seq, self.first_at,
                                                        self.opened_at)
+        r.last_day = self.last_day
         r.opened, r.closed = self.opened, True
         r.fields = self.fields
         if self._older is None:

@@ -64,11 +64,12 @@ _LIVE_CAP = 100_000
 _CARRIED = "carried"
 
 
-def _opened_after(r: Record | Frozen, day: str) -> bool:
-    """Whether ended record `r` has its newest opened line in a later file than `day`'s
-    (a clock stepped back across midnight): with that day's file gone, the record would
-    read open, so its closing line is carried."""
-    return r.closed and r.opened_at[:10] > day
+def _outlived(r: Record | Frozen, day: str) -> bool:
+    """Whether ended record `r` has a line in a later file than `day`'s (a clock stepped
+    back across midnight put its closing line in `day`'s file after a line in the next
+    day's): with that day's file gone, the lines left would read open, whichever type
+    they are (an opened line, a usage update), so its closing line is carried."""
+    return r.closed and r.last_day > day
 
 
 class _DaySealer:
@@ -672,9 +673,9 @@ class RunLedger:
     def _carry_forward(self, day: str) -> int:
         """Write a fresh opened line, into today's file, for each run still open whose
         opened line is in `day`'s file, which is about to go (REQ-12); and a fresh closed
-        line for each ended run whose closing line is in it while its opened line lies
-        in a later file (a clock stepped back across midnight), which would otherwise
-        read open once the file is gone."""
+        line for each ended run whose closing line is in it while another of its lines
+        (opened, updated) lies in a later file (a clock stepped back across midnight):
+        the lines left would otherwise read open once the file is gone."""
         path = day_path(self.directory, day)
         with self._lock:
             # Marked before the file and the index are read: a line committed to the file
@@ -694,15 +695,16 @@ class RunLedger:
             for key, seq in ending.items():
                 r = self._index.records.get(key)
                 if r is None:
-                    if key not in opening:
-                        forgotten[key] = seq
-                elif _opened_after(r, day):
+                    # Its opened line may be in this file too: a later update is enough
+                    # to leave it reading open.
+                    forgotten[key] = seq
+                elif _outlived(r, day):
                     doomed.append((key, "closed", None))
         if forgotten:
             # Closed runs memory let go (older than the window, past the tail) are read
-            # from the files: the same clock step may have put their opened line later.
+            # from the files: the same clock step may have put one of their lines later.
             doomed += [((r.harness, r.run_id), "closed", r)
-                       for r in self._opened_later(day, forgotten)]
+                       for r in self._outlived_later(day, forgotten)]
         entries = []
         for key, typ, known in doomed:
             # Built and queued in one step with the lines still queued in view: a line of
@@ -745,14 +747,16 @@ class RunLedger:
                 ending[key] = max(ending.get(key, 0), e.seq)
         return opening, ending
 
-    def _opened_later(self, day: str, ending: dict[tuple[str, int], int]) -> list[Record]:
+    def _outlived_later(self, day: str, ending: dict[tuple[str, int], int]) -> list[Record]:
         """Of the runs `ending` (key: the seq of its closing line in `day`'s file), those
-        whose opened line lies in a later file, folded from the files; closed ones only.
+        with a line written before that close in a later file, folded from the files;
+        closed ones only.
 
-        Such an opened line was written before the close, so it has a lower seq. Each
-        file is in seq order, so only the lines of later files below the highest of those
-        seqs need a look: none at all in a ledger whose clock never stepped back, where
-        a small first read of each later file shows a first line above them."""
+        Such a line has a lower seq than the close. Each file is in seq order, so only
+        the lines of later files below the highest of those seqs need a look: none at all
+        in a ledger whose clock never stepped back, where a small first read of each later
+        file shows a first line above them. (A line written after the close, in a later
+        file, is not looked for: a late line of a record memory had let go.)"""
         bound = max(ending.values())
         days = list_day_files(self.directory).days
         found: set[tuple[str, int]] = set()
@@ -763,7 +767,7 @@ class RunLedger:
                 if e.seq > bound:
                     break
                 key = (e.harness, e.run_id)
-                if e.type == "opened" and e.seq < ending.get(key, 0):
+                if e.seq < ending.get(key, 0):
                     found.add(key)
         if not found:
             return []
@@ -772,7 +776,7 @@ class RunLedger:
         folded = {k: Record(*k) for k in found}
         for obj in self._lines_of(days, folded, upto):
             folded[(obj["harness"], obj["run_id"])].apply(obj)
-        return [r for r in folded.values() if _opened_after(r, day)]
+        return [r for r in folded.values() if _outlived(r, day)]
 
     def _carried_line(self, key: tuple[str, int], typ: str, known: Record | None,
                       queued: Iterable[Entry]) -> tuple[dict[str, Any], str, int] | None:
