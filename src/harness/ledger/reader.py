@@ -409,24 +409,58 @@ def _refold(files: list[tuple[str, str]], lo: int, hi: int, keys: set[tuple[str,
             by_name: dict[str, dict[int, list[Any]]], words: dict[str, str], upto: int
             ) -> None:
     """Rebuild the given first-pass records from all their lines in files[lo:hi], by seq."""
-    lines: dict[tuple[str, int], list[tuple[int, int, Head]]] = {k: [] for k in keys}
+    acc: dict[tuple[str, int], list[Any]] = {k: _unsorted() for k in keys}
     for fileno in range(lo, hi):
         for block in heads(files[fileno][1], ReadStats()):
             for h in block:
-                got = lines.get((h.harness, h.run_id))
-                if got is not None and h.seq <= upto:
-                    got.append((h.seq, fileno, h))
-    for (name, run_id), got in lines.items():
-        by_name[name][run_id] = _rebuild(got, words)
+                a = acc.get((h.harness, h.run_id))
+                if a is not None and h.seq <= upto:
+                    _absorb(a, h, fileno, words)
+    for (name, run_id), a in acc.items():
+        by_name[name][run_id] = _settled(a)
 
 
-def _rebuild(got: list[tuple[int, int, Head]], words: dict[str, str]) -> list[Any]:
-    """A first-pass record folded from all of its (seq, fileno, line) in seq order."""
-    got.sort(key=lambda x: x[0])
-    r = _fresh(got[0][2], min(f for _s, f, _h in got))
-    for _seq, _f, h in got:
-        _fold_head(r, h, words)
-    return r
+# A first-pass record folded from lines met in any order: [first seq, its at, first file,
+# last seq, started_at, its seq, outcome, its seq, trigger, its seq, flags]. Each field
+# keeps the seq of the line that set it, so the lines need not be kept to sort them: a
+# record of a million lines folds in constant memory.
+_A_SEQ, _A_AT, _A_FILE, _A_LAST, _A_WHEN, _A_WHEN_SEQ, _A_OUT, _A_OUT_SEQ, _A_TRIG, \
+    _A_TRIG_SEQ, _A_FLAGS = range(11)
+
+
+def _unsorted() -> list[Any]:
+    return [sys.maxsize, "", sys.maxsize, 0, None, 0, None, 0, None, 0, 0]
+
+
+def _absorb(a: list[Any], h: Head, fileno: int, words: dict[str, str]) -> None:
+    """Fold one envelope into `a` as sorting the lines by seq, stably in the order they are
+    met, and folding them in that order would: a field takes the value of the highest seq
+    that carries it, of the last met among equal seqs; the first line is the lowest seq,
+    the first met among equal ones."""
+    seq = h.seq
+    if seq < a[_A_SEQ]:
+        a[_A_SEQ], a[_A_AT] = seq, h.at
+    if fileno < a[_A_FILE]:
+        a[_A_FILE] = fileno
+    if seq > a[_A_LAST]:
+        a[_A_LAST] = seq
+    t = h.type
+    if t != "updated":
+        a[_A_FLAGS] |= _OPENED if t == "opened" else (
+            _CLOSED | _OPENED if t == "decided" else _CLOSED)
+    if h.started_at is not None and seq >= a[_A_WHEN_SEQ]:
+        a[_A_WHEN], a[_A_WHEN_SEQ] = h.started_at, seq
+        a[_A_FLAGS] |= _STARTED
+    if h.outcome is not None and seq >= a[_A_OUT_SEQ]:
+        a[_A_OUT], a[_A_OUT_SEQ] = words.setdefault(h.outcome, h.outcome), seq
+    if h.trigger is not None and seq >= a[_A_TRIG_SEQ]:
+        a[_A_TRIG], a[_A_TRIG_SEQ] = words.setdefault(h.trigger, h.trigger), seq
+
+
+def _settled(a: list[Any]) -> list[Any]:
+    """The first-pass record `a` (which holds at least one line) folds to."""
+    when = a[_A_WHEN] if a[_A_FLAGS] & _STARTED else a[_A_AT]
+    return [a[_A_SEQ], a[_A_LAST], when, a[_A_OUT], a[_A_TRIG], a[_A_FLAGS], a[_A_FILE]]
 
 
 def _look_back(files: list[tuple[str, str]], start: int,
@@ -441,14 +475,14 @@ def _look_back(files: list[tuple[str, str]], start: int,
                if not r[_FLAGS] & _OPENED}
     if not partial or start == 0:
         return
-    found: dict[tuple[str, int], list[tuple[int, int, Head]]] = {k: [] for k in partial}
+    found: dict[tuple[str, int], list[Any]] = {k: _unsorted() for k in partial}
 
     def read(fileno: int) -> None:
         for block in heads(files[fileno][1], ReadStats()):
             for h in block:
-                got = found.get((h.harness, h.run_id))
-                if got is not None:
-                    got.append((h.seq, fileno, h))
+                a = found.get((h.harness, h.run_id))
+                if a is not None:
+                    _absorb(a, h, fileno, words)
                     if h.type in ("opened", "decided"):
                         waiting.discard((h.harness, h.run_id))
 
@@ -458,14 +492,14 @@ def _look_back(files: list[tuple[str, str]], start: int,
         lo -= 1
         read(lo)
     if lo > 0:
-        first = min(seq for got in found.values() for seq, _f, _h in got)
+        first = min(a[_A_SEQ] for a in found.values())
         for fileno in range(lo - 1, -1, -1):
             if last_seq(files[fileno][1]) > first:
                 read(fileno)
-    for (name, run_id), got in found.items():
-        if not got:
-            continue
-        old = _rebuild(got, words)
+    for (name, run_id), a in found.items():
+        if not a[_A_LAST]:
+            continue  # none of its lines lies in the older files
+        old = _settled(a)
         new = by_name[name][run_id]
         # The lines read before are all newer: their values win where they have one.
         new[_SEQ], new[_FILE] = old[_SEQ], old[_FILE]
