@@ -18,9 +18,10 @@ verifies and folds as a daemon-written ledger would:
       (target: ≤ 2× the decode).
 
 Each figure is the command's wall time (the best of 3, as a process: interpreter start
-included) over the best of 2 in-process msgspec decodes of every line of the same ledger,
-the baseline bench/run.py uses. Ledgers are cached in bench/out/patho-* and regenerated
-when missing or older than 12 h (their times are relative to now).
+included) over the best of 3 in-process msgspec decodes of every line of the same ledger,
+the baseline bench/run.py uses, the two alternated. Ledgers are cached in
+bench/out/patho-* and regenerated when missing or older than 12 h (their times are
+relative to now).
 """
 
 from __future__ import annotations
@@ -192,10 +193,14 @@ def measure(out: str, shape: str, scale: float) -> list[dict[str, Any]]:
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as an installed tool runs: see bench/run.py
     harness = [sys.executable, "-m", "harness.cli"]
     subprocess.run([*harness, "--help"], env=env, stdout=subprocess.DEVNULL, check=True)
-    base, n = min(decode_baseline(ledger) for _ in range(2))
     rows = []
     for label, argv in commands:
-        took, rc = min(run_timed([*harness, *argv], env) for _ in range(3))
+        # Alternated, the best of each: a machine busy for a while slows both sides.
+        bases, runs = [], []
+        for _ in range(3):
+            bases.append(decode_baseline(ledger))
+            runs.append(run_timed([*harness, *argv], env))
+        (base, n), (took, rc) = min(bases), min(runs)
         rss, _pss, _ = peak_memory([*harness, *argv], env)
         rows.append({"shape": shape, "command": f"harness {label}", "lines": n,
                      "decode_s": base, "command_s": took, "exit": rc,
