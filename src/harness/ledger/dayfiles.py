@@ -249,6 +249,47 @@ def iter_blocks(path: str, gone_ok: bool = False) -> Iterator[tuple[memoryview, 
                 yield tail, True
 
 
+def iter_blocks_back(path: str, gone_ok: bool = False) -> Iterator[list[bytes]]:
+    """The complete lines of `path` a block at a time, the last block first, each block's
+    lines in file order (read a block reversed for newest first); nothing for a file that
+    is gone, when `gone_ok`. For readers that fold the newest line first.
+
+    The lines are those `iter_blocks` yields, as far as a line of at most CHUNK bytes
+    goes: a final unterminated fragment is one only when it is a whole line; a longer line
+    (no ledger line: the writer's limit is 16 KiB) is left out. The file is read as long
+    as it was when opened: lines appended since are the next reader's.
+    """
+    f = _open_listed(path, gone_ok)
+    if f is None:
+        return
+    with f:
+        fd = f.fileno()
+        pos = os.fstat(fd).st_size
+        # The bytes from `pos` to the first newline after it: the end of a line that began
+        # before `pos` (None once past CHUNK bytes), and whether no newline follows them.
+        rest: bytes | None = b""
+        at_end = True
+        while pos > 0:
+            step = min(CHUNK, pos)
+            pos -= step
+            data = os.pread(fd, step, pos)
+            parts = data.split(b"\n")
+            if len(parts) == 1:  # no newline: the line goes on further back
+                rest = None if rest is None or len(rest) + len(data) > CHUNK else data + rest
+                continue
+            last = parts.pop()
+            end = None if rest is None or len(last) + len(rest) > CHUNK else last + rest
+            rest = parts[0]
+            lines = parts[1:]
+            if end and (not at_end or is_whole(end)):
+                lines.append(end)
+            at_end = False
+            if lines:
+                yield lines
+        if rest and (not at_end or is_whole(rest)):
+            yield [rest]
+
+
 class _Tail(msgspec.Struct):
     seq: int
     hash: str | None = None

@@ -14,6 +14,7 @@ import gc
 import heapq
 import itertools
 import math
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -27,12 +28,13 @@ from .dayfiles import (
     decode_json,
     is_utf8,
     iter_blocks,
+    iter_blocks_back,
     list_day_files,
     read_tail,
 )
 from .fold import Record
 from .query import Query, select
-from .schema import LINE_TYPES
+from .schema import LINE_TYPES, RECORD_FIELDS
 from .writer import MAX_LINE
 
 _DAY_NS = 86_400 * 1_000_000_000
@@ -57,8 +59,15 @@ class Head(msgspec.Struct):
 
 
 _head = msgspec.json.Decoder(Head)
-# Lines this long or longer are decoded whole by `head_of` as well (see there).
+# Lines this long or longer may need a whole decode in `head_of` (see `_huge_int`).
 CHECK_WHOLE = 4096
+# The fewest digits of an integer a whole decode refuses (Python's limit on converting
+# digits to an int) and `Head`, skipping it unread, accepts. Every such integer holds a
+# stretch of _RUN digits that starts at a multiple of _STEP: a few anchored matches per
+# long line rule it out, where a whole decode cost more than the decode of `Head` itself.
+_HUGE = 4301
+_STEP = _HUGE // 2
+_RUN = re.compile(rb"[0-9]{%d}" % (_HUGE - _STEP + 1))
 # Arrays and objects nested deeper than this make a line every reader skips. The
 # decoders' own limit is the interpreter's recursion limit, which a deep caller reaches
 # sooner, and decoding into `Head` costs a level more than a whole decode: left to them,
@@ -107,7 +116,7 @@ def valid_line(obj: Any) -> bool:
 def too_deep(raw: bytes) -> bool:
     """Whether the JSON text `raw` nests arrays and objects deeper than MAX_DEPTH (for
     text that is no JSON, whether it opens more than that before failing)."""
-    if len(raw) <= 2 * MAX_DEPTH or raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+    if len(raw) <= 2 * MAX_DEPTH or not _opens_over(raw, MAX_DEPTH):
         return False
     depth = 0
     in_string = escaped = False
@@ -128,6 +137,24 @@ def too_deep(raw: bytes) -> bool:
         elif b == 0x5D or b == 0x7D:  # ] }
             depth -= 1
     return False
+
+
+# Brackets looked for one by one before counting them: `find` is memchr, ten times the
+# speed of `count` over a long line, and most lines hold a handful.
+_FEW = 16
+
+
+def _opens_over(raw: bytes, limit: int) -> bool:
+    """Whether `raw` holds more than `limit` opening brackets ([ and {) in all."""
+    n = 0
+    for ch in (b"[", b"{"):
+        i = raw.find(ch)
+        while i >= 0:
+            n += 1
+            if n > _FEW:
+                return raw.count(b"[") + raw.count(b"{") > limit
+            i = raw.find(ch, i + 1)
+    return n > limit
 
 
 def decode_line(raw: bytes) -> dict[str, Any] | None:
@@ -167,10 +194,11 @@ def _infinite(v: Any) -> bool:
     return type(v) is float and math.isinf(v)
 
 
-def head_of(raw: bytes) -> Head | None:
+def head_of(raw: bytes, utf8: bool = False) -> Head | None:
     """The envelope of a complete line, or None for a line `decode_line` skips; cheaper,
-    for scans that pick lines before decoding them whole."""
-    if len(raw) + 1 > MAX_LINE or not is_utf8(raw) or too_deep(raw):
+    for scans that pick lines before decoding them whole. `utf8`: the line is known to be
+    UTF-8 (it came from a block that is)."""
+    if len(raw) + 1 > MAX_LINE or not (utf8 or is_utf8(raw)) or too_deep(raw):
         return None
     try:
         h = _head.decode(raw)
@@ -178,11 +206,29 @@ def head_of(raw: bytes) -> Head | None:
         return _rescued(raw)
     except UNREADABLE:
         return None
-    # `Head` skips the other fields unread, and the one value skipping accepts that a
-    # whole decode refuses is an integer of over 4,300 digits: only a long line has one.
-    if len(raw) >= CHECK_WHOLE and decode_line(raw) is None:
+    if _huge_int(raw) and decode_line(raw) is None:
         return None
     return h
+
+
+def _refused_whole(raw: bytes) -> bool:
+    """Whether a line of at most 16 KiB that a decoder skipping fields (`Head`) read is one
+    a whole decode refuses, as `head_of` checks: bytes skipped unread are not UTF-8, or
+    nest too deep, or hold a huge integer."""
+    return not (raw.isascii() or is_utf8(raw)) or (len(raw) > 2 * MAX_DEPTH and (
+        too_deep(raw) or (_huge_int(raw) and decode_line(raw) is None)))
+
+
+def _huge_int(raw: bytes) -> bool:
+    """Whether `raw` may hold an integer of _HUGE digits or more: the one value `Head`
+    skips unread that makes a whole decode refuse the line (a false alarm only costs that
+    whole decode). Such a run of digits covers a multiple of _STEP that starts a run of
+    _RUN's length."""
+    if len(raw) < _HUGE:
+        return False
+    run = _RUN.match
+    return any(48 <= raw[k] <= 57 and run(raw, k) for k in
+               range(0, len(raw) - (_HUGE - _STEP), _STEP))
 
 
 def _files_for(directory: str, q: Query, stats: ReadStats) -> tuple[list[tuple[str, str]], int]:
@@ -212,8 +258,8 @@ def _rescued(raw: bytes) -> Head | None:
 
 
 def _maybe_long(buf: bytes) -> bool:
-    """Whether `buf` may hold a line of CHECK_WHOLE bytes or more, which `head_of` decodes
-    whole, or one over MAX_LINE (REQ-1: 16 KiB with its "\\n"), which it skips.
+    """Whether `buf` may hold a line of CHECK_WHOLE bytes or more, which `head_of` checks
+    for a huge integer, or one over MAX_LINE (REQ-1: 16 KiB with its "\\n"), which it skips.
 
     Such a line covers a whole aligned window of CHECK_WHOLE // 2 bytes with no newline, so
     a few thousand `find`s per block rule it out; a false alarm only costs the slow path.
@@ -241,7 +287,8 @@ def heads(path: str, stats: ReadStats) -> Iterator[list[Head]]:
         stats.lines += len(lines)
         # Per line, `Head` skips unknown fields unread, invalid UTF-8 included, and
         # `head_of` skips a line over 16 KiB: both are ruled out for the block at once.
-        if is_utf8(data) and not _maybe_long(data):
+        utf8 = is_utf8(data)  # and so is each line: "\n" is no part of another character
+        if utf8 and not _maybe_long(data):
             try:
                 got = [decode(raw) for raw in lines]
             except UNREADABLE:
@@ -255,7 +302,7 @@ def heads(path: str, stats: ReadStats) -> Iterator[list[Head]]:
                     continue
         good = []
         for raw in lines:
-            h = head_of(raw)
+            h = head_of(raw, utf8)
             if h is None:
                 stats.skipped += 1
             else:
@@ -379,6 +426,10 @@ def _first_pass(files: list[tuple[str, str]], start: int, q: Query, upto_seq: in
                     # A line older than one already folded (a clock jump put it in a
                     # later file): refold this record in seq order below.
                     dirty.add((name, h.run_id))
+                    continue
+                if h.type == "updated" and h.started_at is None and h.outcome is None \
+                        and h.trigger is None:
+                    r[_LAST] = seq  # the usual update: all `_fold_head` would change
                     continue
                 _fold_head(r, h, words)
     # Every readable line holds one seq, so fewer of them than the range spans means
@@ -532,8 +583,9 @@ class _FirstAt:
 
 
 def _choose(q: Query, by_name: dict[str, dict[int, list[Any]]],
-            files: list[tuple[str, str]]) -> dict[tuple[str, int], int]:
-    """The records the query returns, by key, with the first file holding their lines.
+            files: list[tuple[str, str]]) -> dict[tuple[str, int], tuple[int, bool]]:
+    """The records the query returns, by key, with the first file holding their lines and
+    whether they span LONG_SPAN seqs or more.
 
     Each harness's records were created in first-line order, which is seq order unless a
     late line lowered a record's seq; then merging them newest first lets the choice stop
@@ -555,7 +607,7 @@ def _choose(q: Query, by_name: dict[str, dict[int, list[Any]]],
     else:
         stream = sorted(((r[_SEQ], n, rid) for n, runs in by_name.items()
                          for rid, r in runs.items()), reverse=True)
-    picked: dict[tuple[str, int], int] = {}
+    picked: dict[tuple[str, int], tuple[int, bool]] = {}
     first_at = _FirstAt(files)
     for seq, name, run_id in stream:
         r = by_name[name][run_id]
@@ -571,15 +623,183 @@ def _choose(q: Query, by_name: dict[str, dict[int, list[Any]]],
             continue
         if triggers and r[_TRIG] not in triggers:
             continue
-        picked[(name, run_id)] = r[_FILE]
+        picked[(name, run_id)] = (r[_FILE], r[_LAST] - r[_SEQ] >= LONG_SPAN)
         if q.limit is not None and len(picked) >= q.limit:
             break
     return picked
 
 
-def _fold_chosen(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int],
-                 upto: int) -> list[Record]:
-    """Second pass: fold whole lines, but only for the records the query returns."""
+def _fold_chosen(files: list[tuple[str, str]],
+                 chosen: dict[tuple[str, int], tuple[int, bool]], upto: int) -> list[Record]:
+    """Second pass: fold whole lines, but only for the records the query returns (by key:
+    their first file, and whether they span LONG_SPAN seqs); the long ones newest line
+    first (see `_fold_back`)."""
+    long = {k: f for k, (f, is_long) in chosen.items() if is_long}
+    if not long:
+        return _fold_forward(files, {k: f for k, (f, _) in chosen.items()}, upto)
+    got, messy = _fold_back(files, long, upto)
+    rest = {k: f for k, (f, _) in chosen.items() if k not in long or k in messy}
+    folded = {(r.harness, r.run_id): r for r in (*got, *_fold_forward(files, rest, upto))}
+    # In the order chosen: `select` keeps it among records of equal seq.
+    return [folded[k] for k in chosen if k in folded]
+
+
+# A chosen record whose lines span this many seqs is folded newest line first.
+LONG_SPAN = 4096
+_ENVELOPE: list[tuple[str, Any]] = [
+    ("seq", _Pos), ("type", Literal["opened", "updated", "closed", "decided"]), ("at", str),
+    ("harness", Annotated[str, msgspec.Meta(min_length=1)]), ("run_id", _Pos)]
+# The record fields `Head` decodes too, with its types: every line is checked alike.
+_IN_HEAD = ("started_at", "outcome", "trigger")
+_OTHERS = tuple(k for k in RECORD_FIELDS if k not in _IN_HEAD)
+
+
+@functools.lru_cache(maxsize=64)
+def _back_decoder(wanted: tuple[str, ...]) -> msgspec.json.Decoder[Any]:
+    """A decoder of `Head`'s fields, with its types, and of the record fields `wanted`,
+    of any type; every other field is skipped unread."""
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
+        *_ENVELOPE, *((k, str | None, None) for k in _IN_HEAD),
+        *((k, Any, None) for k in wanted)]
+    return msgspec.json.Decoder(msgspec.defstruct("Back", fields))
+
+
+class _Newest:
+    """A record folded from its newest line back: each field holds the value of the first
+    line met that carries it, which is the newest while the seqs met keep falling."""
+
+    __slots__ = ("at", "closed", "fields", "first", "last", "opened", "opened_at", "seqs")
+
+    def __init__(self) -> None:
+        self.first = sys.maxsize  # the lowest seq met
+        self.at = ""  # its line's at
+        self.last = 0  # the first seq met
+        self.opened = self.closed = False
+        self.opened_at = ""
+        self.fields: dict[str, Any] = {}
+        self.seqs: dict[str, int] = {}
+
+    def record(self, harness: str, run_id: int) -> Record:
+        r = Record(harness, run_id)
+        r.seq, r.first_at, r.last_seq = self.first, self.at, self.last
+        r.opened, r.closed, r.opened_at = self.opened, self.closed, self.opened_at
+        # Oldest setter first: as the forward fold lists fields where each was set first
+        # in the usual case (the opened line's, the updates', the closed line's).
+        r.fields = dict(reversed(self.fields.items()))
+        r._field_seq = self.seqs
+        return r
+
+
+def _fold_back(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int], upto: int
+               ) -> tuple[list[Record], set[tuple[str, int]]]:
+    """Fold the chosen records newest line first, and the keys of those whose lines do not
+    rise in seq through the files (a clock step, a copied seq: `_fold_forward` folds them).
+
+    Folding forward decodes every line of a record whole and sets each field it carries,
+    though a newer line replaces most of them: a record of a million updates cost four
+    times the decode of its lines. Newest first, a field is set once, by the first line
+    met that carries it, and each line is decoded only for the fields some record still
+    lacks (one decoder per such set: they only shrink). While a record's seqs fall line by
+    line this is exactly the forward fold (REQ-2); the first that does not sends it back.
+    """
+    folds = {k: _Newest() for k in chosen}
+    lacking = dict.fromkeys(_OTHERS, len(folds))  # how many records lack each field
+    messy: set[tuple[str, int]] = set()
+
+    def wanted() -> tuple[msgspec.json.Decoder[Any], tuple[str, ...]]:
+        names = tuple(k for k in _OTHERS if lacking[k])
+        return _back_decoder(names), (*_IN_HEAD, *names)
+
+    def drop(key: tuple[str, int]) -> None:
+        b = folds.pop(key)
+        messy.add(key)
+        for k in _OTHERS:
+            if k not in b.fields:
+                lacking[k] -= 1
+
+    def take(key: tuple[str, int], seq: int, typ: str, at: str,
+             items: Iterable[tuple[str, Any]]) -> bool:
+        """Fold a line met after every newer one; whether the decoder must change."""
+        b = folds[key]
+        if seq >= b.first:
+            drop(key)
+            return True
+        b.first, b.at = seq, at
+        if not b.last:
+            b.last = seq
+        if typ != "updated":
+            if typ == "opened":
+                b.opened = True
+                if at >= b.opened_at:
+                    b.opened_at = at
+            else:
+                b.closed = True
+                if typ == "decided":
+                    b.opened = True
+        fewer = False
+        fields = b.fields
+        for k, v in items:
+            if v is not None and k not in fields:
+                fields[k] = v
+                b.seqs[k] = seq
+                if k in lacking:
+                    lacking[k] -= 1
+                    fewer = fewer or not lacking[k]
+        return fewer
+
+    astuple = msgspec.structs.astuple
+    skip, short = len(_ENVELOPE), 2 * MAX_DEPTH
+    dec, names = wanted()
+    decode, free = dec.decode, len(names)
+    for fileno in range(len(files) - 1, min(chosen.values()) - 1, -1):
+        for lines in iter_blocks_back(files[fileno][1], gone_ok=True):
+            for raw in reversed(lines):
+                n = len(raw)
+                if not n or n >= MAX_LINE:
+                    continue
+                try:
+                    x = decode(raw)
+                except msgspec.ValidationError:
+                    # A whole decode decides, as for `Head` (see `_rescued`).
+                    obj = decode_line(raw)
+                    if obj is None:
+                        continue
+                    key = (obj["harness"], obj["run_id"])
+                    if key not in folds or obj["seq"] > upto:
+                        continue
+                    changed = take(key, obj["seq"], obj["type"], obj["at"],
+                                   [(k, v) for k, v in obj.items() if k in RECORD_FIELDS])
+                except UNREADABLE:
+                    continue
+                else:
+                    key = (x.harness, x.run_id)
+                    b = folds.get(key)
+                    if b is None:
+                        continue
+                    seq = x.seq
+                    if seq > upto or ((n > short or not raw.isascii()) and _refused_whole(raw)):
+                        continue
+                    typ = x.type
+                    vals = astuple(x)
+                    if seq < b.first and typ == "updated" and vals.count(None) == free:
+                        # The usual line: an update setting nothing a newer one has not.
+                        b.first, b.at = seq, x.at
+                        if not b.last:
+                            b.last = seq
+                        continue
+                    changed = take(key, seq, typ, x.at,
+                                   zip(names, vals[skip:], strict=True))
+                if changed:
+                    dec, names = wanted()
+                    decode, free = dec.decode, len(names)
+    # A record with no line left lost its file to a prune since the first pass: `scan`
+    # reads again.
+    return [b.record(*k) for k, b in folds.items() if b.last], messy
+
+
+def _fold_forward(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int],
+                  upto: int) -> list[Record]:
+    """Fold the chosen records from their whole lines, oldest first."""
     if not chosen:
         return []
     records = {k: Record(*k) for k in chosen}
