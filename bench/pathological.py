@@ -30,10 +30,8 @@ import argparse
 import heapq
 import json
 import os
-import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,8 +42,8 @@ from harness.ledger.chain import ZERO_HASH  # noqa: E402
 from harness.ledger.files import make_private_dir  # noqa: E402
 from harness.ledger.runledger import _DaySealer  # noqa: E402
 from harness.ledger.schema import prepare_line  # noqa: E402
-from harness.timefmt import format_ns, now_ns  # noqa: E402
-from run import decode_baseline, peak_memory, run_timed  # noqa: E402
+from harness.timefmt import format_ns  # noqa: E402
+from run import decode_baseline, generated, peak_memory, run_timed  # noqa: E402
 
 SEC = 1_000_000_000
 HOUR = 3600 * SEC
@@ -164,26 +162,10 @@ SHAPES = {
 
 
 def ensure(out: str, shape: str, n: int) -> tuple[str, str, int]:
-    state = os.path.abspath(os.path.join(out, f"patho-{shape}-{n}"))
-    ledger = os.path.join(state, "harness", "ledger")
-    stamp = os.path.join(state, "generated.json")
-    if os.path.exists(stamp):
-        with open(stamp) as f:
-            meta = json.load(f)
-        if now_ns() - meta["end_ns"] < DAY // 2:
-            return state, ledger, meta["lines"]
-    shutil.rmtree(state, ignore_errors=True)
-    t = time.perf_counter()
-    end = now_ns()
-    # In a child, so this process stays small: peak RSS is inherited across fork+exec.
-    lines = int(subprocess.run(
-        [sys.executable, "-c", f"import sys; sys.path.insert(0, {HERE!r}); import pathological "
-         f"as p; print(p.write_ledger({ledger!r}, p.SHAPES[{shape!r}][0]({n}, {end})))"],
-        check=True, capture_output=True, text=True).stdout)
-    print(f"  {shape}: generated {lines:,} lines in {time.perf_counter() - t:.1f}s", flush=True)
-    with open(stamp, "w") as f:
-        json.dump({"lines": lines, "end_ns": end}, f)
-    return state, ledger, lines
+    return generated(
+        out, f"patho-{shape}-{n}", {"shape": shape, "n": n},
+        f"(p := __import__('pathological')).write_ledger(ledger, p.SHAPES[{shape!r}][0]"
+        f"({n}, end))", shape)
 
 
 def measure(out: str, shape: str, scale: float) -> list[dict[str, Any]]:

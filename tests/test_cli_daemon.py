@@ -303,6 +303,21 @@ def test_the_cli_reports_a_daemon_lost_during_a_stop(world: World) -> None:
     assert [(r["op"], r["name"]) for r in daemon.requests] == [("stop", "stub")]
 
 
+def waited_on(world: World, name: str, answer: Any
+              ) -> tuple[ScriptedDaemon, tuple[int, str, str]]:
+    """`harness trigger NAME --wait` against a scripted daemon answering with `answer`:
+    the daemon (its requests) and the CLI's (exit code, stdout, stderr)."""
+    daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"), answer)
+    try:
+        with reaped(subprocess.Popen([sys.executable, "-m", "harness.cli", "trigger", name,
+                                      "--wait"], env=world.env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)) as proc:
+            out, err = proc.communicate(timeout=60)
+    finally:
+        daemon.close()
+    return daemon, (proc.returncode, out, err)
+
+
 @pytest.mark.parametrize("args", [("jobs",), ("stop", "job")])
 def test_only_a_daemon_that_is_not_there_is_to_be_started(world: World,
                                                            args: tuple[str, ...]) -> None:
@@ -354,15 +369,8 @@ def test_trigger_wait_pages_back_to_its_run_under_thousands_of_newer_records(
                     and (before is None or r["seq"] < before)][: msg["limit"]]
         return 0.0, {"runs": hits, "oldest_seq": hits[-1]["seq"] if hits else None}
 
-    daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"), answer)
-    try:
-        with reaped(subprocess.Popen([sys.executable, "-m", "harness.cli", "trigger", "gate",
-                                      "--wait"], env=world.env, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)) as proc:
-            out, err = proc.communicate(timeout=60)
-    finally:
-        daemon.close()
-    assert (proc.returncode, out, err) == (4, "", "gate run 40: failed\n")
+    daemon, (code, out, err) = waited_on(world, "gate", answer)
+    assert (code, out, err) == (4, "", "gate run 40: failed\n")
     asked = [{k: v for k, v in r.items() if k != "id"} for r in daemon.requests]
     assert asked == [
         {"op": "daemon_info"}, {"op": "trigger", "name": "gate"},
@@ -406,16 +414,8 @@ def test_trigger_wait_says_once_why_its_record_is_not_durable(
     """What the daemon says keeps the record from being durable is shown once, scrubbed
     and escaped as every daemon value is, and the wait goes on to the durable outcome. A
     daemon that does not know the op is asked once, and the wait goes on as before it."""
-    daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"),
-                            _durable_after(5, pending))
-    try:
-        with reaped(subprocess.Popen([sys.executable, "-m", "harness.cli", "trigger", "x",
-                                      "--wait"], env=world.env, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)) as proc:
-            out, err = proc.communicate(timeout=60)
-    finally:
-        daemon.close()
-    assert (proc.returncode, out, err) == (3, "", said + "x run 1: failed\n")
+    daemon, (code, out, err) = waited_on(world, "x", _durable_after(5, pending))
+    assert (code, out, err) == (3, "", said + "x run 1: failed\n")
     asked = [r for r in daemon.requests if r["op"] == "pending"]
     assert [{k: v for k, v in r.items() if k != "id"} for r in asked][:1] == [
         {"op": "pending", "name": "x", "run_id": 1}]

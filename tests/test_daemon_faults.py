@@ -224,8 +224,9 @@ argv = ["true"]
     verify_ok(world)
 
 
-def test_an_unbudgeted_residents_restart_does_not_wait_for_a_slow_sync(
-        world: World, fd: FaultDaemons) -> None:
+def flapping_resident(world: World, fd: FaultDaemons) -> subprocess.Popen[str]:
+    """A faulty daemon supervising `flap`, a resident restarted at once (`restart =
+    "always"`) that exits 0 on its own once `flap.go` appears; returned once run 1 is live."""
     svc = script(world, "service.py", SERVICE)
     fd.write_config(f"""
 [harness.flap]
@@ -234,8 +235,14 @@ restart = "always"
 restart_delay = "100ms"
 argv = ["{sys.executable}", "{svc}", "{world.root}", "flap", "exit-once"]
 """)
-    fd.start_faulty()
+    proc = fd.start_faulty()
     wait_live(world, "flap", 1, 1)
+    return proc
+
+
+def test_an_unbudgeted_residents_restart_does_not_wait_for_a_slow_sync(
+        world: World, fd: FaultDaemons) -> None:
+    flapping_resident(world, fd)
     delay = 3.0
     fd.faults(sync={"delay": delay})
     (world.root / "flap.go").touch()  # run 1 now exits 0 on its own
@@ -673,16 +680,7 @@ def test_a_shutdown_after_an_unwaited_restart_closes_only_the_restart(
     at once, its closed line and the restart's opened line both queued behind a 5 s sync.
     SIGTERM stops the restart (interrupted/shutdown); run 1 keeps its own success, with
     no second closed line, and a reboot closes nothing as daemon_crash."""
-    svc = script(world, "service.py", SERVICE)
-    fd.write_config(f"""
-[harness.flap]
-kind = "resident"
-restart = "always"
-restart_delay = "100ms"
-argv = ["{sys.executable}", "{svc}", "{world.root}", "flap", "exit-once"]
-""")
-    proc = fd.start_faulty()
-    wait_live(world, "flap", 1, 1)
+    proc = flapping_resident(world, fd)
     # Only the next sync is slow: run 1's closed line's. The restart's stop waits out its
     # 2 s bound, and the shutdown still looks well inside the 5 s.
     fd.faults(sync={"delay": 5.0, "times": 1})

@@ -88,14 +88,19 @@ def require_name(req: dict[str, Any]) -> str:
     return v
 
 
-def _check_fields(req: dict[str, Any]) -> None:
-    # Unknown fields are refused, not ignored: a filter this daemon does not know would
-    # otherwise be dropped silently and the caller would take the answer as filtered.
+def _only(req: dict[str, Any], allowed: frozenset[str]) -> set[str]:
+    """The request's fields past the envelope; `bad_request` naming the first one outside
+    `allowed`. Unknown fields are refused, not ignored: a filter this daemon does not know
+    would otherwise be dropped silently and the caller would take the answer as filtered."""
     fields = set(req) - _ENVELOPE
-    unknown = sorted(fields - _QUERY_FIELDS - _LEGACY_FIELDS)
+    unknown = sorted(fields - allowed)
     if unknown:
-        valid = ", ".join(sorted(_QUERY_FIELDS | _LEGACY_FIELDS))
-        raise _bad(f"unknown field {unknown[0]!r} (valid: {valid})"[:300])
+        raise _bad(f"unknown field {unknown[0]!r} (valid: {', '.join(sorted(allowed))})"[:300])
+    return fields
+
+
+def _check_fields(req: dict[str, Any]) -> None:
+    fields = _only(req, _QUERY_FIELDS | _LEGACY_FIELDS)
     if "name" in fields and not fields <= _LEGACY_FIELDS:
         extra = ", ".join(sorted(fields - _LEGACY_FIELDS))
         raise _bad(f"name is the single-harness form and takes only limit; got {extra} too"
@@ -176,9 +181,7 @@ def logs_op(config: Callable[[], Config], ledger: RunLedger, jobs_dir: str) -> H
     lookup = _record_lookup(ledger)
 
     async def logs(req: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(req) - _ENVELOPE - _LOGS_FIELDS)
-        if unknown:
-            raise _bad(f"unknown field {unknown[0]!r} (valid: lines, name, run)"[:300])
+        _only(req, _LOGS_FIELDS)
         name = require_name(req)
         run = _positive(req, "run")
         lines = _positive(req, "lines")
@@ -206,9 +209,7 @@ def pending_op(ledger: RunLedger) -> Handler:
     """The handler of the `pending` op, answering from `ledger`'s writer."""
 
     async def pending(req: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(req) - _ENVELOPE - _PENDING_FIELDS)
-        if unknown:
-            raise _bad(f"unknown field {unknown[0]!r} (valid: name, run_id)"[:300])
+        _only(req, _PENDING_FIELDS)
         name = require_name(req)
         run_id = _positive(req, "run_id")
         if run_id is None:
