@@ -16,8 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import World
 from daemons import Daemons
+from harness.config.load import RegistryError, register_project
 
 PROJECT = """
 [harness.worker]
@@ -309,3 +312,27 @@ def test_a_reload_never_logs_a_secret_in_a_project_path(world: World,
                f"{problem}\n")
     assert problem in daemons.stderr()
     assert TOKEN not in daemons.stderr()
+
+
+def test_a_project_name_that_reads_as_a_secret_is_refused(world: World) -> None:
+    """Its harnesses would be `<token>/worker` on every ledger line, which the scrubber
+    redacts whole: `up` refused every harness in it with "rename the harness", or, for a
+    project of none, registered the token and echoed it. Now the name is refused, by
+    `up` and by `register_project` alike, without quoting it."""
+    proj = _project(world, "p")
+    code, out, err = _run(world, "up", str(proj), "--name", TOKEN)
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == ("Error: Invalid value for --name: '[REDACTED]' reads "
+                                    "like a key or a token, which the run ledger would redact")
+    assert _registry(world) is None
+    named = _project(world, TOKEN, "")  # the default name is the directory's
+    code, out, err = _run(world, "up", str(named))
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1].startswith("Error: Invalid value for DIR (its name; pass "
+                                           "--name): '[REDACTED]' reads like a key")
+    assert TOKEN not in err
+    with pytest.raises(RegistryError) as refused:
+        register_project(str(named))
+    assert str(refused.value) == (f"{world.root}/[REDACTED]: '[REDACTED]' reads like a key or "
+                                  "a token, which the run ledger would redact; pass another "
+                                  "name")

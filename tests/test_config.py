@@ -713,6 +713,24 @@ def test_project_file_rejections(tmp_path: Path) -> None:
     ]
 
 
+def test_a_project_registered_under_a_secret_like_name_is_blamed_not_its_harnesses(
+        tmp_path: Path) -> None:
+    """A registry written before `up` refused such names: every harness of the project
+    reads `<token>/<name>`, which the ledger would redact; the error says to rename the
+    project, not each harness, and quotes neither."""
+    main = write(tmp_path / "harness.toml", "")
+    token = "ghp_" + "A1b2C3d4" * 4 + "abcd"
+    pdir = tmp_path / "p"
+    pfile = write(pdir / "harness.toml", """
+        [harness.worker]
+        argv = ["x"]
+    """)
+    assert problems(main, projects=[Project(token, str(pdir))]) == [
+        f"{pfile}:1: harness.worker: the run ledger would redact this project's name as a "
+        "secret (it reads like a key or a token): register the project under another "
+        "(harness up DIR --name NAME)"]
+
+
 def test_registered_project_without_file(tmp_path: Path) -> None:
     main = write(tmp_path / "harness.toml", "")
     gone = tmp_path / "gone"
@@ -1003,3 +1021,12 @@ def test_registry_refusals_never_repeat_a_secret(tmp_path: Path) -> None:
         with pytest.raises(RegistryError) as info:
             call()
         assert str(info.value) == message
+
+
+def test_a_harness_d_that_is_no_directory_is_named_scrubbed(tmp_path: Path) -> None:
+    """The drop-in directory is quoted by path, with a token in it scrubbed, as every
+    config error quotes a file."""
+    token = "ghp_" + "A1b2C3d4" * 4 + "abcd"
+    main = write(tmp_path / "harness.toml", f'[server]\nharness_d = "{token}/conf.d"\n')
+    assert problems(main) == [
+        f"{main}:2: server.harness_d: {tmp_path}/[REDACTED]/conf.d is not a directory"]

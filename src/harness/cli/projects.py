@@ -34,10 +34,10 @@ from ..config.load import (
     RegistryError,
     list_projects,
     load_config,
+    project_name_problem,
     register_project,
     unregister_project,
 )
-from ..config.model import NAME_RE
 from ..control.client import Client, DaemonError, DaemonLost, DaemonUnreachable, reply_object
 from . import render
 from .output import fail, report
@@ -145,11 +145,10 @@ def up_command(ctx: click.Context, directory: str, name: str | None) -> None:
     current = next((p for p in projects if p.dir == real), None)
     # Already registered and no --name: `up` again keeps the name it has.
     pname = name or (current.name if current else os.path.basename(real))
-    if not NAME_RE.fullmatch(pname):
+    problem = project_name_problem(pname)
+    if problem:
         raise click.BadParameter(
-            f"{shown(pname, cut=True)} is not a usable project name "
-            "(letters, digits, '.', '_', '-')",
-            param_hint="--name" if name else "DIR (its name; pass --name)")
+            problem, param_hint="--name" if name else "DIR (its name; pass --name)")
     clash = next((p for p in projects if p.name == pname and p.dir != real), None)
     if clash is not None:
         # Said before the load, which would only report the harness names clashing.

@@ -460,8 +460,12 @@ def _read_file(f: _File, role: str, project: Project | None = None) -> _Parts | 
                 body[key] = _resolve(body[key], base)
         full = f"{project.name}/{name}" if project else name
         if not name_kept(full):
-            f.add(("harness", name), "the run ledger would redact this name as a secret (it "
-                                     "reads like a key or a token): rename the harness")
+            whose, fix = (("this project's name", "register the project under another "
+                           "(harness up DIR --name NAME)")
+                          if project and not name_kept(project.name)
+                          else ("this name", "rename the harness"))
+            f.add(("harness", name), f"the run ledger would redact {whose} as a secret (it "
+                                     f"reads like a key or a token): {fix}")
             continue
         parts.local_names[full] = name
         trig = body.get("triggers")
@@ -551,16 +555,28 @@ def _write_registry(projects: list[Project]) -> None:
     atomic_write(path, body.encode("utf-8"))
 
 
+def project_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a project, or None."""
+    if not NAME_RE.fullmatch(name):
+        # Cut (after the scrub) as well: a name that fails the check may be of any length.
+        return (f"{shown(name, cut=True)} is not a usable project name (letters, digits, '.', "
+                "'_', '-')")
+    if not name_kept(name):
+        # Its harnesses are named "<project>/<harness>" on every ledger line: the whole
+        # name would be redacted, and every harness in it refused at load.
+        return f"{shown(name)} reads like a key or a token, which the run ledger would redact"
+    return None
+
+
 def register_project(directory: str, name: str | None = None) -> Project:
     """Register ``directory`` (``harness up``); idempotent. The name defaults to its basename."""
     real = os.path.realpath(directory)
     if not os.path.isfile(os.path.join(real, "harness.toml")):
         raise RegistryError(real, "no harness.toml in this directory")
     name = name or os.path.basename(real)
-    if not NAME_RE.fullmatch(name):
-        # Cut (after the scrub) as well: a name that fails the check may be of any length.
-        raise RegistryError(real, f"{shown(name, cut=True)} is not a usable project name "
-                                  "(letters, digits, '.', '_', '-'); pass another name")
+    problem = project_name_problem(name)
+    if problem:
+        raise RegistryError(real, f"{problem}; pass another name")
     with _registry_lock():
         projects = list_projects()
         for p in projects:
@@ -614,12 +630,14 @@ def load_config(path: str | None = None, *, projects: list[Project] | None = Non
         loaded.append((g, gparts))
         if gparts.harness_d is not None:
             if not os.path.isdir(gparts.harness_d):
-                g.add(("server", "harness_d"), f"{gparts.harness_d} is not a directory")
+                g.add(("server", "harness_d"),
+                      f"{shown_path(gparts.harness_d)} is not a directory")
             else:
                 try:
                     entries = sorted(os.listdir(gparts.harness_d))
                 except OSError as exc:
-                    g.add(("server", "harness_d"), f"cannot list {gparts.harness_d}: "
+                    g.add(("server", "harness_d"), f"cannot list "
+                                                   f"{shown_path(gparts.harness_d)}: "
                                                    f"{exc.strerror or exc}")
                     entries = []
                 for entry in entries:
