@@ -1756,3 +1756,39 @@ def test_closing_counts_lines_still_queued(tmp_path: Path) -> None:
     finally:
         files.clear()
         led.close(timeout=10.0)
+
+
+class _Unopenable(DirSyncs):
+    """The real file layer, but one directory cannot be opened to be synced, as a parent
+    of mode 0300 owned by a user other than root refuses (root reads any directory)."""
+
+    def __init__(self, refused: str) -> None:
+        super().__init__()
+        self.refused = refused
+
+    def sync_dir(self, path: str) -> None:
+        if path == self.refused:
+            raise PermissionError(13, "Permission denied", path)
+        super().sync_dir(path)
+
+
+@pytest.mark.parametrize("found", [True, False], ids=["found", "made"])
+def test_a_parent_that_cannot_be_opened_to_sync_is_logged_and_lines_go_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, found: bool) -> None:
+    """A regression hunt: a state dir of mode 0300 (writable, searchable, not readable)
+    gives no descriptor to fsync, and syncing the entries above the ledger made every
+    append fail for ever. Such a parent is logged once and skipped; lines are acked."""
+    state = tmp_path / "state"
+    d = state / "harness" / "ledger"
+    (d if found else state).mkdir(parents=True, mode=0o700)
+    files = _Unopenable(str(state))
+    led = RunLedger(str(d), clock=Clock(T0), files=files)
+    try:
+        assert led.append(decided("a", 1)) == 1
+        assert led.append(decided("a", 2)) == 2
+    finally:
+        led.close()
+    assert str(state) not in files.dirs
+    warned = [r.getMessage() for r in caplog.records if "cannot open" in r.getMessage()]
+    assert warned == [f"cannot open {state} to sync its entries (Permission denied); a power "
+                      "cut right after it gained a directory may lose that directory"]

@@ -289,3 +289,25 @@ def test_the_first_save_makes_the_state_dirs_entry_durable_once(
     else:  # made: state/ and harness/ synced in their parents as made
         assert synced == [str(tmp_path), parent, str(d), str(d)]
     assert StateFile(str(d / "state.json")).load()["harnesses"]["a"]["last_run_id"] == 2
+
+
+def test_a_state_home_that_cannot_be_opened_still_takes_the_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state home of mode 0300 (writable and searchable, not readable, and not root's)
+    gives no descriptor to fsync: run ids are still saved, the missing sync logged. Root
+    reads any directory, so the refusal is made here the way the kernel makes it."""
+    home = tmp_path / "state"
+    home.mkdir(mode=0o700)
+    real_open = os.open
+
+    def refusing(path: Any, flags: int, *args: Any, **kw: Any) -> int:
+        if os.fspath(path) == str(home) and flags & os.O_DIRECTORY:
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(os, "open", refusing)
+    sf = StateFile(str(home / "harness" / "state.json"))
+    sf.set_last_run_id("a", 7)
+    monkeypatch.setattr(os, "open", real_open)
+    assert StateFile(str(home / "harness" / "state.json")).load()["harnesses"] == {
+        "a": {"last_run_id": 7}}

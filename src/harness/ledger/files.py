@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno as errno_mod
 import fcntl
+import logging
 import os
 import re
 import stat
@@ -85,8 +86,21 @@ def make_durable_dirs(path: str, sync_dir: Callable[[str], None] = fsync_dir) ->
     the path, and the lines below it, with the outermost directory made."""
     made = make_private_dirs(path)
     for d in made:
-        sync_dir(os.path.dirname(d) or "/")
+        sync_entries_of(os.path.dirname(d) or "/", sync_dir)
     return made
+
+
+def sync_entries_of(directory: str, sync_dir: Callable[[str], None] = fsync_dir) -> None:
+    """Sync `directory`, one above a ledger's own (a parent the user may own with mode
+    0300: writable and searchable, not readable): fsync needs a descriptor, which such a
+    directory does not give. Nothing can sync it then, so that is logged and the lines
+    below go on; any other failure is raised."""
+    try:
+        sync_dir(directory)
+    except PermissionError as exc:
+        logging.getLogger("harness.ledger").warning(
+            "cannot open %s to sync its entries (%s); a power cut right after it gained a "
+            "directory may lose that directory", directory, exc.strerror or exc)
 
 
 def found_parents(path: str, levels: int, made: list[str]) -> tuple[str, ...]:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 from .errors import LedgerClosed, LedgerError, LedgerUnavailable, LineTooLong
-from .files import FileLayer, make_durable_dirs
+from .files import FileLayer, make_durable_dirs, sync_entries_of
 
 log = logging.getLogger("harness.ledger")
 
@@ -952,7 +952,7 @@ class Writer:
         if f.created:
             self._files.sync_dir(path.rsplit("/", 1)[0] or "/")
             for d in self._ancestors:
-                self._files.sync_dir(d)
+                sync_entries_of(d, self._files.sync_dir)
             self._ancestors = ()
             f.created = False
             self._entries_synced.add(path)

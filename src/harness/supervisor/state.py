@@ -26,8 +26,8 @@ from ..ledger.files import (
     atomic_write,
     clear_leftovers,
     found_parents,
-    fsync_dir,
     make_durable_dirs,
+    sync_entries_of,
 )
 
 LEGACY_KEY = "runs"
@@ -163,7 +163,7 @@ class StateFile:
             # there may be a killed process's (the daemon's lock beside the socket makes
             # it first), made and never synced.
             for parent in () if self._entry_synced else found_parents(d, 1, made):
-                fsync_dir(parent)
+                sync_entries_of(parent)
             atomic_write(self.path, data)
             self._entry_synced = True
         except OSError as exc:
