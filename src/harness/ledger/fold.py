@@ -68,7 +68,7 @@ class Record:
         r = Record(self.harness, self.run_id)
         r.seq, r.last_seq, r.first_at, r.opened_at = (self.seq, self.last_seq, self.first_at,
                                                       self.opened_at)
-        r.opened, r.closed = self.opened, self.closed
+        r.opened, r.closed, r.last_day = self.opened, self.closed, self.last_day
         r.fields = dict(self.fields)
         r._field_seq = dict(self._field_seq)
         return r

@@ -533,13 +533,19 @@ class RunLedger:
         still queued folds twice, to the same state."""
         with self._lock:
             known = self._index.records
-            recs = {(r.harness, r.run_id): r.copy() for r in self._index.open_records()
-                    if only is None or (r.harness, r.run_id) == only}
+            if only is None:
+                opened = self._index.open_records()
+            else:
+                # One record, looked up: a shutdown closes each open run this way, and a
+                # walk of the whole index for each held the queue lock for tens of ms.
+                one = known.get(only)
+                opened = [one] if isinstance(one, Record) and one.is_open else []
+            recs = {(r.harness, r.run_id): r.copy() for r in opened}
             for e in queue:
                 o = e.obj
-                key = (o["harness"], o["run_id"])
-                if only is not None and key != only:
+                if only is not None and (o["run_id"] != only[1] or o["harness"] != only[0]):
                     continue
+                key = (o["harness"], o["run_id"])
                 r = recs.get(key)
                 if r is None:
                     # Only an opened line starts a record here; a committed record that
