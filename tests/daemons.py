@@ -77,6 +77,13 @@ def stubborn_pid(pidfile: Path) -> int:
     return int(pidfile.read_text())
 
 
+def interruptible() -> None:
+    """A child's `preexec_fn`: SIGINT back to its default. A shell starts a command put in
+    the background with SIGINT ignored, and Python keeps an ignored SIGINT ignored: under
+    such a runner, a test's Ctrl-C would never reach the command."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def reaped(proc: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
     """`proc`, killed and reaped on the way out if it is still running (a test that

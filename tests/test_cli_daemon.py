@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from conftest import World
-from daemons import reaped
+from daemons import interruptible, reaped
 from harness.control.client import Client, DaemonLost
 
 
@@ -708,7 +708,7 @@ def test_ctrl_c_exits_130_and_says_nothing(world: World) -> None:
         with reaped(subprocess.Popen(
                 [sys.executable, "-m", "harness.cli", "stop", "x"], env=world.env, text=True,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))) as proc:
+                preexec_fn=interruptible)) as proc:
             deadline = time.monotonic() + 60
             while not daemon.requests:
                 assert proc.poll() is None and time.monotonic() < deadline, proc.stderr

@@ -33,6 +33,7 @@ from daemons import (
     DEADLINE,
     Daemons,
     FaultDaemons,
+    interruptible,
     reaped,
     record_of,
     request,
@@ -413,7 +414,8 @@ argv = ["true"]
 
 def _waiting(world: World, err: Any) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "harness.cli", "trigger", "ok", "--wait"],
-                            env=world.env, stdout=subprocess.PIPE, stderr=err, text=True)
+                            env=world.env, stdout=subprocess.PIPE, stderr=err, text=True,
+                            preexec_fn=interruptible)
 
 
 def _stuck_line(world: World, run_id: int) -> str:
