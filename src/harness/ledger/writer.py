@@ -185,8 +185,8 @@ class Writer:
         self._failing: LedgerError | None = None
         self._io_started: float | None = None  # when the pass under way began writing
         self._overdue = 0  # highest seq whose synced caller timed out
-        self._dir_unsynced: set[str] = set()  # files we created whose directory entry is not synced
-        # Paths whose directory entry this writer has synced. A file it finds already
+        # Paths whose directory entry, as they name a file now, this writer has synced. A
+        # file it creates is not among them until its first sync; one it finds already
         # there may have been created by a process killed before its directory sync, so
         # its entry is synced too before the first line written to it is acknowledged.
         self._entries_synced: set[str] = set()
@@ -644,12 +644,10 @@ class Writer:
         if f is None:
             fd, created, identity = self._open_named(path)
             size = self._files.size(fd)
-            # A handle dropped after a failure may have created the file: its directory
-            # entry still needs the sync the reopened handle would otherwise skip.
-            created = created or path in self._dir_unsynced \
-                or path not in self._entries_synced
-            self._dir_unsynced.discard(path)
-            f = _File(fd, size, size, created, identity)
+            if created:  # a new entry, whatever one of that name was synced before
+                self._entries_synced.discard(path)
+            # Also a file a handle dropped after a failure created before its first sync.
+            f = _File(fd, size, size, path not in self._entries_synced, identity)
             if size > 0 and self._files.last_byte(fd, size) != b"\n":
                 # A torn fragment from a crash: leave it (readers skip it), start clean.
                 f.newline = True
@@ -737,8 +735,6 @@ class Writer:
         lines written through it are uncommitted, hold it for `_reopened_elsewhere`."""
         f = self._open.pop(path, None)
         if f is not None:
-            if f.created:
-                self._dir_unsynced.add(path)
             with self._cv:
                 held = keep or any(e.path == path and e.written for e in self._queue)
             # Kept on close too (the shutdown closes it): a retry during close must still
@@ -987,7 +983,7 @@ class Writer:
         self._drop(path)  # it holds no written line now: closed, not kept
         self._release(path)  # one kept from an earlier drop is gone with the file too
         # Whatever the path names now, its directory entry is new to us: sync it too.
-        self._dir_unsynced.add(path)
+        self._entries_synced.discard(path)
         if lines:
             self._write_group(path, lines)
             self._sync_file(path, self._file(path))
