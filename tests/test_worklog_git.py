@@ -32,7 +32,7 @@ def chain(n: int, salt: str = "", prefix: list[bytes] | None = None) -> list[byt
     lines = list(prefix or [])
     prev = GENESIS
     if lines:
-        prev = anc._entry_hash(lines[-1]) or ""
+        prev = anc.entry_hash_of(lines[-1]) or ""
     for seq in range(len(lines) + 1, n + 1):
         kind = "task.completed" if seq > 1 else "run.open"
         task_id = f"t{seq}" if seq > 1 else None
@@ -49,7 +49,7 @@ def chain(n: int, salt: str = "", prefix: list[bytes] | None = None) -> list[byt
 
 
 def head_of(lines: list[bytes]) -> str:
-    return anc._entry_hash(lines[-1]) or ""
+    return anc.entry_hash_of(lines[-1]) or ""
 
 
 def ledger_file(workdir: Path, run_id: str = RUN) -> Path:

@@ -162,7 +162,9 @@ _hash_of = msgspec.json.Decoder(_Hash)
 # value nested past the decoder's depth is as undecodable as any other bad JSON.
 
 
-def _entry_hash(line: bytes) -> str | None:
+def entry_hash_of(line: bytes) -> str | None:
+    """The `entry_hash` a ledger line holds, or None for a line that holds none (not a
+    row, bad JSON, or nested past the decoder's depth)."""
     try:
         return decode_untrusted(line, _hash_of).entry_hash
     except msgspec.DecodeError:
@@ -182,8 +184,8 @@ def compare_chains(local_lines: Sequence[bytes], anchored_lines: Sequence[bytes]
         for i in range(n):
             a, b = local_lines[i], anchored_lines[i]
             if a != b:
-                ha = _entry_hash(a)
-                if ha is None or ha != _entry_hash(b):
+                ha = entry_hash_of(a)
+                if ha is None or ha != entry_hash_of(b):
                     return ("diverged", i + 1)
     if len(local_lines) == len(anchored_lines):
         return "identical"
@@ -390,7 +392,7 @@ def anchored_prefix(
     start = (k - 1) * CHUNK_LINES
     if count != start + len(last) or lines[start : start + len(last)] != last:
         return None
-    if _entry_hash(last[-1]) != head:
+    if entry_hash_of(last[-1]) != head:
         raise _not_anchor(ref, f"{META_NAME} head_hash {head} is not the hash of its last entry")
     chain = AnchoredChain(ref, commit, tree, head, count, chunk_ids, None)
     return chain, _memo_has(git, tree)

@@ -45,9 +45,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import msgspec
-
-from harness.ledger.canonical import decode_untrusted
 from harness.ledger.files import FileLayer, atomic_write, fsync_dir
 
 from . import Divergence, NoLedger, VerificationFailed, WorkLedgerError
@@ -365,13 +362,9 @@ def _landed(directory: Path, entry_hash: str) -> bool:
         lines, _ = read_ledger(directory)
     except (NoLedger, OSError):
         return False
-    if not lines:
-        return False
-    try:
-        last = decode_untrusted(lines[-1])
-    except msgspec.DecodeError:  # bad JSON, or nested past the decoder's depth
-        return False  # no row at all, so not the one this resume wrote
-    return isinstance(last, dict) and last.get("entry_hash") == entry_hash
+    # A last line that is no row (bad JSON, nested past the decoder's depth) is not the
+    # one this resume wrote.
+    return bool(lines) and anchor_mod.entry_hash_of(lines[-1]) == entry_hash
 
 
 def resume(workdir: str | os.PathLike[str], run_id: str, dry_run: bool = False, *,
