@@ -130,8 +130,8 @@ def assert_chain(d: Disk, first_prev: str = ZERO_HASH) -> None:
 class RecordingFiles(FaultyFiles):
     """FaultyFiles that also logs sync boundaries and directory syncs, in order."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, *, power_cut: bool = False) -> None:
+        super().__init__(power_cut=power_cut)
         self.events: list[str] = []
         self.dir_syncs: list[str] = []
 

@@ -4,7 +4,8 @@
 benchmarks substitute `FaultyFiles`, which can make `open`, `write`, `sync`, `truncate`
 or the read-back fail with a chosen errno, run slow, hang until released, or write only
 part of the bytes (then fail, or return the short count as write(2) may) — the disks
-(read-only, full, stalled) a supervisor must survive. Nothing else in the ledger
+(read-only, full, stalled) a supervisor must survive — and, asked to, tell what a power
+cut would leave of each file (only what was fdatasync'd). Nothing else in the ledger
 touches file descriptors for writing.
 
 Invariant: files are created 0600 and directories 0700 at creation (the mode is
@@ -277,6 +278,15 @@ class _Fault:
     partial: bool = False  # write: put half the bytes down, then fail
     short: bool = False  # write: put half the bytes down and return that count
     times: int | None = None  # apply this many times, then clear itself
+    # partial/short: how many bytes go down instead of half; negative, all but that many
+    # (-1: a line whole but for its "\n", as a full disk can stop at a block's end).
+    lands: int | None = None
+
+    def landing(self, n: int) -> int:
+        """How many of `n` bytes a partial or short write puts down."""
+        if self.lands is None:
+            return n // 2
+        return max(0, min(n, self.lands if self.lands >= 0 else n + self.lands))
 
 
 class FaultyFiles(FileLayer):
@@ -285,14 +295,28 @@ class FaultyFiles(FileLayer):
     Operations are named "open", "write", "sync", "truncate" and "read" (the read-back
     after a write that failed and could not be cut back). `calls` counts
     every attempt per operation, so tests can see retries and shared syncs.
+
+    With `power_cut=True` it also keeps, per file, the bytes it held at its last
+    successful fdatasync through this layer: what a power cut keeps when the kernel
+    wrote back none of the rest (`after_power_cut`). And at each write it notes, in
+    `cuts`, what a power cut right after it could leave: the file just written whole
+    (the kernel may flush its pages first, any time), every other file only what was
+    fdatasync'd. A file found already there when first opened counts as synced (the
+    test's premise); a failed fdatasync makes nothing durable (it does not model a later
+    sync that succeeds without the pages, fsyncgate); directory entries, deletes and
+    renames are not modelled.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, power_cut: bool = False) -> None:
         self._lock = threading.Lock()
         self._faults: dict[str, _Fault] = {}
         self.calls: dict[str, int] = {
             "open": 0, "write": 0, "sync": 0, "truncate": 0, "read": 0
         }
+        self._power_cut = power_cut
+        self._durable: dict[tuple[int, int], bytes] = {}  # file -> bytes at its last sync
+        self._paths: dict[tuple[int, int], str] = {}  # file -> the path it was opened at
+        self.cuts: list[dict[str, bytes]] = []  # path -> bytes, one state per write
 
     def inject(
         self,
@@ -304,13 +328,14 @@ class FaultyFiles(FileLayer):
         partial: bool = False,
         short: bool = False,
         times: int | None = None,
+        lands: int | None = None,
     ) -> threading.Event | None:
         """Arm a fault on `op`; with hang=True return the event that releases it."""
         if op not in self.calls:
             raise ValueError(f"unknown file operation {op!r}")
         ev = threading.Event() if hang else None
         with self._lock:
-            self._faults[op] = _Fault(errno, delay, ev, partial, short, times)
+            self._faults[op] = _Fault(errno, delay, ev, partial, short, times, lands)
         return ev
 
     def clear(self, op: str | None = None) -> None:
@@ -345,20 +370,57 @@ class FaultyFiles(FileLayer):
 
     def open_append(self, path: str) -> tuple[int, bool]:
         self._raise(self._apply("open"), "open")
-        return super().open_append(path)
+        fd, created = super().open_append(path)
+        if self._power_cut:
+            key = self.identity(fd)
+            with self._lock:
+                self._paths[key] = path
+                self._durable.setdefault(key, self._content(fd))
+        return fd, created
 
     def write(self, fd: int, data: bytes) -> int:
         f = self._apply("write")
-        if f is not None and f.partial and f.errno is not None and len(data) > 1:
-            super().write(fd, data[: len(data) // 2])
-        self._raise(f, "write")
-        if f is not None and f.short and len(data) > 1:
-            return super().write(fd, data[: len(data) // 2])  # as write(2) may, unasked
-        return super().write(fd, data)
+        try:
+            if f is not None and f.partial and f.errno is not None and len(data) > 1:
+                super().write(fd, data[: f.landing(len(data))])
+            self._raise(f, "write")
+            if f is not None and f.short and len(data) > 1:
+                # As write(2) may, unasked.
+                return super().write(fd, data[: f.landing(len(data))])
+            return super().write(fd, data)
+        finally:
+            if self._power_cut:
+                self._note_cut(fd)
 
     def sync(self, fd: int) -> None:
         self._raise(self._apply("sync"), "sync")
         super().sync(fd)
+        if self._power_cut:
+            content = self._content(fd)
+            with self._lock:
+                self._durable[self.identity(fd)] = content
+
+    @staticmethod
+    def _content(fd: int) -> bytes:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, size, 0) if size else b""
+
+    def _note_cut(self, fd: int) -> None:
+        """Note what a power cut right after a write to `fd` could leave (`cuts`)."""
+        written = self.identity(fd)
+        content = self._content(fd)
+        with self._lock:
+            state = {p: self._durable.get(k, b"") for k, p in self._paths.items()
+                     if k != written}
+            state[self._paths.get(written, f"fd {fd}")] = content
+            self.cuts.append(state)
+
+    def after_power_cut(self, path: str) -> bytes:
+        """What the file `path` names keeps after a power cut now that writes back none
+        of its bytes not yet fdatasync'd (with `power_cut=True`)."""
+        st = os.stat(path)
+        with self._lock:
+            return self._durable.get((st.st_dev, st.st_ino), b"")
 
     def truncate(self, fd: int, size: int) -> None:
         self._raise(self._apply("truncate"), "truncate")
