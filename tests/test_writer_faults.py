@@ -13,7 +13,8 @@ Whatever the schedule:
   line was committed; one that fails says so within the bound and its line stays queued.
 
 Then schedules pinned where such a run found a loss or a duplicate: a torn write that
-could not be cut back, read back, and what came after it.
+could not be cut back, read back, and what came after it; and one where a power cut
+(`FaultyFiles(power_cut=True)`) could keep a line and lose the one before it.
 """
 
 from __future__ import annotations
@@ -381,3 +382,62 @@ def test_after_a_failed_sync_lines_an_earlier_handle_wrote_are_cut_and_written_a
     assert (d.seqs, d.fragments) == ([1, 2, 3, 4], [])
     res = verify_run_ledger(str(rig.directory), parallel=False)
     assert (res.ok, res.head_seq) == (True, 4), res.error
+
+
+# -- pinned: what a power cut keeps of a line read back through a reopened handle ------------
+
+
+def _seqs_by_file(state: dict[str, bytes]) -> dict[str, list[int]]:
+    """The seqs of the lines each file of `state` holds, by file name. A value whole but
+    for its "\\n" is a line, as to every reader; a torn fragment is none."""
+    out = {}
+    for path, raw in state.items():
+        seqs = []
+        for part in raw.split(b"\n"):
+            with contextlib.suppress(ValueError):
+                seqs.append(json.loads(part)["seq"])
+        out[os.path.basename(path)] = seqs
+    return out
+
+
+def test_a_line_read_back_through_a_reopened_handle_is_synced_before_another_file_takes_one(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """Line 2's write stops one byte short (its "\\n") on a full disk, and neither the
+    cut-back nor the read-back works, so its handle is dropped; line 3 is for the next
+    day. The retry reopens the file and reads 2 back, whole. The reopened handle took the
+    file's size for synced, so the next day's file took line 3 while 2 was only in the
+    page cache: a power cut before 2's sync could keep 3 and lose 2, a gap in the chain
+    for good. Line 2 must be synced before line 3 is written."""
+    files = RecordingFiles(power_cut=True)
+    rig = make_rig(files=files)
+    w = rig.writer
+    warm(rig)
+    files.inject("write", errno=errno.ENOSPC, partial=True, lands=-1, times=1)
+    files.inject("truncate", errno=errno.EIO, times=1)
+    files.inject("read", errno=errno.EIO)
+    e2 = w.enqueue(line(run_id=2), sync=True, harness="h", run_id=2)
+    with pytest.raises(LedgerUnavailable):
+        w.wait(e2)
+    wait_until(lambda: w.stats().append_errors == 1 and files.calls["read"] == 1)
+    other = "2026-12-01"
+    e3 = w.enqueue({**line(run_id=3), "at": f"{other}T00:00:01.000000000Z"}, sync=True,
+                   harness="h", run_id=3)
+    files.clear("read")
+    w.flush()  # the retry, now: the backoff is 30 s
+    rig.commits.wait_for(3)
+    assert w.wait(e3) == 3
+    next_day = rig.directory / f"{other}.jsonl"
+    day, later = rig.day.name, next_day.name
+    assert [_seqs_by_file(s) for s in files.cuts] == [
+        {day: [1]},  # line 1
+        {day: [1, 2]},  # line 2's failed write, all but its "\n"
+        {day: [1, 2], later: [3]},  # line 3, once 2 is synced
+    ]
+    assert rig.commits.batches == [[1], [2], [3]]
+    e1 = rig.commits.entries[0]
+    # Line 2's "\n" comes first in the next write to its file.
+    assert rig.day.read_bytes() == e1.data + e2.data[:-1]
+    assert next_day.read_bytes() == e3.data
+    assert files.after_power_cut(str(rig.day)) == e1.data + e2.data[:-1]
+    assert files.after_power_cut(str(next_day)) == e3.data

@@ -21,6 +21,10 @@ Both ledgers write through this. Invariants:
   succeeds without them): every uncommitted line of that file, whichever handle wrote
   it, is cut back and written again. A cut falls at a line's start, never inside one,
   so each seq is in the file once; where the cut fails, the sync alone is retried.
+* A handle's ``synced`` mark never covers a byte not fdatasync'd since it was written:
+  a handle reopened on the file a dropped one held starts from the dropped one's mark,
+  not the file's size, so what a failed write left (read back, marked written) still
+  counts as unsynced and keeps other files from taking a line until it is synced.
 * Synced appends wait at most ``sync_timeout``; while the queue's head is failing
   they fail fast instead of each waiting out the bound.
 * Concurrent synced appends share one fdatasync per file (group commit); lines
@@ -120,7 +124,9 @@ class Entry:
 class _File:
     fd: int
     size: int  # bytes in the file that we account for (complete lines)
-    synced: int  # bytes synced through it, or in the file when it was opened
+    # Bytes synced through it (or the handle it replaced: `_reopened_elsewhere`), or in
+    # the file when it was first opened.
+    synced: int
     created: bool
     identity: tuple[int, int]  # (st_dev, st_ino): is the path still this file?
     named_at: float = 0.0  # when the path was last seen to name this file
@@ -202,8 +208,9 @@ class Writer:
         # lines written through them are, or may be found to be, uncommitted: those lines
         # are only where the path still names that file.
         # Kept open until the path is opened again (`_reopened_elsewhere`), so the
-        # inode cannot be reused by a new file at the path and pass for the old one.
-        self._dropped: dict[str, int] = {}
+        # inode cannot be reused by a new file at the path and pass for the old one; and
+        # with its synced mark, which the handle reopened on that file takes over.
+        self._dropped: dict[str, _File] = {}
         # Whether a path's identity tells whether it is still the file we hold open; a
         # file system whose inode numbers do not hold still would make every pass look
         # like a deleted file, and the rewrite would put each line in the file twice.
@@ -663,16 +670,27 @@ class Writer:
         held = self._dropped.get(path)
         if held is None:
             return False
-        if path in self._open or not self._identities_hold:
+        if path in self._open:
             self._release(path)
             return False
         f = self._file(path)  # raises while it cannot be opened: the handle stays held
-        try:
-            same = self._files.linked(held) and self._files.identity(held) == f.identity
-        except OSError:
-            same = False
+        if not self._identities_hold:
+            same = True  # cannot be told (inode numbers drift here): taken for the same
+        else:
+            try:
+                same = (self._files.linked(held.fd)
+                        and self._files.identity(held.fd) == f.identity)
+            except OSError:
+                same = False
         self._release(path)
         if same:
+            # The new handle found the file's size, which counts bytes written through
+            # the old one and never synced: a failed write's (cut-back failed), marked
+            # written once read back, or a failed sync's (cut failed). Taken as synced,
+            # they would let another file take a line while they are still only in the
+            # page cache, and a power cut could keep that line and lose these: a gap in
+            # the chain for good. The old handle's mark is what was truly synced.
+            f.synced = min(f.synced, held.synced)
             return False
         self._unread.pop(path, None)  # what a failed write left is in the old file
         lines = self._unwrite(path)
@@ -741,14 +759,14 @@ class Writer:
             # tell whether the path names that file, or it would sync a new empty one.
             if held:
                 self._release(path)
-                self._dropped[path] = f.fd
+                self._dropped[path] = f
                 return
             self._close(path, f.fd)
 
     def _release(self, path: str) -> None:
-        fd = self._dropped.pop(path, None)
-        if fd is not None:
-            self._close(path, fd)
+        held = self._dropped.pop(path, None)
+        if held is not None:
+            self._close(path, held.fd)
 
     def _close(self, path: str, fd: int) -> None:
         try:
