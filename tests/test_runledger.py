@@ -164,6 +164,71 @@ def test_seq_survives_a_restart(ledger_dir: Path, open_ledger: OpenLedger) -> No
     assert (res.ok, res.lines, res.head_seq, res.torn) == (True, 813, 813, 0)
 
 
+def _seqs_after_power_cut(files: FaultyFiles, *paths: Path) -> dict[str, list[int]]:
+    """The seqs of the whole lines each file keeps after a power cut now."""
+    return {p.name: [json.loads(raw)["seq"] for raw in
+                     files.after_power_cut(str(p)).split(b"\n")[:-1]] for p in paths}
+
+
+def _killed_before_its_sync(ledger_dir: Path, open_ledger: OpenLedger) -> tuple[Path, FaultyFiles]:
+    """Lines 1-3 in today's file, as a daemon killed after writing line 3 and before its
+    fdatasync leaves it: line 3 is in the page cache only. The files of the next daemon."""
+    led = open_ledger(ledger_dir, clock=Clock(T0))
+    led.append(decided("nightly", 1))
+    led.append(decided("nightly", 2))
+    path = day_file(ledger_dir, T0)
+    synced = path.read_bytes()
+    led.append(decided("nightly", 3))
+    led.close()
+    files = FaultyFiles(power_cut=True)
+    files.left_unsynced(str(path), synced)
+    return path, files
+
+
+def test_a_restart_syncs_the_file_a_killed_daemon_left_before_another_file_takes_a_line(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    """The next daemon boots past midnight, chains line 4 to line 3 and writes it to the
+    next day's file. Unless line 3's file is synced first, a power cut could keep line 4
+    and lose line 3: a gap in the chain for good, and seq 3 issued again."""
+    path, files = _killed_before_its_sync(ledger_dir, open_ledger)
+    assert _seqs_after_power_cut(files, path) == {path.name: [1, 2]}
+    led = open_ledger(ledger_dir, clock=Clock(T0 + DAY), files=files)
+    assert led.append(decided("nightly", 4)) == 4
+    later = day_file(ledger_dir, T0 + DAY)
+    assert later != path
+    assert _seqs_after_power_cut(files, path, later) == {path.name: [1, 2, 3], later.name: [4]}
+    # What a power cut right after line 4's write could leave: line 3 kept with it.
+    assert [{os.path.basename(p): [json.loads(r)["seq"] for r in b.split(b"\n")[:-1]]
+             for p, b in cut.items()} for cut in files.cuts] == [
+        {path.name: [1, 2, 3], later.name: [4]}
+    ]
+    assert led.stats().append_errors == 0
+
+
+def test_a_restart_whose_first_sync_fails_retries_it_before_writing_a_line(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    path, files = _killed_before_its_sync(ledger_dir, open_ledger)
+    files.inject("sync", errno=errno.EIO, times=1)
+    led = open_ledger(ledger_dir, clock=Clock(T0 + DAY), files=files, retry_min=0.05)
+    with pytest.raises(LedgerUnavailable, match=r"Input/output error .* retried in order"):
+        led.append(decided("nightly", 4))  # its pass failed: said at once, line kept
+    deadline = time.monotonic() + 30
+    while led.stats().queued and time.monotonic() < deadline:  # the retry, 50 ms on
+        time.sleep(0.01)
+    assert led.append(decided("nightly", 5)) == 5
+    later = day_file(ledger_dir, T0 + DAY)
+    assert _seqs_after_power_cut(files, path, later) == {
+        path.name: [1, 2, 3], later.name: [4, 5]
+    }
+    # Nothing was written to the next day's file before the retried sync held line 3.
+    assert files.cuts
+    assert all(os.path.basename(p) != path.name or b.count(b"\n") == 3
+               for cut in files.cuts for p, b in cut.items())
+    assert led.stats().append_errors == 1
+
+
 def test_seq_is_recovered_from_files_outside_the_window(
     ledger_dir: Path, open_ledger: OpenLedger
 ) -> None:

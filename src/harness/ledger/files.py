@@ -302,9 +302,10 @@ class FaultyFiles(FileLayer):
     `cuts`, what a power cut right after it could leave: the file just written whole
     (the kernel may flush its pages first, any time), every other file only what was
     fdatasync'd. A file found already there when first opened counts as synced (the
-    test's premise); a failed fdatasync makes nothing durable (it does not model a later
-    sync that succeeds without the pages, fsyncgate); directory entries, deletes and
-    renames are not modelled.
+    test's premise) unless `left_unsynced` says what of it a killed process synced; a
+    failed fdatasync makes nothing durable (it does not model a later sync that succeeds
+    without the pages, fsyncgate); directory entries, deletes and renames are not
+    modelled.
     """
 
     def __init__(self, *, power_cut: bool = False) -> None:
@@ -317,6 +318,7 @@ class FaultyFiles(FileLayer):
         self._durable: dict[tuple[int, int], bytes] = {}  # file -> bytes at its last sync
         self._paths: dict[tuple[int, int], str] = {}  # file -> the path it was opened at
         self.cuts: list[dict[str, bytes]] = []  # path -> bytes, one state per write
+        self._found: dict[str, bytes] = {}  # path -> what a killed writer had synced of it
 
     def inject(
         self,
@@ -375,8 +377,14 @@ class FaultyFiles(FileLayer):
             key = self.identity(fd)
             with self._lock:
                 self._paths[key] = path
-                self._durable.setdefault(key, self._content(fd))
+                self._durable.setdefault(key, self._found.get(path, self._content(fd)))
         return fd, created
+
+    def left_unsynced(self, path: str, durable: bytes) -> None:
+        """Take the file now at `path` to keep only `durable` in a power cut: the rest is
+        what a process killed before its fdatasync left in the page cache (power_cut)."""
+        with self._lock:
+            self._found[path] = durable
 
     def write(self, fd: int, data: bytes) -> int:
         f = self._apply("write")
@@ -420,7 +428,7 @@ class FaultyFiles(FileLayer):
         of its bytes not yet fdatasync'd (with `power_cut=True`)."""
         st = os.stat(path)
         with self._lock:
-            return self._durable.get((st.st_dev, st.st_ino), b"")
+            return self._durable.get((st.st_dev, st.st_ino), self._found.get(path, b""))
 
     def truncate(self, fd: int, size: int) -> None:
         self._raise(self._apply("truncate"), "truncate")

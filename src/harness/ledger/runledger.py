@@ -170,7 +170,7 @@ class RunLedger:
                     log.warning("ledger: removed %s, left half made by a process that was "
                                 "killed", ", ".join(left))
         try:
-            next_seq, head = self._recover()
+            next_seq, head, head_file = self._recover()
             next_seq, head = self._load(window_ns, next_seq, head)
             self._committed = next_seq - 1  # everything on disk at open counts as durable
             self._writer = Writer(
@@ -185,6 +185,7 @@ class RunLedger:
                 retry_max=retry_max,
                 # `harness/` holds the entry of `ledger/`, the state dir that of `harness/`.
                 ancestors=found_parents(directory, 2, made),
+                settle=head_file,
             )
         except BaseException:
             if held >= 0:
@@ -193,9 +194,11 @@ class RunLedger:
 
     # -- boot --------------------------------------------------------------------------
 
-    def _recover(self) -> tuple[int, str]:
-        """The next seq and the chain head, from the tails of every day file."""
+    def _recover(self) -> tuple[int, str, str | None]:
+        """The next seq and the chain head, from the tails of every day file, and the file
+        that holds the head (a daemon killed while writing may have left it unsynced)."""
         best: tuple[int, str] = (0, ZERO_HASH)
+        head_file: str | None = None
         try:
             chain = read_chain_file(self.directory)
         except ValueError as exc:  # REQ-20: damaged ledger data is LedgerCorrupt
@@ -208,12 +211,14 @@ class RunLedger:
             tails.append((path, t))
             if t.last_seq is not None and t.last_seq > best[0]:
                 best = (t.last_seq, link_to(t.last_hash))
+                head_file = path
             if t.damaged_seq is not None and t.damaged_seq > best[0]:
                 # Its hash is unreadable: what follows cannot link to it, and verify
                 # names the break there whatever prev the next line carries.
                 log.warning("ledger: %s: the line of seq %d has a damaged hash; "
                             "continuing after it", path, t.damaged_seq)
                 best = (t.damaged_seq, ZERO_HASH)
+                head_file = path
         for path, t in tails:
             if t.torn is None:
                 continue
@@ -229,6 +234,7 @@ class RunLedger:
                     and hash_of_line_bytes(t.torn, obj["hash"])):
                 log.warning("ledger: %s ends in a complete line without its newline; kept", path)
                 best = (obj["seq"], obj["hash"])
+                head_file = path
                 # Terminate it now, before the writer starts (still one writer): the file
                 # again holds only complete lines, whatever reads it next.
                 try:
@@ -241,7 +247,7 @@ class RunLedger:
                         os.close(fd)
                 except OSError as exc:  # the writer still starts its next line with "\n"
                     log.warning("ledger: cannot terminate the last line of %s: %s", path, exc)
-        return best[0] + 1, best[1]
+        return best[0] + 1, best[1], head_file
 
     def _load(self, window_ns: int, next_seq: int, head: str) -> tuple[int, str]:
         """Fold the window's files into the index and find every open record, however old.

@@ -25,6 +25,9 @@ Both ledgers write through this. Invariants:
   a handle reopened on the file a dropped one held starts from the dropped one's mark,
   not the file's size, so what a failed write left (read back, marked written) still
   counts as unsynced and keeps other files from taking a line until it is synced.
+* Nothing this writer writes can outlive, in a power cut, the lines it chains to: the
+  file that held the newest line when it was made (``settle``; a killed process may
+  have left it unsynced) is fdatasync'd, with its directory entry, before its first write.
 * Synced appends wait at most ``sync_timeout``; while the queue's head is failing
   they fail fast instead of each waiting out the bound.
 * Concurrent synced appends share one fdatasync per file (group commit); lines
@@ -163,6 +166,7 @@ class Writer:
         max_line: int = MAX_LINE,
         name: str = "ledger-writer",
         ancestors: tuple[str, ...] = (),
+        settle: str | None = None,
     ) -> None:
         self._sealer = sealer
         self._files = files or FileLayer()
@@ -200,6 +204,12 @@ class Writer:
         # killed process may have made them and not synced them either (`make_durable_dirs`
         # syncs only what it creates itself).
         self._ancestors = ancestors
+        # The file that held the newest line when this writer was made. A process killed
+        # while writing may have left lines there in the page cache only, its directory
+        # entry too when it made the file; they now sit below the head this writer
+        # chains to. Synced before this writer writes anything, so a power cut cannot
+        # keep a line of ours in another file and lose the lines ours follow.
+        self._settle = settle
         # Files where a write failed, could not be cut back and could not be read back:
         # (offset it began at, whether it began with "\n"). What reached the file is
         # unknown, so nothing more is written there until a read-back tells.
@@ -863,6 +873,13 @@ class Writer:
         the rest."""
         i = 0
         todo = [e for e in batch if not e.written]
+        if self._settle is not None and todo:
+            try:
+                if os.path.lexists(self._settle):  # gone: nothing of it to lose
+                    self._sync_file(self._settle, self._file(self._settle))
+            except OSError as exc:
+                return self._error("sync", exc, todo[0]), True
+            self._settle = None
         while i < len(todo):
             j = i
             while j < len(todo) and todo[j].path == todo[i].path:
