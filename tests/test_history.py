@@ -526,6 +526,33 @@ def test_a_queued_run_still_running_at_the_upgrade_is_closed_at_that_boot(
     assert reconcile(led, NOW) == []  # the next boot finds nothing left open
 
 
+def test_a_crash_note_goes_to_the_log_a_cut_path_stood_for_never_to_the_file_it_names(
+        tmp_path: Path, open_ledger: OpenLedger) -> None:
+    """REQ-7's note on a deep state dir, where the ledger holds each log path cut to 256
+    bytes (REQ-4): run 1's cut path is its DESIGN §2 log under the ledger's state dir and
+    gets the note; run 2's is not, and its first 256 bytes name another file, which a
+    note must never reach."""
+    state = tmp_path / ("s" * 120) / ("t" * 120) / "harness"
+    jobs = state / "jobs" / "nightly"
+    jobs.mkdir(parents=True)
+    mine = jobs / "1.log"
+    mine.write_text("output of run 1\n")
+    room = 256 - len(str(tmp_path).encode()) - 1
+    other = tmp_path / ("o" * room)  # a path of exactly 256 bytes
+    other.write_text("other\n")
+    led = open_ledger(state / "ledger", clock=Clock(NOW))
+    for run_id, log in ((1, str(mine)), (2, f"{other}-elsewhere/2.log")):
+        led.append({"type": "opened", "harness": "nightly", "run_id": run_id,
+                    "kind": "oneshot", "log": log})
+    assert [len(o["log"].encode()) for o in all_lines(state / "ledger")] == [256, 256]
+
+    closed = reconcile(led, NOW)
+    assert [(r["run_id"], r["outcome"], r["reason"], r.get("log_pruned")) for r in closed] == [
+        (1, "interrupted", "daemon_crash", None), (2, "interrupted", "daemon_crash", None)]
+    assert mine.read_text() == f"output of run 1\n{format_ns(NOW)} harness: {CRASH_NOTE}\n"
+    assert other.read_text() == "other\n"
+
+
 def test_clean_shutdown_closes_with_an_end(tmp_path: Path, open_ledger: OpenLedger) -> None:
     d = tmp_path / "ledger"
     seed(d, [opened("nightly", 5, NOW - 90 * SEC),

@@ -26,6 +26,7 @@ import harness.ledger.reader as reader_mod
 import harness.ledger.runledger as runledger_mod
 from harness.ledger.errors import LedgerCorrupt, LedgerInUse, LedgerUnavailable, LineRejected
 from harness.ledger.files import FaultyFiles
+from harness.ledger.fold import LogProbe
 from harness.ledger.query import Query
 from harness.ledger.reader import scan
 from harness.ledger.runledger import RunLedger
@@ -1486,6 +1487,82 @@ def test_log_pruned_is_computed_from_the_log_file_and_never_written(
     assert [x for x in all_lines(ledger_dir) if "log_pruned" in x] == []
     Path(kept).unlink()
     assert pruned(led.get("nightly", 3)) is True
+
+
+def _path_of_bytes(parent: Path, size: int) -> Path:
+    """A path under `parent` of exactly `size` bytes (one last component)."""
+    room = size - len(str(parent).encode()) - 1
+    assert 0 < room <= 255, room
+    return parent / ("o" * room)
+
+
+def test_a_log_path_the_ledger_cut_is_found_by_the_layout_and_never_misread(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """REQ-4 cuts `log` to 256 bytes, so under a deep state dir the ledger holds a prefix
+    of the path. REQ-12's log_pruned is still about the log itself: a cut path under the
+    ledger's own state dir is its DESIGN §2 path (jobs/<harness>/<run_id>.log, or
+    logs/<harness>.log for a resident), and a cut one cannot be told of (here the prefix
+    names another, existing file) is said neither pruned nor kept."""
+    state = tmp_path / ("s" * 100) / ("t" * 100) / "harness"
+    name = "n" * 40
+    jobs = state / "jobs" / name
+    jobs.mkdir(parents=True)
+    (state / "logs").mkdir()
+    kept, zst, gone = (jobs / f"{i}.log" for i in (1, 2, 3))
+    kept.write_text("output\n")
+    Path(f"{zst}.zst").write_bytes(b"\x28\xb5\x2f\xfd")
+    durable = state / "logs" / f"{name}.log"
+    durable.write_text("resident output\n")
+    other = _path_of_bytes(tmp_path, 256)
+    other.write_text("other\n")
+    elsewhere = f"{other}-elsewhere/4.log"  # not the layout; its cut names `other`
+    runs = [(1, "oneshot", str(kept)), (2, "oneshot", str(zst)), (3, "oneshot", str(gone)),
+            (4, "oneshot", elsewhere), (5, "resident", str(durable))]
+    led = open_ledger(state / "ledger", clock=Clock(T0))
+    for i, kind, log in runs:
+        assert len(log.encode()) > 256
+        led.append({"type": "opened", "harness": name, "run_id": i, "kind": kind,
+                    "log": log})
+        led.append({"type": "closed", "harness": name, "run_id": i, "outcome": "success"})
+
+    # The ledger keeps the cut, as REQ-4 says: the log field is the path's first 256 bytes.
+    assert {x["run_id"]: x["log"] for x in all_lines(state / "ledger")
+            if x["type"] == "opened"} == {i: log[:256] for i, _k, log in runs}
+    want = [(5, None), (4, None), (3, True), (2, None), (1, None)]
+    recs, _ = led.query(Query(names=(name,), limit=10))
+    assert [(r["run_id"], r.get("log_pruned")) for r in recs] == want
+    assert [(i, (led.get(name, i) or {}).get("log_pruned")) for i in (5, 4, 3, 2, 1)] == want
+    found, _, _ = scan(str(state / "ledger"), Query(limit=10))
+    probe = LogProbe(str(state))
+    assert [(r.run_id, r.to_json(offline=True, probe=probe).get("log_pruned"))
+            for r in found] == want
+    # Once a cut run's log really goes, it reads pruned.
+    kept.unlink()
+    assert (led.get(name, 1) or {}).get("log_pruned") is True
+    assert other.read_text() == "other\n"
+
+
+def test_a_log_path_the_scrubber_redacted_is_found_by_the_layout(
+    tmp_path: Path, open_ledger: OpenLedger
+) -> None:
+    """A state dir whose name reads as a credential: the ledger keeps the log path with
+    the secret redacted (REQ-17), and log_pruned still follows the log itself."""
+    state = tmp_path / "password=hunter2hunter2" / "harness"
+    jobs = state / "jobs" / "job"
+    jobs.mkdir(parents=True)
+    (jobs / "1.log").write_text("output\n")
+    led = open_ledger(state / "ledger", clock=Clock(T0))
+    for i in (1, 2):
+        led.append({"type": "opened", "harness": "job", "run_id": i, "kind": "oneshot",
+                    "log": str(jobs / f"{i}.log")})
+        led.append({"type": "closed", "harness": "job", "run_id": i, "outcome": "success"})
+    assert [x["log"] for x in all_lines(state / "ledger") if x["type"] == "opened"] == [
+        f"{tmp_path}/password=[REDACTED]"] * 2
+    for p in (state / "ledger").glob("*.jsonl"):
+        assert b"hunter2" not in p.read_bytes()
+    recs, _ = led.query(Query(names=("job",), limit=10))
+    assert [(r["run_id"], r.get("log_pruned")) for r in recs] == [(2, True), (1, None)]
 
 
 def test_log_probe_reads_each_directory_once_and_knows_zst(tmp_path: Path) -> None:

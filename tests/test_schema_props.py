@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from harness.ledger.chain import seal_line
 from harness.ledger.errors import LineRejected
+from harness.ledger.logref import as_written
 from harness.ledger.schema import (
     _ENUMS,
     _T,
@@ -35,6 +36,7 @@ from harness.ledger.schema import (
     fit_line,
     prepare_line,
     ready_to_encode,
+    stored_text,
 )
 from harness.ledger.scrub import scrub_text
 from harness.timefmt import canon, format_ns, now_ns, parse_ns
@@ -151,6 +153,42 @@ def test_one_pass_prepare_agrees_with_the_two_pass_reference(line: dict[str, Any
             prepare_line(line, NOW)
         return
     assert outcome(lambda x: prepare_line(x, NOW), line) == outcome(two_pass, line)
+
+
+# Paths as a deep state dir or a long name makes them: past the cap, multi-byte, with a
+# secret in a directory's name, or exactly at the edges of what a cut leaves.
+log_paths = st.one_of(
+    text,
+    st.builds(lambda a, b: f"/{a}/harness/jobs/{b}/7.log", st.text(max_size=300),
+              st.text(max_size=60)),
+    st.builds(lambda a, s, b: f"/{a}/{s}/harness/logs/{b}.log", st.text(max_size=200),
+              st.sampled_from(SECRETS), st.text(max_size=20)),
+    st.integers(248, 260).map(lambda n: "/" + "p" * (n - 1)),
+    st.integers(248, 260).map(lambda n: "/" + "p" * (n - 3) + "é"),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(log_paths)
+def test_stored_text_is_what_a_free_text_field_holds_and_as_written_never_lies(
+        path: str) -> None:
+    """logref.py finds a cut log by comparing `stored_text` of its DESIGN §2 path with
+    the field, and takes a field as the path itself when `as_written` says the ledger
+    cannot have changed it: both must match what `prepare_line` really writes."""
+    out, _cuts = prepare_line({"type": "opened", "harness": "h", "run_id": 7, "log": path},
+                              NOW)
+    assert out["log"] == stored_text(path)
+    if as_written(out["log"]):
+        assert out["log"] == path
+
+
+def test_as_written_draws_the_line_where_a_cut_can_end() -> None:
+    # A cut keeps 253 to 256 bytes: up to 252 a value was never cut, from 253 it may be.
+    assert [as_written("/" + "p" * (n - 1)) for n in (252, 253, 256)] == [True, False, False]
+    assert as_written("/x/password=[REDACTED]") is False
+    assert stored_text("/s/password=hunter2hunter2/harness/jobs/j/1.log") == (
+        "/s/password=[REDACTED]")
+    assert stored_text("/" + "p" * 300) == "/" + "p" * 255
 
 
 @settings(max_examples=400, deadline=None)

@@ -42,6 +42,7 @@ from .control.ops import logs_op, pending_op, require_name, runs_op
 from .control.server import ControlServer, Handler, OpError, SocketInUse
 from .ledger.errors import LedgerError
 from .ledger.files import make_private_dir
+from .ledger.logref import log_file
 from .ledger.runledger import RunLedger
 from .supervisor import housekeeping, logs
 from .supervisor.history import close_open_on_shutdown, import_legacy, reconcile
@@ -336,12 +337,14 @@ async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: Contr
                     rec["run_id"])
     # Their process groups outlived the crash: end them before any run starts (no twins),
     # a SIGTERM meanwhile or not: their records already say they ended.
-    await asyncio.to_thread(kill_orphans, server.path, crashed)
+    await asyncio.to_thread(kill_orphans, server.path, crashed, state=ledger.state_dir)
     # A one-shot's per-run log is closed now, like any other run's (a resident's durable
-    # log goes on): compressed only here, once no orphan can still be writing to it.
+    # log goes on): compressed only here, once no orphan can still be writing to it. The
+    # file is the record's log file, not its field, which the ledger may have cut.
     for rec in crashed:
-        if rec.get("kind") == "oneshot" and isinstance(rec.get("log"), str):
-            await asyncio.to_thread(logs.compress_log, rec["log"])
+        path = log_file(rec, ledger.state_dir)
+        if rec.get("kind") == "oneshot" and path is not None:
+            await asyncio.to_thread(logs.compress_log, path)
     manager: Manager | None = None
     if not stop.is_set():
         pruned = await asyncio.to_thread(ledger.prune)

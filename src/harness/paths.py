@@ -1,4 +1,5 @@
-"""Where harness keeps things (DESIGN.md §2): XDG config, state and runtime paths.
+"""Where harness keeps things (DESIGN.md §2): XDG config, state and runtime paths, and the
+run logs' places under the state dir (``jobs/<harness>/<run_id>.log``, ``logs/<harness>.log``).
 
 Invariant: every path is derived here and nowhere else; an XDG variable that is unset,
 empty or relative means the XDG default under $HOME (the XDG Base Directory spec calls
@@ -40,6 +41,29 @@ def state_dir() -> str:
 
 def ledger_dir() -> str:
     return os.path.join(state_dir(), "ledger")
+
+
+def state_of_ledger(ledger: str) -> str:
+    """The state dir that holds the run ledger directory `ledger` (SPEC-0022 REQ-1: the
+    ledger is the state dir's ``ledger/``): where that ledger's runs keep their logs."""
+    return os.path.dirname(os.path.normpath(ledger))
+
+
+def jobs_dir(state: str | None = None) -> str:
+    """Where one-shots keep their per-run logs: ``<state>/jobs`` (default: this process's
+    state dir)."""
+    return os.path.join(state if state is not None else state_dir(), "jobs")
+
+
+def run_log_path(jobs: str, harness: str, run_id: int) -> str:
+    """A one-shot run's log: ``<jobs>/<harness>/<run_id>.log``."""
+    return os.path.join(jobs, harness, f"{run_id}.log")
+
+
+def resident_log_path(harness: str, state: str | None = None) -> str:
+    """The durable log every run of resident `harness` appends to:
+    ``<state>/logs/<harness>.log``."""
+    return os.path.join(state if state is not None else state_dir(), "logs", f"{harness}.log")
 
 
 def serve_socket(path: str | None) -> None:

@@ -32,6 +32,7 @@ from ..control.client import (
     listing,
     reply_object,
 )
+from ..ledger.logref import log_file
 from ..ledger.query import MAX_LIMIT
 from ..ledger.scrub import scrub_text
 from ..supervisor.logview import LogFollower
@@ -138,9 +139,18 @@ def trigger_command(ctx: click.Context, name: str, wait: bool, over_budget: bool
                          f"yet, the run ledger cannot write it ({_shown(why)}); still "
                          "waiting (Ctrl-C stops the wait, not the run)")
                     ask = False
-            if (follower is None and not unreadable and rec is not None
-                    and isinstance(rec.get("log"), str)):
-                follower = LogFollower(rec["log"])
+            if follower is None and not unreadable and rec is not None and rec.get("log"):
+                # The log file, not the field: a path the ledger stored cut names another
+                # file. Found under this CLI's state dir, which is the daemon's unless the
+                # two were started apart; then it cannot be told, and is not followed.
+                path = log_file(rec, paths.state_dir())
+                if path is not None:
+                    follower = LogFollower(path)
+                else:
+                    warn(f"cannot tell where {render.visible(name)} run {run_id}'s log is "
+                         "(its path is cut in the run ledger, and not under this state "
+                         "directory); waiting for the run to end without it")
+                    unreadable = True
             done = rec is not None and rec.get("outcome") != "running"
             if follower is not None:
                 # The run's output as it comes; the rest once closed, from the plain log

@@ -25,6 +25,7 @@ from .. import paths
 from ..config.load import ConfigError, load_config
 from ..control.client import Client, DaemonError, DaemonLost, DaemonUnreachable, reply_object
 from ..ledger.dayfiles import LedgerDirError
+from ..ledger.fold import LogProbe
 from ..ledger.query import Query
 from ..ledger.reader import scan
 from ..supervisor import logs as runlogs
@@ -55,7 +56,9 @@ def _disk_lookup(name: str, run_id: int) -> dict[str, Any] | None:
     except (LedgerDirError, OSError) as exc:
         fail(f"{name} run {run_id} has no log, and the run ledger could not be read "
               f"to say why: {exc}")
-    return next((r.to_json(offline=True) for r in recs if r.run_id == run_id), None)
+    probe = LogProbe(paths.state_of_ledger(paths.ledger_dir()))
+    return next((r.to_json(offline=True, probe=probe) for r in recs if r.run_id == run_id),
+                None)
 
 
 def _read_files(config_path: str | None, name: str, run: int | None,

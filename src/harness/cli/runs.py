@@ -170,7 +170,7 @@ def runs_command(ctx: click.Context, names: tuple[str, ...], harness: tuple[str,
         if stats.strays:
             click.echo(f"harness: ignored file(s) that are not day files: "
                        f"{some_of([render.visible(s) for s in stats.strays])}", err=True)
-        probe = LogProbe()
+        probe = LogProbe(paths.state_of_ledger(directory))
         records = [r.to_json(offline=True, probe=probe) for r in recs]
     if as_json:
         click.echo(json.dumps(records, indent=2, ensure_ascii=False))

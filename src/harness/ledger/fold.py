@@ -7,7 +7,8 @@ of its first line; fields a reader does not know are dropped, never errors; an
 ``opened`` line makes the record started, ``closed``/``decided`` make it closed; a
 record with lines but no ``opened``/``decided`` (its start was pruned) is partial.
 Lines applied out of seq order (a backfill, a clock jump across files) still fold
-as if in order: an older line only fills fields no newer line has set.
+as if in order: an older line only fills fields no newer line has set. A record as JSON
+reads ``log_pruned`` only when its log file is gone, the file found by logref.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import msgspec
 
 from ..timefmt import canon
+from .logref import log_file
 from .schema import RECORD_FIELDS
 
 
@@ -134,12 +136,15 @@ class LogProbe:
     keep_runs deletes per-run logs, and a compressed log (`<log>.zst`) is not pruned. One
     directory listing per log directory instead of two stat calls per record: an answer
     of 1,000 records reads a handful of directories. Built per answer, so it is never
-    staler than the answer itself.
+    staler than the answer itself. `state` is the state dir holding the ledger the
+    records come from: a log path the ledger stored cut is found from it (logref.py);
+    without it such a record is never said to be pruned.
     """
 
-    __slots__ = ("_dirs",)
+    __slots__ = ("_dirs", "state")
 
-    def __init__(self) -> None:
+    def __init__(self, state: str | None = None) -> None:
+        self.state = state
         self._dirs: dict[str, frozenset[str] | None] = {}
 
     def gone(self, log: str) -> bool:
@@ -170,10 +175,12 @@ def _as_json(harness: str, run_id: int, seq: int, closed: bool, fields: dict[str
     out.pop("log_pruned", None)
     if not closed:
         out["outcome"] = "running?" if offline else "running"
-    log = out.get("log")
-    if check_log and closed and isinstance(log, str) and log \
-            and (probe.gone(log) if probe is not None else _log_gone(log)):
-        out["log_pruned"] = True
+    if check_log and closed and out.get("log"):
+        # The file the record's log is, not the field as stored: a cut path names no file,
+        # and would read as pruned while the log is on disk. None: cannot tell, so not said.
+        log = log_file(out, probe.state if probe is not None else None)
+        if log is not None and (probe.gone(log) if probe is not None else _log_gone(log)):
+            out["log_pruned"] = True
     return out
 
 

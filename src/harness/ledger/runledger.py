@@ -26,6 +26,7 @@ from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .. import paths
 from ..timefmt import canon, day_start_ns, format_ns, now_ns, utc_day
 from .chain import ZERO_HASH, hash_of_line_bytes, link_to, seal_line
 from .dayfiles import (
@@ -124,6 +125,8 @@ class RunLedger:
         max_bytes: int = 256 * 1024 * 1024,
     ) -> None:
         self.directory = directory
+        # Where this ledger's runs keep their logs (REQ-1: the ledger is <state>/ledger).
+        self.state_dir = paths.state_of_ledger(directory)
         self.clock = clock
         self.retention_ns = retention_ns
         self.max_bytes = max_bytes
@@ -484,17 +487,17 @@ class RunLedger:
         with self._lock:
             recs, oldest, complete = self._index.query(q)
             if complete:
-                probe = LogProbe()
+                probe = LogProbe(self.state_dir)
                 return [r.to_json(probe=probe) for r in recs], oldest
         # Only what is durable: a buffered line may be in the file before its sync.
         found, oldest, _stats = scan(self.directory, q, upto_seq=self._committed)
-        probe = LogProbe()
+        probe = LogProbe(self.state_dir)
         return [r.to_json(probe=probe) for r in found], oldest
 
     def get(self, harness: str, run_id: int) -> dict[str, Any] | None:
         with self._lock:
             r = self._index.get(harness, run_id)
-            return r.to_json() if r is not None else None
+            return r.to_json(probe=LogProbe(self.state_dir)) if r is not None else None
 
     def open_records(self, *, queued: bool = False) -> list[dict[str, Any]]:
         """The records still open, in seq order: by the committed lines (what queries see),

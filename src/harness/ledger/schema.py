@@ -262,6 +262,13 @@ def ready_to_encode(out: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def stored_text(s: str) -> str:
+    """What a free-text field given `s` holds once written: `s` scrubbed of secrets, then
+    cut to MAX_STR bytes on a character boundary, as `prepare_line` treats every such
+    field. Readers compare with it to tell a value the ledger changed (logref.py)."""
+    return cap_utf8(scrub_text(s)[0], MAX_STR)[0]
+
+
 @functools.lru_cache(maxsize=4096)
 def name_kept(name: str) -> bool:
     """Whether the ledger keeps the harness name `name` as it is: not a secret to the

@@ -27,6 +27,7 @@ from typing import Any
 from ..ledger.dayfiles import IMPORTED_FILE
 from ..ledger.errors import LedgerError, LineRejected
 from ..ledger.files import atomic_write
+from ..ledger.logref import log_file
 from ..ledger.runledger import RunLedger
 from ..ledger.schema import OUTCOMES, prepare_line
 from ..ledger.scrub import scrub_text
@@ -348,7 +349,8 @@ def reconcile(ledger: RunLedger, now: int) -> list[dict[str, Any]]:
     """
     closed = _close_all(ledger, {"reason": "daemon_crash"}, now, with_end=False)
     for rec in closed:
-        _note_in_log(rec.get("log"), CRASH_NOTE, now)
+        # The log file, not the field: a path the ledger stored cut names another file.
+        _note_in_log(log_file(rec, ledger.state_dir), CRASH_NOTE, now)
     return closed
 
 

@@ -32,7 +32,7 @@ _CHUNK = 1 << 20
 
 
 def default_jobs_dir() -> str:
-    return os.path.join(paths.state_dir(), "jobs")
+    return paths.jobs_dir()
 
 
 def harness_dir(jobs_dir: str, harness: str) -> str:
@@ -40,7 +40,7 @@ def harness_dir(jobs_dir: str, harness: str) -> str:
 
 
 def run_log_path(jobs_dir: str, harness: str, run_id: int) -> str:
-    return os.path.join(harness_dir(jobs_dir, harness), f"{run_id}.log")
+    return paths.run_log_path(jobs_dir, harness, run_id)
 
 
 def create_run_log(path: str) -> int:

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..ledger.logref import log_file
 from . import logs
 from .runner import (
     DEAD,
@@ -117,12 +118,14 @@ def find_orphans(socket_path: str, runs: Iterable[tuple[str, int]]) -> list[Orph
 
 
 def kill_orphans(socket_path: str, records: Iterable[Mapping[str, Any]], *,
-                 grace: float = DEFAULT_GRACE) -> list[Orphan]:
+                 grace: float = DEFAULT_GRACE, state: str | None = None) -> list[Orphan]:
     """Stop the process groups the crashed runs in `records` left behind; return them.
 
-    `records` are the folded records `reconcile` closed (``harness``, ``run_id``, ``log``).
-    Each group gets SIGTERM; what is still running after `grace` gets SIGKILL. Blocking:
-    the daemon calls it in a thread, before any run can start.
+    `records` are the folded records `reconcile` closed (``harness``, ``run_id``, ``log``);
+    `state` is the state dir holding their ledger, where a log path the ledger stored cut
+    is found (None: such a log gets no note). Each group gets SIGTERM; what is still
+    running after `grace` gets SIGKILL. Blocking: the daemon calls it in a thread, before
+    any run can start.
     """
     recs = {(r["harness"], r["run_id"]): r for r in records}
     my_group = os.getpgrp()
@@ -160,8 +163,9 @@ def kill_orphans(socket_path: str, records: Iterable[Mapping[str, Any]], *,
         if not o.signalled:
             continue  # it ended on its own between the scan and the signal
         how = f"SIGKILL after {grace:g}s" if o.killed else "SIGTERM"
-        path = recs[(o.harness, o.run_id)].get("log")
-        if isinstance(path, str) and path:
+        # The log file, not the field: a path the ledger stored cut names another file.
+        path = log_file(recs[(o.harness, o.run_id)], state)
+        if path is not None:
             logs.append_note(path, f"stopped the orphaned process group {o.pgid} left by "
                                    f"the crashed daemon ({how})")
     return orphans

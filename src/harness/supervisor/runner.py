@@ -66,7 +66,7 @@ _POLL = 0.05
 
 def resident_log_path(harness: str) -> str:
     """The durable log every run of resident `harness` appends to."""
-    return os.path.join(paths.state_dir(), "logs", f"{harness}.log")
+    return paths.resident_log_path(harness)
 
 
 def open_resident_log(path: str) -> int:
