@@ -13,6 +13,7 @@ import json
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -266,7 +267,7 @@ def test_up_and_down_never_repeat_a_secret_in_an_argument(world: World) -> None:
         (_run(world, "up", str(base / "empty")),
          (1, "", f"harness: {shown}/empty: no harness.toml in this directory\n")),
         (_run(world, "up", str(proj), "--name", "x"),
-         (0, f"project x registered ({proj}): x/worker\n"
+         (0, f"project x registered ({shown}/p): x/worker\n"
              "the daemon is not running; the project loads at its next start\n", "")),
         # Refused by register_project itself.
         (_run(world, "up", str(proj), "--name", "y"),
@@ -293,6 +294,51 @@ def test_up_and_down_never_repeat_a_secret_in_an_argument(world: World) -> None:
         2, "", f"{shown}/p/harness.toml:4: harness.worker.argv: must be a non-empty list of "
                "strings, got string 'echo'\n"
                f"harness: {shown}/p was not registered\n")
+
+
+def test_every_line_of_up_and_down_quotes_a_path_as_their_refusals_do(world: World) -> None:
+    """The success lines printed the directory only escaped, never scrubbed: a project in
+    a directory named after a token had the token echoed on stdout by `up` and `down`,
+    which the refusals for the same path hid. Every line now shows a path (and the name
+    the registry holds, and the socket's path) through the one helper the refusals use:
+    scrubbed, then escaped, a backslash left as it is."""
+    proj = world.root / TOKEN / "p\x1b[31m\\q"
+    proj.mkdir(parents=True)
+    (proj / "harness.toml").write_text(PROJECT)
+    shown = f"{world.root}/[REDACTED]/p\\x1b[31m\\q"
+    assert _run(world, "up", str(proj), "--name", "x") == (
+        0, f"project x registered ({shown}): x/worker\n"
+           "the daemon is not running; the project loads at its next start\n", "")
+    # The refusal for the very same path shows it the same way.
+    assert _run(world, "up", str(proj), "--name", "y") == (
+        1, "", f"harness: {shown}: already registered as 'x'\n")
+    assert _run(world, "down", str(proj)) == (
+        0, f"project x unregistered ({shown})\n"
+           "the daemon is not running; its harnesses are gone at its next start\n", "")
+
+    # A registry edited by hand: `down` names the project as the registry holds it.
+    other = _project(world, "other")
+    (world.state / "projects.json").write_text(json.dumps(
+        {"version": 1, "projects": [{"name": TOKEN, "dir": str(other)}]}))
+    assert _run(world, "down", str(other)) == (
+        0, f"project [REDACTED] unregistered ({other})\n"
+           "the daemon is not running; its harnesses are gone at its next start\n", "")
+
+    # A daemon that holds a socket whose path holds a token, and does not answer. (A
+    # short directory of its own: a socket's path is limited to about 100 bytes.)
+    with tempfile.TemporaryDirectory(prefix="h", dir="/tmp") as short:
+        sock = Path(short) / TOKEN / "s.sock"
+        sock.parent.mkdir()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(str(sock))
+            listener.listen(4)
+            said = f"{short}/[REDACTED]/s.sock"
+            assert _run(world, "--socket", str(sock), "up", str(other)) == (
+                0, f"project other registered ({other}): other/worker\n"
+                   f"the daemon is not responding ({said}); the project loads when it is "
+                   "reloaded or started again\n", "")
+            assert _run(world, "--socket", str(sock), "reload") == (
+                1, "", f"harness: daemon not responding ({said})\n")
 
 
 def test_a_reload_never_logs_a_secret_in_a_project_path(world: World,

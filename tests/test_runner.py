@@ -127,6 +127,19 @@ def test_spawn_failure(rig: Rig, tmp_path: Path, bad: str) -> None:
     assert f"spawn failed: {missing}" in _log(rec)
 
 
+def test_a_spawn_failure_never_writes_a_secret_in_its_workdir(rig: Rig, tmp_path: Path) -> None:
+    """A project's harnesses run in the project's directory, which may be named after a
+    token: `harness up` and `down` scrub that path in every line they print, and the note
+    a failed spawn leaves in the run's log (which `harness logs` shows) named it raw."""
+    token = "ghp_" + "A1b2C3d4" * 4 + "abcd"  # the form of a GitHub token
+    gone = tmp_path / token / "proj"
+    rec = rig.once(RunSpec("sf", ["true"], workdir=str(gone)))
+    assert (rec["outcome"], rec["reason"]) == ("failed", "spawn")
+    assert _log(rec).endswith(f"harness: spawn failed: {tmp_path}/[REDACTED]/proj: No such "
+                              "file or directory\n")
+    assert token not in _log(rec)
+
+
 # -- ends we cause -------------------------------------------------------------------------
 
 

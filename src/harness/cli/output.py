@@ -1,4 +1,5 @@
-"""How a command ends on an error: one `harness: …` line on stderr, then its exit code.
+"""How a command ends on an error: one `harness: …` line on stderr, then its exit code;
+and how any of its lines quotes a path or a name (`named`: scrubbed, then escaped).
 
 Every command but `ledger`'s (which first folds a multi-line message from git or the OS
 into one line) fails through `fail`, so the prefix and the stream are the same
@@ -21,6 +22,7 @@ from typing import NoReturn
 
 import click
 
+from ..config.durations import shown_path
 from .render import one_line
 
 
@@ -41,6 +43,16 @@ def report(text: str) -> None:
     shown as `fail` shows a message: a key or value from a file cannot act on the
     terminal."""
     click.echo("\n".join(one_line(line) for line in text.splitlines()), err=True)
+
+
+def named(text: str) -> str:
+    """A path, a name or a daemon's word as any line of a command quotes it, a refusal
+    and a success alike: its secrets scrubbed (a directory may be named after a token),
+    then on one line as `fail` shows a message (a control or an escape sequence spelled
+    out, a backslash left as it is). One helper for both, so a success line cannot show
+    what the refusal for the same path would have hidden. Scrubbed first: the scrubber
+    knows secrets as they are written, not as their escapes spell them."""
+    return one_line(shown_path(text))
 
 
 def some_of(items: list[str], shown: int = 10) -> str:
@@ -118,4 +130,4 @@ def guarded_stdout() -> Iterator[None]:
         sys.exit(1)
 
 
-__all__ = ["OutputError", "fail", "guarded_stdout", "some_of", "warn"]
+__all__ = ["OutputError", "fail", "guarded_stdout", "named", "some_of", "warn"]

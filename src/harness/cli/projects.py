@@ -13,8 +13,10 @@ not load, or a bad ``--name`` (the registry is then unchanged), 1 the directory 
 registered (no harness.toml, name taken, registry unreadable) or the running daemon's
 reload failed for another reason. `down` 0 unregistered, 1 the directory was not
 registered (or the registry cannot be read), and the reload codes above after it.
-Invariant: the registry is changed only after the check passed, and only through
-`register_project`/`unregister_project`.
+Invariants: the registry is changed only after the check passed, and only through
+`register_project`/`unregister_project`; every path, name or daemon's word a line quotes,
+on stdout or stderr, success or refusal, is shown through `output.named` (scrubbed of
+secrets, then escaped), so no line repeats a token a directory is named after.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 import click
 
 from .. import paths
-from ..config.durations import shown, shown_path
+from ..config.durations import shown
 from ..config.load import (
     ConfigError,
     Project,
@@ -39,8 +41,7 @@ from ..config.load import (
     unregister_project,
 )
 from ..control.client import Client, DaemonError, DaemonLost, DaemonUnreachable, reply_object
-from . import render
-from .output import fail, report
+from .output import fail, named, report
 
 EXIT_BAD_CONFIG = 2
 
@@ -72,15 +73,15 @@ def _request_reload(ctx: click.Context) -> dict[str, Any] | DaemonUnreachable:
 
 def _names(data: dict[str, Any], key: str) -> list[str]:
     v = data.get(key)
-    return sorted(render.visible(str(n)) for n in v) if isinstance(v, list) else []
+    return sorted(named(str(n)) for n in v) if isinstance(v, list) else []
 
 
 def describe_reload(data: dict[str, Any]) -> str:
     """One line saying what a reload changed, e.g. ``reloaded: added p/a; 2 unchanged``;
-    each value the daemon sent as `render.visible` shows it."""
+    each value the daemon sent as `named` shows it."""
     parts = [f"{key} {', '.join(names)}" for key in ("added", "removed", "changed")
              if (names := _names(data, key))]
-    unchanged = render.visible(str(data.get("unchanged", 0)))
+    unchanged = named(str(data.get("unchanged", 0)))
     if not parts:
         return f"reloaded: no changes ({unchanged} unchanged)"
     return f"reloaded: {'; '.join(parts)}; {unchanged} unchanged"
@@ -98,7 +99,7 @@ def reload_command(ctx: click.Context, as_json: bool) -> None:
     """
     data = _request_reload(ctx)
     if isinstance(data, DaemonUnreachable):
-        fail(data.advice())
+        fail(named(data.advice()))  # it names the socket's path
     if as_json:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
     else:
@@ -113,7 +114,7 @@ def _after_change(ctx: click.Context, later: str) -> None:
     elif isinstance(data, DaemonUnreachable):
         # Registered all the same; a daemon that holds the socket but does not answer
         # takes the change only when it is reloaded or started again.
-        click.echo(f"the daemon is {render.visible(data.why)} ({render.visible(data.sock)}); "
+        click.echo(f"the daemon is {named(data.why)} ({named(data.sock)}); "
                    f"{later} when it is reloaded or started again")
     else:
         click.echo(describe_reload(data))
@@ -138,9 +139,9 @@ def up_command(ctx: click.Context, directory: str, name: str | None) -> None:
     """
     real = os.path.realpath(directory)
     if not os.path.isdir(real):
-        fail(f"{shown_path(directory)}: not a directory")
+        fail(f"{named(directory)}: not a directory")
     if not os.path.isfile(os.path.join(real, "harness.toml")):
-        fail(f"{shown_path(real)}: no harness.toml in this directory")
+        fail(f"{named(real)}: no harness.toml in this directory")
     projects = _registered()
     current = next((p for p in projects if p.dir == real), None)
     # Already registered and no --name: `up` again keeps the name it has.
@@ -152,8 +153,8 @@ def up_command(ctx: click.Context, directory: str, name: str | None) -> None:
     clash = next((p for p in projects if p.name == pname and p.dir != real), None)
     if clash is not None:
         # Said before the load, which would only report the harness names clashing.
-        fail(f"{shown_path(real)}: project name {shown(pname)} is already taken by "
-             f"{shown_path(clash.dir)}")
+        fail(f"{named(real)}: project name {shown(pname)} is already taken by "
+             f"{named(clash.dir)}")
     # The whole config the daemon would load next, so a clash with the global file or
     # another project is found now, not at the reload.
     joined = [p for p in projects if p.dir != real] + [Project(pname, real)]
@@ -161,14 +162,15 @@ def up_command(ctx: click.Context, directory: str, name: str | None) -> None:
         config = load_config((ctx.obj or {}).get("config"), projects=joined)
     except ConfigError as exc:
         report(str(exc))
-        fail(f"{shown_path(real)} was not registered", EXIT_BAD_CONFIG)
+        fail(f"{named(real)} was not registered", EXIT_BAD_CONFIG)
     try:
         project = register_project(real, pname)
     except RegistryError as exc:
         fail(str(exc))
-    mine = sorted(n for n in config.harness if n.startswith(f"{project.name}/"))
-    # The directory's name is anyone's: shown as a value is, never as a control.
-    click.echo(f"project {project.name} registered ({render.visible(project.dir)}): "
+    mine = sorted(named(n) for n in config.harness if n.startswith(f"{project.name}/"))
+    # The directory's name is anyone's (a control, a token): shown as the refusals
+    # above show it, never as a control or a secret.
+    click.echo(f"project {named(project.name)} registered ({named(project.dir)}): "
                + (", ".join(mine) if mine else "no harnesses"))
     _after_change(ctx, "the project loads")
 
@@ -188,9 +190,11 @@ def down_command(ctx: click.Context, directory: str) -> None:
     except RegistryError as exc:
         fail(str(exc))
     if not gone:
-        fail(f"{shown_path(real)} is not a registered project")
+        fail(f"{named(real)} is not a registered project")
+    # The name as the registry holds it (a hand edit is never checked), or the
+    # directory's own: either may read as a token.
     pname = project.name if project is not None else os.path.basename(real)
-    click.echo(f"project {render.visible(pname)} unregistered ({render.visible(real)})")
+    click.echo(f"project {named(pname)} unregistered ({named(real)})")
     _after_change(ctx, "its harnesses are gone")
 
 

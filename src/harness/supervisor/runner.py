@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import paths
+from ..config.durations import shown_path
 from ..ledger.errors import LedgerError
 from ..ledger.files import make_private_dir
 from ..ledger.runledger import RunLedger
@@ -80,7 +81,15 @@ def open_resident_log(path: str) -> int:
 
 
 class SpawnError(Exception):
-    """The process could not be started; the message is safe to log (it holds no env value)."""
+    """The process could not be started; the message is safe to log (it holds no env value).
+
+    It names the file that failed (argv[0], the workdir, an env_file), and a path can
+    carry a secret: a project's directory named after a token is its harnesses' workdir.
+    So the message is scrubbed here, once, as `harness up` scrubs that path in every line.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(shown_path(message))
 
 
 @dataclass(frozen=True)
