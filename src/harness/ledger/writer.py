@@ -16,7 +16,10 @@ Both ledgers write through this. Invariants:
   (ftruncate) or, where that fails too, what reached the file is read back and
   matched, so a retry never duplicates a line; while that read-back fails, nothing
   more is written to that file. A failed or timed-out write/sync
-  keeps the line queued; the writer retries in order with backoff.
+  keeps the line queued; the writer retries in order with backoff (a closing writer
+  every 50 ms, to drain within its timeout). Each failure is told to one
+  `faillog.FailureLog`, which logs the first, a change of cause, a bounded-rate count of
+  the repeats and the recovery, rather than a line per retry.
 * A failed fdatasync may have lost pages that still read back whole (and a later sync
   succeeds without them): every uncommitted line of that file, whichever handle wrote
   it, is cut back and written again. A cut falls at a line's start, never inside one,
@@ -52,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 from .errors import LedgerClosed, LedgerError, LedgerUnavailable, LineTooLong
+from .faillog import FailureLog
 from .files import FileLayer, make_durable_dirs, sync_entries_of
 
 log = logging.getLogger("harness.ledger")
@@ -167,6 +171,7 @@ class Writer:
         name: str = "ledger-writer",
         ancestors: tuple[str, ...] = (),
         settle: str | None = None,
+        log_every: float = 10.0,
     ) -> None:
         self._sealer = sealer
         self._files = files or FileLayer()
@@ -227,6 +232,9 @@ class Writer:
         self._identities_hold = True
         self.name_check_every = 1.0
         self._errors = 0
+        # Repeats of one failure are logged as a count at most once per `log_every` s.
+        self._faillog = FailureLog(log, log_every)
+        self._failed_path = ""  # the file of the latest failed write or sync
         self._last_error: str | None = None
         self._last_error_at: float | None = None
         self._lines_written = 0
@@ -477,6 +485,9 @@ class Writer:
         try:
             self._loop()
         finally:
+            # A close whose timeout passed on a failing disk: the log says it gave up,
+            # with the count of the repeats it had not told yet.
+            self._faillog.stopped(len(self._queue), time.monotonic())
             with self._cv:
                 self._stopped = True
                 at_stop, self._at_stop = self._at_stop, []
@@ -513,6 +524,8 @@ class Writer:
             if err is None:
                 backoff = self.retry_min
                 retry_at = 0.0
+                if self._faillog.open:
+                    self._faillog.recovered(time.monotonic())
                 # A clean pass means the head is no longer failing, even when it only
                 # wrote buffered lines that are synced later: otherwise synced callers
                 # would keep failing fast for up to flush_every after the disk recovered.
@@ -521,6 +534,9 @@ class Writer:
                     with self._cv:
                         self._failing = None
             else:
+                # A close retries every 50 ms whatever the backoff, so a disk that comes
+                # back is used before the close's timeout: the reason each failure cannot
+                # be a line of its own in the log (`FailureLog` counts the repeats).
                 retry_at = time.monotonic() + (min(backoff, 0.05) if self._closing else backoff)
                 backoff = min(backoff * 2, self.retry_max)
 
@@ -782,7 +798,8 @@ class Writer:
         try:
             self._files.close(fd)
         except OSError as exc:  # the fd is gone either way; the reopen re-checks the file
-            log.warning("ledger: closing %s failed: %s", path, exc)
+            self._faillog.trouble("close", f"ledger: closing {path} failed: {exc}",
+                                  time.monotonic())
 
     def _write_group(self, path: str, group: list[Entry]) -> None:
         if path in self._unread:
@@ -817,7 +834,8 @@ class Writer:
             self._files.truncate(f.fd, before)
             return
         except OSError as exc:
-            log.warning("ledger: cannot cut back %s after a failed write: %s", path, exc)
+            self._faillog.trouble("cut write", f"ledger: cannot cut back {path} after a "
+                                               f"failed write: {exc}", time.monotonic())
         # The bytes may be partly down: learn which whole lines reached the file so a
         # retry never writes a seq twice; whatever fragment follows is left for readers
         # to skip, and the next write starts on a new line. The handle is kept whatever
@@ -828,8 +846,9 @@ class Writer:
         try:
             self._read_back(path, group)
         except OSError as exc:
-            log.warning("ledger: cannot read back %s: %s; no line is written to it until "
-                        "it can be", path, exc)
+            self._faillog.trouble("read back", f"ledger: cannot read back {path}: {exc}; no "
+                                               "line is written to it until it can be",
+                                  time.monotonic())
 
     def _read_back(self, path: str, group: list[Entry]) -> list[Entry]:
         """Mark the lines of `group` that a failed write put down whole, from the file
@@ -1102,7 +1121,8 @@ class Writer:
         try:
             self._files.truncate(f.fd, at)
         except OSError as exc:
-            log.warning("ledger: cannot cut back %s after a failed sync: %s", path, exc)
+            self._faillog.trouble("cut sync", f"ledger: cannot cut back {path} after a "
+                                              f"failed sync: {exc}", time.monotonic())
             return False
         f.size = at
         f.synced = min(f.synced, at)
@@ -1117,6 +1137,9 @@ class Writer:
         return True
 
     def _error(self, op: str, exc: OSError, e: Entry) -> LedgerError:
+        # Every failure `_fail` reports was made here in the same pass: the file its
+        # log names when the episode ends.
+        self._failed_path = e.path
         err = LedgerUnavailable(
             f"ledger {op} of {e.path} failed: {exc.strerror or exc}",
             harness=e.harness,
@@ -1132,7 +1155,7 @@ class Writer:
             self._last_error_at = time.time()
             self._failing = err
             queued = len(self._queue)
-        log.error("%s; %d line(s) queued, retrying in order", err, queued)
+        self._faillog.failed(err, self._failed_path, queued, time.monotonic())
         # Every synced caller still queued hears of it at once, not after its own timeout.
         with self._cv:
             still_queued = list(self._queue)

@@ -1,0 +1,153 @@
+"""How the ledger writer's failures reach the log (SPEC-0022 REQ-6: each failure is logged).
+
+Both ledgers write through `writer.Writer`, and it tells every failure to one
+`FailureLog`. A failing disk fails every retry the same way, and a closing writer
+retries every 50 ms (so that a disk that comes back within the close's timeout is used
+at once): a line per attempt put twenty identical lines a second in the log and buried
+what mattered. So the log tells an *episode* of failures, from the first failure to the
+recovery, the way a database or systemd does:
+
+* the first failure in full: its cause, the record (harness, run_id, seq), the queue;
+* a change of cause in full, after a summary of the old cause's repeats not yet told;
+* repeats of the same cause counted, and told at most once every `every` seconds per
+  cause, as one line: the cause, how many more times and over how long, and how many
+  failures the episode has had so far;
+* its end: ``writing PATH again after N failure(s) in T`` once a pass succeeds, or
+  ``gave up on PATH after N failure(s) in T`` when the writer stops with lines queued.
+
+Invariant: each counted failure is told by exactly one line (one for a line in full, N
+for a summary's "N more time(s)"), and every repeat is told by the episode's last line
+at the latest, so the failures in the log add up to the writer's ``append_errors`` (less
+its late syncs, which the writer logs a line each: a late sync takes the whole bound, so
+they cannot flood). Problems met on the way (a failed write that cannot be cut back or
+read back, a handle that fails to close) are told the same way under a topic of their
+own, and not counted. Every line is scrubbed of secrets before it is logged: a path can
+carry one.
+
+Used by the writer thread alone, so it takes no lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .errors import LedgerError
+from .scrub import scrub_text
+
+__all__ = ["FailureLog"]
+
+# The topic of the counted failures: a write or sync of the queue's head.
+_APPEND = "append"
+
+
+@dataclass
+class _Cause:
+    """The cause a topic last failed with, and what of it is not yet told."""
+
+    key: str  # what makes two failures the same cause
+    text: str  # the latest failure of it, as a line tells it
+    tail: str  # what a line about it adds after the count (the queue, the retry)
+    level: int
+    counted: bool
+    told_at: float  # when the last line about it was logged
+    repeats: int = 0  # failures of it since that line
+
+
+class FailureLog:
+    """One writer's failures, told to `logger` as episodes (see the module docstring)."""
+
+    def __init__(self, logger: logging.Logger, every: float = 10.0) -> None:
+        self._log = logger
+        self.every = every
+        self._causes: dict[str, _Cause] = {}  # topic -> its current cause
+        self._started: float | None = None  # when the episode under way began
+        self._failures = 0  # counted failures in the episode under way
+        self._path = ""  # the file of its latest counted failure
+
+    @property
+    def open(self) -> bool:
+        """Whether an episode is under way (the writer asks after every clean pass)."""
+        return self._started is not None
+
+    def failed(self, err: LedgerError, path: str, queued: int, now: float) -> None:
+        """A write or sync of the queue's head failed: one of REQ-6's append errors."""
+        self._path = path
+        # The cause is the operation, file and error, not the record: a head that moves
+        # on (an earlier line landed) and fails the same way is the same failure.
+        self._note(_APPEND, err.message, str(err),
+                   f"; {queued} line(s) queued, retrying in order", logging.ERROR, now,
+                   counted=True)
+
+    def trouble(self, topic: str, text: str, now: float) -> None:
+        """A problem met while handling a failure: told like one, but not counted."""
+        self._note(topic, text, text, "", logging.WARNING, now, counted=False)
+
+    def recovered(self, now: float) -> None:
+        """A pass succeeded: tell the repeats not yet told, and the episode's end."""
+        if self._started is None:
+            return
+        self._end(now)
+        if self._failures:
+            # A warning, not info: the CLI logs nothing below it, and a reader who saw
+            # the failures must also see that they ended.
+            self._emit(logging.WARNING, f"ledger: writing {self._path} again after "
+                                        f"{self._failures} failure(s) in "
+                                        f"{_secs(now - self._started)}")
+        self._reset()
+
+    def stopped(self, queued: int, now: float) -> None:
+        """The writer stopped (a close's timeout passed) with the episode still open."""
+        if self._started is None:
+            return
+        self._end(now)
+        if self._failures:
+            self._emit(logging.ERROR, f"ledger: gave up on {self._path} after "
+                                      f"{self._failures} failure(s) in "
+                                      f"{_secs(now - self._started)}; {queued} line(s) "
+                                      "still queued")
+        self._reset()
+
+    def _note(self, topic: str, key: str, text: str, tail: str, level: int, now: float,
+              *, counted: bool) -> None:
+        if self._started is None:
+            self._started = now
+        cur = self._causes.get(topic)
+        if cur is not None and cur.key == key:
+            self._failures += counted
+            cur.repeats += 1
+            cur.text, cur.tail = text, tail
+            if now - cur.told_at >= self.every:
+                self._summarise(cur, now, cur.tail)
+            return
+        if cur is not None:
+            # The old cause's last repeats, before the line that says it changed.
+            self._summarise(cur, now, "")
+        self._failures += counted  # after that summary: its total is the old cause's
+        self._causes[topic] = _Cause(key, text, tail, level, counted, now)
+        self._emit(level, text + tail)
+
+    def _summarise(self, cur: _Cause, now: float, tail: str) -> None:
+        if cur.repeats:
+            so_far = f", {self._failures} failure(s) so far" if cur.counted else ""
+            self._emit(cur.level, f"{cur.text}: {cur.repeats} more time(s) in "
+                                  f"{_secs(now - cur.told_at)}{so_far}{tail}")
+        cur.repeats = 0
+        cur.told_at = now
+
+    def _end(self, now: float) -> None:
+        for cur in self._causes.values():
+            self._summarise(cur, now, "")
+
+    def _reset(self) -> None:
+        self._causes.clear()
+        self._started = None
+        self._failures = 0
+
+    def _emit(self, level: int, line: str) -> None:
+        # A ledger error's message is scrubbed already; a path met on the way is not.
+        self._log.log(level, "%s", scrub_text(line)[0])
+
+
+def _secs(seconds: float) -> str:
+    return f"{max(seconds, 0.0):.1f}s"
