@@ -57,7 +57,7 @@ def test_an_episode_is_its_first_failure_a_bounded_count_each_change_and_its_end
         fl.failed(_err("write", enospc, 5), P, 2, now=100.0 + i * 0.05)
     assert lines == [(E, f"ledger write of {P} failed: {enospc} (harness=a run_id=1 seq=5); "
                          "1 line(s) queued, retrying in order")]
-    # The head moved on (seq 5 landed) and seq 6 fails the same way: the same cause.
+    # The head moved on (seq 5 landed) and seq 6 fails the same way: REQ-6 names its seq.
     for t in (105.0, 110.0):
         fl.failed(_err("write", enospc, 6), P, 3, now=t)
     fl.failed(_err("write", enospc, 6), P, 3, now=115.0)
@@ -66,10 +66,12 @@ def test_an_episode_is_its_first_failure_a_bounded_count_each_change_and_its_end
     fl.recovered(now=118.5)
     fl.recovered(now=119.0)  # no episode: nothing to say
     assert lines[1:] == [
-        (E, f"ledger write of {P} failed: {enospc} (harness=a run_id=1 seq=6): 41 more "
-            "time(s) in 10.0s, 42 failure(s) so far; 3 line(s) queued, retrying in order"),
-        (E, f"ledger write of {P} failed: {enospc} (harness=a run_id=1 seq=6): 1 more "
-            "time(s) in 6.0s, 43 failure(s) so far"),
+        (E, f"ledger write of {P} failed: {enospc} (harness=a run_id=1 seq=5): 39 more "
+            "time(s) in 5.0s, 40 failure(s) so far"),
+        (E, f"ledger write of {P} failed: {enospc} (harness=a run_id=1 seq=6); 3 line(s) "
+            "queued, retrying in order"),
+        (E, f"ledger write of {P} failed: {enospc} (harness=a run_id=1 seq=6): 2 more "
+            "time(s) in 10.0s, 43 failure(s) so far; 3 line(s) queued, retrying in order"),
         (E, f"ledger sync of {P} failed: Input/output error (harness=a run_id=1 seq=6); 3 "
             "line(s) queued, retrying in order"),
         (E, f"ledger sync of {P} failed: Input/output error (harness=a run_id=1 seq=6): 1 more "
@@ -77,7 +79,7 @@ def test_an_episode_is_its_first_failure_a_bounded_count_each_change_and_its_end
         (W, f"ledger: writing {P} again after 45 failure(s) in 18.5s"),
     ]
     # Every failure is told once: one per line in full, N per "N more time(s)".
-    assert 1 + 41 + 1 + 1 + 1 == 45
+    assert 1 + 39 + 1 + 2 + 1 + 1 == 45
 
     # The next episode starts afresh, and one the writer stops in says it gave up.
     lines.clear()

@@ -73,9 +73,10 @@ class FailureLog:
     def failed(self, err: LedgerError, path: str, queued: int, now: float) -> None:
         """A write or sync of the queue's head failed: one of REQ-6's append errors."""
         self._path = path
-        # The cause is the operation, file and error, not the record: a head that moves
-        # on (an earlier line landed) and fails the same way is the same failure.
-        self._note(_APPEND, err.message, str(err),
+        # The cause is the operation, file, error and record: REQ-6 logs a failure with
+        # its harness and seq, so a head that moves on (an earlier line landed) and fails
+        # the same way gets a line of its own. Retries of one line are the repeats.
+        self._note(_APPEND, str(err), str(err),
                    f"; {queued} line(s) queued, retrying in order", logging.ERROR, now,
                    counted=True)
 
