@@ -216,6 +216,64 @@ def test_a_line_padded_past_16_kib_breaks_the_chain(world: World) -> None:
                   "(it was edited)")
 
 
+def _sealed_with(extra: Any, at: int, n: int = 4) -> tuple[list[bytes], str]:
+    """`n` hand-sealed decided lines, the one of seq `at` carrying the unknown field
+    `x_extra` = `extra`, its hash over its own canonical bytes: (lines, head hash)."""
+    prev, out = ZERO_HASH, []
+    for i in range(1, n + 1):
+        obj = {"v": 1, **decided(i, f"{DAY1}T10:00:0{i}.000000000Z")}
+        if i == at:
+            obj["x_extra"] = extra
+        raw, prev = seal(obj, i, prev)
+        out.append(raw)
+    return out, prev
+
+
+def _padded_to(size: int, at: int) -> list[bytes]:
+    """Lines whose seq `at` is exactly `size` bytes without its newline."""
+    lines, _ = _sealed_with("", at)
+    lines, _ = _sealed_with("a" * (size - len(lines[at - 1])), at)
+    assert len(lines[at - 1]) == size
+    return lines
+
+
+@pytest.mark.parametrize("at", [2, 4])
+def test_a_line_sealed_over_16_kib_is_a_break_though_its_hash_holds(world: World,
+                                                                      at: int) -> None:
+    """No writer of the chain makes a line past REQ-1's 16 KiB, and every reader skips one:
+    a line sealed so, its hash right, is a break where it lies (the fast path too)."""
+    world.ledger.mkdir(parents=True, mode=0o700)
+    write_day_file(world.ledger / FILE1, _padded_to(16 * 1024, at))
+    res = world.harness("runs", "--json", "--since", "3000d")
+    assert [r["run_id"] for r in json.loads(res.stdout)] == [r for r in (4, 3, 2, 1)
+                                                               if r != at]
+    assert_broken(world, at, f"{FILE1}:{at}",
+                  "line is over 16 KiB or nested deeper than 512: every reader skips it "
+                  "(it was edited)")
+
+
+def test_a_line_of_16_kib_with_its_newline_is_within_the_limit(world: World) -> None:
+    world.ledger.mkdir(parents=True, mode=0o700)
+    lines = _padded_to(16 * 1024 - 1, 2)
+    write_day_file(world.ledger / FILE1, lines)
+    res = world.harness("runs", "--json", "--since", "3000d")
+    assert [r["run_id"] for r in json.loads(res.stdout)] == [4, 3, 2, 1]
+    res = verify(world)
+    assert (res.returncode, res.stdout) == (0, ok_text(4, 1, 4, hash_of(lines[-1])))
+
+
+def test_a_line_sealed_nested_past_the_readers_depth_is_a_break(world: World) -> None:
+    deep: Any = 1
+    for _ in range(600):
+        deep = [deep]
+    lines, _ = _sealed_with(deep, 3)
+    world.ledger.mkdir(parents=True, mode=0o700)
+    write_day_file(world.ledger / FILE1, lines)
+    assert_broken(world, 3, f"{FILE1}:3",
+                  "line is over 16 KiB or nested deeper than 512: every reader skips it "
+                  "(it was edited)")
+
+
 def test_no_ledger(world: World) -> None:
     res = verify(world)
     assert (res.returncode, res.stdout) == (1, "")

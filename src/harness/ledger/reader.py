@@ -113,6 +113,13 @@ def valid_line(obj: Any) -> bool:
     )
 
 
+def readable(raw: bytes) -> bool:
+    """Whether readers fold the complete line `raw` at all: within the 16 KiB line limit
+    (REQ-1, its newline counted) and nested no deeper than MAX_DEPTH. Verify holds a line
+    that fails this to be a break, however its hash reads."""
+    return len(raw) + 1 <= MAX_LINE and not too_deep(raw)
+
+
 def too_deep(raw: bytes) -> bool:
     """Whether the JSON text `raw` nests arrays and objects deeper than MAX_DEPTH (for
     text that is no JSON, whether it opens more than that before failing)."""
@@ -166,7 +173,7 @@ def decode_line(raw: bytes) -> dict[str, Any] | None:
     skips such a number unread, so skipping the whole line here would let the envelope
     scans and the folds disagree about the same line (a run closed for one, open for the
     other). In the envelope it makes the line unreadable, as it does for `Head`."""
-    if len(raw) + 1 > MAX_LINE or too_deep(raw):
+    if not readable(raw):
         return None
     try:
         obj = _full.decode(raw)

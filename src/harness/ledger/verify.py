@@ -38,7 +38,7 @@ from .dayfiles import (
     surrogate_escape,
 )
 from .files import open_regular
-from .reader import MAX_DEPTH, too_deep
+from .reader import MAX_DEPTH, readable
 from .writer import MAX_LINE
 
 
@@ -249,6 +249,7 @@ def _lines(path: str, name: str, frags: _Fragments, fc: FileCheck | None = None,
                 continue
             digest = link.hash
             if link.seq == expect and link.prev == head and digest is not None \
+                    and (len(raw) <= _SHORT or readable(raw)) \
                     and hash_of_line_bytes(raw, digest):
                 counted.lines += 1
                 expect, head, run = link.seq + 1, digest, link
@@ -278,6 +279,11 @@ SURROGATE = ("complete line is not a ledger line (a string holds the lone surrog
              "{}, which no writer of the chain makes: it was edited)")
 UNREAD = (f"line is over {MAX_LINE // 1024} KiB or nested deeper than {MAX_DEPTH}: every "
           "reader skips it (it was edited)")
+
+
+# No line this short is too long or too deep for a reader (`too_deep` answers at once):
+# the hot loop asks `readable` only of longer ones.
+_SHORT = 2 * MAX_DEPTH
 
 
 class _Foreign:
@@ -342,12 +348,13 @@ def _fault(link: _Link, raw: bytes, prev_seq: int | None, prev_hash: str | None)
         err = _link_error(link.seq, link.prev, prev_seq, prev_hash)
         if err:
             return err
+    if not readable(raw):
+        # Hashed right as it lies or in another spelling (spaces, escapes), every reader
+        # skips it: what they fold is not what was hashed, and no writer of the chain
+        # makes such a line.
+        return UNREAD
     if hash_of_line_bytes(raw, digest):
         return None
-    if len(raw) + 1 > MAX_LINE or too_deep(raw):
-        # Another spelling of the hashed line (spaces, escapes) may hash right once
-        # re-encoded, but every reader skips it: what they fold is not what was hashed.
-        return UNREAD
     if not _reencoded_ok(raw, digest):
         if not is_utf8(raw):
             return DAMAGED  # a byte no editor writes: the disk, not a person
