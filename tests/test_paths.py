@@ -68,6 +68,13 @@ def test_an_absolute_state_home_is_used(home: Path, tmp_path: Path) -> None:
         f"{tmp_path}/st/harness/ledger"
 
 
+def test_a_state_home_is_spelled_one_way(home: Path, tmp_path: Path) -> None:
+    """Paths derived from it (a run's log path, matched by logref against its layout)
+    must not differ by a "//" or "/./" in how the variable was written."""
+    assert ledger_looked_at(home, XDG_STATE_HOME=f"{tmp_path}//st/./x/..") == \
+        f"{tmp_path}/st/harness/ledger"
+
+
 @pytest.mark.parametrize("value", [None, "", "run"])
 def test_without_a_usable_runtime_dir_the_socket_is_in_the_state_dir(
         home: Path, tmp_path: Path, value: str | None) -> None:

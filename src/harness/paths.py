@@ -18,8 +18,10 @@ _served_socket: str | None = None
 
 
 def _xdg_var(var: str) -> str | None:
+    # Normalised: a path derived from it is spelled one way whoever derives it (a log
+    # path the ledger stored cut is matched against its layout spelling, logref.py).
     v = os.environ.get(var)
-    return v if v and os.path.isabs(v) else None
+    return os.path.normpath(v) if v and os.path.isabs(v) else None
 
 
 def _xdg(var: str, default: str) -> str:
