@@ -23,6 +23,7 @@ import pytest
 
 from harness.ledger.errors import LedgerUnavailable
 from harness.ledger.faillog import FailureLog
+from harness.ledger.scrub import ScrubLog
 
 TOKEN = "ghp_" + "A1b2C3d4" * 4 + "abcd"  # the form of a GitHub token
 P = "/srv/ledger/2026-12-01.jsonl"
@@ -36,6 +37,7 @@ def _err(op: str, why: str, seq: int) -> LedgerUnavailable:
 @pytest.fixture
 def told(caplog: pytest.LogCaptureFixture) -> tuple[FailureLog, list[tuple[int, str]]]:
     logger = logging.getLogger("test.faillog")
+    logger.filters[:] = [ScrubLog()]  # as on "harness.ledger"
     caplog.set_level(logging.DEBUG, logger=logger.name)
     lines: list[tuple[int, str]] = []
 

@@ -230,6 +230,72 @@ def test_a_restart_whose_first_sync_fails_retries_it_before_writing_a_line(
     assert led.stats().append_errors == 1
 
 
+@pytest.mark.parametrize("into", ["directory", "symlink", "fifo", "not permitted"])
+def test_a_head_file_that_cannot_be_synced_any_more_is_passed_over(
+    ledger_dir: Path, open_ledger: OpenLedger, into: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Replaced after the boot by what is no regular file, or refused to us (an immutable
+    file): it holds nothing the new lines depend on, so the writer goes on, once warned,
+    instead of failing every append for ever."""
+    path, files = _killed_before_its_sync(ledger_dir, open_ledger)
+    led = open_ledger(ledger_dir, clock=Clock(T0 + DAY), files=files, retry_min=0.05)
+    if into == "not permitted":
+        files.inject("open", errno=errno.EPERM, times=1)  # the settle's open alone
+    else:
+        path.unlink()
+        if into == "directory":
+            path.mkdir()
+        elif into == "symlink":
+            path.symlink_to(ledger_dir / "elsewhere.txt")
+        else:
+            os.mkfifo(path)
+    assert led.append(decided("nightly", 4)) == 4
+    assert led.append(decided("nightly", 5)) == 5
+    later = day_file(ledger_dir, T0 + DAY)
+    assert [x["seq"] for x in lines_of(later)] == [4, 5]
+    assert led.stats().append_errors == 0
+    said = [r.getMessage() for r in caplog.records if "going on" in r.getMessage()
+            or "no longer a regular file" in r.getMessage()]
+    assert len(said) == 1 and str(path) in said[0], said
+
+
+def test_the_engines_warnings_never_print_a_secret_a_path_holds(
+    tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "password=Hunter2-Hunter2-Hunter2"
+    ledger_dir = tmp_path / secret / "harness" / "ledger"
+    path, files = _killed_before_its_sync(ledger_dir, open_ledger)
+    led = open_ledger(ledger_dir, clock=Clock(T0 + DAY), files=files)
+    path.unlink()
+    path.mkdir()
+    assert led.append(decided("nightly", 4)) == 4
+    said = [r.getMessage() for r in caplog.records if r.name == "harness.ledger"]
+    assert any("no longer a regular file" in m for m in said), said
+    assert not [m for m in said if "Hunter2" in m]
+    assert any("[REDACTED]" in m for m in said)
+
+
+def test_a_head_file_that_fails_to_open_is_retried_and_named(
+    ledger_dir: Path, open_ledger: OpenLedger
+) -> None:
+    path, files = _killed_before_its_sync(ledger_dir, open_ledger)
+    files.inject("open", errno=errno.EIO, times=1)
+    led = open_ledger(ledger_dir, clock=Clock(T0 + DAY), files=files, retry_min=0.05)
+    with pytest.raises(LedgerUnavailable) as caught:
+        led.append(decided("nightly", 4))
+    assert caught.value.message == (f"ledger sync of {path} failed: Input/output error "
+                                    "(injected on open); the line stays queued and will "
+                                    "be retried in order")
+    deadline = time.monotonic() + 30
+    while led.stats().queued and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert led.append(decided("nightly", 5)) == 5
+    later = day_file(ledger_dir, T0 + DAY)
+    assert _seqs_after_power_cut(files, path, later) == {
+        path.name: [1, 2, 3], later.name: [4, 5]
+    }
+
+
 def test_seq_is_recovered_from_files_outside_the_window(
     ledger_dir: Path, open_ledger: OpenLedger
 ) -> None:

@@ -441,3 +441,24 @@ def test_a_line_read_back_through_a_reopened_handle_is_synced_before_another_fil
     assert next_day.read_bytes() == e3.data
     assert files.after_power_cut(str(rig.day)) == e1.data + e2.data[:-1]
     assert files.after_power_cut(str(next_day)) == e3.data
+
+
+def test_the_power_cut_model_keeps_nothing_of_a_file_made_again_at_its_path(
+    tmp_path: Path,
+) -> None:
+    """A file deleted and made again usually gets the same inode number: the model must
+    not say the new file keeps what the deleted one had synced."""
+    files = FaultyFiles(power_cut=True)
+    path = str(tmp_path / "day.jsonl")
+    fd, created = files.open_append(path)
+    assert created
+    files.write(fd, b'{"seq":1}\n')
+    files.sync(fd)
+    files.close(fd)
+    assert files.after_power_cut(path) == b'{"seq":1}\n'
+    os.unlink(path)
+    fd, created = files.open_append(path)
+    assert created
+    files.write(fd, b'{"seq":2}\n')
+    files.close(fd)
+    assert files.after_power_cut(path) == b""

@@ -44,6 +44,7 @@ from .ledger.errors import LedgerError
 from .ledger.files import make_private_dir
 from .ledger.logref import log_file
 from .ledger.runledger import RunLedger
+from .ledger.scrub import ScrubLog
 from .supervisor import housekeeping, logs
 from .supervisor.history import close_open_on_shutdown, import_legacy, reconcile
 from .supervisor.manager import Manager, NotResident, UnknownHarness
@@ -64,6 +65,7 @@ def _setup_logging() -> None:
     if not root.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(ScrubLog())  # every component's paths and errors, scrubbed
         root.addHandler(handler)
     root.setLevel(logging.INFO)
 

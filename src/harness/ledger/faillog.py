@@ -21,8 +21,8 @@ at the latest, so the failures in the log add up to the writer's ``append_errors
 its late syncs, which the writer logs a line each: a late sync takes the whole bound, so
 they cannot flood). Problems met on the way (a failed write that cannot be cut back or
 read back, a handle that fails to close) are told the same way under a topic of their
-own, and not counted. Every line is scrubbed of secrets before it is logged: a path can
-carry one.
+own, and not counted. Every line is scrubbed of secrets by the logger's filter
+(`scrub.ScrubLog`, on "harness.ledger"): a path can carry one.
 
 Used by the writer thread alone, so it takes no lock.
 """
@@ -33,7 +33,6 @@ import logging
 from dataclasses import dataclass
 
 from .errors import LedgerError
-from .scrub import scrub_text
 
 __all__ = ["FailureLog"]
 
@@ -146,8 +145,9 @@ class FailureLog:
         self._failures = 0
 
     def _emit(self, level: int, line: str) -> None:
-        # A ledger error's message is scrubbed already; a path met on the way is not.
-        self._log.log(level, "%s", scrub_text(line)[0])
+        # Scrubbed by the logger's filter (`scrub.ScrubLog` on "harness.ledger"): a path
+        # met on the way can carry a secret.
+        self._log.log(level, "%s", line)
 
 
 def _secs(seconds: float) -> str:

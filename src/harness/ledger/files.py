@@ -220,6 +220,11 @@ class FileLayer:
         except FileExistsError:
             return os.open(path, flags, 0o600), False
 
+    def open_existing(self, path: str) -> int:
+        """Open the file at `path` to sync it, not to write: read-only, no link followed,
+        never blocking (a FIFO at the name opens, and its fstat says what it is)."""
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+
     def write(self, fd: int, data: bytes) -> int:
         return os.write(fd, data)
 
@@ -373,12 +378,27 @@ class FaultyFiles(FileLayer):
     def open_append(self, path: str) -> tuple[int, bool]:
         self._raise(self._apply("open"), "open")
         fd, created = super().open_append(path)
-        if self._power_cut:
-            key = self.identity(fd)
-            with self._lock:
-                self._paths[key] = path
-                self._durable.setdefault(key, self._found.get(path, self._content(fd)))
+        self._known(fd, path, created)
         return fd, created
+
+    def open_existing(self, path: str) -> int:
+        self._raise(self._apply("open"), "open")
+        fd = super().open_existing(path)
+        self._known(fd, path, False)
+        return fd
+
+    def _known(self, fd: int, path: str, created: bool) -> None:
+        """Follow the file `fd` holds for the power-cut model. A file made now keeps
+        nothing yet, whatever a deleted file with its inode number kept."""
+        if not self._power_cut or not stat.S_ISREG(os.fstat(fd).st_mode):
+            return  # only regular files hold lines
+        key = self.identity(fd)
+        with self._lock:
+            self._paths[key] = path
+            if created:
+                self._durable[key] = b""
+            else:
+                self._durable.setdefault(key, self._found.get(path, self._content(fd)))
 
     def left_unsynced(self, path: str, durable: bytes) -> None:
         """Take the file now at `path` to keep only `durable` in a power cut: the rest is

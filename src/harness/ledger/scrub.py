@@ -19,10 +19,11 @@ UUIDs, timestamps, paths and model names are deliberately outside every form.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from typing import Final
 
-__all__ = ["REDACTED", "might_hold_secret", "scrub_text", "scrub_value"]
+__all__ = ["REDACTED", "ScrubLog", "might_hold_secret", "scrub_text", "scrub_value"]
 
 REDACTED: Final = "[REDACTED]"
 
@@ -395,6 +396,18 @@ def scrub_text(s: str) -> tuple[str, int]:
 
 
 @functools.lru_cache(maxsize=4096)
+class ScrubLog(logging.Filter):
+    """A log filter that scrubs each message once it is formatted with its arguments:
+    a path or an OS error quoted in a warning can carry a token as surely as a field.
+    On a logger it covers what that logger logs; on a handler, everything it prints."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        if _TRIGGER.search(msg) is not None:
+            record.msg, record.args = scrub_text(msg)[0], None
+        return True
+
+
 def _names_a_credential(key: str) -> bool:
     """True when `key` is the name of a credential: written as an assignment
     (``key=value``), the rules would hide the value ("password", "GITHUB_TOKEN",

@@ -45,8 +45,10 @@ Both ledgers write through this. Invariants:
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
+import stat
 import threading
 import time
 from collections import deque
@@ -59,6 +61,12 @@ from .faillog import FailureLog
 from .files import FileLayer, make_durable_dirs, sync_entries_of
 
 log = logging.getLogger("harness.ledger")
+
+# Why a file cannot be opened or synced that no retry changes (gone, not ours to open, no
+# longer a regular file, a read-only file system): `_settle_found` passes over it.
+_UNSETTLABLE = frozenset({errno.ENOENT, errno.EACCES, errno.EPERM, errno.ELOOP,
+                          errno.ENXIO, errno.EISDIR, errno.ENOTDIR, errno.EROFS,
+                          errno.EINVAL})
 
 MAX_LINE = 16 * 1024
 T = TypeVar("T")
@@ -894,10 +902,9 @@ class Writer:
         todo = [e for e in batch if not e.written]
         if self._settle is not None and todo:
             try:
-                if os.path.lexists(self._settle):  # gone: nothing of it to lose
-                    self._sync_file(self._settle, self._file(self._settle))
+                self._settle_found(self._settle)
             except OSError as exc:
-                return self._error("sync", exc, todo[0]), True
+                return self._error("sync", exc, todo[0], path=self._settle), True
             self._settle = None
         while i < len(todo):
             j = i
@@ -921,6 +928,38 @@ class Writer:
                 return self._error("write", exc, failed_at), True
             i = j
         return None, True
+
+    def _settle_found(self, path: str) -> None:
+        """fdatasync the file a killed writer may have left unsynced, and its directory
+        entry. Read-only and not following a link: what cannot be opened so, or is no
+        longer a regular file (deleted, made immutable, replaced by a directory or a
+        FIFO), holds nothing this writer's lines depend on, and is passed over with a
+        warning rather than retried for ever. Raises OSError for a failure worth a retry
+        (EIO, a full disk)."""
+        try:
+            fd = self._files.open_existing(path)
+        except OSError as exc:
+            if exc.errno in _UNSETTLABLE:
+                if exc.errno != errno.ENOENT:
+                    log.warning("ledger: cannot open %s to sync what a killed daemon left "
+                                "in it (%s); going on", path, exc.strerror or exc)
+                return
+            raise
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                log.warning("ledger: %s is no longer a regular file; not synced", path)
+                return
+            try:
+                self._files.sync(fd)
+            except OSError as exc:
+                if exc.errno not in _UNSETTLABLE:
+                    raise
+                log.warning("ledger: cannot sync %s (%s); going on", path,
+                            exc.strerror or exc)
+                return
+        finally:
+            self._files.close(fd)
+        sync_entries_of(os.path.dirname(path) or "/", self._files.sync_dir)
 
     def _unsynced_elsewhere(self, path: str) -> bool:
         """Whether a file other than `path` holds lines written and not yet synced:
@@ -1136,12 +1175,15 @@ class Writer:
                 self._lines_written -= 1
         return True
 
-    def _error(self, op: str, exc: OSError, e: Entry) -> LedgerError:
+    def _error(self, op: str, exc: OSError, e: Entry, path: str | None = None) -> LedgerError:
+        """The error of `e`'s pass, whose `op` on `path` (`e`'s file unless another was
+        being synced for it) failed."""
         # Every failure `_fail` reports was made here in the same pass: the file its
         # log names when the episode ends.
-        self._failed_path = e.path
+        path = path if path is not None else e.path
+        self._failed_path = path
         err = LedgerUnavailable(
-            f"ledger {op} of {e.path} failed: {exc.strerror or exc}",
+            f"ledger {op} of {path} failed: {exc.strerror or exc}",
             harness=e.harness,
             run_id=e.run_id,
             seq=e.seq,
