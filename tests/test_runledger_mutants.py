@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import harness.ledger.load as load_mod
 import harness.ledger.runledger as runledger_mod
 from harness.ledger.query import Query
 from harness.timefmt import format_ns
@@ -99,15 +100,20 @@ def test_a_file_on_the_windows_first_day_is_loaded_as_the_window_not_as_older(
 
 
 def count_file_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The day files a RunLedger reads line by line from now on (the real read answers)."""
+    """The day files a RunLedger reads line by line from now on (the real read answers):
+    by lines (`iter_chunks`: the boot's pass over the window, in load.py, and a peek at a
+    file's first lines) or by envelopes a block at a time (`head_blocks`)."""
     paths: list[str] = []
-    real = runledger_mod.iter_chunks
 
-    def counting(path: str, *a: Any, **kw: Any) -> Any:
-        paths.append(os.path.basename(path))
-        return real(path, *a, **kw)
+    def counting(real: Any) -> Any:
+        def read(path: str, *a: Any, **kw: Any) -> Any:
+            paths.append(os.path.basename(path))
+            return real(path, *a, **kw)
+        return read
 
-    monkeypatch.setattr(runledger_mod, "iter_chunks", counting)
+    monkeypatch.setattr(runledger_mod, "iter_chunks", counting(runledger_mod.iter_chunks))
+    monkeypatch.setattr(runledger_mod, "head_blocks", counting(runledger_mod.head_blocks))
+    monkeypatch.setattr(load_mod, "iter_chunks", counting(load_mod.iter_chunks))
     return paths
 
 

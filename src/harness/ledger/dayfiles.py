@@ -388,14 +388,25 @@ def highest_line(path: str) -> tuple[int, str | None] | None:
     newline counts, as for every reader, and so does a line whose `hash` is damaged or
     gone (hash None): its seq was taken. None when no line has a seq."""
     best: tuple[int, bytes] | None = None
+    decode = _seq_decoder.decode
     for _first, lines, _torn in iter_chunks(path):
-        for raw in lines:
-            try:
-                seq = _seq_decoder.decode(raw).seq
-            except UNREADABLE:
-                continue
-            if best is None or seq > best[0]:
-                best = (seq, raw)
+        try:
+            # A chunk at once (a prune reads every line of each file it deletes); one
+            # with a line that has no seq is read line by line.
+            seqs = [decode(raw).seq for raw in lines]
+        except UNREADABLE:
+            for raw in lines:
+                try:
+                    seq = decode(raw).seq
+                except UNREADABLE:
+                    continue
+                if best is None or seq > best[0]:
+                    best = (seq, raw)
+            continue
+        if seqs:
+            top = max(seqs)
+            if best is None or top > best[0]:
+                best = (top, lines[seqs.index(top)])
     if best is None:
         return None
     try:

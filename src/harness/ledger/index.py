@@ -21,7 +21,7 @@ from ..timefmt import format_ns, parse_ns
 from .fold import Frozen, Record
 from .query import Query, select
 
-_INTERNED = ("kind", "trigger", "outcome", "reason", "cost_source", "model", "source")
+INTERNED = ("kind", "trigger", "outcome", "reason", "cost_source", "model", "source")
 
 
 class Index:
@@ -77,7 +77,7 @@ class Index:
                 self.max_ids[h] = rid
         else:
             r = found.thaw() if isinstance(found, Frozen) else found
-        for k in _INTERNED:  # the same few words on every record: share them
+        for k in INTERNED:  # the same few words on every record: share them
             v = line.get(k)
             if v is not None and type(v) is str:
                 line[k] = sys.intern(v)

@@ -218,7 +218,7 @@ def head_of(raw: bytes, utf8: bool = False) -> Head | None:
     return h
 
 
-def _refused_whole(raw: bytes) -> bool:
+def refused_whole(raw: bytes) -> bool:
     """Whether a line of at most 16 KiB that a decoder skipping fields (`Head`) read is one
     a whole decode refuses, as `head_of` checks: bytes skipped unread are not UTF-8, or
     nest too deep, or hold a huge integer."""
@@ -283,6 +283,13 @@ def heads(path: str, stats: ReadStats) -> Iterator[list[Head]]:
     object, in its count, and no cheap look at the bytes rules both out. Only a block
     holding a bad line is read a second time, with the checks `head_of` makes per line.
     """
+    for got, _lines in head_blocks(path, stats):
+        yield got
+
+
+def head_blocks(path: str, stats: ReadStats) -> Iterator[tuple[list[Head], list[bytes]]]:
+    """`heads`, with each block's lines as well: the valid lines' `Head`s and their bytes,
+    in two lists of one length (for a reader that decodes some of them whole)."""
     decode = _head.decode
     for block, torn in iter_blocks(path, gone_ok=True):
         if torn:
@@ -305,16 +312,18 @@ def heads(path: str, stats: ReadStats) -> Iterator[list[Head]]:
                 # holding a line long enough to nest past MAX_DEPTH is looked at per line.
                 if max(map(len, lines), default=0) <= 2 * MAX_DEPTH or not any(
                         too_deep(raw) for raw in lines):
-                    yield got
+                    yield got, lines
                     continue
         good = []
+        kept = []
         for raw in lines:
             h = head_of(raw, utf8)
             if h is None:
                 stats.skipped += 1
             else:
                 good.append(h)
-        yield good
+                kept.append(raw)
+        yield good, kept
 
 
 # A record in the first pass: [seq, last_seq, when, outcome, trigger, flags, fileno]
@@ -784,7 +793,7 @@ def _fold_back(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int],
                     if b is None:
                         continue
                     seq = x.seq
-                    if seq > upto or ((n > short or not raw.isascii()) and _refused_whole(raw)):
+                    if seq > upto or ((n > short or not raw.isascii()) and refused_whole(raw)):
                         continue
                     typ = x.type
                     vals = astuple(x)
