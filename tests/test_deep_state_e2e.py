@@ -22,18 +22,11 @@ import pytest
 from conftest import World
 from daemons import DEADLINE, Daemons, alive, comm, record_of, until
 from harness.supervisor.history import CRASH_NOTE
+from test_cli_logs import COUNTING
 
-# Each one-shot run prints its number (a counter file in the workdir) and two fixed lines;
-# the resident prints one line and exits 0, and is not restarted.
-CONFIG = """
-[harness.job]
-kind = "oneshot"
-keep_runs = 2
-workdir = "{workdir}"
-argv = ["sh", "-c", '''
-n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count
-echo run $n; echo second; echo third''']
-
+# The one-shot of test_cli_logs (each run prints its number and two fixed lines); the
+# resident prints one line and exits 0, and is not restarted.
+CONFIG = COUNTING + """
 [harness.res]
 kind = "resident"
 enabled = true

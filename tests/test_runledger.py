@@ -207,29 +207,6 @@ def test_a_restart_syncs_the_file_a_killed_daemon_left_before_another_file_takes
     assert led.stats().append_errors == 0
 
 
-def test_a_restart_whose_first_sync_fails_retries_it_before_writing_a_line(
-    ledger_dir: Path, open_ledger: OpenLedger
-) -> None:
-    path, files = _killed_before_its_sync(ledger_dir, open_ledger)
-    files.inject("sync", errno=errno.EIO, times=1)
-    led = open_ledger(ledger_dir, clock=Clock(T0 + DAY), files=files, retry_min=0.05)
-    with pytest.raises(LedgerUnavailable, match=r"Input/output error .* retried in order"):
-        led.append(decided("nightly", 4))  # its pass failed: said at once, line kept
-    deadline = time.monotonic() + 30
-    while led.stats().queued and time.monotonic() < deadline:  # the retry, 50 ms on
-        time.sleep(0.01)
-    assert led.append(decided("nightly", 5)) == 5
-    later = day_file(ledger_dir, T0 + DAY)
-    assert _seqs_after_power_cut(files, path, later) == {
-        path.name: [1, 2, 3], later.name: [4, 5]
-    }
-    # Nothing was written to the next day's file before the retried sync held line 3.
-    assert files.cuts
-    assert all(os.path.basename(p) != path.name or b.count(b"\n") == 3
-               for cut in files.cuts for p, b in cut.items())
-    assert led.stats().append_errors == 1
-
-
 @pytest.mark.parametrize("into", ["directory", "symlink", "fifo", "not permitted"])
 def test_a_head_file_that_cannot_be_synced_any_more_is_passed_over(
     ledger_dir: Path, open_ledger: OpenLedger, into: str, caplog: pytest.LogCaptureFixture
@@ -275,25 +252,32 @@ def test_the_engines_warnings_never_print_a_secret_a_path_holds(
     assert any("[REDACTED]" in m for m in said)
 
 
-def test_a_head_file_that_fails_to_open_is_retried_and_named(
-    ledger_dir: Path, open_ledger: OpenLedger
+@pytest.mark.parametrize("op", ["open", "sync"])
+def test_a_restart_whose_settling_sync_fails_retries_it_before_writing_a_line(
+    ledger_dir: Path, open_ledger: OpenLedger, op: str
 ) -> None:
+    """The head file's open or sync fails once (EIO): a failed sync of that file, named,
+    retried in order; nothing goes to the next day's file before it holds line 3."""
     path, files = _killed_before_its_sync(ledger_dir, open_ledger)
-    files.inject("open", errno=errno.EIO, times=1)
+    files.inject(op, errno=errno.EIO, times=1)
     led = open_ledger(ledger_dir, clock=Clock(T0 + DAY), files=files, retry_min=0.05)
     with pytest.raises(LedgerUnavailable) as caught:
-        led.append(decided("nightly", 4))
+        led.append(decided("nightly", 4))  # its pass failed: said at once, line kept
     assert caught.value.message == (f"ledger sync of {path} failed: Input/output error "
-                                    "(injected on open); the line stays queued and will "
+                                    f"(injected on {op}); the line stays queued and will "
                                     "be retried in order")
     deadline = time.monotonic() + 30
-    while led.stats().queued and time.monotonic() < deadline:
+    while led.stats().queued and time.monotonic() < deadline:  # the retry, 50 ms on
         time.sleep(0.01)
     assert led.append(decided("nightly", 5)) == 5
     later = day_file(ledger_dir, T0 + DAY)
     assert _seqs_after_power_cut(files, path, later) == {
         path.name: [1, 2, 3], later.name: [4, 5]
     }
+    assert files.cuts
+    assert all(os.path.basename(p) != path.name or b.count(b"\n") == 3
+               for cut in files.cuts for p, b in cut.items())
+    assert led.stats().append_errors == 1
 
 
 def test_seq_is_recovered_from_files_outside_the_window(
