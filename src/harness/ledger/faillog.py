@@ -85,27 +85,24 @@ class FailureLog:
 
     def recovered(self, now: float) -> None:
         """A pass succeeded: tell the repeats not yet told, and the episode's end."""
-        if self._started is None:
-            return
-        self._end(now)
-        if self._failures:
-            # A warning, not info: the CLI logs nothing below it, and a reader who saw
-            # the failures must also see that they ended.
-            self._emit(logging.WARNING, f"ledger: writing {self._path} again after "
-                                        f"{self._failures} failure(s) in "
-                                        f"{_secs(now - self._started)}")
-        self._reset()
+        # A warning, not info: the CLI logs nothing below it, and a reader who saw the
+        # failures must also see that they ended.
+        self._finish(now, logging.WARNING, f"writing {self._path} again", "")
 
     def stopped(self, queued: int, now: float) -> None:
         """The writer stopped (a close's timeout passed) with the episode still open."""
+        self._finish(now, logging.ERROR, f"gave up on {self._path}",
+                     f"; {queued} line(s) still queued")
+
+    def _finish(self, now: float, level: int, what: str, tail: str) -> None:
+        """End the episode under way, if any: its repeats not yet told, then `what`
+        happened after how many failures in how long."""
         if self._started is None:
             return
         self._end(now)
         if self._failures:
-            self._emit(logging.ERROR, f"ledger: gave up on {self._path} after "
-                                      f"{self._failures} failure(s) in "
-                                      f"{_secs(now - self._started)}; {queued} line(s) "
-                                      "still queued")
+            self._emit(level, f"ledger: {what} after {self._failures} failure(s) in "
+                              f"{_secs(now - self._started)}{tail}")
         self._reset()
 
     def _note(self, topic: str, key: str, text: str, tail: str, level: int, now: float,
