@@ -25,13 +25,10 @@ import msgspec
 from .dayfiles import UNREADABLE, iter_chunks
 from .fold import Merge
 from .index import INTERNED, Index
-from .reader import MAX_DEPTH, Head, decode_line, refused_whole
+from .reader import SHORT_LINE, Head, decode_line, refused_whole
 from .schema import RECORD_FIELDS
 from .writer import MAX_LINE
 
-# Lines at most this long cannot nest past MAX_DEPTH (a level takes two bytes) nor hold an
-# integer too long to decode.
-_SHORT = 2 * MAX_DEPTH
 _CLOSING = frozenset({"closed", "decided"})
 _ENVELOPE = ("seq", "type", "at", "harness", "run_id")
 # What a line's decode keeps: the envelope (with `Head`'s types: a line `Head` refuses,
@@ -104,7 +101,7 @@ def _load_file(index: Index, records: dict[tuple[str, int], Any],
                 # What the decode skipped unread may be no UTF-8, nest too deep or hold a
                 # huge integer (`reader.head_of` asks the same): never in a short line of
                 # ASCII.
-                if (n > _SHORT or not raw.isascii()) and refused_whole(raw):
+                if (n > SHORT_LINE or not raw.isascii()) and refused_whole(raw):
                     skipped += 1
                     continue
             pop = line.pop

@@ -74,6 +74,9 @@ _RUN = re.compile(rb"[0-9]{%d}" % (_HUGE - _STEP + 1))
 # one line near it would read in one reader and not in another. REQ-4's fields nest
 # three deep; a line needs twice this many bytes to nest this deep.
 MAX_DEPTH = 512
+# A line no longer than this cannot nest past MAX_DEPTH (a level takes two bytes) nor hold
+# an integer too long to decode: the checks for those skip it.
+SHORT_LINE = 2 * MAX_DEPTH
 _full = msgspec.json.Decoder()
 _TYPES = frozenset(LINE_TYPES)
 
@@ -123,7 +126,7 @@ def readable(raw: bytes) -> bool:
 def too_deep(raw: bytes) -> bool:
     """Whether the JSON text `raw` nests arrays and objects deeper than MAX_DEPTH (for
     text that is no JSON, whether it opens more than that before failing)."""
-    if len(raw) <= 2 * MAX_DEPTH or not _opens_over(raw, MAX_DEPTH):
+    if len(raw) <= SHORT_LINE or not _opens_over(raw, MAX_DEPTH):
         return False
     depth = 0
     in_string = escaped = False
@@ -222,7 +225,7 @@ def refused_whole(raw: bytes) -> bool:
     """Whether a line of at most 16 KiB that a decoder skipping fields (`Head`) read is one
     a whole decode refuses, as `head_of` checks: bytes skipped unread are not UTF-8, or
     nest too deep, or hold a huge integer."""
-    return not (raw.isascii() or is_utf8(raw)) or (len(raw) > 2 * MAX_DEPTH and (
+    return not (raw.isascii() or is_utf8(raw)) or (len(raw) > SHORT_LINE and (
         too_deep(raw) or (_huge_int(raw) and decode_line(raw) is None)))
 
 
@@ -310,7 +313,7 @@ def head_blocks(path: str, stats: ReadStats) -> Iterator[tuple[list[Head], list[
             else:
                 # too_deep's own length gate, for the whole block at once: only a block
                 # holding a line long enough to nest past MAX_DEPTH is looked at per line.
-                if max(map(len, lines), default=0) <= 2 * MAX_DEPTH or not any(
+                if max(map(len, lines), default=0) <= SHORT_LINE or not any(
                         too_deep(raw) for raw in lines):
                     yield got, lines
                     continue
@@ -764,7 +767,7 @@ def _fold_back(files: list[tuple[str, str]], chosen: dict[tuple[str, int], int],
         return fewer
 
     astuple = msgspec.structs.astuple
-    skip, short = len(_ENVELOPE), 2 * MAX_DEPTH
+    skip, short = len(_ENVELOPE), SHORT_LINE
     dec, names = wanted()
     decode, free = dec.decode, len(names)
     for fileno in range(len(files) - 1, min(chosen.values()) - 1, -1):

@@ -38,7 +38,7 @@ from .dayfiles import (
     surrogate_escape,
 )
 from .files import open_regular
-from .reader import MAX_DEPTH, readable
+from .reader import MAX_DEPTH, SHORT_LINE, readable
 from .writer import MAX_LINE
 
 
@@ -249,7 +249,7 @@ def _lines(path: str, name: str, frags: _Fragments, fc: FileCheck | None = None,
                 continue
             digest = link.hash
             if link.seq == expect and link.prev == head and digest is not None \
-                    and (len(raw) <= _SHORT or readable(raw)) \
+                    and (len(raw) <= SHORT_LINE or readable(raw)) \
                     and hash_of_line_bytes(raw, digest):
                 counted.lines += 1
                 expect, head, run = link.seq + 1, digest, link
@@ -279,11 +279,6 @@ SURROGATE = ("complete line is not a ledger line (a string holds the lone surrog
              "{}, which no writer of the chain makes: it was edited)")
 UNREAD = (f"line is over {MAX_LINE // 1024} KiB or nested deeper than {MAX_DEPTH}: every "
           "reader skips it (it was edited)")
-
-
-# No line this short is too long or too deep for a reader (`too_deep` answers at once):
-# the hot loop asks `readable` only of longer ones.
-_SHORT = 2 * MAX_DEPTH
 
 
 class _Foreign:
