@@ -9,6 +9,7 @@ files (`write_day_file`), spoiled (`edited`, `foreign`) and checked (`verify_jso
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
@@ -247,3 +248,17 @@ class DirSyncs(FileLayer):
     def sync_dir(self, path: str) -> None:
         self.dirs.append(path)
         super().sync_dir(path)
+
+
+def seqs_by_file(state: Mapping[str, bytes]) -> dict[str, list[int]]:
+    """The seqs of the lines each file of `state` (path -> bytes, as `FaultyFiles` tells
+    what a power cut keeps) holds, by file name. A value whole but for its "\n" is a
+    line, as to every reader; a torn fragment is none."""
+    out = {}
+    for path, raw in state.items():
+        seqs = []
+        for part in raw.split(b"\n"):
+            with contextlib.suppress(ValueError):
+                seqs.append(json.loads(part)["seq"])
+        out[os.path.basename(path)] = seqs
+    return out

@@ -47,6 +47,7 @@ from ledgertools import (
     gc_left_by,
     lines_of,
     ref_canonical,
+    seqs_by_file,
     wait_for_bytes,
 )
 
@@ -166,9 +167,8 @@ def test_seq_survives_a_restart(ledger_dir: Path, open_ledger: OpenLedger) -> No
 
 
 def _seqs_after_power_cut(files: FaultyFiles, *paths: Path) -> dict[str, list[int]]:
-    """The seqs of the whole lines each file keeps after a power cut now."""
-    return {p.name: [json.loads(raw)["seq"] for raw in
-                     files.after_power_cut(str(p)).split(b"\n")[:-1]] for p in paths}
+    """The seqs of the lines each file keeps after a power cut now."""
+    return seqs_by_file({str(p): files.after_power_cut(str(p)) for p in paths})
 
 
 def _killed_before_its_sync(ledger_dir: Path, open_ledger: OpenLedger) -> tuple[Path, FaultyFiles]:
@@ -200,8 +200,7 @@ def test_a_restart_syncs_the_file_a_killed_daemon_left_before_another_file_takes
     assert later != path
     assert _seqs_after_power_cut(files, path, later) == {path.name: [1, 2, 3], later.name: [4]}
     # What a power cut right after line 4's write could leave: line 3 kept with it.
-    assert [{os.path.basename(p): [json.loads(r)["seq"] for r in b.split(b"\n")[:-1]]
-             for p, b in cut.items()} for cut in files.cuts] == [
+    assert [seqs_by_file(cut) for cut in files.cuts] == [
         {path.name: [1, 2, 3], later.name: [4]}
     ]
     assert led.stats().append_errors == 0

@@ -39,6 +39,7 @@ from harness.ledger.files import FaultyFiles, make_private_dir
 from harness.ledger.runledger import _DaySealer
 from harness.ledger.verify import verify_run_ledger
 from harness.ledger.writer import Entry, Writer
+from ledgertools import seqs_by_file
 from test_writer import (
     RecordingFiles,
     Rig,
@@ -387,19 +388,6 @@ def test_after_a_failed_sync_lines_an_earlier_handle_wrote_are_cut_and_written_a
 # -- pinned: what a power cut keeps of a line read back through a reopened handle ------------
 
 
-def _seqs_by_file(state: dict[str, bytes]) -> dict[str, list[int]]:
-    """The seqs of the lines each file of `state` holds, by file name. A value whole but
-    for its "\\n" is a line, as to every reader; a torn fragment is none."""
-    out = {}
-    for path, raw in state.items():
-        seqs = []
-        for part in raw.split(b"\n"):
-            with contextlib.suppress(ValueError):
-                seqs.append(json.loads(part)["seq"])
-        out[os.path.basename(path)] = seqs
-    return out
-
-
 def test_a_line_read_back_through_a_reopened_handle_is_synced_before_another_file_takes_one(
     make_rig: Callable[..., Rig],
 ) -> None:
@@ -429,7 +417,7 @@ def test_a_line_read_back_through_a_reopened_handle_is_synced_before_another_fil
     assert w.wait(e3) == 3
     next_day = rig.directory / f"{other}.jsonl"
     day, later = rig.day.name, next_day.name
-    assert [_seqs_by_file(s) for s in files.cuts] == [
+    assert [seqs_by_file(s) for s in files.cuts] == [
         {day: [1]},  # line 1
         {day: [1, 2]},  # line 2's failed write, all but its "\n"
         {day: [1, 2], later: [3]},  # line 3, once 2 is synced
