@@ -204,6 +204,10 @@ def test_named_harnesses_with_filters_have_no_24h_window(world: World) -> None:
     assert ids(runs_json(world, "--harness", "beta", "--since", "24h")) == []
 
 
+MORE = ("harness: more runs match than the 50 shown (the default --limit); ask for up to "
+        "1000 with --limit, or page back with --until")
+
+
 def test_no_name_default_limit_is_50(world: World) -> None:
     now = now_ns()
     lines: list[dict[str, Any]] = []
@@ -212,7 +216,18 @@ def test_no_name_default_limit_is_50(world: World) -> None:
     seed(world, lines)
     recs = runs_json(world)
     assert [r["run_id"] for r in recs] == list(range(55, 5, -1))
-    assert len(runs(world).stdout.splitlines()) == 51  # header + 50 rows
+    table = runs(world)
+    assert len(table.stdout.splitlines()) == 51  # header + 50 rows
+    # The 50 cut what matched: said on stderr (a sweep's script would miss the rest),
+    # and not when --limit asked for 50, or when 50 is all there is.
+    assert table.stderr.splitlines()[-1] == MORE
+    asked = runs(world, "--limit", "50", "--json")
+    assert len(json.loads(asked.stdout)) == 50
+    assert MORE not in asked.stderr
+    exact = runs(world, "--until", format_ns(now - 3 * HOUR + 50 * SEC), "--json")
+    assert [r["run_id"] for r in json.loads(exact.stdout)] == list(range(50, 0, -1))
+    assert MORE not in exact.stderr
+    assert runs(world, "--outcome", "success", "--json").stderr.splitlines()[-1] == MORE
 
 
 def test_since_durations_and_instants_and_until(world: World) -> None:

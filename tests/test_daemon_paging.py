@@ -26,6 +26,8 @@ NAMES = [f"h{i}" for i in range(5)]
 OUTCOMES = ["success", "failed", "success", "timed_out", "skipped", "success", "cancelled"]
 TOTAL = 2_500
 OLD = 500  # older than the 7-day window
+MORE = ("harness: more runs match than the 50 shown (the default --limit); ask for up to "
+        "1000 with --limit, or page back with --until\n")
 
 
 def _seed(world: World, now: int) -> list[tuple[int, str, int, str]]:
@@ -146,6 +148,21 @@ def test_paging_2500_records_through_the_daemon(world: World, daemons: Daemons) 
     one = world.harness("runs", "h2", "--limit", "1000", "--json")
     assert one.returncode == 0
     assert [r["run_id"] for r in json.loads(one.stdout)] == list(range(500, 0, -1))
+    # The sweep's default 50 is said on stderr when more match, and only then.
+    sweep = world.harness("runs", "--since", "30d", "--json")
+    assert sweep.returncode == 0
+    assert [r["seq"] for r in json.loads(sweep.stdout)] == [fresh["seq"]] + [
+        s for s, *_ in newest_first[:49]]
+    assert sweep.stderr == MORE
+    page = world.harness("runs", "--since", "30d", "--outcome", "cancelled",
+                         "--until", format_ns(now - 12 * DAY), "--json")
+    # i ≤ 166 started at or before 12 days ago: now - 14 days + i × 1,036.8 s.
+    few = [s for s, _h, _r, o in reversed(expected[:167]) if o == "cancelled"]
+    assert len(few) == 23
+    assert [r["seq"] for r in json.loads(page.stdout)] == few
+    assert page.stderr == ""
+    asked = world.harness("runs", "--since", "30d", "--limit", "50", "--json")
+    assert len(json.loads(asked.stdout)) == 50 and asked.stderr == ""
     too_many = world.harness("runs", "--limit", "1001", "--json")
     assert too_many.returncode == 2
     assert "must be between 1 and 1000, got 1001" in too_many.stderr

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -27,6 +28,9 @@ from ..ledger.schema import OUTCOMES, TRIGGERS
 from ..timefmt import format_ns, now_ns, parse_ns
 from . import render
 from .output import some_of
+
+NAMED_LIMIT = 20  # SPEC-0008's `harness runs NAME`
+SWEEP_LIMIT = 50  # REQ-14's every-harness listing and every other query
 
 
 def _words(values: tuple[str, ...], what: str, valid: tuple[str, ...]) -> frozenset[str]:
@@ -90,7 +94,7 @@ def build_query(names: tuple[str, ...], harness: tuple[str, ...], since: str | N
             raise click.BadParameter(f"{until!r} is not an RFC 3339 time",
                                      param_hint="--until") from None
     if legacy:
-        return Query(names=tuple(names), limit=limit or 20), True
+        return Query(names=tuple(names), limit=limit or NAMED_LIMIT), True
     named = tuple(dict.fromkeys(names + harness))
     if since_ns is None and not named:
         # REQ-14's sweep of every harness: the 24 hours before --until (before now
@@ -98,33 +102,47 @@ def build_query(names: tuple[str, ...], harness: tuple[str, ...], since: str | N
         since_ns = (until_ns if until_ns is not None else now) - 24 * 3_600_000_000_000
     try:
         q = Query(names=named, since_ns=since_ns, until_ns=until_ns, outcomes=outcomes,
-                  triggers=triggers, limit=limit or 50)
+                  triggers=triggers, limit=limit or SWEEP_LIMIT)
     except QueryError as exc:
         raise click.BadParameter(str(exc)) from None
     return q, False
 
 
-def _ask_daemon(socket_path: str, q: Query, legacy: bool) -> list[dict[str, Any]]:
+def _ask_daemon(client: Client, q: Query, legacy: bool) -> list[dict[str, Any]]:
+    if legacy:
+        return listing(client.request("runs", name=q.names[0], limit=q.limit), "runs")
+    args: dict[str, Any] = {"limit": q.limit}
+    if q.names:
+        args["names"] = list(q.names)
+    if q.since_ns is not None:
+        args["since"] = format_ns(q.since_ns)
+    if q.until_ns is not None:
+        args["until"] = format_ns(q.until_ns)
+    if q.outcomes:
+        args["outcomes"] = sorted(q.outcomes)
+    if q.triggers:
+        args["triggers"] = sorted(q.triggers)
+    if q.before_seq is not None:
+        args["before_seq"] = q.before_seq
+    return listing(client.request("runs", **args), "runs")
+
+
+def _from_daemon(socket_path: str, q: Query, legacy: bool, cut: bool
+                 ) -> tuple[list[dict[str, Any]], bool]:
+    """The daemon's answer to `q`, and whether more records match than it returned (asked
+    only when `cut`: one more page of one record, before the oldest returned)."""
     client = Client(socket_path)
     try:
-        if legacy:
-            data = client.request("runs", name=q.names[0], limit=q.limit)
-        else:
-            args: dict[str, Any] = {"limit": q.limit}
-            if q.names:
-                args["names"] = list(q.names)
-            if q.since_ns is not None:
-                args["since"] = format_ns(q.since_ns)
-            if q.until_ns is not None:
-                args["until"] = format_ns(q.until_ns)
-            if q.outcomes:
-                args["outcomes"] = sorted(q.outcomes)
-            if q.triggers:
-                args["triggers"] = sorted(q.triggers)
-            data = client.request("runs", **args)
+        records = _ask_daemon(client, q, legacy)
+        more = False
+        if cut and len(records) == q.limit:
+            seqs = [r["seq"] for r in records if type(r.get("seq")) is int and r["seq"] > 0]
+            if seqs:
+                rest = replace(q, limit=1, before_seq=min(seqs))
+                more = bool(_ask_daemon(client, rest, legacy))
     finally:
         client.close()
-    return listing(data, "runs")
+    return records, more
 
 
 @click.command("runs")
@@ -146,8 +164,12 @@ def runs_command(ctx: click.Context, names: tuple[str, ...], harness: tuple[str,
     """List run records, newest first (every harness, last 24h, by default)."""
     q, legacy = build_query(names, harness, since, until, outcome, trigger, limit, now_ns())
     sock = paths.socket_path((ctx.obj or {}).get("socket"))
+    # REQ-14's sweep stops at 50 unless asked for more: a sweep that met more than that
+    # (a crash-looping resident makes hundreds a day) is told on stderr, or a script
+    # reading its JSON would take the newest 50 for every match.
+    cut = limit is None and not legacy
     try:
-        records = _ask_daemon(sock, q, legacy)
+        records, more = _from_daemon(sock, q, legacy, cut)
     except (DaemonUnreachable, DaemonError, DaemonLost) as exc:
         # What the daemon said, the ledger's path and the names of the files in it are
         # not ours: each is shown as render.visible spells it, as in the table, or an
@@ -157,7 +179,8 @@ def runs_command(ctx: click.Context, names: tuple[str, ...], harness: tuple[str,
                              else f"failed ({exc})")
         directory = paths.ledger_dir()
         try:
-            recs, _oldest, stats = scan(directory, q)
+            recs, _oldest, stats = scan(directory,
+                                        replace(q, limit=SWEEP_LIMIT + 1) if cut else q)
         except (LedgerDirError, OSError) as err:
             click.echo(f"harness: daemon {why}, and the run ledger could not be read: "
                        f"{render.visible(str(err))}", err=True)
@@ -171,7 +194,12 @@ def runs_command(ctx: click.Context, names: tuple[str, ...], harness: tuple[str,
             click.echo(f"harness: ignored file(s) that are not day files: "
                        f"{some_of([render.visible(s) for s in stats.strays])}", err=True)
         probe = LogProbe(paths.state_of_ledger(directory))
-        records = [r.to_json(offline=True, probe=probe) for r in recs]
+        more = cut and len(recs) > SWEEP_LIMIT
+        records = [r.to_json(offline=True, probe=probe) for r in recs[:q.limit]]
+    if more:
+        click.echo(f"harness: more runs match than the {SWEEP_LIMIT} shown (the default "
+                   f"--limit); ask for up to {MAX_LIMIT} with --limit, or page back with "
+                   f"--until", err=True)
     if as_json:
         click.echo(json.dumps(records, indent=2, ensure_ascii=False))
         return
