@@ -340,6 +340,20 @@ def test_only_a_daemon_that_is_not_there_is_to_be_started(world: World,
         1, "", f"harness: daemon not responding ({path})\n")
 
 
+@pytest.mark.parametrize("args", [("jobs",), ("stop", "job"), ("trigger", "job"),
+                                  ("reload",)])
+def test_a_socket_path_holding_a_token_is_scrubbed(world: World,
+                                                    args: tuple[str, ...]) -> None:
+    """--socket names a directory after a credential: every command's advice names the
+    socket with the credential scrubbed. `up`/`down` did; the others printed it whole.
+    (A directory that is not there: a socket path has room for 107 bytes only.)"""
+    token = "sk-ant-api03-" + "Q" * 40
+    res = world.harness("--socket", f"/nonexistent/{token}/harness.sock", *args)
+    assert (res.returncode, res.stdout) == (1, "")
+    assert res.stderr == ("harness: daemon not running (/nonexistent/[REDACTED]/harness.sock)"
+                          "; start it with `harness daemon`\n")
+
+
 def test_trigger_wait_pages_back_to_its_run_under_thousands_of_newer_records(
         world: World) -> None:
     # Run 40 (seq 100) is the one triggered; 2,500 firings skipped while it ran came after.

@@ -99,7 +99,7 @@ def reload_command(ctx: click.Context, as_json: bool) -> None:
     """
     data = _request_reload(ctx)
     if isinstance(data, DaemonUnreachable):
-        fail(named(data.advice()))  # it names the socket's path
+        fail(data.advice())
     if as_json:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
     else:

@@ -43,8 +43,9 @@ class DaemonUnreachable(Exception):
     def advice(self) -> str:
         """What a command says when it needs the daemon. Starting one helps only where none
         listens: a stuck or stopped (SIGSTOP) daemon holds the socket, and a second would
-        refuse to start."""
-        return f"daemon {self.why} ({self.sock})" + (
+        refuse to start. Scrubbed, as DaemonError's words are, for every command that
+        shows it: --socket or $XDG_RUNTIME_DIR may name a directory after a token."""
+        return scrub_text(f"daemon {self.why} ({self.sock})")[0] + (
             "; start it with `harness daemon`" if self.absent else "")
 
 
