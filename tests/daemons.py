@@ -158,7 +158,7 @@ class Daemons:
         up when the test ended would otherwise outlive the suite, and load the machine).
         A run is known by this world's XDG_STATE_HOME in its environment, which no other
         process holds; each is its own process group's leader."""
-        mark = f"XDG_STATE_HOME={self.world.env['XDG_STATE_HOME']}".encode()
+        mark = b"XDG_STATE_HOME=" + os.fsencode(self.world.env["XDG_STATE_HOME"])
         for entry in os.listdir("/proc"):
             if not entry.isdigit() or int(entry) == os.getpid():
                 continue

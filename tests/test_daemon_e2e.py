@@ -36,6 +36,7 @@ from daemons import (
 )
 from harness.cli.daemon import exit_code_of
 from harness.control.client import Client, DaemonError
+from harness.supervisor.history import CRASH_NOTE
 from harness.supervisor.runner import DEFAULT_GRACE
 
 
@@ -239,6 +240,38 @@ def test_a_crashed_daemon_is_reconciled_on_restart(world: World, daemons: Daemon
     assert "ended_at" not in rec
     second = _wait_running(world, daemons, "long")
     assert second == first + 1
+
+
+def test_a_state_home_whose_name_is_not_utf8(world: World, daemons: Daemons) -> None:
+    """A state home named in Latin-1 (the byte 0xff): a path JSON cannot carry as it is.
+    Every one-shot used to be refused ("field 'log' must be a string (valid UTF-8)") and
+    daemon_info failed whole; now the ledger and the socket spell such a byte ``\\xff``,
+    and what follows a record's log (the crash note) still finds the real file."""
+    home = os.fsdecode(os.fsencode(str(world.root)) + b"/st\xffate")
+    world.env["XDG_STATE_HOME"] = home
+    spelled = f"{world.root}/st\\xffate/harness"
+    daemons.write_config(_config(world, daemons))
+    proc = daemons.start()
+    res = world.harness("trigger", "ok", "--wait")
+    assert (res.returncode, res.stdout) == (0, "fine\n"), res.stderr
+    rec = record_of(world, "ok", 1)
+    assert rec is not None
+    assert (rec["outcome"], rec["log"]) == ("success", f"{spelled}/jobs/ok/1.log")
+    assert request(daemons, "daemon_info")["ledger_dir"] == f"{spelled}/ledger"
+
+    first = _wait_running(world, daemons, "long")
+    proc.kill()
+    proc.wait(timeout=DEADLINE)
+    pidfile = world.root / "long.pid"
+    os.killpg(int(pidfile.read_text()), signal.SIGKILL)
+    daemons.start()
+    rec = record_of(world, "long", first)
+    assert rec is not None
+    assert (rec["outcome"], rec["reason"]) == ("interrupted", "daemon_crash")
+    shown = world.harness("logs", "long", "--run", str(first))
+    assert (shown.returncode, shown.stderr) == (0, "")
+    assert shown.stdout.splitlines()[-1].endswith(f" harness: {CRASH_NOTE}")
+    assert world.harness("ledger", "verify").returncode == 0
 
 
 def test_a_second_daemon_leaves_the_first_ones_runs_alone(

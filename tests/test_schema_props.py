@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from harness.ledger.chain import seal_line
 from harness.ledger.errors import LineRejected
-from harness.ledger.logref import as_written
+from harness.ledger.logref import as_written, log_file
 from harness.ledger.schema import (
     _ENUMS,
     _T,
@@ -39,6 +40,7 @@ from harness.ledger.schema import (
     stored_text,
 )
 from harness.ledger.scrub import scrub_text
+from harness.paths import as_text
 from harness.timefmt import canon, format_ns, now_ns, parse_ns
 
 NOW = parse_ns("2026-06-15T12:00:00Z")
@@ -189,6 +191,16 @@ def test_as_written_draws_the_line_where_a_cut_can_end() -> None:
     assert stored_text("/s/password=hunter2hunter2/harness/jobs/j/1.log") == (
         "/s/password=[REDACTED]")
     assert stored_text("/" + "p" * 300) == "/" + "p" * 255
+    # A byte a path holds that is not UTF-8 is spelled \xNN: such a field may be a
+    # spelling, never the path as written, and the layout decides which file it names.
+    latin = os.fsdecode(b"/st\xe9t\xff/harness/jobs/j/1.log")
+    assert as_text(latin) == "/st\\xe9t\\xff/harness/jobs/j/1.log"
+    assert as_text("/état/1.log") == "/état/1.log"
+    assert as_written(as_text(latin)) is False
+    state = os.fsdecode(b"/st\xe9t\xff/harness")
+    rec = {"harness": "j", "run_id": 1, "kind": "oneshot", "log": as_text(latin)}
+    assert log_file(rec, state) == latin
+    assert log_file(rec, "/elsewhere/harness") is None
 
 
 @settings(max_examples=400, deadline=None)

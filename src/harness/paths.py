@@ -68,6 +68,18 @@ def resident_log_path(harness: str, state: str | None = None) -> str:
     return os.path.join(state if state is not None else state_dir(), "logs", f"{harness}.log")
 
 
+def as_text(path: str) -> str:
+    """`path` as JSON can carry it (a ledger line, a control reply). A path is bytes (a
+    state home named in Latin-1, say), held as lone surrogates where they are not UTF-8,
+    and JSON holds UTF-8 text: each such byte is spelled ``\\xNN``, as git and ls quote
+    one, rather than have the line refused or the reply fail."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return path
+
+
 def serve_socket(path: str | None) -> None:
     """Make `path` the answer of every later `socket_path()` without an override, in this
     process (None: back to the environment and the XDG default)."""

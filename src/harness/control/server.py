@@ -40,7 +40,7 @@ from typing import Any
 
 import msgspec
 
-from .. import __version__
+from .. import __version__, paths
 from ..ledger.scrub import scrub_text
 from . import PROTO, SCRUBBED_AT_SOURCE
 
@@ -98,6 +98,19 @@ def _encode(msg: dict[str, Any]) -> bytes:
     # msgspec: a runs answer of 1,000 records encodes in a tenth of json.dumps's time, on
     # the event loop. It writes NaN/Infinity as null, so every line stays strict JSON.
     return _encoder.encode(msg) + b"\n"
+
+
+def _as_text(value: Any) -> Any:
+    """`value` with every path-like string JSON cannot carry spelled as it can
+    (`paths.as_text`): a path the daemon names (its state home, a project's directory)
+    need not be UTF-8, and one such path must not fail the whole reply."""
+    if isinstance(value, str):
+        return paths.as_text(value)
+    if isinstance(value, dict):
+        return {_as_text(k): _as_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_text(v) for v in value]
+    return value
 
 
 def _no_constant(name: str) -> Any:
@@ -422,6 +435,8 @@ class ControlServer:
         op, reply = await self._dispatch(line)
         try:
             data = _encode(reply)
+        except UnicodeEncodeError:
+            data = _encode(_as_text(reply))
         except (TypeError, ValueError) as exc:
             log.error("control: the result of op %r is not JSON-encodable: %s", op, exc)
             data = _encode(_error(reply.get("id"), "internal",

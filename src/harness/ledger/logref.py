@@ -33,9 +33,10 @@ _NEVER_CUT = MAX_STR - 4
 
 
 def as_written(stored: str) -> bool:
-    """Whether `stored` is a value the ledger kept unchanged, whatever it was given."""
+    """Whether `stored` is a value the ledger kept unchanged, whatever it was given. One
+    holding ``\\x`` may spell bytes `paths.as_text` escaped: the layout decides it."""
     size = len(stored) if stored.isascii() else len(stored.encode("utf-8", "surrogatepass"))
-    return size <= _NEVER_CUT and REDACTED not in stored
+    return size <= _NEVER_CUT and REDACTED not in stored and "\\x" not in stored
 
 
 def layout_paths(harness: str, run_id: int, kind: Any, state: str) -> tuple[str, ...]:
@@ -68,7 +69,7 @@ def log_file(record: Mapping[str, Any], state: str | None) -> str | None:
     if state is None or type(harness) is not str or type(run_id) is not int:
         return None
     for path in layout_paths(harness, run_id, record.get("kind"), state):
-        if stored_text(path) == stored:
+        if stored_text(paths.as_text(path)) == stored:
             return path
     return None
 

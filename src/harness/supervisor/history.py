@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import paths
 from ..ledger.dayfiles import IMPORTED_FILE
 from ..ledger.errors import LedgerError, LineRejected
 from ..ledger.files import atomic_write
@@ -123,7 +124,7 @@ def _lines_of(harness: str, entry: Any, jobs_dir: str) -> list[dict[str, Any]]:
               "type": "opened", "at": started, "started_at": started, "outcome": "running"}
     logfile = _legacy_log(jobs_dir, harness, run_id)
     if logfile is not None:
-        opened["log"] = logfile
+        opened["log"] = paths.as_text(logfile)
     if outcome == "running":
         return [opened]  # reconciliation closes it as daemon_crash
     closed: dict[str, Any] = {"harness": harness, "run_id": run_id, "imported": True,

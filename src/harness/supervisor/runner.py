@@ -265,7 +265,7 @@ class Run:
                                       "at": at, "kind": self.kind, "trigger": self.trigger,
                                       "started_at": at, "outcome": "running"}
             if self.log_path is not None:
-                opened["log"] = self.log_path
+                opened["log"] = paths.as_text(self.log_path)
             if self.window is not None:
                 opened["window"] = self.window
             if self.override:
