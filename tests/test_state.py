@@ -57,11 +57,16 @@ def test_corrupt_file_names_path_and_problem(tmp_path: Path) -> None:
     assert ei.value.__traceback__ is not None and ei.value.__cause__ is None
 
 
+RANGE = "must be an integer from 0 to 9223372036854775806"
+
+
 @pytest.mark.parametrize(("doc", "problem"), [
     ([1, 2], "the top level must be a JSON object, not list"),
     ({"harnesses": []}, "'harnesses' must be an object"),
-    ({"harnesses": {"n": {"last_run_id": "7"}}}, "harnesses.n.last_run_id must be an integer ≥ 0"),
-    ({"harnesses": {"n": {"last_run_id": -1}}}, "harnesses.n.last_run_id must be an integer ≥ 0"),
+    ({"harnesses": {"n": {"last_run_id": "7"}}}, f"harnesses.n.last_run_id {RANGE}"),
+    ({"harnesses": {"n": {"last_run_id": -1}}}, f"harnesses.n.last_run_id {RANGE}"),
+    # The id after it would not fit the ledger: every run of n would be refused for good.
+    ({"harnesses": {"n": {"last_run_id": 2**63 - 1}}}, f"harnesses.n.last_run_id {RANGE}"),
 ])
 def test_wrong_shapes_are_errors(tmp_path: Path, doc: Any, problem: str) -> None:
     p = tmp_path / "state.json"
@@ -250,6 +255,29 @@ def test_legacy_counter_floors_before_the_import(tmp_path: Path) -> None:
     doc = json.loads(p.read_text())
     assert doc["harnesses"] == {"nightly": {"last_run_id": 21}}
     assert doc["runs"] == {"nightly": {"last_run_id": 20, "runs": []}}  # kept for the import
+
+
+def test_ids_past_the_ledgers_range_are_never_handed_out(tmp_path: Path) -> None:
+    """A log named past any ledger id is not ours and floors nothing; a ledger that holds
+    the highest id (an edited line) leaves none, said as such, and state.json is not
+    rewritten with an id no line can carry. Both used to persist 2**63 and have every
+    run of the harness refused for good."""
+    p = tmp_path / "state.json"
+    write_json(p, {"runs": {"old": {"last_run_id": 2**63 - 1}}})
+    jobs = tmp_path / "jobs"
+    (jobs / "a").mkdir(parents=True)
+    for name in ("99999999999999999999.log", "9223372036854775807.log",
+                 "09223372036854775806.log.zst", "5.log"):
+        (jobs / "a" / name).write_text("")
+    assert highest_log_id(str(jobs), "a") == 5
+    ids = RunIds(StateFile(str(p)), FakeLedger({"full": 2**63 - 1}), str(jobs))
+    assert ids.next("a") == 6
+    assert ids.next("old") == 1  # the legacy counter is out of range: the import's to report
+    with pytest.raises(StateError) as ei:
+        ids.next("full")
+    assert str(ei.value) == ("full: no run id is left after 9223372036854775807, the "
+                             "highest in use (state.json, the ledger or its run logs)")
+    assert "full" not in json.loads(p.read_text())["harnesses"]
 
 
 def test_highest_log_id_of_a_namespaced_harness(tmp_path: Path) -> None:

@@ -43,8 +43,13 @@ class _MaxRunIds(Protocol):
     def max_run_id(self, harness: str) -> int: ...
 
 
+# A run id is a ledger integer (64-bit signed): the highest a counter may hold leaves
+# room for the id after it.
+MAX_RUN_ID = 2**63 - 1
+
+
 def _counter(v: Any) -> bool:
-    return type(v) is int and v >= 0
+    return type(v) is int and 0 <= v < MAX_RUN_ID
 
 
 class StateFile:
@@ -113,7 +118,7 @@ class StateFile:
         for name, entry in hs.items():
             if type(entry) is not dict or not _counter(entry.get("last_run_id", 0)):
                 raise StateError(f"{self.path}: {HARNESSES_KEY}.{name}.last_run_id must be "
-                                 "an integer ≥ 0")
+                                 f"an integer from 0 to {MAX_RUN_ID - 1}")
         # The legacy table is the import's to judge: a malformed entry there (or a table
         # that is not one) costs only that harness's history, reported by the import,
         # and the daemon must still boot. The allocator also floors at the ledger and logs.
@@ -183,8 +188,10 @@ def highest_log_id(jobs_dir: str, harness: str) -> int:
     best = 0
     for name in names:
         m = _LOG_NAME.match(name)
-        if m:
-            best = max(best, int(m.group(1)))
+        # A name past any id the ledger can hold is no log of ours; taken as a floor,
+        # it would leave the harness no id to run with.
+        if m and len(m.group(1)) <= 19 and (n := int(m.group(1))) < MAX_RUN_ID:
+            best = max(best, n)
     return best
 
 
@@ -213,6 +220,9 @@ class RunIds:
                 # Once per harness per process: after that every id came from here.
                 last = self.floor(harness)
             n = last + 1
+            if n > MAX_RUN_ID:  # the ledger's max_run_id: only an edited line holds such
+                raise StateError(f"{harness}: no run id is left after {last}, the highest "
+                                 "in use (state.json, the ledger or its run logs)")
             self.state.set_last_run_id(harness, n)
             self._last[harness] = n
             return n
