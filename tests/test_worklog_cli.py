@@ -175,6 +175,22 @@ def test_verify_json_fields(world: World, repo: Path) -> None:
     }
 
 
+def test_json_names_a_work_tree_whose_path_is_not_utf8(world: World, tmp_path: Path) -> None:
+    """A work tree under a directory named in Latin-1: --json is UTF-8 still, the byte
+    spelled \\xff (it was written raw, and no JSON reader took the document)."""
+    tree = make_repo(tmp_path / os.fsdecode(b"r\xff"))
+    hashes = hand_ledger(tree)
+    spelled = f"{tmp_path}/r\\xff/.harness/runtime/ledger/{RUN}"
+    for args in (("verify", RUN), ("resume", RUN, "--dry-run")):
+        res = subprocess.run([sys.executable, "-m", "harness.cli", "ledger", *args, "--json"],
+                             cwd=tree, env=world.env, capture_output=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        data = json.loads(res.stdout.decode("utf-8"))
+        assert data["head_hash"] == hashes[-1]
+    res = cli(world, tree, "ledger", "verify", RUN, "--json")
+    assert json.loads(res.stdout)["ledger"] == spelled
+
+
 def test_verify_finds_the_work_tree_from_a_subdirectory(world: World, repo: Path) -> None:
     hand_ledger(repo)
     sub = repo / "deep" / "er"

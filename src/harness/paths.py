@@ -11,6 +11,7 @@ are told the socket it serves (`serve_socket`), whichever way that path was chos
 from __future__ import annotations
 
 import os
+from typing import Any
 
 # The socket a daemon in this process serves, when it took one: what its runs'
 # HARNESS_SOCKET must say, and what orphans.py matches them by after a crash.
@@ -78,6 +79,18 @@ def as_text(path: str) -> str:
     except UnicodeEncodeError:
         return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return path
+
+
+def texts_of(value: Any) -> Any:
+    """A JSON value with each string in it (keys too) spelled as `as_text` spells a path:
+    for a reply or a document that names paths, printed or sent whole."""
+    if isinstance(value, str):
+        return as_text(value)
+    if isinstance(value, dict):
+        return {texts_of(k): texts_of(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [texts_of(v) for v in value]
+    return value
 
 
 def serve_socket(path: str | None) -> None:

@@ -105,7 +105,9 @@ def _workdir(option: str | None) -> Path:
 
 
 def _print_json(obj: Any) -> None:
-    click.echo(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False))
+    # A work tree's path need not be UTF-8 (git's answer is read with surrogateescape):
+    # the document must be.
+    click.echo(json.dumps(paths.texts_of(obj), indent=2, sort_keys=True, ensure_ascii=False))
 
 
 workdir_option = click.option(
@@ -200,7 +202,7 @@ def _verify_run_ledger(as_json: bool) -> None:
         _fail(as_json, directory, f"no run ledger at {directory}{what}", EXIT_NO_LEDGER)
         return
     if as_json:
-        click.echo(json.dumps({"ledger": directory, **res.to_json()}, indent=2))
+        click.echo(json.dumps(paths.texts_of({"ledger": directory, **res.to_json()}), indent=2))
     elif res.ok:
         torn = f"; {res.torn} torn fragment(s) skipped ({some_of(res.torn_at)})" \
             if res.torn else ""

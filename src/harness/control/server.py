@@ -100,19 +100,6 @@ def _encode(msg: dict[str, Any]) -> bytes:
     return _encoder.encode(msg) + b"\n"
 
 
-def _as_text(value: Any) -> Any:
-    """`value` with every path-like string JSON cannot carry spelled as it can
-    (`paths.as_text`): a path the daemon names (its state home, a project's directory)
-    need not be UTF-8, and one such path must not fail the whole reply."""
-    if isinstance(value, str):
-        return paths.as_text(value)
-    if isinstance(value, dict):
-        return {_as_text(k): _as_text(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_as_text(v) for v in value]
-    return value
-
-
 def _no_constant(name: str) -> Any:
     # NaN and Infinity are not JSON; accepting them would echo values no peer can parse.
     raise ValueError(f"{name} is not valid JSON")
@@ -436,7 +423,7 @@ class ControlServer:
         try:
             data = _encode(reply)
         except UnicodeEncodeError:
-            data = _encode(_as_text(reply))
+            data = _encode(paths.texts_of(reply))  # a path that is not UTF-8
         except (TypeError, ValueError) as exc:
             log.error("control: the result of op %r is not JSON-encodable: %s", op, exc)
             data = _encode(_error(reply.get("id"), "internal",
