@@ -1030,3 +1030,17 @@ def test_a_harness_d_that_is_no_directory_is_named_scrubbed(tmp_path: Path) -> N
     main = write(tmp_path / "harness.toml", f'[server]\nharness_d = "{token}/conf.d"\n')
     assert problems(main) == [
         f"{main}:2: server.harness_d: {tmp_path}/[REDACTED]/conf.d is not a directory"]
+
+
+def test_a_default_config_behind_a_dangling_directory_link_is_an_error(
+        tmp_path: Path) -> None:
+    """Only nothing at all at the default path is an empty config: the harness/ directory
+    kept as a dotfiles link whose target went away is a problem naming the link."""
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "harness").symlink_to(tmp_path / "dotfiles" / "harness")
+    assert problems(None) == [  # type: ignore[arg-type]
+        f"{tmp_path / 'config' / 'harness' / 'harness.toml'}: No such file or directory "
+        f"({tmp_path / 'config' / 'harness'} is a symlink to {tmp_path / 'dotfiles' / 'harness'}"
+        ", which is not there)"]
+    (tmp_path / "dotfiles" / "harness").mkdir(parents=True)
+    assert load_config(projects=[]) == Config()  # the link resolves: no file, no config

@@ -10,7 +10,11 @@ with `bad_config` naming the file and key, and the last good config stays in for
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -197,3 +201,108 @@ def test_a_refused_reload_shows_a_credential_named_key_problem_as_it_is(
     assert (res.returncode, res.stdout, res.stderr) == (
         2, "", f"harness: the daemon refused the new config and keeps its last good one:\n"
                f"{daemons.config}:7: webhook.w.secret: must not be empty\n")
+
+
+# -- a config that is there but cannot be reached is an error, never "no config" ----------
+
+NODAC = ["capsh", "--drop=cap_dac_override,cap_dac_read_search", "--"]
+
+
+def _boot_fails(world: World, env: dict[str, str] | None = None, *,
+                nodac: bool = False) -> tuple[int, str, str]:
+    """`harness daemon` in this world, which must exit on its own; (rc, stdout, stderr).
+    `nodac`: as root, without the capabilities that read past a mode (root reads a 0000
+    directory anyway)."""
+    cmd = [sys.executable, "-m", "harness.cli", "daemon"]
+    if nodac and os.geteuid() == 0:
+        if shutil.which("capsh") is None:
+            pytest.skip("running as root, and no capsh to drop the permission bypass")
+        cmd = [*NODAC, "-c", shlex.join(cmd)]
+    res = subprocess.run(cmd, env=env or world.env, capture_output=True, text=True,
+                         timeout=60)
+    return res.returncode, res.stdout, res.stderr
+
+
+def test_a_dangling_config_symlink_is_refused_on_reload_and_at_boot(
+        world: World, daemons: Daemons, tmp_path: Path) -> None:
+    """A harness.toml kept among dotfiles, whose target went away, read as "no config":
+    `harness reload` said ok and stopped every harness, and a boot started none."""
+    pidfile = tmp_path / "w.pid"
+    daemons.pidfiles.append(pidfile)
+    real = tmp_path / "dotfiles" / "harness.toml"
+    real.parent.mkdir()
+    real.write_text(_resident("w", pidfile) + '[harness.job]\nargv = ["true"]\n'
+                    'schedule = "@daily"\n')
+    daemons.config.parent.mkdir(parents=True)
+    daemons.config.symlink_to(real)
+    daemons.start()
+    pid = _pid(pidfile)
+    real.rename(real.with_suffix(".moved"))
+    problem = (f"{daemons.config}: No such file or directory (a symlink to {real}, which is "
+               "not there)")
+    res = world.harness("reload")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"harness: the daemon refused the new config and keeps its last good one:\n"
+               f"{problem}\n")
+    assert states_of(world) == {"job": "armed", "w": "running"}
+    os.kill(pid, 0)
+    assert f"reload failed; the last good config stays in force:\n{problem}\n" in \
+        daemons.stderr()
+    daemons.kill_all()
+    assert _boot_fails(world) == (2, "", f"{problem}\n")
+
+
+def test_a_config_behind_a_file_or_a_closed_directory_fails_the_boot(
+        world: World, tmp_path: Path) -> None:
+    """XDG_CONFIG_HOME naming a file (ENOTDIR) and a config directory of mode 0000 (EACCES)
+    booted a daemon with no harnesses."""
+    (tmp_path / "afile").write_text("")
+    env = {**world.env, "XDG_CONFIG_HOME": str(tmp_path / "afile")}
+    assert _boot_fails(world, env) == (
+        2, "", f"{tmp_path / 'afile' / 'harness' / 'harness.toml'}: Not a directory\n")
+    cfg_dir = tmp_path / "config" / "harness"
+    cfg_dir.mkdir(parents=True)
+    (cfg_dir / "harness.toml").write_text('[harness.w]\nargv = ["sleep", "600"]\n')
+    cfg_dir.chmod(0)
+    try:
+        assert _boot_fails(world, nodac=True) == (
+            2, "", f"{cfg_dir / 'harness.toml'}: Permission denied\n")
+    finally:
+        cfg_dir.chmod(0o700)
+
+
+@pytest.mark.parametrize("what", ["dangling", "directory", "fifo"])
+def test_a_dropin_that_cannot_be_read_is_refused_not_skipped(
+        world: World, daemons: Daemons, tmp_path: Path, what: str) -> None:
+    """A *.toml in harness_d that was not a regular file was skipped: a drop-in symlink
+    whose target went away made a reload stop its harnesses; a FIFO hung the load."""
+    pidfile = tmp_path / "d.pid"
+    daemons.pidfiles.append(pidfile)
+    dropins = tmp_path / "dd"
+    dropins.mkdir()
+    target = tmp_path / "d.toml"
+    target.write_text(_resident("d", pidfile))
+    drop = dropins / "d.toml"
+    drop.symlink_to(target)
+    daemons.write_config(f'[server]\nharness_d = "{dropins}"\n')
+    daemons.start()
+    pid = _pid(pidfile)
+    if what == "dangling":
+        target.unlink()
+        why = f"No such file or directory (a symlink to {target}, which is not there)"
+    elif what == "directory":
+        drop.unlink()
+        drop.mkdir()
+        why = "Is a directory"
+    else:
+        drop.unlink()
+        os.mkfifo(drop)
+        why = "Not a regular file"
+    res = world.harness("reload")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"harness: the daemon refused the new config and keeps its last good one:\n"
+               f"{drop}: {why}\n")
+    assert states_of(world) == {"d": "running"}
+    os.kill(pid, 0)
+    daemons.kill_all()
+    assert _boot_fails(world) == (2, "", f"{drop}: {why}\n")

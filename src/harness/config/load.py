@@ -3,10 +3,13 @@
 What is read, in order (DESIGN.md §2-§3, SPEC-0022 REQ-19):
 
 1. the global file (``config_path()``: ``--config``, ``HARNESS_CONFIG``, or
-   ``$XDG_CONFIG_HOME/harness/harness.toml``); a missing *default* file is an empty
-   config, a missing file named explicitly is an error;
+   ``$XDG_CONFIG_HOME/harness/harness.toml``); a *default* file that is not there (no
+   entry at all, nor a dangling symlink) is an empty config; a default file that is there
+   but cannot be read (a dangling symlink, a directory that cannot be searched) and a
+   missing file named explicitly are errors;
 2. the drop-ins: ``*.toml`` in ``[server] harness_d``, in name order; each may carry only
-   ``[harness.*]``, ``[webhook.*]`` and ``[channel.*]``;
+   ``[harness.*]``, ``[webhook.*]`` and ``[channel.*]``, and one that cannot be read (a
+   dangling symlink, a directory, a FIFO) is an error;
 3. the projects registered with ``harness up`` (``projects.json`` in the state dir): each
    project's ``DIR/harness.toml`` may carry only ``[harness.*]``, whose names become
    ``PROJECT/NAME``, and no schedule, triggers, operating hours or budgets — those are the
@@ -40,6 +43,7 @@ import fcntl
 import json
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -60,7 +64,7 @@ from harness.config.model import (
     WebhookConfig,
     toml_type,
 )
-from harness.ledger.files import atomic_write, make_private_dir
+from harness.ledger.files import atomic_write, make_private_dir, open_regular
 from harness.ledger.schema import name_kept
 from harness.ledger.scrub import scrub_text
 from harness.paths import config_path, state_dir
@@ -309,10 +313,12 @@ class _File:
 
     def read(self) -> dict[str, Any] | None:
         try:
-            with open(self.path, "rb") as fh:
+            # Followed if a symlink (dotfiles), but never blocking: a FIFO named like a
+            # drop-in would hang the boot, or a reload, waiting for a writer.
+            with open_regular(self.path, follow=True) as fh:
                 raw = fh.read()
         except OSError as exc:
-            self.problems.append(Problem(self.path, None, "", exc.strerror or str(exc)))
+            self.problems.append(Problem(self.path, None, "", _cannot_read(self.path, exc)))
             return None
         try:
             text = raw.decode("utf-8")
@@ -355,6 +361,52 @@ class _File:
                 else:
                     self.add(loc, _message(err))
             return None
+
+
+def _dangling_link(path: str) -> str | None:
+    """`path`, or the nearest directory above it that is there, when that is a symlink
+    whose target is not (a dotfiles link whose target was moved); None otherwise."""
+    p = path
+    while True:
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            parent = os.path.dirname(p)
+            if not parent or parent == p:
+                return None
+            p = parent
+            continue
+        except OSError:
+            return None
+        return p if stat.S_ISLNK(st.st_mode) and not os.path.exists(p) else None
+
+
+def _absent(path: str) -> bool:
+    """Whether nothing is at `path`: the one case where the default config path is an
+    empty config. Anything else that stops the read (a dangling symlink, a directory that
+    cannot be searched, a file where a directory should be) is a problem to report: read
+    as "no config", it made a reload stop every harness and a boot start none."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return _dangling_link(path) is None
+    except OSError:
+        return False
+    return False
+
+
+def _cannot_read(path: str, exc: OSError) -> str:
+    """Why `path` could not be read, as a problem says it (a dangling symlink named)."""
+    why = exc.strerror or str(exc)
+    link = _dangling_link(path) if isinstance(exc, FileNotFoundError) else None
+    if link is not None:
+        try:
+            target = os.readlink(link)
+        except OSError:
+            target = "?"
+        which = "a symlink" if link == path else f"{shown_path(link)} is a symlink"
+        why += f" ({which} to {shown_path(target)}, which is not there)"
+    return why
 
 
 def _message(err: Any) -> str:
@@ -622,7 +674,7 @@ def load_config(path: str | None = None, *, projects: list[Project] | None = Non
     g = _File(gpath)
     files.append(g)
     gparts: _Parts | None
-    if not explicit and not os.path.exists(gpath):
+    if not explicit and _absent(gpath):
         gparts = _Parts(ledger=LedgerConfig(), budget=BudgetConfig(), server=ServerConfig())
     else:
         gparts = _read_file(g, "global")
@@ -642,7 +694,10 @@ def load_config(path: str | None = None, *, projects: list[Project] | None = Non
                     entries = []
                 for entry in entries:
                     fp = os.path.join(gparts.harness_d, entry)
-                    if entry.endswith(".toml") and os.path.isfile(fp):
+                    # Every *.toml is read: one that cannot be (a dangling symlink, a
+                    # directory, a FIFO) is a problem, not a file to skip, since
+                    # skipping it would make a reload stop the harnesses it declares.
+                    if entry.endswith(".toml"):
                         f = _File(fp)
                         files.append(f)
                         parts = _read_file(f, "dropin")

@@ -171,10 +171,14 @@ def atomic_replace(path: str | os.PathLike[str], fill: Callable[[int], None], *,
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def open_regular(path: str, buffering: int = -1) -> Any:
+def open_regular(path: str, buffering: int = -1, *, follow: bool = False) -> Any:
     """Regular file `path` opened for reading, never through a symlink; anything else
-    there raises OSError (IsADirectoryError for a directory, as `open` does)."""
-    fd = os.open(path, _READ)
+    there raises OSError (IsADirectoryError for a directory, as `open` does).
+
+    With `follow`, a symlink is followed (a file the user names, like a config file or
+    an env_file kept among dotfiles), and what it leads to must still be a regular file:
+    a FIFO there opens without waiting for a writer, and is then refused."""
+    fd = os.open(path, _READ & ~os.O_NOFOLLOW if follow else _READ)
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
