@@ -1044,3 +1044,13 @@ def test_a_default_config_behind_a_dangling_directory_link_is_an_error(
         ", which is not there)"]
     (tmp_path / "dotfiles" / "harness").mkdir(parents=True)
     assert load_config(projects=[]) == Config()  # the link resolves: no file, no config
+
+
+def test_a_registered_project_whose_directory_holds_a_nul_is_a_problem(
+        tmp_path: Path) -> None:
+    """A hand-edited projects.json can name a directory with "\\u0000": the read raised
+    ValueError past the loader instead of a problem naming the file."""
+    main = write(tmp_path / "harness.toml", "")
+    pdir = f"{tmp_path}/p\0q"
+    assert problems(main, projects=[Project("p", pdir)]) == [
+        f"{pdir}/harness.toml: the path holds a NUL character"]

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -306,3 +307,39 @@ def test_a_dropin_that_cannot_be_read_is_refused_not_skipped(
     os.kill(pid, 0)
     daemons.kill_all()
     assert _boot_fails(world) == (2, "", f"{drop}: {why}\n")
+
+
+def test_a_nul_in_a_command_line_or_path_is_a_config_error(world: World,
+                                                            daemons: Daemons) -> None:
+    """TOML's "\\u0000" passed validation; every spawn then raised ValueError ("embedded
+    null byte"), uncaught: a traceback in the log and the record left running."""
+    daemons.write_config(textwrap.dedent('''
+        [server]
+        harness_d = "/etc/harness\\u0000.d"
+        [harness.arg]
+        argv = ["true", "a\\u0000b"]
+        schedule = "@daily"
+        [harness.wd]
+        argv = ["true"]
+        workdir = "/tm\\u0000p"
+        [harness.env]
+        argv = ["true"]
+        env_file = ["/dev/null", "/tm\\u0000p/x"]
+        [channel.c]
+        url = "https://c.example"
+        env_file = "/tm\\u0000p/c.env"
+    ''').lstrip("\n"))
+    proc = daemons.start(wait=False)
+    assert proc.wait(timeout=60) == 2
+    cfg = daemons.config
+    assert daemons.stderr() == (
+        f"{cfg}:2: server.harness_d: '/etc/harness\\x00.d' holds a NUL character, which no "
+        "path can carry\n"
+        f"{cfg}:4: harness.arg.argv: 'a\\x00b' holds a NUL character, which no command line "
+        "can carry\n"
+        f"{cfg}:8: harness.wd.workdir: '/tm\\x00p' holds a NUL character, which no path can "
+        "carry\n"
+        f"{cfg}:11: harness.env.env_file: '/tm\\x00p/x' holds a NUL character, which no path "
+        "can carry\n"
+        f"{cfg}:14: channel.c.env_file: '/tm\\x00p/c.env' holds a NUL character, which no "
+        "path can carry\n")

@@ -347,3 +347,20 @@ def test_spec_from_config() -> None:
         "enabled": False})
     spec = RunSpec.from_config("h", cfg)
     assert spec == RunSpec("h", ("echo", "hi"), "/tmp", ("/etc/x.env",), 90.0, 3)
+
+
+@pytest.mark.parametrize("where", ["argv", "workdir", "env_file", "env_extra"])
+def test_a_nul_that_reaches_the_spawn_fails_the_run_not_the_runner(
+        rig: Rig, tmp_path: Path, where: str) -> None:
+    """create_subprocess_exec raises ValueError for a NUL, not OSError: it escaped Run.start
+    (the record stayed running, the caller got an exception). It closes failed/spawn."""
+    spec = {"argv": RunSpec("nul", ["tr\0ue"]),
+            "workdir": RunSpec("nul", ["true"], workdir=f"{tmp_path}\0x"),
+            "env_file": RunSpec("nul", ["true"], env_file=f"{tmp_path}\0x.env"),
+            "env_extra": RunSpec("nul", ["true"])}[where]
+    rec = rig.once(spec, env_extra={"X": "a\0b"} if where == "env_extra" else None)
+    assert (rec["outcome"], rec["reason"], rec["run_id"]) == ("failed", "spawn", 1)
+    assert _end_fields(rig.closed("nul", 1)) == {"outcome": "failed", "reason": "spawn"}
+    note = ("harness: spawn failed: cannot start the command: a NUL character in its argv, "
+            "workdir or environment\n")
+    assert _log(rec).endswith(note)

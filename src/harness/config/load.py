@@ -320,6 +320,9 @@ class _File:
         except OSError as exc:
             self.problems.append(Problem(self.path, None, "", _cannot_read(self.path, exc)))
             return None
+        except ValueError:  # a NUL in a project's directory, from a hand-edited registry
+            self.problems.append(Problem(self.path, None, "", "the path holds a NUL character"))
+            return None
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -536,7 +539,8 @@ def _read_file(f: _File, role: str, project: Project | None = None) -> _Parts | 
         parts.ledger = f.validate(LedgerConfig, data.get("ledger", {}), ("ledger",))
         parts.budget = f.validate(BudgetConfig, data.get("budget", {}), ("budget",))
         server = data.get("server", {})
-        if isinstance(server, dict) and isinstance(server.get("harness_d"), str):
+        if (isinstance(server, dict) and isinstance(server.get("harness_d"), str)
+                and "\0" not in server["harness_d"]):  # else refused by ServerConfig
             # Taken as written even if another [server] key is bad, so the drop-ins are
             # still read and their problems reported in the same pass.
             parts.harness_d = _resolve(server["harness_d"], base)

@@ -90,7 +90,14 @@ def toml_type(value: Any) -> str:
             dict: "table"}.get(type(value), type(value).__name__)
 
 
-def _str_list(what: str, *, allow_str: bool) -> Any:
+def _no_nul(value: str, carrier: str) -> None:
+    """Refuse a NUL in a string the OS is handed (a path, a command line, the environment):
+    TOML allows "\u0000", and no system call can carry one — every spawn would fail."""
+    if "\0" in value:
+        raise ValueError(f"{shown(value)} holds a NUL character, which no {carrier} can carry")
+
+
+def _str_list(what: str, *, allow_str: bool, carrier: str) -> Any:
     def check(value: Any) -> Any:
         if allow_str and isinstance(value, str):
             value = [value]
@@ -98,14 +105,23 @@ def _str_list(what: str, *, allow_str: bool) -> Any:
                 or not all(isinstance(v, str) for v in value)):
             raise ValueError(f"must be a non-empty list of strings{what}, got "
                              f"{toml_type(value)} {shown(value)}")
+        for v in value:
+            _no_nul(v, carrier)
         return value
     return check
 
 
 def _argv(value: Any) -> Any:
-    value = _str_list("", allow_str=False)(value)
+    value = _str_list("", allow_str=False, carrier="command line")(value)
     if not value[0]:
         raise ValueError("argv[0] must not be empty")
+    return value
+
+
+def _path(value: Any) -> Any:
+    """A path string (strictness is left to the field's StrictStr)."""
+    if isinstance(value, str):
+        _no_nul(value, "path")
     return value
 
 
@@ -155,7 +171,9 @@ OptionalDuration = Annotated[int | None, BeforeValidator(_optional_duration)]
 PositiveInt = Annotated[int, Field(ge=1)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
-EnvFiles = Annotated[list[str], BeforeValidator(_str_list(" (env files)", allow_str=True))]
+EnvFiles = Annotated[list[str], BeforeValidator(_str_list(" (env files)", allow_str=True,
+                                                           carrier="path"))]
+PathStr = Annotated[StrictStr, BeforeValidator(_path)]
 Listen = Annotated[str, BeforeValidator(_listen)]
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -167,7 +185,7 @@ class HarnessConfig(BaseModel):
     model_config = _STRICT
 
     argv: Annotated[list[str], BeforeValidator(_argv)]
-    workdir: StrictStr | None = None
+    workdir: PathStr | None = None
     env_file: EnvFiles | None = None
     adapter: Literal["command", "claude-code", "codex", "crush"] = "command"
     kind: Literal["oneshot", "resident"]
@@ -323,7 +341,7 @@ class ServerConfig(BaseModel):
 
     metrics_listen: Listen | None = None
     webhook_listen: Listen | None = None
-    harness_d: StrictStr | None = None
+    harness_d: PathStr | None = None
 
 
 class WebhookConfig(BaseModel):

@@ -308,6 +308,21 @@ class Run:
         return self.run_id
 
     async def _spawn(self, fd: int) -> None:
+        """Spawn the process; any failure to prepare or start it is a SpawnError (the run
+        closes failed/spawn), never an exception that leaves its record open."""
+        try:
+            await self._exec(fd)
+        except SpawnError:
+            raise
+        except Exception as exc:
+            # A ValueError ("embedded null byte" in argv, the workdir or an env value), or
+            # anything else: its text may quote an env value, so only its kind is told.
+            why = ("a NUL character in its argv, workdir or environment"
+                   if isinstance(exc, ValueError) and "null byte" in str(exc)
+                   else type(exc).__name__)
+            raise SpawnError(f"cannot start the command: {why}") from None
+
+    async def _exec(self, fd: int) -> None:
         env = dict(os.environ if self.base_env is None else self.base_env)
         env.update(await asyncio.to_thread(read_env_files, self.spec.env_file))
         if self.env_extra:
