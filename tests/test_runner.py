@@ -11,6 +11,7 @@ import json
 import os
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -364,3 +365,63 @@ def test_a_nul_that_reaches_the_spawn_fails_the_run_not_the_runner(
     note = ("harness: spawn failed: cannot start the command: a NUL character in its argv, "
             "workdir or environment\n")
     assert _log(rec).endswith(note)
+
+
+def _unblock_a_reader(fifo: Path, within: float) -> threading.Thread:
+    """Open `fifo` for writing, and close it, as soon as a reader has it open (within
+    `within` seconds): a reader blocked in open(2) then reads EOF instead of hanging."""
+    def writer() -> None:
+        end = time.monotonic() + within
+        while time.monotonic() < end:
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                return
+            except OSError:  # ENXIO: no reader (yet)
+                time.sleep(0.05)
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("kind", ["fifo", "char device"])
+def test_an_env_file_that_is_not_a_regular_file_fails_the_run_at_once(
+        rig: Rig, tmp_path: Path, kind: str) -> None:
+    """An env_file naming a FIFO blocked the spawn in open(2) for ever (past the timeout,
+    and the daemon then ignored SIGTERM); /dev/zero was read until memory ran out (here
+    /dev/null stands for it: a device, but one a test can read to its end)."""
+    if kind == "fifo":
+        path = tmp_path / "env.fifo"
+        os.mkfifo(path)
+        writer = _unblock_a_reader(path, within=3.0)  # so the unfixed read ends, and fails
+        why = "Not a regular file"
+    else:
+        path = Path("/dev/null")
+        why = "Not a regular file"
+    link = tmp_path / "env.link"  # followed like any path the user names, and still refused
+    link.symlink_to(path)
+    started = time.monotonic()
+    rec = rig.once(RunSpec("ef", ["true"], env_file=[str(link)], timeout=30))
+    assert time.monotonic() - started < 2.5
+    assert (rec["outcome"], rec["reason"]) == ("failed", "spawn")
+    assert _end_fields(rig.closed("ef", 1)) == {"outcome": "failed", "reason": "spawn"}
+    assert _log(rec).endswith(f"harness: spawn failed: env_file {link}: cannot read: {why}\n")
+    if kind == "fifo":
+        writer.join()
+
+
+def test_an_env_file_is_read_up_to_one_mib(rig: Rig, tmp_path: Path) -> None:
+    """No bound on the read: a huge file (or a device without end) was read whole."""
+    line = b"K=" + b"v" * 1021 + b"\n"  # 1 KiB
+    assert len(line) == 1024
+    full = tmp_path / "dotfiles" / "full.env"
+    full.parent.mkdir()
+    full.write_bytes(line * 1024)
+    link = tmp_path / "full.env"  # a symlink is followed to the regular file
+    link.symlink_to(full)
+    assert read_env_files(str(link)) == {"K": "v" * 1021}
+    over = tmp_path / "over.env"
+    over.write_bytes(line * 1024 + b"\n")
+    rec = rig.once(RunSpec("big", ["true"], env_file=str(over)))
+    assert (rec["outcome"], rec["reason"]) == ("failed", "spawn")
+    assert _log(rec).endswith(f"harness: spawn failed: env_file {over}: larger than 1 MiB, "
+                              "the most an env file may hold\n")

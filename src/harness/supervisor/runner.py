@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from .. import paths
 from ..config.durations import shown_path
 from ..ledger.errors import LedgerError
-from ..ledger.files import make_private_dir
+from ..ledger.files import make_private_dir, open_regular
 from ..ledger.runledger import RunLedger
 from ..timefmt import format_ns
 from . import logs
@@ -61,6 +61,10 @@ ENV_NAME = "HARNESS_NAME"
 ENV_RUN_ID = "HARNESS_RUN_ID"
 ENV_TRIGGER = "HARNESS_RUN_TRIGGER"
 ENV_SOCKET = "HARNESS_SOCKET"
+# The most an env_file may hold: far more than any set of variables, and a bound on what a
+# mistaken path (a log, an image) costs the daemon to read.
+ENV_FILE_MAX = 1024 * 1024
+ENV_FILE_MAX_TEXT = "1 MiB"
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _POLL = 0.05
 
@@ -119,6 +123,10 @@ def read_env_files(env_file: str | Sequence[str] | None) -> dict[str, str]:
     Blank lines and ``#`` comments are skipped; a value may be wrapped in one pair of
     matching quotes. An error names the file and line number only, since the line itself
     may be a secret with a typo.
+
+    Only a regular file of at most ENV_FILE_MAX bytes is read (a symlink is followed to
+    it): a FIFO would block the spawn for ever (past the run's timeout, and a daemon's
+    shutdown waits for the thread), and /dev/zero would be read until memory ran out.
     """
     if env_file is None:
         return {}
@@ -126,10 +134,15 @@ def read_env_files(env_file: str | Sequence[str] | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for path in files:
         try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
+            with open_regular(path, follow=True) as f:
+                raw = f.read(ENV_FILE_MAX + 1)
         except OSError as exc:
             raise SpawnError(f"env_file {path}: cannot read: {exc.strerror or exc}") from None
+        if len(raw) > ENV_FILE_MAX:
+            raise SpawnError(f"env_file {path}: larger than {ENV_FILE_MAX_TEXT}, the most "
+                             "an env file may hold")
+        try:
+            text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise SpawnError(f"env_file {path}: not valid UTF-8") from None
         for n, raw in enumerate(text.splitlines(), 1):
@@ -493,5 +506,5 @@ async def run_once(spec: RunSpec, ledger: RunLedger, ids: RunIds, *, trigger: st
     return await run.wait()
 
 
-__all__ = ["DEFAULT_GRACE", "STOP_REASONS", "Run", "RunSpec", "SpawnError", "open_resident_log",
-           "read_env_files", "resident_log_path", "run_once"]
+__all__ = ["DEFAULT_GRACE", "ENV_FILE_MAX", "STOP_REASONS", "Run", "RunSpec", "SpawnError",
+           "open_resident_log", "read_env_files", "resident_log_path", "run_once"]
