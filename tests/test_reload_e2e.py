@@ -343,3 +343,39 @@ def test_a_nul_in_a_command_line_or_path_is_a_config_error(world: World,
         "can carry\n"
         f"{cfg}:14: channel.c.env_file: '/tm\\x00p/c.env' holds a NUL character, which no "
         "path can carry\n")
+
+
+def test_empty_strings_that_cannot_work_are_config_errors(world: World,
+                                                          daemons: Daemons) -> None:
+    """`workdir = ""` was accepted and every run failed "spawn failed: : No such file or
+    directory"; `model_pin = ""` matched no model; `env_file = ""` named no file."""
+    daemons.write_config(textwrap.dedent('''
+        [server]
+        harness_d = ""
+        [harness.a]
+        argv = ["true", ""]
+        workdir = ""
+        schedule = "@daily"
+        [harness.b]
+        argv = ["true"]
+        model_pin = ""
+        env_file = ""
+        [harness.c]
+        argv = ["true"]
+        env_file = ["/dev/null", ""]
+        [webhook.w]
+        secret = "s"
+        signature_header = ""
+        delivery_header = ""
+    ''').lstrip("\n"))
+    proc = daemons.start(wait=False)
+    assert proc.wait(timeout=60) == 2
+    cfg = daemons.config
+    assert daemons.stderr() == (
+        f"{cfg}:2: server.harness_d: must not be empty\n"
+        f"{cfg}:5: harness.a.workdir: must not be empty\n"
+        f"{cfg}:9: harness.b.model_pin: must not be empty\n"
+        f"{cfg}:10: harness.b.env_file: must not be empty\n"
+        f"{cfg}:13: harness.c.env_file: must not hold an empty path, got ['/dev/null', '']\n"
+        f"{cfg}:16: webhook.w.signature_header: must not be empty\n"
+        f"{cfg}:17: webhook.w.delivery_header: must not be empty\n")

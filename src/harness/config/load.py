@@ -539,11 +539,11 @@ def _read_file(f: _File, role: str, project: Project | None = None) -> _Parts | 
         parts.ledger = f.validate(LedgerConfig, data.get("ledger", {}), ("ledger",))
         parts.budget = f.validate(BudgetConfig, data.get("budget", {}), ("budget",))
         server = data.get("server", {})
-        if (isinstance(server, dict) and isinstance(server.get("harness_d"), str)
-                and "\0" not in server["harness_d"]):  # else refused by ServerConfig
+        hd = server.get("harness_d") if isinstance(server, dict) else None
+        if isinstance(hd, str) and hd and "\0" not in hd:  # else refused by ServerConfig
             # Taken as written even if another [server] key is bad, so the drop-ins are
             # still read and their problems reported in the same pass.
-            parts.harness_d = _resolve(server["harness_d"], base)
+            parts.harness_d = _resolve(hd, base)
             server = {**server, "harness_d": parts.harness_d}
         parts.server = f.validate(ServerConfig, server, ("server",))
     return parts

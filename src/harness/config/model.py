@@ -100,12 +100,16 @@ def _no_nul(value: str, carrier: str) -> None:
 def _str_list(what: str, *, allow_str: bool, carrier: str) -> Any:
     def check(value: Any) -> Any:
         if allow_str and isinstance(value, str):
+            if carrier == "path" and not value:
+                raise ValueError("must not be empty")
             value = [value]
         if (not isinstance(value, list) or not value
                 or not all(isinstance(v, str) for v in value)):
             raise ValueError(f"must be a non-empty list of strings{what}, got "
                              f"{toml_type(value)} {shown(value)}")
         for v in value:
+            if carrier == "path" and not v:
+                raise ValueError(f"must not hold an empty path, got {shown(value)}")
             _no_nul(v, carrier)
         return value
     return check
@@ -173,7 +177,9 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
 EnvFiles = Annotated[list[str], BeforeValidator(_str_list(" (env files)", allow_str=True,
                                                            carrier="path"))]
-PathStr = Annotated[StrictStr, BeforeValidator(_path)]
+# Not empty: "" names no file ("spawn failed: : No such file or directory" on every run).
+PathStr = Annotated[StrictStr, Field(min_length=1), BeforeValidator(_path)]
+NonEmptyStr = Annotated[StrictStr, Field(min_length=1)]
 Listen = Annotated[str, BeforeValidator(_listen)]
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -203,7 +209,7 @@ class HarnessConfig(BaseModel):
     max_cost_usd: PositiveFloat | None = None
     max_tokens: PositiveInt | None = None
     daily_cost_usd: PositiveFloat | None = None
-    model_pin: StrictStr | None = None
+    model_pin: NonEmptyStr | None = None  # "" matches no served model: every run a mismatch
     on_mismatch: Literal["hold", "fail-run"] | None = None
     stall_timeout: Duration | None = None
     triggers: list[Annotated[str, BeforeValidator(_trigger)]] = []
@@ -351,8 +357,8 @@ class WebhookConfig(BaseModel):
 
     verify: Literal["bearer", "hmac-sha256"] = "bearer"
     secret: StrictStr = Field(min_length=1)
-    signature_header: StrictStr | None = None
-    delivery_header: StrictStr | None = None
+    signature_header: NonEmptyStr | None = None  # "": no request carries such a header
+    delivery_header: NonEmptyStr | None = None
     max_body: Annotated[int, Field(ge=1, le=25 * 1024 * 1024)] = 1024 * 1024
     enabled: bool = True
     description: StrictStr | None = None
