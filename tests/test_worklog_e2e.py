@@ -276,3 +276,32 @@ def test_fetch_over_a_diverged_local_anchor_writes_nothing(world: World, tmp_pat
             "re-anchor it.")
         assert not ledger_path(b).exists()
         assert git(b, "rev-parse", REF).stdout == mine
+
+
+def test_fetch_onto_a_crash_tail_larger_than_a_chunk_cuts_all_of_it(world: World,
+                                                                    tmp_path: Path) -> None:
+    """B's ledger ends in 5 MiB of zeroed blocks (a power cut mid-write): more than the
+    4 MiB a reader keeps of a fragment. Fetching A's longer chain cuts the whole fragment,
+    as writer recovery does, so the ledger B ends with is A's, byte for byte, and verifies."""
+    a, b = _anchored_and_fetched(world, tmp_path)
+    record(a, [("task.completed", "t2", {"commit": "def456"}),
+               ("task.started", "t3", {"harness": "worker", "run_id": 3})])
+    _anchor_and_push(world, a)
+    with ledger_path(b).open("ab") as f:
+        f.write(b"\0" * (5 << 20))
+    torn = json.loads(cli(world, b, "ledger", "verify", RUN, "--json").stdout)
+    assert (torn["ok"], torn["entry_count"], torn["torn_tail_bytes"]) == (True, 8, 5 << 20)
+
+    fetched = cli(world, b, "ledger", "fetch", RUN, "--json")
+    assert fetched.returncode == 0, fetched.stderr
+    got = json.loads(fetched.stdout)
+    assert (got["status"], got["entry_count"], got["new_entries"]) == ("extended", 10, 2)
+    assert ledger_path(b).read_bytes() == ledger_path(a).read_bytes()
+    checked = cli(world, b, "ledger", "verify", RUN, "--json")
+    assert checked.returncode == 0, checked.stdout
+    res = json.loads(checked.stdout)
+    assert (res["ok"], res["entry_count"], res["head_hash"], res["torn_tail"]) == (
+        True, 10, rows_of(a)[-1]["entry_hash"], False)
+    resumed = cli(world, b, "ledger", "resume", RUN, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["resume_seq"] == 11

@@ -662,3 +662,27 @@ def test_fetch_after_gc_and_forced_push_follows_the_squashed_ref(
     res = anc.fetch(b, RUN)
     assert (res.status, res.warning) == ("unchanged", None)
     assert Git.open(b).resolve(REF) == Git.open(a).resolve(REF)
+
+
+def test_fetch_that_cannot_read_back_the_chain_undoes_its_append_and_fails(
+        hosts: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing unverified crosses a boundary: should the torn tail stay in place (here the
+    cut is made to do nothing), the appended lines fuse with it, the ledger read back is
+    not the verified chain, and fetch fails (exit 2) with the append undone instead of
+    reporting "extended" over a ledger that no longer verifies."""
+    a, b = hosts
+    lines = published(a, 7)
+    fragment = b'{"seq":6,"ts'
+    path = write_ledger(b, lines[:5], tail=fragment)
+    before = path.read_bytes()
+    monkeypatch.setattr(anc.store, "cut_torn_tail", lambda *a, **k: 0)
+    with pytest.raises(VerificationFailed) as ei:
+        anc.fetch(b, RUN)
+    assert ei.value.exit_code == 2
+    assert str(ei.value) == (
+        f"fetched run {RUN}, but the local work ledger {path.parent} did not read back as "
+        "the verified chain: it does not verify at entry 6 (line 6): not a parseable ledger "
+        "row (Unterminated string starting at: line 1 column 10 (char 9)); the fetched "
+        "entries were removed again, and the local chain is as it was before the fetch")
+    assert path.read_bytes() == before
+    assert Git.open(b).resolve(REF) is None  # the side ref did not move either

@@ -10,7 +10,10 @@ Invariants:
 
 * Nothing unverified crosses a boundary: a local chain that does not verify is never
   anchored, and an anchored chain is verified before a byte of it is written into the
-  local ledger. A torn local tail is excluded exactly as `verify.read_ledger` excludes it.
+  local ledger. A torn local tail is excluded exactly as `verify.read_ledger` excludes it,
+  and cut whole (`store.cut_torn_tail`, as writer recovery cuts it) before fetch appends.
+  What fetch writes is read back and must be the verified chain, or it is undone and
+  fetch fails: fetch never reports success for a ledger that does not verify.
 * The tree is a pure function of the chain (no timestamps), so the same chain gives the
   same tree id on every machine; chunk boundaries are fixed from the start of the chain,
   so a re-anchor reuses every full chunk's blob and writes only what is new.
@@ -536,21 +539,25 @@ def _remote_component(remote: str) -> str:
 
 
 
-def _write_new(d: Path, lines: list[bytes]) -> None:
+def _write_new(d: Path, lines: list[bytes]) -> Callable[[], None]:
+    """Write `lines` as the ledger's first segment; return how to undo it."""
     make_private_dir(str(d))
-    atomic_write(d / "000000.jsonl", b"".join(line + b"\n" for line in lines))
+    seg = d / "000000.jsonl"
+    atomic_write(seg, b"".join(line + b"\n" for line in lines))
+    return lambda: seg.unlink(missing_ok=True)
 
 
-def _append(d: Path, new: list[bytes], torn: bytes | None) -> None:
+def _append(d: Path, new: list[bytes], torn: bytes | None, torn_size: int
+            ) -> Callable[[], None]:
+    """Append `new` to the last segment, first cutting its torn tail (the whole fragment,
+    as writer recovery does, so the first new line does not fuse with it); return how to
+    undo the append (the segment back to its size before it)."""
     seg = verify.iter_segments(d)[-1]
+    if torn is not None:
+        store.cut_torn_tail(seg, torn, torn_size)
     fd = os.open(seg, os.O_RDWR | os.O_CLOEXEC)
     try:
         size = os.fstat(fd).st_size
-        if torn:
-            # Writer recovery drops a torn tail before appending; so does this, so the
-            # first new line does not fuse with the fragment.
-            size -= len(torn)
-            os.ftruncate(fd, size)
         joined = b"".join(line + b"\n" for line in new)
         if size and os.pread(fd, 1, size - 1) != b"\n":
             joined = b"\n" + joined  # the last row was whole but lacked its newline
@@ -563,6 +570,41 @@ def _append(d: Path, new: list[bytes], torn: bytes | None) -> None:
     finally:
         os.close(fd)
 
+    def undo() -> None:
+        fd = os.open(seg, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    return undo
+
+
+def _check_written(d: Path, run_id: str, expected: list[bytes],
+                   undo: Callable[[], None]) -> None:
+    """Read the ledger back after a fetch wrote it: it must hold exactly `expected` (a
+    verified chain: the verified local prefix and the verified anchored lines after
+    it), or the write is undone and `VerificationFailed` says where it broke. A fetch
+    never reports success for a ledger that does not verify."""
+    back = verify.read_chain(d).lines
+    if back == expected:
+        return
+    v = verify.verify_lines(back)
+    if not v.ok:
+        why = f"it does not verify at {v.describe()}"
+    else:
+        at = next((i for i, (x, y) in enumerate(zip(back, expected, strict=False)) if x != y),
+                  min(len(back), len(expected)))
+        why = (f"it holds {len(back)} entries, not the {len(expected)} of the fetched chain "
+               f"(they differ from entry {at + 1})")
+    undo()
+    raise VerificationFailed(
+        f"fetched run {run_id}, but the local work ledger {d} did not read back as the "
+        f"verified chain: {why}; the fetched entries were removed again, and the local "
+        "chain is as it was before the fetch"
+    )
+
 
 def _bring_up_to(
     d: Path, chain: AnchoredChain, run_id: str, remote: str, *, dry_run: bool = False,
@@ -571,16 +613,17 @@ def _bring_up_to(
     """Make the local ledger in `d` equal the verified anchored chain, or refuse (with
     `dry_run`, only say which it would be). `also` is a further check, made once the
     local chain has been found to agree with the anchored one and before a byte is
-    written: a refusal of the local chain is named first."""
+    written: a refusal of the local chain is named first. What is written is read back
+    and checked before success is reported."""
     assert chain.lines is not None
     try:
-        lines, torn = verify.read_ledger(d)
+        lines, torn, torn_size = verify.read_chain(d)
     except NoLedger:
-        lines, torn = [], None
+        lines, torn, torn_size = [], None, 0
     if not lines:
         also()
         if not dry_run:
-            _write_new(d, chain.lines)
+            _check_written(d, run_id, chain.lines, _write_new(d, chain.lines))
         return "written", len(chain.lines)
     v = verify.verify_lines(lines)
     if not v.ok:
@@ -599,7 +642,9 @@ def _bring_up_to(
     also()
     if relation == "anchored_ahead":
         if not dry_run:
-            _append(d, chain.lines[len(lines):], torn)
+            new = chain.lines[len(lines):]
+            undo = _append(d, new, torn, torn_size)
+            _check_written(d, run_id, lines + new, undo)
         return "extended", chain.entry_count - len(lines)
     return "unchanged", 0
 

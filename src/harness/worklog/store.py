@@ -53,7 +53,7 @@ from .rows import (
 )
 from .verify import WorkVerify, iter_segments, read_ledger, verify_dir
 
-__all__ = ["FIRST_SEGMENT", "MAX_LINE", "LedgerLocked", "WorkLedger"]
+__all__ = ["FIRST_SEGMENT", "MAX_LINE", "LedgerLocked", "WorkLedger", "cut_torn_tail"]
 
 FIRST_SEGMENT: Final = "000000.jsonl"
 LOCK_FILE: Final = ".lock"
@@ -154,6 +154,35 @@ def take_lock(directory: Path, run_id: str) -> int:
     return fd
 
 
+def cut_torn_tail(segment: Path, torn: bytes, torn_size: int,
+                  files: FileLayer | None = None) -> int:
+    """Cut a torn tail off `segment` (its last segment) and sync; return the size kept.
+
+    `torn` and `torn_size` are what `verify.read_chain` / `verify_dir` reported: the
+    fragment's last bytes (at most CHUNK of them: a crash can leave megabytes of zeroed
+    blocks) and its whole size. The whole `torn_size` bytes are cut, never only
+    ``len(torn)``, or the rest of the fragment would stay inside the chain. Every path
+    that drops a torn tail before appending (writer recovery, fetch) cuts it here. The
+    caller holds the writer's lock; the file's end is checked anyway, and
+    `VerificationFailed` names the segment rather than cut bytes that are not the fragment.
+    """
+    layer = files or FileLayer()
+    fd, _ = layer.open_append(str(segment))
+    try:
+        size = layer.size(fd)
+        keep = size - torn_size
+        if keep < 0 or len(torn) > torn_size or os.pread(fd, len(torn), size - len(torn)) != torn:
+            raise VerificationFailed(
+                f"work ledger segment {segment} changed while its torn tail was being cut "
+                f"(it no longer ends in the {torn_size}-byte fragment read from it)"
+            )
+        layer.truncate(fd, keep)
+        layer.sync(fd)
+    finally:
+        layer.close(fd)
+    return keep
+
+
 def release_lock(fd: int) -> None:
     try:
         # A stale identity would mislead whoever reads the file next.
@@ -234,21 +263,7 @@ class WorkLedger:
 
     def _cut_tail(self, torn: bytes, torn_size: int) -> None:
         """Cut the fragment of `torn_size` bytes, ending in `torn`, off the last segment."""
-        seg = iter_segments(self.dir)[-1]
-        fd, _ = self._files.open_append(str(seg))
-        try:
-            size = self._files.size(fd)
-            keep = size - torn_size
-            # We hold the lock, so the file cannot have moved since it was verified;
-            # check anyway rather than cut bytes that are not the fragment.
-            if keep < 0 or os.pread(fd, len(torn), size - len(torn)) != torn:
-                raise VerificationFailed(
-                    f"work ledger {self.run_id!r}: {seg.name} changed during recovery"
-                )
-            self._files.truncate(fd, keep)
-            self._files.sync(fd)
-        finally:
-            self._files.close(fd)
+        cut_torn_tail(iter_segments(self.dir)[-1], torn, torn_size, self._files)
 
     # -- appending -------------------------------------------------------------------
 

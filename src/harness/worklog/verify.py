@@ -35,7 +35,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, NamedTuple
 
 import msgspec
 
@@ -47,8 +47,10 @@ from .rows import GENESIS, entry_hash
 
 __all__ = [
     "SEGMENT_RX",
+    "LedgerRead",
     "WorkVerify",
     "iter_segments",
+    "read_chain",
     "read_ledger",
     "verify_dir",
     "verify_lines",
@@ -497,13 +499,27 @@ class _Stream:
                     yield [rest]
 
 
-def read_ledger(directory: str | Path) -> tuple[list[bytes], bytes | None]:
-    """All complete lines across the segments, in order, and the torn tail (or None)."""
+class LedgerRead(NamedTuple):
+    """What `read_chain` found in a ledger directory."""
+
+    lines: list[bytes]  # every complete line across the segments, in order
+    torn: bytes | None  # the torn tail's last CHUNK bytes at most (None: no torn tail)
+    torn_size: int  # the torn tail's whole size: what must be cut to drop it
+
+
+def read_chain(directory: str | Path) -> LedgerRead:
+    """All complete lines across the segments, in order, and the torn tail with its size."""
     stream = _Stream(_segments_or_none(directory))
     lines: list[bytes] = []
     for batch in stream.batches():
         lines.extend(batch)
-    return lines, stream.torn
+    return LedgerRead(lines, stream.torn, stream.torn_size)
+
+
+def read_ledger(directory: str | Path) -> tuple[list[bytes], bytes | None]:
+    """All complete lines across the segments, in order, and the torn tail (or None)."""
+    lines, torn, _ = read_chain(directory)
+    return lines, torn
 
 
 def _segments_or_none(directory: str | Path) -> list[Path]:
