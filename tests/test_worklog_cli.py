@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from conftest import World
+from harness.worklog import WorkLedgerError
 from harness.worklog.git import Git
 from harness.worklog.store import WorkLedger
 from ledgertools import ref_canonical
@@ -1233,3 +1234,32 @@ def test_resume_records_nothing_when_a_signal_cannot_be_written(world: World,
     assert ok.returncode == 0, ok.stderr
     assert sorted(signals(repo)) == [f"{RUN}__t2.signal", f"{RUN}__t3.signal"]
     assert json.loads(ok.stdout)["resume_seq"] == 9
+
+
+SECRET_RUN = "api_key=sk-live-4f9a8b7c6d5e4f3a2b1c"
+
+
+@pytest.mark.parametrize("args", [a for a in SUBCOMMANDS if a != ["runs"]],
+                         ids=lambda a: "-".join(a))
+def test_a_run_id_holding_a_secret_is_refused_and_not_echoed(world: World, repo: Path,
+                                                              args: list[str]) -> None:
+    """A run id becomes a ref name, LEDGER.json and commit messages that are pushed: one the
+    secret scrubber would rewrite is refused (exit 2) as a task id is, and never printed.
+    Even a ledger directory by that name, written by hand, is not anchored."""
+    hand_ledger(repo, run_id=SECRET_RUN)
+    before = refs(repo)
+    res = cli(world, repo, "ledger", args[0], SECRET_RUN, *args[2:])
+    assert res.returncode == 2, res.stderr
+    assert err_line(res) == ("harness: run id looks like it holds a secret (the secret "
+                             "scrubber would rewrite it); refusing to use it")
+    assert "sk-live" not in res.stdout + res.stderr
+    assert refs(repo) == before
+
+
+def test_the_writer_refuses_a_run_id_holding_a_secret(repo: Path) -> None:
+    with pytest.raises(WorkLedgerError) as ei:
+        WorkLedger(repo, SECRET_RUN)
+    assert ei.value.exit_code == 2
+    assert str(ei.value) == ("run id looks like it holds a secret (the secret scrubber "
+                             "would rewrite it); refusing to use it")
+    assert not (repo / ".harness" / "runtime" / "ledger" / SECRET_RUN).exists()

@@ -218,9 +218,16 @@ def encode_row(row: dict[str, Any]) -> bytes:
 
 
 def validate_run_id(run_id: object) -> str:
-    """Return `run_id` if it is usable as one git ref component and one directory name."""
+    """Return `run_id` if it is usable as one git ref component and one directory name,
+    and holds nothing the secret scrubber would rewrite."""
     if not isinstance(run_id, str) or not run_id:
         raise RowRejected(f"run id must be a non-empty string, got {run_id!r}")
+    if scrub_text(run_id)[1]:
+        # A run id is published as it is (the ref name, LEDGER.json, anchor commit
+        # messages, signal and directory names): one that holds a secret is refused, as a
+        # task id is, rather than rewritten (it would name another run), and not echoed.
+        raise RowRejected("run id looks like it holds a secret (the secret scrubber would "
+                          "rewrite it); refusing to use it")
     why = None
     if len(run_id) > _MAX_RUN_ID:
         why = f"is longer than {_MAX_RUN_ID} characters"
