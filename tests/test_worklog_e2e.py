@@ -305,3 +305,49 @@ def test_fetch_onto_a_crash_tail_larger_than_a_chunk_cuts_all_of_it(world: World
     resumed = cli(world, b, "ledger", "resume", RUN, "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["resume_seq"] == 11
+
+
+def test_runs_reports_a_lineage_a_refused_fetch_left_as_diverged(world: World,
+                                                                 tmp_path: Path) -> None:
+    """A and B resume the same head; each anchors its own lineage and A pushes. B's fetch
+    meets A's lineage and is refused (exit 3), leaving it under refs/harness/fetched/: B's
+    resume refuses on it, so `runs` must not call B's run in sync with its side ref."""
+    a, b = _anchored_and_fetched(world, tmp_path)
+    for repo in (a, b):
+        for args in (["resume", RUN], ["anchor", RUN]):
+            assert cli(world, repo, "ledger", *args).returncode == 0
+    git(a, "push", "-q", "origin", REFSPEC)
+    assert cli(world, b, "ledger", "fetch", RUN).returncode == 3
+    assert cli(world, b, "ledger", "resume", RUN, "--dry-run").returncode == 3
+
+    listing = cli(world, b, "ledger", "runs", "--json")
+    assert listing.returncode == 0, listing.stderr
+    [r] = json.loads(listing.stdout)["runs"]
+    assert (r["agreement"], r["local"], r["anchored"], r["entry_count"],
+            r["anchored_entry_count"]) == ("diverged at entry 9", True, True, 9, 9)
+    table = cli(world, b, "ledger", "runs")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[1].endswith("  diverged at entry 9")
+
+    # Once B drops the fetched lineage, as the refusal says, the two agree again.
+    git(b, "update-ref", "-d", f"refs/harness/fetched/origin/{RUN}")
+    [r] = json.loads(cli(world, b, "ledger", "runs", "--json").stdout)["runs"]
+    assert r["agreement"] == "identical"
+    assert cli(world, b, "ledger", "runs").stdout.splitlines()[1].endswith("  in sync")
+
+
+def test_runs_reports_a_diverged_fetched_lineage_of_a_run_never_anchored_here(
+        world: World, tmp_path: Path) -> None:
+    """B wrote its own chain of the run and never anchored it; A's diverging chain was
+    fetched and refused. There is no side ref, but there are two lineages."""
+    a, bare = _remote(tmp_path)
+    record(a, GOAL)
+    _anchor_and_push(world, a)
+    b = _clone(bare, tmp_path / "b")
+    record(b, [*GOAL[:5], ("task.failed", "t1", {"by": "b"})])
+    assert cli(world, b, "ledger", "fetch", RUN).returncode == 3
+    assert cli(world, b, "ledger", "resume", RUN, "--dry-run").returncode == 3
+    [r] = json.loads(cli(world, b, "ledger", "runs", "--json").stdout)["runs"]
+    assert (r["agreement"], r["local"], r["anchored"]) == ("diverged at entry 6", True, False)
+    assert cli(world, b, "ledger", "runs").stdout.splitlines()[1].endswith(
+        "  diverged at entry 6")

@@ -368,11 +368,13 @@ def runs_command(as_json: bool, workdir: str | None) -> None:
 
 
 def _sync_text(r: dict[str, Any]) -> str:
+    agreement = str(r.get("agreement") or "-")
+    if agreement.startswith("diverged"):
+        return agreement  # even with no side ref: a fetched anchor is the other lineage
     if not r.get("anchored"):
         return "local only"
     if not r.get("local"):
         return "anchored only"
-    agreement = str(r.get("agreement") or "-")
     if agreement == "identical":
         return "in sync"
     if agreement in ("local_ahead", "anchored_ahead"):

@@ -40,6 +40,7 @@ import json
 import os
 import secrets
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,14 +207,38 @@ def _check_anchor(workdir: Path, run_id: str, local: list[bytes],
     return str(relation)
 
 
-def _fetched_refs(git: Git, run_id: str) -> list[tuple[str, str]]:
-    """(ref, commit) of every ``refs/harness/fetched/<remote>/<run-id>`` of this run."""
-    out: list[tuple[str, str]] = []
+def _all_fetched_refs(git: Git) -> dict[str, list[tuple[str, str]]]:
+    """(ref, commit) of every ``refs/harness/fetched/<remote>/<run-id>``, by run id."""
+    out: dict[str, list[tuple[str, str]]] = {}
     for name, oid in git.for_each_ref(anchor_mod.FETCHED_PREFIX):
         remote, sep, run = name[len(anchor_mod.FETCHED_PREFIX):].partition("/")
-        if remote and sep and run == run_id:
-            out.append((name, oid))
+        if remote and sep and run:
+            out.setdefault(run, []).append((name, oid))
     return out
+
+
+def _fetched_lineages(
+    git: Git, run_id: str, local: list[bytes], anchored: str | None, remember: bool,
+    fetched: list[tuple[str, str]] | None = None,
+) -> Iterator[tuple[str, anchor_mod.AnchoredChain, anchor_mod.Relation]]:
+    """(ref, chain, relation to `local`) of every anchor of the run fetched from a remote
+    that is neither the run's own side ref (`anchored`, compared by the caller) nor a
+    prefix of the verified `local` chain. A fetched anchor that does not verify is no
+    lineage (fetch refused it as it arrived) and is passed over. `fetched` is
+    `_all_fetched_refs` of the run when the caller has already listed them."""
+    if fetched is None:
+        fetched = _all_fetched_refs(git).get(run_id, [])
+    for ref, commit in fetched:
+        if commit == anchored:
+            continue
+        try:
+            if _anchored_prefix(git, ref, commit, run_id, local) is not None:
+                continue
+            chain = anchor_mod.read_anchor(git, ref, commit, run_id, remember=remember)
+        except VerificationFailed:
+            continue
+        assert chain.lines is not None
+        yield ref, chain, anchor_mod.compare_chains(local, chain.lines)
 
 
 def _check_fetched(git: Git, run_id: str, local: list[bytes], local_head: str,
@@ -223,20 +248,9 @@ def _check_fetched(git: Git, run_id: str, local: list[bytes], local_head: str,
 
     A fetch that found the two lineages refused to write, but the anchor it fetched
     stays under ``refs/harness/fetched/``: that is how this host knows a second
-    lineage exists. A fetched anchor that does not verify is no lineage (fetch refused
-    it as it arrived) and is passed over.
+    lineage exists.
     """
-    for ref, commit in _fetched_refs(git, run_id):
-        if commit == anchored:
-            continue  # the run's own side ref: compared by the caller
-        try:
-            if _anchored_prefix(git, ref, commit, run_id, local) is not None:
-                continue
-            chain = anchor_mod.read_anchor(git, ref, commit, run_id, remember=remember)
-        except VerificationFailed:
-            continue
-        assert chain.lines is not None
-        relation = anchor_mod.compare_chains(local, chain.lines)
+    for ref, chain, relation in _fetched_lineages(git, run_id, local, anchored, remember):
         if isinstance(relation, tuple):
             raise Divergence(anchor_mod.divergence_message(
                 relation[1], local_head, chain.head_hash, run_id, "resume",
@@ -496,7 +510,10 @@ def survey(workdir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     Each entry: run_id, local, anchored, entry_count and head_hash (the local chain's
     when there is one), state ("open", "closed" or "broken"), last_activity (the last
     row's ts), and agreement between the two ("identical", "local_ahead",
-    "anchored_ahead", "diverged at entry N", or None when only one side exists).
+    "anchored_ahead", "diverged at entry N", or None when only one side exists). An
+    anchor of the run fetched from a remote (``refs/harness/fetched/<remote>/<run-id>``)
+    that diverges from the local chain makes it "diverged at entry N" too, as it makes
+    resume refuse.
     """
     wd = Path(workdir)
     runs: dict[str, dict[str, Any]] = {}
@@ -548,6 +565,20 @@ def survey(workdir: str | os.PathLike[str]) -> list[dict[str, Any]]:
             entry["agreement"] = _relation_text(anchor_mod.compare_chains(mine, chain.lines))
         elif not entry["local"]:
             entry["state"], entry["last_activity"] = _open_or_closed(chain.lines)
+    if git is not None:
+        # An anchor fetched from a remote that diverges from the local chain is a second
+        # lineage on this machine, whatever the side ref says: resume refuses (exit 3),
+        # and so the listing says "diverged", not "identical".
+        fetched = _all_fetched_refs(git)
+        for run_id, mine in local_lines.items():
+            if mine is None or run_id not in fetched:
+                continue
+            entry = runs[run_id]
+            for _, _, relation in _fetched_lineages(
+                    git, run_id, mine, entry.get("anchored_commit"), False, fetched[run_id]):
+                if isinstance(relation, tuple):
+                    entry["agreement"] = _relation_text(relation)
+                    break
     out: list[dict[str, Any]] = []
     for run_id in sorted(runs):
         entry = runs[run_id]
