@@ -218,11 +218,65 @@ def test_verify_edited_payload(world: World, repo: Path) -> None:
     res = cli(world, repo, "ledger", "verify", RUN, "--json")
     assert res.returncode == 2
     data = json.loads(res.stdout)
-    assert (data["ok"], data["seq"], data["line"]) == (False, 3, 3)
+    assert (data["ok"], data["seq"], data["file"], data["line"]) == (
+        False, 3, "000000.jsonl", 3)
     assert "entry_hash" in data["reason"]
     plain = cli(world, repo, "ledger", "verify", RUN)
     assert plain.returncode == 2
-    assert "entry 3 (line 3)" in err_line(plain)
+    assert "entry 3 (000000.jsonl:3)" in err_line(plain)
+
+
+def _split_ledger(repo: Path) -> tuple[Path, list[bytes]]:
+    """GOAL by hand in two segments: entries 1-4 in 000000.jsonl, 5-8 in 000001.jsonl."""
+    hand_ledger(repo)
+    first = ledger_path(repo)
+    lines = first.read_bytes().splitlines()
+    first.write_bytes(b"".join(x + b"\n" for x in lines[:4]))
+    second = first.parent / "000001.jsonl"
+    second.write_bytes(b"".join(x + b"\n" for x in lines[4:]))
+    return second, lines
+
+
+def test_a_break_in_a_later_segment_is_named_by_its_file_and_line(world: World,
+                                                                  repo: Path) -> None:
+    """DESIGN §4: verify names the seq and the file:line, so an operator can find the line:
+    entry 6 is line 2 of 000001.jsonl, not "line 6" of no file."""
+    second, lines = _split_ledger(repo)
+    ok = cli(world, repo, "ledger", "verify", RUN)
+    assert ok.returncode == 0, ok.stderr
+    edited = lines[5].replace(b'"run_id":1', b'"run_id":9')
+    assert edited != lines[5]
+    second.write_bytes(b"".join(x + b"\n" for x in [lines[4], edited, *lines[6:]]))
+
+    res = cli(world, repo, "ledger", "verify", RUN, "--json")
+    assert res.returncode == 2
+    data = json.loads(res.stdout)
+    assert (data["ok"], data["seq"], data["file"], data["line"], data["entry_count"]) == (
+        False, 6, "000001.jsonl", 2, 5)
+    reason = data["reason"]
+    assert reason.startswith("entry_hash mismatch")
+    plain = cli(world, repo, "ledger", "verify", RUN)
+    assert plain.returncode == 2
+    assert err_line(plain) == (f"harness: work ledger {RUN} broken at entry 6 "
+                               f"(000001.jsonl:2): {reason}")
+    resumed = cli(world, repo, "ledger", "resume", RUN)
+    assert resumed.returncode == 2
+    assert err_line(resumed) == (f"harness: the local work ledger of run '{RUN}' does not "
+                                 f"verify at entry 6 (000001.jsonl:2): {reason}")
+    anchored = cli(world, repo, "ledger", "anchor", RUN)
+    assert anchored.returncode == 2
+    assert err_line(anchored) == (f"harness: refusing to anchor run {RUN}: the local work "
+                                  f"ledger does not verify at entry 6 (000001.jsonl:2): {reason}")
+
+
+def test_a_head_mismatch_is_named_at_the_last_line_of_the_last_segment(world: World,
+                                                                      repo: Path) -> None:
+    _split_ledger(repo)
+    res = cli(world, repo, "ledger", "verify", RUN, "--json", "--expected-head", "a" * 64)
+    assert res.returncode == 2
+    data = json.loads(res.stdout)
+    assert (data["seq"], data["file"], data["line"]) == (8, "000001.jsonl", 4)
+    assert data["reason"].startswith("head mismatch: expected aaaaaaaaaaaaaaaa…")
 
 
 def test_verify_malformed_row(world: World, repo: Path) -> None:

@@ -32,7 +32,7 @@ from harness.worklog.rows import (
     validate_run_id,
 )
 from harness.worklog.store import LedgerLocked, WorkLedger
-from harness.worklog.verify import read_ledger, verify_dir, verify_lines
+from harness.worklog.verify import read_chain, read_ledger, verify_dir, verify_lines
 from ledgertools import DirSyncs, ref_canonical
 
 # --- known answers ------------------------------------------------------------------
@@ -215,7 +215,7 @@ def test_bit_flip_in_every_field(tmp_path: Path, row: int, field: str) -> None:
     assert res.reason is not None and want in res.reason
     j = res.to_json("six")
     assert (j["ok"], j["seq"], j["line"]) == (False, row, row)
-    with pytest.raises(VerificationFailed, match=rf"entry {row} \(line {row}\)") as ei:
+    with pytest.raises(VerificationFailed, match=rf"entry {row} \(000000\.jsonl:{row}\)") as ei:
         WorkLedger(tmp_path, "six")
     assert ei.value.exit_code == 2
 
@@ -436,7 +436,7 @@ def test_interior_damage_refuses_to_open(tmp_path: Path) -> None:
     assert (res.ok, res.error_seq, res.error_line, res.entry_count) == (False, 3, 3, 2)
     assert "not a parseable ledger row" in (res.reason or "")
     before = seg.read_bytes()
-    with pytest.raises(VerificationFailed, match=r"entry 3 \(line 3\)"):
+    with pytest.raises(VerificationFailed, match=r"entry 3 \(000000\.jsonl:3\)"):
         WorkLedger(tmp_path, "six")
     assert seg.read_bytes() == before  # refused without touching the file
 
@@ -834,3 +834,24 @@ def test_a_found_work_ledger_syncs_its_directories_once_before_the_first_row(
     assert first == [str(run), str(run.parent), str(run.parent.parent),
                      str(root / ".harness"), str(root)]
     assert files.dirs == first
+
+
+def test_a_break_is_named_by_segment_file_and_line_on_both_walks(tmp_path: Path) -> None:
+    """The sequential and the parallel walk name a break in a later segment alike: its
+    file and the line within it, not a count running across the segments."""
+    seg, lines = _six(tmp_path)
+    d = seg.parent
+    (d / "000000.jsonl").write_bytes(b"".join(x + b"\n" for x in lines[:4]))
+    (d / "000001.jsonl").write_bytes(b"".join(x + b"\n" for x in [lines[5], lines[4]]))
+    for parallel in (False, True):
+        res = verify_dir(d, parallel=parallel)
+        assert (res.ok, res.error_seq, res.error_file, res.error_line) == (
+            False, 5, "000001.jsonl", 1)
+        assert res.to_json("six")["file"] == "000001.jsonl"
+        assert res.describe().startswith("entry 5 (000001.jsonl:1): seq mismatch")
+    # verify_lines over lines already read names the same place when told the segments.
+    read = read_chain(d)
+    assert read.starts == [(0, "000000.jsonl"), (4, "000001.jsonl")]
+    res = verify_lines(read.lines, starts=read.starts)
+    assert (res.error_seq, res.error_file, res.error_line) == (5, "000001.jsonl", 1)
+    assert verify_lines(read.lines).describe().startswith("entry 5 (line 5): seq mismatch")

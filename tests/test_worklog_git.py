@@ -681,8 +681,9 @@ def test_fetch_that_cannot_read_back_the_chain_undoes_its_append_and_fails(
     assert ei.value.exit_code == 2
     assert str(ei.value) == (
         f"fetched run {RUN}, but the local work ledger {path.parent} did not read back as "
-        "the verified chain: it does not verify at entry 6 (line 6): not a parseable ledger "
-        "row (Unterminated string starting at: line 1 column 10 (char 9)); the fetched "
-        "entries were removed again, and the local chain is as it was before the fetch")
+        "the verified chain: it does not verify at entry 6 (000000.jsonl:6): not a "
+        "parseable ledger row (Unterminated string starting at: line 1 column 10 (char 9)); "
+        "the fetched entries were removed again, and the local chain is as it was before "
+        "the fetch")
     assert path.read_bytes() == before
     assert Git.open(b).resolve(REF) is None  # the side ref did not move either

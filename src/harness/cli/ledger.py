@@ -185,7 +185,7 @@ def _unverified(run_id: str, reason: str, exit_code: int) -> dict[str, object]:
     present (nothing verified, no head, no entry at fault), and why."""
     return {"run_id": run_id, "ok": False, "entry_count": 0, "head_hash": None,
             "head_seq": 0, "torn_tail": False, "torn_tail_bytes": 0, "seq": None,
-            "line": None, "reason": reason, "exit_code": exit_code}
+            "file": None, "line": None, "reason": reason, "exit_code": exit_code}
 
 
 def _verify_run_ledger(as_json: bool) -> None:

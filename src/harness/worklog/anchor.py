@@ -404,17 +404,17 @@ def anchored_prefix(
 # -- anchor -----------------------------------------------------------------------------
 
 
-def _local_lines(workdir: str | os.PathLike[str], run_id: str) -> tuple[Path, list[bytes],
-                                                                        bytes | None]:
-    d = rows.ledger_dir(Path(workdir), run_id)
-    lines, torn = verify.read_ledger(d)
-    return d, lines, torn
+def _local_lines(workdir: str | os.PathLike[str], run_id: str) -> verify.LedgerRead:
+    return verify.read_chain(rows.ledger_dir(Path(workdir), run_id))
 
 
-def _refuse_broken(run_id: str, v: verify.WorkVerify, action: str) -> VerificationFailed:
+def _refuse_broken(run_id: str, v: verify.WorkVerify, action: str,
+                   starts: Sequence[tuple[int, str]]) -> VerificationFailed:
+    """The refusal of a local chain that does not verify, naming the break by segment
+    file and line (`starts` is the `LedgerRead.starts` of the lines verified)."""
     return VerificationFailed(
         f"refusing to {action} run {run_id}: the local work ledger does not verify at "
-        f"{v.describe()}"
+        f"{v.place(starts).describe()}"
     )
 
 
@@ -436,7 +436,8 @@ def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = Fals
     """
     rows.validate_run_id(run_id)
     git = Git.open(workdir)
-    _, lines, _torn = _local_lines(workdir, run_id)
+    read = _local_lines(workdir, run_id)
+    lines, starts = read.lines, read.starts
     if not lines:
         raise NoLedger(f"work ledger {run_id} has no complete entries to anchor")
     ref = REF_PREFIX + run_id
@@ -447,7 +448,7 @@ def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = Fals
     if old is None:
         v = verify.verify_lines(lines)
         if not v.ok:
-            raise _refuse_broken(run_id, v, "anchor")
+            raise _refuse_broken(run_id, v, "anchor", starts)
         head = v.head_hash
     else:
         # One read of the anchor commit serves both the prefix test and a full read.
@@ -458,7 +459,7 @@ def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = Fals
             v = (_verify_from(lines, chain.entry_count, chain.head_hash) if trusted
                  else verify.verify_lines(lines))
             if not v.ok:
-                raise _refuse_broken(run_id, v, "anchor")
+                raise _refuse_broken(run_id, v, "anchor", starts)
             if not trusted and not dry_run:
                 _memo_add(git, chain.tree, chain.head_hash, chain.entry_count)
             relation: Relation = ("identical" if chain.entry_count == len(lines)
@@ -469,7 +470,7 @@ def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = Fals
             assert chain.lines is not None
             v = verify.verify_lines(lines)
             if not v.ok:
-                raise _refuse_broken(run_id, v, "anchor")
+                raise _refuse_broken(run_id, v, "anchor", starts)
             relation = compare_chains(lines, chain.lines)
             anchored_head = chain.head_hash
         head = v.head_hash
@@ -587,10 +588,10 @@ def _check_written(d: Path, run_id: str, expected: list[bytes],
     verified chain: the verified local prefix and the verified anchored lines after
     it), or the write is undone and `VerificationFailed` says where it broke. A fetch
     never reports success for a ledger that does not verify."""
-    back = verify.read_chain(d).lines
+    back, _, _, starts = verify.read_chain(d)
     if back == expected:
         return
-    v = verify.verify_lines(back)
+    v = verify.verify_lines(back, starts=starts)
     if not v.ok:
         why = f"it does not verify at {v.describe()}"
     else:
@@ -617,9 +618,9 @@ def _bring_up_to(
     and checked before success is reported."""
     assert chain.lines is not None
     try:
-        lines, torn, torn_size = verify.read_chain(d)
+        lines, torn, torn_size, starts = verify.read_chain(d)
     except NoLedger:
-        lines, torn, torn_size = [], None, 0
+        lines, torn, torn_size, starts = [], None, 0, []
     if not lines:
         also()
         if not dry_run:
@@ -627,7 +628,7 @@ def _bring_up_to(
         return "written", len(chain.lines)
     v = verify.verify_lines(lines)
     if not v.ok:
-        raise _refuse_broken(run_id, v, "fetch onto")
+        raise _refuse_broken(run_id, v, "fetch onto", starts)
     relation = compare_chains(lines, chain.lines)
     if isinstance(relation, tuple):
         raise Divergence(

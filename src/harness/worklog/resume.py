@@ -54,7 +54,7 @@ from .git import Git
 from .replay import State, replay
 from .rows import clean_payload, entry_hash, ledger_dir, validate_run_id
 from .store import SYNC_TIMEOUT, WorkLedger
-from .verify import WorkVerify, read_ledger, verify_lines
+from .verify import WorkVerify, read_chain, read_ledger, verify_lines
 
 __all__ = [
     "ResumeResult",
@@ -273,10 +273,10 @@ def _local(workdir: Path, run_id: str) -> tuple[Path, list[bytes], WorkVerify]:
             hint = (f"; {anchor_mod.REF_PREFIX}{run_id} exists here: run 'harness ledger "
                     f"fetch {run_id} --remote .' to restore the local ledger from it")
         raise NoLedger(f"no work ledger for run '{run_id}' in {directory}{hint}")
-    lines, torn = read_ledger(directory)
+    lines, torn, _, starts = read_chain(directory)
     if not lines:
         raise NoLedger(f"the work ledger of run '{run_id}' in {directory} holds no entries")
-    res = verify_lines(lines)
+    res = verify_lines(lines, starts=starts)
     if not res.ok:
         raise _broken("the local", res, run_id)
     res.torn_tail = torn  # verify_lines sees complete lines only, so it never sets one
@@ -490,8 +490,8 @@ def _open_or_closed(lines: list[bytes]) -> tuple[str, str | None]:
 
 
 def _survey_local(directory: Path) -> tuple[dict[str, Any], list[bytes] | None]:
-    lines, torn = read_ledger(directory)
-    res = verify_lines(lines)
+    lines, torn, _, starts = read_chain(directory)
+    res = verify_lines(lines, starts=starts)
     info: dict[str, Any] = {
         "local": True, "local_entry_count": res.entry_count, "local_head": res.head_hash,
         "ok": res.ok, "torn_tail": torn is not None,

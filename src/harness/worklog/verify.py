@@ -9,7 +9,7 @@ like any other. Every complete line is part of the chain, so an unparseable comp
 line, an extra or missing field, a wrong type, a ``seq`` that is not the previous + 1
 (from 1), a ``prev_hash`` that is not the previous ``entry_hash`` (genesis first), an
 ``entry_hash`` that the row's content does not hash to, or a ``schema_version`` other
-than 1 is a break, named by seq and 1-based line.
+than 1 is a break, named by seq and by segment file and 1-based line within it.
 
 Invariant: a result says ok only if ``sha256(canonical({"kind","payload","prev_hash",
 "task_id"}))`` of every row equals its ``entry_hash`` and the rows link in order. For
@@ -32,7 +32,7 @@ import multiprocessing
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, NamedTuple
@@ -159,8 +159,9 @@ class WorkVerify:
     torn_tail: bytes | None = None
     torn_size: int = 0
     error_seq: int | None = None
-    error_line: int | None = None
+    error_line: int | None = None  # 1-based, within `error_file` when that is known
     reason: str | None = None
+    error_file: str | None = None  # the segment file (e.g. "000001.jsonl") of the break
 
     @property
     def head_seq(self) -> int:
@@ -178,14 +179,30 @@ class WorkVerify:
             "torn_tail_bytes": self.torn_size,
         }
         if not self.ok:
-            out.update(seq=self.error_seq, line=self.error_line, reason=self.reason)
+            out.update(seq=self.error_seq, file=self.error_file, line=self.error_line,
+                       reason=self.reason)
         return out
 
     def describe(self) -> str:
-        """One line for a human: the position of the break, or the verified head."""
+        """One line for a human: the position of the break (segment file:line when the
+        lines were read from files), or the verified head."""
         if self.ok:
             return f"ok: {self.entry_count} entries, head {self.head_hash}"
-        return f"entry {self.error_seq} (line {self.error_line}): {self.reason}"
+        where = (f"{self.error_file}:{self.error_line}" if self.error_file is not None
+                 else f"line {self.error_line}")
+        return f"entry {self.error_seq} ({where}): {self.reason}"
+
+    def place(self, starts: Sequence[tuple[int, str]]) -> WorkVerify:
+        """Turn a break's line, counted across the segments, into its segment file and
+        the line within it. `starts` holds, for each segment in order, the number of
+        complete lines before it and its name (`LedgerRead.starts`)."""
+        if self.ok or self.error_line is None or self.error_file is not None:
+            return self
+        for before, name in reversed(starts):
+            if before < self.error_line:
+                self.error_file, self.error_line = name, self.error_line - before
+                break
+        return self
 
 
 class _Break(Exception):
@@ -432,11 +449,13 @@ def _batched(lines: list[bytes]) -> Iterator[list[bytes]]:
         yield lines[i : i + _CHUNK]
 
 
-def verify_lines(lines: list[bytes], expected_head: str | None = None) -> WorkVerify:
-    """Verify complete lines (bytes without "\\n") in chain order from genesis."""
+def verify_lines(lines: list[bytes], expected_head: str | None = None, *,
+                 starts: Sequence[tuple[int, str]] = ()) -> WorkVerify:
+    """Verify complete lines (bytes without "\\n") in chain order from genesis. With
+    `starts` (`LedgerRead.starts` of the lines), a break is named by file and line."""
     walker = _Walker()
     _run(_batched(lines), walker)
-    return walker.result(None, expected_head)
+    return walker.result(None, expected_head).place(starts)
 
 
 def verify_continuation(lines: list[bytes], start: int, prev_hash: str) -> WorkVerify:
@@ -471,10 +490,19 @@ class _Stream:
         self.segments = segments
         self.torn: bytes | None = None
         self.torn_size = 0
+        # (complete lines before it, name) of each segment reached: where a line is.
+        self.starts: list[tuple[int, str]] = []
+        self.count = 0  # complete lines yielded so far
 
     def batches(self) -> Iterator[list[bytes]]:
+        for batch in self._batches():
+            self.count += len(batch)
+            yield batch
+
+    def _batches(self) -> Iterator[list[bytes]]:
         last = len(self.segments) - 1
         for i, path in enumerate(self.segments):
+            self.starts.append((self.count, path.name))
             rest, size = b"", 0  # the line begun and not ended: its last bytes, its size
             with open(path, "rb") as f:
                 while block := f.read(_BLOCK):
@@ -505,6 +533,7 @@ class LedgerRead(NamedTuple):
     lines: list[bytes]  # every complete line across the segments, in order
     torn: bytes | None  # the torn tail's last CHUNK bytes at most (None: no torn tail)
     torn_size: int  # the torn tail's whole size: what must be cut to drop it
+    starts: list[tuple[int, str]]  # per segment: (complete lines before it, its name)
 
 
 def read_chain(directory: str | Path) -> LedgerRead:
@@ -513,13 +542,13 @@ def read_chain(directory: str | Path) -> LedgerRead:
     lines: list[bytes] = []
     for batch in stream.batches():
         lines.extend(batch)
-    return LedgerRead(lines, stream.torn, stream.torn_size)
+    return LedgerRead(lines, stream.torn, stream.torn_size, stream.starts)
 
 
 def read_ledger(directory: str | Path) -> tuple[list[bytes], bytes | None]:
     """All complete lines across the segments, in order, and the torn tail (or None)."""
-    lines, torn, _ = read_chain(directory)
-    return lines, torn
+    read = read_chain(directory)
+    return read.lines, read.torn
 
 
 def _segments_or_none(directory: str | Path) -> list[Path]:
@@ -556,7 +585,7 @@ def verify_dir(
     stream = _Stream(segments)
     walker = _Walker()
     _run(stream.batches(), walker)
-    return walker.result(stream.torn, expected_head, stream.torn_size)
+    return walker.result(stream.torn, expected_head, stream.torn_size).place(stream.starts)
 
 
 # Below this many bytes the fork costs more than the other cores save.
@@ -644,6 +673,8 @@ def _verify_parallel(segments: list[Path], expected_head: str | None) -> WorkVer
         if first != seq + 1 or first_prev != prev:
             return None
         seq, prev, lines = last, last_hash, lines + n
+    if expected_head is not None and expected_head != prev:
+        return None  # the sequential walk names the mismatch by file and line
     walker = _Walker()
     walker.count, walker.prev, walker.line = seq, prev, lines
     return walker.result(tail, expected_head, torn)
