@@ -847,6 +847,46 @@ def test_gc_squashes_the_anchor_history(world: World, repo: Path) -> None:
     assert git(repo, "rev-parse", f"{REF}^{{tree}}").stdout.strip() == tree
 
 
+def test_gc_json_is_structured(world: World, repo: Path) -> None:
+    """`gc --json` gives the squash as data (the commits before and after, how many were
+    dropped, the tree, whether the ref moved), with the sentence kept under "result"."""
+    record(repo, GOAL[:4])
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    record(repo, GOAL[4:])
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    old = git(repo, "rev-parse", REF).stdout.strip()
+    tree = git(repo, "rev-parse", f"{REF}^{{tree}}").stdout.strip()
+    base = {"run_id": RUN, "ref": REF, "tree": tree, "chunks": 1, "previous_commit": old}
+
+    dry = cli(world, repo, "ledger", "gc", RUN, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout) == {
+        **base, "dry_run": True, "changed": False, "commit": old, "commits": 2,
+        "dropped_commits": 1,
+        "result": (f"dry run: {REF} would be squashed from 2 commits into one parentless "
+                   f"commit (tree {tree} unchanged, 1 chunks); nothing was changed")}
+    assert git(repo, "rev-parse", REF).stdout.strip() == old
+
+    res = cli(world, repo, "ledger", "gc", RUN, "--json")
+    assert res.returncode == 0, res.stderr
+    new = git(repo, "rev-parse", REF).stdout.strip()
+    assert new != old
+    assert json.loads(res.stdout) == {
+        **base, "dry_run": False, "changed": True, "commit": new, "commits": 2,
+        "dropped_commits": 1,
+        "result": (f"{REF}: squashed 2 commits into one parentless commit {new} (tree {tree} "
+                   "unchanged, 1 chunks). The ref no longer fast-forwards from what was "
+                   "pushed, so pushing it now needs a forced refspec: git push REMOTE "
+                   f"'+{REF}:{REF}'")}
+
+    again = cli(world, repo, "ledger", "gc", RUN, "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == {
+        **base, "previous_commit": new, "dry_run": False, "changed": False, "commit": new,
+        "commits": 1, "dropped_commits": 0,
+        "result": f"{REF} is already a single parentless commit ({new}); nothing to do"}
+
+
 def test_runs_table(world: World, repo: Path) -> None:
     record(repo, GOAL)
     assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0

@@ -559,12 +559,12 @@ def test_gc_squashes_to_one_parentless_commit(repo: Path) -> None:
         lines = chain(n, prefix=lines)
         write_ledger(repo, lines)
         last = anc.anchor(repo, RUN)
-    msg = anc.gc(repo, RUN)
+    msg = anc.gc(repo, RUN).message
     assert f"+{REF}:{REF}" in msg
     assert git("rev-list", "--count", REF, cwd=repo) == "1"
     assert git("rev-parse", f"{REF}^{{tree}}", cwd=repo) == last.tree
     assert git("rev-parse", REF, cwd=repo) != last.commit
-    assert "already" in anc.gc(repo, RUN)
+    assert "already" in anc.gc(repo, RUN).message
     assert anc.anchor(repo, RUN).status == "unchanged"
 
 

@@ -299,9 +299,10 @@ def gc_command(run_id: str, dry_run: bool, as_json: bool, workdir: str | None) -
     """Squash the anchor history of RUN_ID into one commit with the same tree."""
     res = _guard(lambda: anchor_mod.gc(_workdir(workdir), run_id, dry_run=dry_run))
     if as_json:
-        _print_json({"run_id": run_id, "dry_run": dry_run, "result": res})
+        # Structured: "result" keeps the sentence the plain output prints.
+        _print_json(res.to_json())
         return
-    click.echo(res)
+    click.echo(res.message)
 
 
 # -- resume ---------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ __all__ = [
     "AnchoredChain",
     "AnchoredInfo",
     "FetchResult",
+    "GcResult",
     "LocalAhead",
     "Relation",
     "anchor",
@@ -129,6 +130,42 @@ class FetchResult:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class GcResult:
+    """What `gc` did (or, for a dry run, would do) to ``refs/harness/work-ledger/<run-id>``."""
+
+    run_id: str
+    ref: str
+    dry_run: bool
+    changed: bool  # the ref moved to a new parentless commit
+    commit: str  # the ref's commit after gc (for a dry run or no-op: its commit now)
+    previous_commit: str  # the ref's commit before gc
+    commits: int  # commits in the anchor history before gc
+    dropped_commits: int  # commits squashed away (would be, for a dry run)
+    tree: str  # the anchored tree, unchanged by gc
+    chunks: int
+
+    @property
+    def message(self) -> str:
+        """One line for a human."""
+        if self.commits == 1:
+            return (f"{self.ref} is already a single parentless commit ({self.commit}); "
+                    "nothing to do")
+        if self.dry_run:
+            return (f"dry run: {self.ref} would be squashed from {self.commits} commits into "
+                    f"one parentless commit (tree {self.tree} unchanged, {self.chunks} "
+                    "chunks); nothing was changed")
+        return (
+            f"{self.ref}: squashed {self.commits} commits into one parentless commit "
+            f"{self.commit} (tree {self.tree} unchanged, {self.chunks} chunks). The ref no "
+            "longer fast-forwards from what was pushed, so pushing it now needs a forced "
+            f"refspec: git push REMOTE '+{self.ref}:{self.ref}'"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "result": self.message}
 
 
 @dataclass
@@ -722,7 +759,7 @@ def _local_anchor(git: Git, ref: str, chain: AnchoredChain, run_id: str, *,
 # -- gc and listing ---------------------------------------------------------------------
 
 
-def gc(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = False) -> str:
+def gc(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = False) -> GcResult:
     """Squash the anchor history of `run_id` into one parentless commit of the same tree
     (with `dry_run`, say what would be squashed and change nothing)."""
     rows.validate_run_id(run_id)
@@ -735,22 +772,16 @@ def gc(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = False) -
     tree, chunk_ids = shape.tree, shape.chunk_ids
     if not _memo_has(git, tree):
         read_anchor(git, ref, commit, run_id, remember=not dry_run, shape=shape)
-    if not shape.parents:
-        return f"{ref} is already a single parentless commit ({commit}); nothing to do"
-    dropped = git.count_commits(commit) - 1
-    if dry_run:
-        return (f"dry run: {ref} would be squashed from {dropped + 1} commits into one "
-                f"parentless commit (tree {tree} unchanged, {len(chunk_ids)} chunks); "
-                "nothing was changed")
+    commits = git.count_commits(commit) if shape.parents else 1
+    result = GcResult(run_id, ref, dry_run, False, commit, commit, commits, commits - 1,
+                      tree, len(chunk_ids))
+    if commits == 1 or dry_run:
+        return result
     message = f"harness work ledger anchor (gc)\n\nrun_id={run_id}\n"
     new = git.commit_tree(tree, [], message)
     git.update_ref(ref, new, commit, reason=f"harness ledger gc {run_id}")
-    return (
-        f"{ref}: squashed {dropped + 1} commits into one parentless commit {new} "
-        f"(tree {tree} unchanged, {len(chunk_ids)} chunks). The ref no longer fast-forwards "
-        f"from what was pushed, so pushing it now needs a forced refspec: git push REMOTE "
-        f"'+{ref}:{ref}'"
-    )
+    result.commit, result.changed = new, True
+    return result
 
 
 def list_anchored(workdir: str | os.PathLike[str]) -> list[AnchoredInfo]:
