@@ -486,6 +486,38 @@ def test_ref_that_is_not_an_anchor(world: World, repo: Path, tmp_path: Path) -> 
     assert not ledger_path(other).exists()
 
 
+@pytest.mark.parametrize(("key", "value", "shown"), [
+    ("entry_count", True, "True"), ("entry_count", "8", "'8'"), ("entry_count", 8.0, "8.0"),
+    ("chunk_count", True, "True"), ("chunk_count", None, "None"),
+    ("format_version", True, "True"),
+])
+def test_a_ledger_json_with_a_bad_value_names_the_key_and_the_value(
+        world: World, repo: Path, key: str, value: object, shown: str) -> None:
+    """LEDGER.json's counts and version are integers; any other value (`true` included,
+    which Python would take for 1) is refused naming the very key and value."""
+    record(repo, GOAL)
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    meta = json.loads(git(repo, "cat-file", "blob", f"{REF}:LEDGER.json").stdout)
+    meta[key] = value
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, check=True,
+                          capture_output=True, text=True,
+                          input=json.dumps(meta, sort_keys=True) + "\n").stdout.strip()
+    chunk = git(repo, "rev-parse", f"{REF}:chunk-000000.jsonl").stdout.strip()
+    tree = subprocess.run(["git", "mktree"], cwd=repo, check=True, capture_output=True,
+                          text=True, input=f"100644 blob {blob}\tLEDGER.json\n"
+                          f"100644 blob {chunk}\tchunk-000000.jsonl\n").stdout.strip()
+    commit = git(repo, "commit-tree", tree, "-m", "forged").stdout.strip()
+    git(repo, "update-ref", REF, commit)
+    if key == "format_version":
+        why = f"LEDGER.json has format_version {shown}, this harness reads 1"
+    else:
+        why = f"LEDGER.json {key} {shown} is not an integer"
+    for args in (["anchor", RUN], ["gc", RUN], ["resume", RUN, "--dry-run"]):
+        res = cli(world, repo, "ledger", *args)
+        assert res.returncode == 2, (args, res.stderr)
+        assert err_line(res) == f"harness: {REF} is not a work-ledger anchor: {why}"
+
+
 def _deep_anchor(repo: Path) -> None:
     """Point the run's anchor ref at a tree whose LEDGER.json is 100,000 "[": JSON nested
     past any decoder's depth, which a hostile or corrupt remote can hold."""

@@ -358,16 +358,20 @@ def _parse_meta(ref: str, raw: bytes, run_id: str, chunk_count: int) -> tuple[st
     if not isinstance(meta, dict) or set(meta) != _META_KEYS:
         got = sorted(meta) if isinstance(meta, dict) else type(meta).__name__
         raise _not_anchor(ref, f"{META_NAME} must hold exactly {sorted(_META_KEYS)}, got {got}")
-    if meta["format_version"] != FORMAT_VERSION:
-        raise _not_anchor(ref, f"{META_NAME} has format_version {meta['format_version']!r}, "
+    version = meta["format_version"]
+    if type(version) is not int or version != FORMAT_VERSION:  # true == 1 in Python
+        raise _not_anchor(ref, f"{META_NAME} has format_version {version!r}, "
                                f"this harness reads {FORMAT_VERSION}")
     if meta["run_id"] != run_id:
         raise _not_anchor(ref, f"{META_NAME} names run {meta['run_id']!r}, not {run_id!r}")
     head, count, chunks = meta["head_hash"], meta["entry_count"], meta["chunk_count"]
     if not isinstance(head, str) or not is_hex64(head):
         raise _not_anchor(ref, f"{META_NAME} head_hash {head!r} is not 64 lowercase hex digits")
-    if type(count) is not int or type(chunks) is not int or chunks != chunk_count:
-        raise _not_anchor(ref, f"{META_NAME} says {chunks!r} chunks, the tree holds "
+    for key, value in (("entry_count", count), ("chunk_count", chunks)):
+        if type(value) is not int:  # bool is a subclass of int: `true` is no count
+            raise _not_anchor(ref, f"{META_NAME} {key} {value!r} is not an integer")
+    if chunks != chunk_count:
+        raise _not_anchor(ref, f"{META_NAME} says {chunks} chunks, the tree holds "
                                f"{chunk_count}")
     if not (chunk_count - 1) * CHUNK_LINES < count <= chunk_count * CHUNK_LINES:
         raise _not_anchor(ref, f"{META_NAME} says {count!r} entries, which {chunk_count} "
