@@ -36,7 +36,7 @@ def build_chain(n: int, prefix: list[bytes] | None = None) -> list[bytes]:
     lines = list(prefix or [])
     prev = rows.GENESIS
     if lines:
-        prev = anc._entry_hash(lines[-1]) or rows.GENESIS
+        prev = anc.entry_hash_of(lines[-1]) or rows.GENESIS
     kinds = ("task.scheduled", "task.started", "task.completed")
     for seq in range(len(lines) + 1, n + 1):
         kind = "run.open" if seq == 1 else kinds[seq % 3]
