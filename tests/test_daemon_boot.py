@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -24,6 +25,7 @@ import pytest
 
 from conftest import World
 from daemons import DEADLINE, STUBBORN, Daemons, alive, record_of, stubborn_pid, until
+from harness import __version__
 from harness.control.client import Client, DaemonUnreachable
 from harness.supervisor.runner import DEFAULT_GRACE
 
@@ -121,6 +123,36 @@ def test_a_first_boot_without_a_runtime_dir_creates_the_state_dir_for_the_socket
     assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
     assert not sock.exists()
     assert "cannot serve the control socket" not in daemons.stderr()
+
+
+def _logged(err: str) -> list[str]:
+    """The daemon's stderr, each line as `LEVEL logger: message` (its time left out); a
+    line that is not the log's own shape is kept whole, so it shows in a failed assert."""
+    return [line.split(" ", 2)[2] if re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} "
+                                              r"[A-Z]+ harness\.\S+: ", line) else line
+            for line in err.splitlines()]
+
+
+def test_a_newline_in_the_runtime_dir_cannot_forge_a_log_line(
+        world: World, daemons: Daemons) -> None:
+    """A path the daemon logs is one line, its controls spelled out: a newline in
+    XDG_RUNTIME_DIR once started a line of its own, read as the daemon's ERROR, and an
+    escape sequence reached the terminal raw."""
+    daemons.write_config('[harness.ok]\nkind = "oneshot"\nargv = ["true"]\n')
+    run = world.root / "r\x1b[2J\nERROR harness.daemon: X"  # a socket path is short
+    run.mkdir(mode=0o700)
+    proc = _spawn(daemons, env={**world.env, "XDG_RUNTIME_DIR": str(run)})
+    until("the daemon's socket", lambda: _answers(daemons, proc, run / "harness.sock"))
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+    shown = f"{world.root}/r\\x1b[2J\\nERROR harness.daemon: X"
+    assert _logged(daemons.stderr()) == [
+        f"INFO harness.control: control: listening on {shown}/harness.sock",
+        "INFO harness.daemon: ledger import: 0 legacy run(s), 0 line(s)",
+        f"INFO harness.daemon: daemon {__version__} up: pid {proc.pid}, 1 harness(es), "
+        f"socket {shown}/harness.sock",
+        "INFO harness.daemon: shutting down",
+    ]
 
 
 # -- a signal during the boot -------------------------------------------------------------

@@ -184,7 +184,9 @@ def test_a_refused_reload_quotes_no_secret_to_the_caller_or_the_log(
         2, "", f"harness: the daemon refused the new config and keeps its last good one:\n"
                f"{problem}\n")
     log = daemons.stderr()
-    assert f"reload failed; the last good config stays in force:\n{problem}\n" in log
+    assert [line.split(" ", 2)[2] for line in log.splitlines() if " ERROR " in line] == [
+        "ERROR harness.daemon: reload failed; the last good config stays in force:",
+        f"ERROR harness.daemon: {problem}"]
     assert token not in log and token[:20] not in log
     assert states_of(world) == {"job": "armed"}
 
@@ -247,8 +249,9 @@ def test_a_dangling_config_symlink_is_refused_on_reload_and_at_boot(
                f"{problem}\n")
     assert states_of(world) == {"job": "armed", "w": "running"}
     os.kill(pid, 0)
-    assert f"reload failed; the last good config stays in force:\n{problem}\n" in \
-        daemons.stderr()
+    assert _errors(daemons.stderr()) == [
+        "ERROR harness.daemon: reload failed; the last good config stays in force:",
+        f"ERROR harness.daemon: {problem}"]
     daemons.kill_all()
     assert _boot_fails(world) == (2, "", f"{problem}\n")
 
@@ -379,3 +382,47 @@ def test_empty_strings_that_cannot_work_are_config_errors(world: World,
         f"{cfg}:13: harness.c.env_file: must not hold an empty path, got ['/dev/null', '']\n"
         f"{cfg}:16: webhook.w.signature_header: must not be empty\n"
         f"{cfg}:17: webhook.w.delivery_header: must not be empty\n")
+
+
+def _errors(log: str) -> list[str]:
+    """The daemon log's lines other than INFO, each without its time."""
+    return [line.split(" ", 2)[2] for line in log.splitlines() if " INFO " not in line]
+
+
+# A key with a newline, an escape sequence and a BEL in its name; in a file whose name
+# holds the same. Each problem is one line, its controls spelled out.
+_EVIL_KEY = '"bo\\n\\u001b]0;T\\u0007gus" = 1\n'
+_EVIL_FILE = "e\x1b[2J\nERROR x.toml"
+
+
+def test_a_config_problem_at_boot_is_one_line_with_its_controls_spelled_out(
+        world: World, daemons: Daemons) -> None:
+    """A key or a drop-in's name with a newline once forged a second problem line, and an
+    escape sequence in one reached the terminal raw through `harness daemon`'s stderr."""
+    dropins = daemons.config.parent / "harness.d"
+    dropins.mkdir(parents=True)
+    (dropins / _EVIL_FILE).write_text('[harness.b]\nargv = ["true"]\nbad = 1\n')
+    daemons.write_config('[server]\nharness_d = "harness.d"\n[harness.a]\nargv = ["true"]\n'
+                         + _EVIL_KEY)
+    proc = daemons.start(wait=False)
+    assert proc.wait(timeout=60) == 2
+    assert daemons.stderr() == (
+        f"{daemons.config}:5: harness.a.bo\\n\\x1b]0;T\\x07gus: unknown key\n"
+        f"{dropins}/e\\x1b[2J\\nERROR x.toml:3: harness.b.bad: unknown key\n")
+
+
+def test_a_refused_reload_logs_each_problem_on_one_line(world: World,
+                                                        daemons: Daemons) -> None:
+    """The daemon's log of a refused reload spells out the controls in a key's name, as
+    `harness reload` does: a newline in it cannot start a log line of its own."""
+    daemons.write_config('[harness.a]\nkind = "oneshot"\nargv = ["true"]\n')
+    daemons.start()
+    daemons.write_config('[harness.a]\nkind = "oneshot"\nargv = ["true"]\n' + _EVIL_KEY)
+    problem = f"{daemons.config}:4: harness.a.bo\\n\\x1b]0;T\\x07gus: unknown key"
+    res = world.harness("reload")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"harness: the daemon refused the new config and keeps its last good one:\n"
+               f"{problem}\n")
+    assert _errors(daemons.stderr()) == [
+        "ERROR harness.daemon: reload failed; the last good config stays in force:",
+        f"ERROR harness.daemon: {problem}"]

@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from . import __version__, paths
+from .cli.render import one_line
 from .config.load import ConfigError, load_config
 from .config.model import Config
 from .control.ops import logs_op, pending_op, require_name, runs_op
@@ -44,7 +45,7 @@ from .ledger.errors import LedgerError
 from .ledger.files import make_private_dir
 from .ledger.logref import log_file
 from .ledger.runledger import RunLedger
-from .ledger.scrub import ScrubLog
+from .ledger.scrub import ScrubLog, scrub_text
 from .supervisor import housekeeping, logs
 from .supervisor.history import close_open_on_shutdown, import_legacy, reconcile
 from .supervisor.manager import Manager, NotResident, UnknownHarness
@@ -60,11 +61,38 @@ _STATS = ("next_seq", "queued", "append_errors", "degraded", "skipped", "torn", 
           "records_in_memory")
 
 
+class OneLineFormatter(logging.Formatter):
+    """The daemon's log lines: each message on one line, its controls spelled out.
+
+    A message quotes paths, config keys, file names and OS errors; a newline in one (an
+    XDG_RUNTIME_DIR, a drop-in's name) would otherwise start a line of its own that
+    reads as the daemon's ("... ERROR harness.daemon: ..."), and an escape sequence act
+    on the terminal. The handler's ScrubLog has scrubbed the message already: secrets
+    are known as they are written, not as their escapes spell them. A traceback keeps
+    its lines, each with its controls spelled out.
+    """
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return one_line(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return "\n".join(one_line(line) for line in super().formatException(ei).splitlines())
+
+    def formatStack(self, stack_info: str) -> str:
+        return "\n".join(one_line(line) for line in stack_info.splitlines())
+
+
+def _say(message: str) -> None:
+    """One `harness: …` line on stderr, outside the log: a path or an OS error in it
+    scrubbed, then spelled out on one line, as the CLI's `fail` shows one."""
+    print(f"harness: {one_line(scrub_text(message)[0])}", file=sys.stderr)
+
+
 def _setup_logging() -> None:
     root = logging.getLogger()
     if not root.handlers:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         handler.addFilter(ScrubLog())  # every component's paths and errors, scrubbed
         root.addHandler(handler)
     root.setLevel(logging.INFO)
@@ -141,7 +169,10 @@ class Reloader:
             try:
                 new = await asyncio.to_thread(load_config, self.config_path)
             except ConfigError as exc:
-                log.error("reload failed; the last good config stays in force:\n%s", exc)
+                # One log line per problem (each one line already: Problem.__str__).
+                log.error("reload failed; the last good config stays in force:")
+                for problem in exc.problems:
+                    log.error("%s", problem)
                 raise OpError("bad_config", str(exc)) from None
             try:
                 return await self.manager.reload(new)
@@ -271,7 +302,10 @@ async def _boot(config_path: str | None, sock: str, signals: Signals) -> int:
     try:
         config = load_config(config_path)
     except ConfigError as exc:
-        print(str(exc), file=sys.stderr)
+        # A problem is one line with its controls spelled out, scrubbed by the loader (a
+        # second scrub of the whole line would take a word after "secret:" for a value).
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
         return 2
     if signals.stop.is_set():
         return 0  # nothing created yet
@@ -288,7 +322,7 @@ async def _boot(config_path: str | None, sock: str, signals: Signals) -> int:
         make_private_dir(os.path.dirname(sock))
         await server.start()
     except (SocketInUse, OSError) as exc:
-        print(f"harness: cannot serve the control socket: {exc}", file=sys.stderr)
+        _say(f"cannot serve the control socket: {exc}")
         return 1
     try:
         ledger_dir = paths.ledger_dir()
@@ -296,7 +330,7 @@ async def _boot(config_path: str | None, sock: str, signals: Signals) -> int:
             ledger = RunLedger(ledger_dir, retention_ns=config.ledger.retention,
                                max_bytes=config.ledger.max_mb * 1024 * 1024)
         except Exception as exc:
-            print(f"harness: cannot open the ledger {ledger_dir}: {exc}", file=sys.stderr)
+            _say(f"cannot open the ledger {ledger_dir}: {exc}")
             return 1
         try:
             rc = await _serve(config, cfg_file, ledger, server, table, ready, signals,
@@ -356,7 +390,7 @@ async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: Contr
         try:
             state.load()
         except StateError as exc:
-            print(f"harness: {exc}", file=sys.stderr)
+            _say(str(exc))
             return 1
         await asyncio.to_thread(clear_leftovers, state, jobs_dir)
         ids = RunIds(state, ledger, jobs_dir)

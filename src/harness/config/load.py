@@ -51,6 +51,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from harness.cli.render import one_line
 from harness.config.durations import shown, shown_path
 from harness.config.model import (
     NAME_RE,
@@ -124,11 +125,13 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        # The file is a registered project's directory, or a path the user passed.
+        # The file is a registered project's directory, or a path the user passed. One
+        # line, its controls spelled out: a file or key name can hold a newline or an
+        # escape sequence, and the problem is printed and logged by the daemon as it is.
         where = shown_path(self.file)
         if self.line is None:
-            return f"{where}: {self.message}"
-        return f"{where}:{self.line}: {self.key}: {self.message}"
+            return one_line(f"{where}: {self.message}")
+        return one_line(f"{where}:{self.line}: {self.key}: {self.message}")
 
 
 class ConfigError(Exception):
