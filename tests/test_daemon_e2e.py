@@ -172,6 +172,26 @@ def test_timeouts_and_spawn_failures_map_to_their_exit_codes(
     assert "exit_code" not in rec
 
 
+def test_a_spawn_failure_note_spells_out_the_controls_of_the_path_it_names(
+        world: World, daemons: Daemons) -> None:
+    """The daemon's note in a run's log quotes argv[0] or the workdir: an escape sequence
+    in one reached the terminal raw through `trigger --wait` and `harness logs`, and a
+    newline forged a `harness:` line of its own."""
+    daemons.write_config('[harness.one]\nkind = "oneshot"\n'
+                         'argv = ["/no/\\u001b]0;T\\u0007\\nharness: FAKE"]\n'
+                         '[harness.res]\nkind = "oneshot"\nargv = ["true"]\n'
+                         'workdir = "/no/\\u001b[31mRED\\nFAKE"\n')
+    daemons.start()
+    one = "harness: spawn failed: /no/\\x1b]0;T\\x07\\nharness: FAKE: No such file or directory\n"
+    res = "harness: spawn failed: /no/\\x1b[31mRED\\nFAKE: No such file or directory\n"
+    for name, note in (("one", one), ("res", res)):
+        ran = world.harness("trigger", name, "--wait")
+        assert (ran.returncode, ran.stdout, ran.stderr) == (1, note,
+                                                            f"{name} run 1: failed (spawn)\n")
+        shown = world.harness("logs", name)
+        assert (shown.returncode, shown.stdout, shown.stderr) == (0, note, "")
+
+
 @pytest.mark.parametrize(("rec", "code"), [
     ({"outcome": "success", "exit_code": 0}, 0),
     ({"outcome": "failed", "exit_code": 3}, 3),

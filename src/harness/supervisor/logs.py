@@ -22,6 +22,7 @@ from collections.abc import Collection
 import zstandard
 
 from .. import paths
+from ..cli.render import one_line
 from ..ledger.files import atomic_replace, clear_leftovers, fsync_dir, make_private_dir
 
 log = logging.getLogger("harness.supervisor")
@@ -58,13 +59,17 @@ def append_note(path: str, text: str) -> bool:
     """Append one line of ours to an existing plain log; False when it cannot.
 
     No O_CREAT: a log that is gone (compressed or pruned) is not recreated for a note.
+    The note is one line with its controls spelled out: it quotes config values (an
+    argv[0], a workdir), and `harness logs` and `trigger --wait` print the log as it is,
+    so an escape sequence in one would act on the terminal and a newline forge a
+    `harness:` line. (The child's own output is not ours to change.)
     """
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
     except OSError:
         return False
     try:
-        os.write(fd, f"harness: {text}\n".encode())
+        os.write(fd, f"harness: {one_line(text)}\n".encode())
     except OSError as exc:
         log.warning("cannot write a note to %s: %s", path, exc)
         return False
