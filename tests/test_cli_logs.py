@@ -112,6 +112,19 @@ def test_bad_flag_values_exit_2_naming_the_value(world: World) -> None:
     assert code == 2 and "'x' is not a valid integer" in err
 
 
+def test_a_credential_typed_as_the_name_is_not_echoed(world: World) -> None:
+    """`harness logs KEY` with no daemon read the config and refused the name quoted in
+    full; the daemon's answer to the same name is scrubbed."""
+    key = "sk-ant-api03-" + "A" * 70
+    (world.root / "config" / "harness").mkdir(parents=True)
+    (world.root / "config" / "harness" / "harness.toml").write_text(
+        '[harness.job]\nkind = "oneshot"\nargv = ["true"]\n')
+    assert _logs(world, key) == (1, "", "harness: no harness named '[REDACTED]'\n")
+    code, out, err = _logs(world, "job", "--run", key)
+    assert (code, out, err.splitlines()[-1]) == (
+        2, "", "Error: Invalid value for '--run': '[REDACTED]' is not a valid integer.")
+
+
 def test_the_op_refuses_bad_fields(world: World, daemons: Daemons) -> None:
     daemons.write_config('[harness.job]\nkind = "oneshot"\nargv = ["true"]\n')
     daemons.start()

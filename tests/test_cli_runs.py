@@ -358,6 +358,40 @@ def test_bad_flag_values_are_refused_with_the_valid_ones(
     assert "timed_out" in OUTCOMES_LISTED
 
 
+KEY = "sk-ant-api03-" + "A" * 70  # the form of an Anthropic API key
+
+
+@pytest.mark.parametrize(("args", "flag", "message"), [
+    (("--since", KEY), "--since",
+     "'[REDACTED]' is neither a duration (e.g. 24h, 7d) nor an RFC 3339 time"),
+    (("--until", KEY), "--until", "'[REDACTED]' is not an RFC 3339 time"),
+    (("--outcome", f"failed,{KEY}"), "--outcome",
+     f"unknown outcome '[REDACTED]' (valid: {OUTCOMES_LISTED})"),
+    (("--trigger", KEY), "--trigger", f"unknown trigger '[REDACTED]' (valid: {TRIGGERS_LISTED})"),
+    # click's own words, not ours: scrubbed all the same.
+    (("--limit", KEY), "'--limit'", "'[REDACTED]' is not a valid integer."),
+])
+def test_a_credential_in_a_flag_is_not_echoed(world: World, args: tuple[str, ...], flag: str,
+                                              message: str) -> None:
+    """A token pasted into the wrong flag was quoted back in full in the `Error:` line,
+    where `trigger`, `ledger` and `up` scrub the same value."""
+    res = runs(world, *args)
+    assert (res.returncode, res.stdout, res.stderr.splitlines()[-1]) == (
+        2, "", f"Error: Invalid value for {flag}: {message}")
+    assert KEY[:20] not in res.stderr
+
+
+def test_a_credential_as_a_name_or_a_command_is_not_echoed(world: World) -> None:
+    res = runs(world, KEY)
+    assert (res.returncode, res.stdout) == (0, "[REDACTED] has no runs yet\n")
+    res = world.harness(KEY)
+    assert (res.returncode, res.stdout, res.stderr.splitlines()[-1]) == (
+        2, "", "Error: No such command '[REDACTED]'.")
+    res = runs(world, "--json", f"--x{KEY}")
+    assert (res.returncode, res.stdout, res.stderr.splitlines()[-1]) == (
+        2, "", "Error: No such option '--x[REDACTED]'.")
+
+
 def test_back_compat_name_limit_json(world: World) -> None:
     base = now_ns() - 3 * DAY
     lines: list[dict[str, Any]] = []

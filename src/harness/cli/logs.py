@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from .. import paths
+from ..config.durations import shown
 from ..config.load import ConfigError, load_config
 from ..control.client import Client, DaemonError, DaemonLost, DaemonUnreachable, reply_object
 from ..ledger.dayfiles import LedgerDirError
@@ -32,7 +33,7 @@ from ..supervisor import logs as runlogs
 from ..supervisor import logview
 from ..supervisor.runner import resident_log_path
 from . import render
-from .output import fail, report, warn
+from .output import fail, named, report, warn
 
 
 def _ask_daemon(sock: str, name: str, run: int | None, lines: int | None) -> dict[str, Any]:
@@ -66,12 +67,12 @@ def _read_files(config_path: str | None, name: str, run: int | None,
     try:
         config = load_config(config_path)
     except ConfigError as exc:
-        warn(f"the config does not load, so {render.visible(name)}'s kind is unknown:")
+        warn(f"the config does not load, so {named(name)}'s kind is unknown:")
         report(str(exc))
         sys.exit(2)
     cfg = config.harness.get(name)
     if cfg is None:
-        fail(f"no harness named {name!r}")
+        fail(f"no harness named {shown(name)}")
     try:
         view = logview.view_log(name, cfg.kind, run=run, lines=lines,
                                 jobs_dir=runlogs.default_jobs_dir(),

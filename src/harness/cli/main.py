@@ -16,7 +16,9 @@ from typing import Any
 import click
 
 from .. import __version__
+from ..ledger.scrub import scrub_text
 from .output import guarded_stdout
+from .render import one_line
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
@@ -42,6 +44,13 @@ class _LazyGroup(click.Group):
         commands = importlib.import_module(f"{__package__}.{module}").COMMANDS
         return next(c for c in commands if c.name == cmd_name)
 
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as exc:
+            raise _scrubbed(exc) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         # Ctrl-C exits 130, as a shell reports a command SIGINT ended, and says nothing
         # more. Left to click, it printed "Aborted!" and exited 1: the ledger group's "no
@@ -50,6 +59,22 @@ class _LazyGroup(click.Group):
             return super().invoke(ctx)
         except KeyboardInterrupt:
             sys.exit(EXIT_INTERRUPTED)
+        except click.ClickException as exc:  # a command's own flags and arguments
+            raise _scrubbed(exc) from None
+
+
+def _scrubbed(exc: click.ClickException) -> click.ClickException:
+    """`exc` with its message scrubbed of secrets, then its controls spelled out.
+
+    A bad flag or argument is quoted back in click's `Error:` line, ours (a --since that
+    is no time) and click's own ("'…' is not a valid integer", "No such command '…'")
+    alike: a token pasted into the wrong argument must not be echoed to the terminal (or
+    a CI log) in full, and a value cannot act on the terminal."""
+    # Line by line: the message of a bare `harness` is the whole help. Set through
+    # setattr: click declares the attribute Final, yet every format_message reads it.
+    lines = scrub_text(exc.message)[0].split("\n")
+    setattr(exc, "message", "\n".join(one_line(line) for line in lines))  # noqa: B010
+    return exc
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

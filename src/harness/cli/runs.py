@@ -18,13 +18,14 @@ from typing import Any
 import click
 
 from .. import paths
-from ..config.durations import is_bare_number, parse_duration_ns
+from ..config.durations import is_bare_number, parse_duration_ns, shown
 from ..control.client import Client, DaemonError, DaemonLost, DaemonUnreachable, listing
 from ..ledger.dayfiles import LedgerDirError
 from ..ledger.fold import LogProbe
 from ..ledger.query import MAX_LIMIT, Query, QueryError
 from ..ledger.reader import scan
 from ..ledger.schema import OUTCOMES, TRIGGERS
+from ..ledger.scrub import scrub_text
 from ..timefmt import format_ns, now_ns, parse_ns
 from . import render
 from .output import some_of
@@ -40,10 +41,10 @@ def _words(values: tuple[str, ...], what: str, valid: tuple[str, ...]) -> frozen
     out: set[str] = set()
     for raw in values:
         words = [w for v in raw.split(",") if (w := v.strip())]
-        bad = [f"unknown {what} {w!r}" for w in words if w not in valid]
+        bad = [f"unknown {what} {shown(w)}" for w in words if w not in valid]
         if bad or not words:
             raise click.BadParameter(
-                f"{bad[0] if bad else f'no {what} in {raw!r}'} (valid: {', '.join(valid)})",
+                f"{bad[0] if bad else f'no {what} in {shown(raw)}'} (valid: {', '.join(valid)})",
                 param_hint=f"--{what}")
         out.update(words)
     return frozenset(out)
@@ -57,7 +58,7 @@ def parse_since(value: str, now: int) -> int:
         pass
     if is_bare_number(value):  # DESIGN.md §2: seconds only in config
         raise click.BadParameter(
-            f"{value!r} needs a unit: a duration (e.g. 24h, 7d) or an RFC 3339 time",
+            f"{shown(value)} needs a unit: a duration (e.g. 24h, 7d) or an RFC 3339 time",
             param_hint="--since")
     try:
         return now - parse_duration_ns(value)
@@ -65,7 +66,7 @@ def parse_since(value: str, now: int) -> int:
         if str(exc).startswith("must be"):  # a duration, but longer than any that is kept
             raise click.BadParameter(f"duration {exc}", param_hint="--since") from None
         raise click.BadParameter(
-            f"{value!r} is neither a duration (e.g. 24h, 7d) nor an RFC 3339 time",
+            f"{shown(value)} is neither a duration (e.g. 24h, 7d) nor an RFC 3339 time",
             param_hint="--since") from None
 
 
@@ -91,7 +92,7 @@ def build_query(names: tuple[str, ...], harness: tuple[str, ...], since: str | N
         try:
             until_ns = parse_ns(until)
         except ValueError:
-            raise click.BadParameter(f"{until!r} is not an RFC 3339 time",
+            raise click.BadParameter(f"{shown(until)} is not an RFC 3339 time",
                                      param_hint="--until") from None
     if legacy:
         return Query(names=tuple(names), limit=limit or NAMED_LIMIT), True
@@ -204,7 +205,7 @@ def runs_command(ctx: click.Context, names: tuple[str, ...], harness: tuple[str,
         click.echo(json.dumps(records, indent=2, ensure_ascii=False))
         return
     if not records:
-        click.echo(f"{render.visible(q.names[0])} has no runs yet" if legacy
+        click.echo(f"{render.visible(scrub_text(q.names[0])[0])} has no runs yet" if legacy
                    else "no runs match")
         return
     # Laid out for standard output's encoding (the locale's, or PYTHONIOENCODING). Where
