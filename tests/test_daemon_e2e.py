@@ -192,6 +192,36 @@ def test_a_spawn_failure_note_spells_out_the_controls_of_the_path_it_names(
         assert (shown.returncode, shown.stdout, shown.stderr) == (0, note, "")
 
 
+def test_a_run_log_that_cannot_be_created_is_said_once_in_the_daemons_log(
+        world: World, daemons: Daemons) -> None:
+    """Every run failed/spawn when its log could not be created, and why (the note that
+    says it goes into that log) was nowhere: now the daemon logs it, once per episode,
+    not once per restart of a resident in a loop; `trigger --wait` points there."""
+    daemons.write_config('[harness.a]\nkind = "oneshot"\nargv = ["true"]\n'
+                         '[harness.r]\nkind = "resident"\nargv = ["true"]\n'
+                         'restart = "always"\nrestart_delay = "100ms"\n')
+    world.state.mkdir(parents=True)
+    (world.state / "logs").write_text("")  # a file where the directory goes: even root fails
+    (world.state / "jobs").mkdir()
+    (world.state / "jobs" / "a").write_text("")
+    daemons.start()
+    for run_id in (1, 2):
+        ran = world.harness("trigger", "a", "--wait")
+        assert (ran.returncode, ran.stdout, ran.stderr) == (
+            1, "", f"harness: a run {run_id} got no log; the daemon's log says why\n"
+                   f"a run {run_id}: failed (spawn)\n")
+    until("the resident's third failed start", lambda: record_of(world, "r", 3))
+    warned = [line.split(" ", 2)[2] for line in daemons.stderr().splitlines()
+              if " INFO " not in line]
+    tail = "(its later runs that fail the same way are not logged again)"
+    assert warned == [
+        f"WARNING harness.supervisor: run r/1: failed to start: cannot create the run log "
+        f"{world.state}/logs/r.log: not a directory {tail}",
+        f"WARNING harness.supervisor: run a/1: failed to start: cannot create the run log "
+        f"{world.state}/jobs/a/1.log: not a directory {tail}",
+    ]
+
+
 @pytest.mark.parametrize(("rec", "code"), [
     ({"outcome": "success", "exit_code": 0}, 0),
     ({"outcome": "failed", "exit_code": 3}, 3),

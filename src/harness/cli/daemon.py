@@ -165,6 +165,11 @@ def trigger_command(ctx: click.Context, name: str, wait: bool, over_budget: bool
                     out.write(got)
                     out.flush()
             if rec is not None and done:
+                if rec.get("reason") == "spawn" and not rec.get("log"):
+                    # Why it failed is in the note of its log; with no log, only the
+                    # daemon's own log says (a logs/ or jobs/ directory it cannot write).
+                    warn(f"{render.visible(name)} run {run_id} got no log; the daemon's "
+                         "log says why")
                 click.echo(f"{render.visible(name)} run {run_id}: {_shown(rec.get('outcome'))}"
                            + (f" ({_shown(rec['reason'])})" if rec.get("reason") else ""),
                            err=True)

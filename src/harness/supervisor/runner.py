@@ -85,6 +85,23 @@ def open_resident_log(path: str) -> int:
     return os.open(path, flags, 0o600)
 
 
+# Harness → why its last run could not create its log (directory and error), as logged.
+_NO_LOG: dict[str, tuple[str, str]] = {}
+
+
+def _no_log(name: str, run_id: int, path: str, exc: OSError, error: str) -> None:
+    """Log, in the daemon's log, that run `run_id` of `name` fails for want of its log:
+    the reason is nowhere else (the note that says why goes into that log). Once per
+    episode: a resident restarting in a loop, or a schedule, fails the same way run
+    after run, and is logged again only once a run got its log or the reason changed."""
+    why = (os.path.dirname(path), exc.strerror or str(exc))
+    if _NO_LOG.get(name) == why:
+        return
+    _NO_LOG[name] = why
+    log.warning("run %s/%s: failed to start: %s (its later runs that fail the same way "
+                "are not logged again)", name, run_id, error)
+
+
 class SpawnError(Exception):
     """The process could not be started; the message is safe to log (it holds no env value).
 
@@ -271,9 +288,11 @@ class Run:
             fd = await asyncio.to_thread(
                 open_resident_log if resident else logs.create_run_log, path)
             self.log_path = path
+            _NO_LOG.pop(name, None)
         except OSError as exc:
             fd = None
             self.error = f"cannot create the run log {path}: {exc.strerror or exc}"
+            _no_log(name, self.run_id, path, exc, self.error)
         try:
             self._started_ns = self.ledger.clock()
             at = format_ns(self._started_ns)
