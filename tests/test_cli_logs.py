@@ -10,6 +10,7 @@ itself is checked on hand-made files for what a daemon cannot easily be made to 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -124,6 +125,21 @@ def test_a_credential_typed_as_the_name_is_not_echoed(world: World) -> None:
     code, out, err = _logs(world, "job", "--run", key)
     assert (code, out, err.splitlines()[-1]) == (
         2, "", "Error: Invalid value for '--run': '[REDACTED]' is not a valid integer.")
+
+
+def test_a_fifo_where_the_log_goes_is_refused_not_waited_on(world: World,
+                                                            daemons: Daemons) -> None:
+    """A FIFO in a log's place blocked `harness logs` for ever with the daemon down, and
+    through the daemon blocked its `logs` thread, and with it the daemon's SIGTERM."""
+    daemons.write_config('[harness.f]\nkind = "resident"\nargv = ["true"]\nenabled = false\n')
+    (world.state / "logs").mkdir(parents=True)
+    fifo = world.state / "logs" / "f.log"
+    os.mkfifo(fifo)
+    refused = f"harness: cannot read f's log: [Errno 22] Not a regular file: '{fifo}'\n"
+    assert _logs(world, "f") == (1, "", refused)
+    daemons.start()
+    assert _logs(world, "f") == (1, "", refused)
+    _stop(daemons)
 
 
 def test_the_op_refuses_bad_fields(world: World, daemons: Daemons) -> None:

@@ -81,7 +81,7 @@ def _read_files(config_path: str | None, name: str, run: int | None,
     except logview.LogError as exc:
         fail(exc.message)
     except OSError as exc:
-        fail(f"cannot read {name}'s log: {exc}")
+        fail(named(f"cannot read {name}'s log: {exc}"))  # its path, scrubbed
     return view.to_json()
 
 

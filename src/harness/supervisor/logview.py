@@ -25,6 +25,7 @@ from typing import Any
 
 import zstandard
 
+from ..ledger.files import open_regular
 from . import logs
 
 # The daemon's answer travels as one JSON line: a log bigger than this is sent as its tail.
@@ -69,7 +70,9 @@ class LogText:
 def _tail_plain(path: str, max_bytes: int | None, lines: int | None
                 ) -> tuple[bytes, int] | None:
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below; FileNotFoundError is an answer
+        # Regular files only, opened non-blocking: a FIFO put where a log goes blocked
+        # `harness logs` for ever, and the daemon's `logs` thread with its SIGTERM.
+        f = open_regular(path)  # closed below; FileNotFoundError is an answer
     except FileNotFoundError:
         return None
     with f:
@@ -114,7 +117,7 @@ def _trim_lines(buf: bytearray, lines: int) -> int:
 def _tail_zst(path: str, max_bytes: int | None, lines: int | None
               ) -> tuple[bytes, int] | None:
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
+        f = open_regular(path)  # closed below (a regular file only: see _tail_plain)
     except FileNotFoundError:
         return None
     with f:
@@ -170,7 +173,7 @@ class LogFollower:
         # The plain log goes only after its .zst is whole (compress_log), so a plain log
         # found missing here is in the .zst.
         try:
-            f = open(self.path + logs.ZST, "rb")  # noqa: SIM115 - closed below
+            f = open_regular(self.path + logs.ZST)  # closed below; not a FIFO
         except FileNotFoundError:
             return b""  # never written: the run printed nothing
         out = bytearray()
@@ -194,7 +197,7 @@ class LogFollower:
         and then gone, and show nothing of the run's last output.
         """
         try:
-            f = open(self.path, "rb")  # noqa: SIM115 - closed below
+            f = open_regular(self.path)  # closed below; not a FIFO
         except FileNotFoundError:
             return None
         with f:
