@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import string
 import subprocess
 import sys
@@ -13,7 +14,15 @@ from hypothesis import strategies as st
 
 from harness.ledger.errors import LineRejected
 from harness.ledger.runledger import RunLedger
-from harness.ledger.scrub import _TRIGGER, REDACTED, _one_pass, scrub_text, scrub_value
+from harness.ledger.scrub import (
+    _TRIGGER,
+    REDACTED,
+    ScrubLog,
+    _names_a_credential,
+    _one_pass,
+    scrub_text,
+    scrub_value,
+)
 from harness.supervisor.history import SkippedEntry
 from harness.worklog import WorkLedgerError
 from harness.worklog.store import WorkLedger
@@ -809,3 +818,18 @@ def test_scrubbing_adversarial_text_takes_linear_time(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, str(script), *ADVERSARIAL], capture_output=True,
                          text=True, timeout=240, check=True)
     assert out.stdout == "done\n"
+
+
+def test_scrub_log_is_a_filter_class_and_the_credential_rule_is_cached() -> None:
+    """A decorator meant for the credential-name rule sat on ScrubLog: the filter was a
+    cached factory (isinstance against it raised TypeError) and the rule, asked for every
+    key of every scrubbed text, was not cached."""
+    f = ScrubLog()
+    assert isinstance(f, ScrubLog) and isinstance(f, logging.Filter)
+    _names_a_credential.cache_clear()
+    assert [_names_a_credential(k) for k in ("password", "max_tokens", "password")] == [
+        True, False, True]
+    assert _names_a_credential.cache_info().hits == 1
+    rec = logging.LogRecord("harness.ledger", logging.WARNING, __file__, 1,
+                            "cannot write %s", ("/s/password=hunter2hunter2/x",), None)
+    assert f.filter(rec) and rec.getMessage() == "cannot write /s/password=[REDACTED]"

@@ -395,7 +395,6 @@ def scrub_text(s: str) -> tuple[str, int]:
     return (out, total) if total else (s, 0)
 
 
-@functools.lru_cache(maxsize=4096)
 class ScrubLog(logging.Filter):
     """A log filter that scrubs each message once it is formatted with its arguments:
     a path or an OS error quoted in a warning can carry a token as surely as a field.
@@ -408,6 +407,7 @@ class ScrubLog(logging.Filter):
         return True
 
 
+@functools.lru_cache(maxsize=4096)
 def _names_a_credential(key: str) -> bool:
     """True when `key` is the name of a credential: written as an assignment
     (``key=value``), the rules would hide the value ("password", "GITHUB_TOKEN",
