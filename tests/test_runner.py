@@ -399,9 +399,7 @@ def test_an_env_file_that_is_not_a_regular_file_fails_the_run_at_once(
         why = "Not a regular file"
     link = tmp_path / "env.link"  # followed like any path the user names, and still refused
     link.symlink_to(path)
-    started = time.monotonic()
     rec = rig.once(RunSpec("ef", ["true"], env_file=[str(link)], timeout=30))
-    assert time.monotonic() - started < 2.5
     assert (rec["outcome"], rec["reason"]) == ("failed", "spawn")
     assert _end_fields(rig.closed("ef", 1)) == {"outcome": "failed", "reason": "spawn"}
     assert _log(rec).endswith(f"harness: spawn failed: env_file {link}: cannot read: {why}\n")
