@@ -9,14 +9,17 @@ release. A daemon booted outside the hours starts nothing until an operator's `s
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from conftest import World
-from daemons import Daemons, record_of, runs_of, states_of, until
+from daemons import Daemons, FaultDaemons, alive, record_of, runs_of, states_of, until
 from harness.control.client import Client
+from ledgertools import wait_for_bytes
 
 MINUTE_WAIT = 150.0  # two minute boundaries, and slack for a loaded machine
 
@@ -80,3 +83,68 @@ operating_hours = "TZ=UTC Mon-Sun {_hm(opens)}-{_hm(ends)}"
         assert rec is not None and (rec["trigger"], rec["outcome"]) == ("manual", "running")
         assert c.request("stop", name="worker")["reason"] == "operator"
     assert states_of(world)["worker"] == "stopped"
+
+
+def test_a_reload_during_the_release_closes_the_run_it_started(
+        world: World, fd: FaultDaemons) -> None:
+    """Two residents' hours open while the disk syncs slowly, so each gate is inside the
+    release's start (its opened line written, the sync pending) when a reload removes one
+    and changes the other. The reload used to cancel the gates there: the opened lines
+    stayed `running` with no process and nobody to close them, and the changed resident
+    got a second `running` record beside the orphaned one. The start now runs to its end
+    first, and the reload stops the run it produced (cancelled/reload)."""
+    now = datetime.now(UTC)
+    if now.second > 40:  # leave the daemon time to boot before the boundary
+        time.sleep(61 - now.second)
+        now = datetime.now(UTC)
+    opens = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    if opens.date() != now.date() or (opens.hour == 0 and opens.minute == 0):
+        pytest.skip("the window would cross midnight")
+
+    def resident(name: str, note: str = "") -> str:
+        return f"""
+[harness.{name}]
+argv = ["sleep", "600{note}"]
+operating_hours = "TZ=UTC Mon-Sun {_hm(opens)}-24:00"
+"""
+    fd.write_config(resident("gone") + resident("kept"))
+    fd.start_faulty()
+    fd.booted()
+    assert states_of(world) == {"gone": "off-hours", "kept": "off-hours"}
+    # Each sync outlasts REQ-6's 2 s bound: the release's start waits that long on it.
+    fd.faults(sync={"delay": 5.0})
+    wait_for_bytes(world.ledger, b'"trigger":"release"', timeout=MINUTE_WAIT)
+    fd.write_config(resident("kept", ".5"))
+    with Client(str(fd.socket), timeout=60.0) as c:
+        assert c.request("reload") == {"added": [], "removed": ["gone"],
+                                       "changed": ["kept"], "unchanged": 0}
+    fd.faults()
+    gone = until("gone's record to close",
+                 lambda: (r := runs_of(world, "gone")) and r[0]["outcome"] != "running" and r)
+    assert [(r["run_id"], r["trigger"], r["outcome"], r.get("reason")) for r in gone] == [
+        (1, "release", "cancelled", "reload")]
+    kept = until("kept's first record to close",
+                 lambda: (r := runs_of(world, "kept")) and len(r) == 2
+                 and r[1]["outcome"] != "running" and r)
+    assert [(r["run_id"], r["trigger"], r["outcome"], r.get("reason")) for r in kept] == [
+        (2, "autostart", "running", None), (1, "release", "cancelled", "reload")]
+    ids = json.loads((world.state / "state.json").read_text())["harnesses"]
+    assert {n: ids[n]["last_run_id"] for n in ("gone", "kept")} == {"gone": 1, "kept": 2}
+    assert states_of(world) == {"kept": "running"}
+    assert _processes_of(world, "gone") == []
+
+
+def _processes_of(world: World, name: str) -> list[int]:
+    """The pids of this world's live processes that run harness `name`."""
+    mark = [os.fsencode(f"XDG_STATE_HOME={world.env['XDG_STATE_HOME']}"),
+            os.fsencode(f"HARNESS_NAME={name}")]
+    out = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if all(m in env for m in mark) and alive(int(entry)):
+            out.append(int(entry))
+    return out

@@ -20,6 +20,10 @@ Invariants:
   run the Manager ended (operator, hours, reload, shutdown) never triggers a restart; an
   operator-stopped resident stays down until `start`, an hours-closed one until its hours
   open (trigger ``release``);
+- a start (run id, opened line, spawn, its watcher) is not cut in half by a cancellation:
+  a reload or shutdown cancelling the ticker, hours gate, restart or request in it waits
+  for it, then finds the run live and stops it, so no id goes without a record and no
+  opened line without its closed one;
 - `shutdown` leaves no live run and no held firing without a closed record.
 """
 
@@ -28,9 +32,10 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from ..config.load import diff_configs
 from ..config.model import Config, HarnessConfig
@@ -44,6 +49,7 @@ from .runner import DEFAULT_GRACE, Run, RunSpec
 from .state import RunIds, StateError
 
 log = logging.getLogger("harness.manager")
+T = TypeVar("T")
 
 # The ticker never sleeps longer than this in one go: the wall clock is re-read after
 # every sleep, so a suspend or a clock step delays a window by at most this much.
@@ -464,6 +470,9 @@ class Manager:
                   jobs_dir=self.jobs_dir, grace=self.grace, preallocated=run_id,
                   window=window, override=override,
                   admit_unsynced=unbudgeted(cfg, self.config))
+        return await self._unbroken(self._start_oneshot_run(name, run, trigger))
+
+    async def _start_oneshot_run(self, name: str, run: Run, trigger: str) -> int:
         started = await self._start_claimed(name, run)
         if self._stopping:
             # The shutdown began while this run was starting and did not see it live.
@@ -472,6 +481,40 @@ class Manager:
         self._watch(self._reap(name, run))
         log.info("harness %s: run %d started (%s)", name, started, trigger)
         return started
+
+    async def _unbroken(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` to its end even when the caller is cancelled meanwhile, and only then
+        let the cancellation through.
+
+        For the steps that hand out a run id or write an opened line (a start, a skip, a
+        held firing): cut at an await, they would leave an id with no record, or an opened
+        line nobody closes and a process nobody supervises (REQ-3, REQ-5). A reload or a
+        shutdown cancels the ticker, hours gate, restart or control request that is in such
+        a step; the caller keeps its lock until the step is done, so whoever cancelled it
+        finds a run that is either not started or started, live and supervised, and stops
+        it (cancelled/reload, interrupted/shutdown). The step is one of the shutdown's
+        waiters, so the ledger is not closed under it either.
+        """
+        task = self._watch(coro)
+        cancelled = False
+        while True:
+            try:
+                result = await asyncio.shield(task)
+                break
+            except asyncio.CancelledError:
+                if task.cancelled():
+                    raise  # the step itself was cancelled: the loop is going away
+                cancelled = True  # the caller's: deferred until the step is done
+            except Exception as exc:
+                if not cancelled:
+                    raise
+                # The caller wants to end; it is told so, and the step's failure is logged
+                # here, since no one else will read it.
+                _log_failure("a run's start or record, its caller cancelled meanwhile, failed", exc)
+                break
+        if cancelled:
+            raise asyncio.CancelledError
+        return result
 
     async def _start_claimed(self, name: str, run: Run) -> int:
         """Start `run` as `name`'s live run. It is claimed before the first await, so a
@@ -579,6 +622,10 @@ class Manager:
                   kind="resident", jobs_dir=self.jobs_dir, grace=self.grace,
                   nowait_open=nowait and exempt, nowait_close=exempt,
                   admit_unsynced=exempt)
+        return await self._unbroken(self._spawn_resident_run(name, run, cfg, trigger))
+
+    async def _spawn_resident_run(self, name: str, run: Run, cfg: HarnessConfig,
+                                  trigger: str) -> int:
         run_id = await self._start_claimed(name, run)
         if self._stopping:
             # The shutdown began while this run was starting and did not see it live.
