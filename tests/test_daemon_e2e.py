@@ -11,12 +11,15 @@ Daemons, and any process a test left running, are killed at teardown.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,7 @@ from harness.cli.daemon import exit_code_of
 from harness.control.client import Client, DaemonError
 from harness.supervisor.history import CRASH_NOTE
 from harness.supervisor.runner import DEFAULT_GRACE
+from ledgertools import all_lines
 
 
 def _config(world: World, d: Daemons) -> str:
@@ -475,3 +479,58 @@ def test_over_budget_is_recorded_on_the_run_it_admits(world: World, daemons: Dae
     assert (info.value.code, str(info.value)) == (
         "bad_request", "over_budget must be true or false")
     assert 3 not in {r["run_id"] for r in runs_of(world, "ok")}  # refused: no run
+
+
+def test_every_run_id_handed_out_as_sigterm_arrives_gets_a_record(
+        world: World, daemons: Daemons) -> None:
+    """Triggers keep arriving while SIGTERM shuts the daemon down: skips of busy one-shots,
+    and starts of idle ones. Closing the control socket cancels the requests in flight,
+    and one cut while its run id was being persisted used to leave the id in state.json
+    with no line in the ledger. Every id up to each harness's last_run_id now has a
+    record, and none reads running."""
+    busy = [f"busy{n}" for n in range(4)]
+    idle = [f"idle{n:02d}" for n in range(60)]
+    daemons.write_config("".join(f'\n[harness.{n}]\nkind = "oneshot"\n'
+                                 'argv = ["sleep", "1000"]\n' for n in busy + idle))
+    proc = daemons.start()
+    for name in busy:
+        assert request(daemons, "trigger", name=name) == {"decision": "started", "run_id": 1}
+    go = threading.Event()
+
+    def fire(names: Iterable[str]) -> None:
+        try:
+            with Client(str(daemons.socket), timeout=DEADLINE) as c:
+                for name in names:
+                    c.request("trigger", name=name)
+        except Exception:  # the shutdown ends the session, one way or another
+            return
+
+    def spam(name: str) -> None:
+        fire(itertools.takewhile(lambda _: not go.is_set(), itertools.repeat(name)))
+
+    threads = [threading.Thread(target=spam, args=(n,)) for n in busy + busy]
+    threads.append(threading.Thread(target=fire, args=(idle,)))
+    for t in threads:
+        t.start()
+    try:
+        until("skips to pile up", lambda: sum(
+            p.read_bytes().count(b'"outcome":"skipped"')
+            for p in world.ledger.glob("*.jsonl")) >= 40)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+    finally:
+        go.set()
+        for t in threads:
+            t.join(timeout=DEADLINE)
+    recs: dict[tuple[str, int], dict[str, Any]] = {}
+    for line in all_lines(world.ledger):
+        recs.setdefault((line["harness"], line["run_id"]), {}).update(line)
+    last = {n: h["last_run_id"] for n, h in json.loads(
+        (world.state / "state.json").read_text())["harnesses"].items()}
+    assert {n: sorted(i for h, i in recs if h == n) for n in last} == {
+        n: list(range(1, k + 1)) for n, k in last.items()}
+    assert set(busy) <= set(last) <= {*busy, *idle}
+    outcomes = {k: (r["outcome"], r.get("reason")) for k, r in recs.items()}
+    assert {outcomes.pop((n, 1)) for n in busy} == {("interrupted", "shutdown")}
+    assert {v for (n, _), v in outcomes.items() if n in busy} == {("skipped", "overlap")}
+    assert {v for (n, _), v in outcomes.items() if n in idle} <= {("interrupted", "shutdown")}

@@ -401,19 +401,8 @@ class Manager:
         try:
             if m.count and d.trigger != "catch_up" and m.first is not None \
                     and m.last is not None:
-                run_id = await asyncio.to_thread(self.ids.next, name)
+                await self._unbroken(self._missed(name, m.first, m.last, m.count))
                 done = m.last
-                try:
-                    await self._decided(name, run_id, "schedule", "missed", None,
-                                        window=_rfc3339(m.last),
-                                        first_window=_rfc3339(m.first), windows=m.count)
-                except LedgerError as exc:
-                    # Queued: written in order once the disk takes it. The due window
-                    # still fires (it used to be dropped with no record at all).
-                    log.error("harness %s: the missed record %d is not durable yet: %s",
-                              name, run_id, exc)
-                log.warning("harness %s: %d window(s) missed, up to %s", name, m.count,
-                            _rfc3339(m.last))
             if d.due is not None:
                 # A task of its own, shielded and tracked: a shutdown cancelling the ticker
                 # must not cut a start in half (a spawned process nobody supervises); the
@@ -425,6 +414,21 @@ class Manager:
         except StateError as exc:
             raise _Undecided(done, exc) from exc
         return done
+
+    async def _missed(self, name: str, first: datetime, last: datetime, count: int) -> None:
+        """Give the missed windows a run id and its decided line (one `_unbroken` step)."""
+        run_id = await asyncio.to_thread(self.ids.next, name)
+        try:
+            await self._decided(name, run_id, "schedule", "missed", None,
+                                window=_rfc3339(last), first_window=_rfc3339(first),
+                                windows=count)
+        except LedgerError as exc:
+            # Queued: written in order once the disk takes it. The due window still
+            # fires (it used to be dropped with no record at all).
+            log.error("harness %s: the missed record %d is not durable yet: %s",
+                      name, run_id, exc)
+        log.warning("harness %s: %d window(s) missed, up to %s", name, count,
+                    _rfc3339(last))
 
     # -- triggering --------------------------------------------------------------------
 
@@ -442,13 +446,18 @@ class Manager:
         if self._stopping:
             raise RuntimeError("the daemon is shutting down")
         async with self._lock(name):
+            # Again under the lock: a reload may have removed it, or a shutdown begun,
+            # while this waited for the lock; no id is handed out after either.
+            cfg = self._oneshot(name)
+            if self._stopping:
+                raise RuntimeError("the daemon is shutting down")
             live = self._live.get(name)
             # A run whose process is gone does not overlap (its record may already read
             # closed to the client that fires next), unless a held firing is next in line.
             if live is not None and (not live.ended or name in self._held_firing):
                 if cfg.on_overlap == "queue" and name not in self._held_firing:
-                    run_id = await asyncio.to_thread(self.ids.next, name)
-                    self._held_firing[name] = Held(run_id, trigger, window, override)
+                    run_id = await self._unbroken(self._hold(name, trigger, window,
+                                                             override))
                     log.info("harness %s: run %d queued behind run %s", name, run_id,
                              live.run_id)
                     return {"decision": "queued", "run_id": run_id}
@@ -581,9 +590,27 @@ class Manager:
 
     async def _skip(self, name: str, trigger: str, reason: str,
                     window: str | None = None) -> int:
+        run_id = await self._unbroken(self._skip_step(name, trigger, reason, window))
+        log.info("harness %s: run %d skipped (%s)", name, run_id, reason)
+        return run_id
+
+    async def _skip_step(self, name: str, trigger: str, reason: str,
+                         window: str | None) -> int:
+        """The run id of a skip and its decided line (one `_unbroken` step: a request
+        cancelled by the shutdown must not leave the id without its record)."""
         run_id = await asyncio.to_thread(self.ids.next, name)
         await self._decided(name, run_id, trigger, "skipped", reason, window=window)
-        log.info("harness %s: run %d skipped (%s)", name, run_id, reason)
+        return run_id
+
+    async def _hold(self, name: str, trigger: str, window: str | None,
+                    override: bool) -> int:
+        """Hold a firing behind the live run: its run id at once (one `_unbroken` step)."""
+        run_id = await asyncio.to_thread(self.ids.next, name)
+        self._held_firing[name] = Held(run_id, trigger, window, override)
+        if self._stopping:
+            # The shutdown began while the id was being persisted, and may have closed
+            # the held firings already: this one gets its record here.
+            await self._drop_held(name, "interrupted", "shutdown")
         return run_id
 
     async def _drop_held(self, name: str, outcome: str, reason: str) -> int | None:
