@@ -534,3 +534,57 @@ def test_every_run_id_handed_out_as_sigterm_arrives_gets_a_record(
     assert {outcomes.pop((n, 1)) for n in busy} == {("interrupted", "shutdown")}
     assert {v for (n, _), v in outcomes.items() if n in busy} == {("skipped", "overlap")}
     assert {v for (n, _), v in outcomes.items() if n in idle} <= {("interrupted", "shutdown")}
+
+
+def test_a_queued_firing_runs_next_however_many_triggers_follow(
+        world: World, daemons: Daemons) -> None:
+    """on_overlap = "queue" holds one firing until the live run ends, and it runs next.
+    The reaper let go of the ended run before it took the harness's lock to start the
+    held firing, and a trigger landing in between started at once: under steady
+    triggers the held firing was overtaken again and again. Now every trigger while a
+    firing is held is skipped (overlap), and the runs open in run-id order."""
+    daemons.write_config('[harness.q]\nkind = "oneshot"\non_overlap = "queue"\n'
+                         'argv = ["sleep", "0.3"]\n')
+    proc = daemons.start()
+    go = threading.Event()
+    replies: list[dict[str, Any]] = []
+
+    def spam() -> None:
+        with Client(str(daemons.socket), timeout=DEADLINE) as c:
+            while not go.is_set():
+                replies.append(c.request("trigger", name="q"))
+
+    threads = [threading.Thread(target=spam) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        until("eight runs to open", lambda: sum(
+            p.read_bytes().count(b'"type":"opened"')
+            for p in world.ledger.glob("*.jsonl")) >= 8)
+    finally:
+        go.set()
+        for t in threads:
+            t.join(timeout=DEADLINE)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+    lines = all_lines(world.ledger)
+    opened = [ln["run_id"] for ln in lines if ln["type"] == "opened"]
+    assert opened == sorted(opened) and len(opened) >= 8
+    # No run opened ahead of a firing queued before it.
+    queued = [r["run_id"] for r in replies if r["decision"] == "queued"]
+    assert [q for q in queued if q < opened[-1] and q not in opened] == []
+    recs: dict[int, dict[str, Any]] = {}
+    for line in lines:
+        recs.setdefault(line["run_id"], {}).update(line)
+    by = {r["decision"] for r in replies}
+    assert by == {"started", "queued", "skipped"}
+    for r in replies:
+        rec = recs[r["run_id"]]
+        got = (rec["type"], rec["outcome"], rec.get("reason"))
+        if r["decision"] == "skipped":
+            assert got == ("decided", "skipped", "overlap")
+        elif r["run_id"] in opened:
+            assert got[1:] in {("success", None), ("interrupted", "shutdown")}
+        else:  # the firing still held at the shutdown
+            assert (r["decision"], got) == ("queued", ("decided", "interrupted", "shutdown"))
+    assert sorted(recs) == list(range(1, len(recs) + 1)) == sorted(r["run_id"] for r in replies)

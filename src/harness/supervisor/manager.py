@@ -452,19 +452,25 @@ class Manager:
             if self._stopping:
                 raise RuntimeError("the daemon is shutting down")
             live = self._live.get(name)
+            held = name in self._held_firing
             # A run whose process is gone does not overlap (its record may already read
-            # closed to the client that fires next), unless a held firing is next in line.
-            if live is not None and (not live.ended or name in self._held_firing):
-                if cfg.on_overlap == "queue" and name not in self._held_firing:
+            # closed to the client that fires next). A held firing always does, live run
+            # or not: it is next in line, and the reaper that starts it releases the
+            # ended run before it gets this lock, so a firing in between must not start.
+            if held or (live is not None and not live.ended):
+                if cfg.on_overlap == "queue" and not held:
                     run_id = await self._unbroken(self._hold(name, trigger, window,
                                                              override))
                     log.info("harness %s: run %d queued behind run %s", name, run_id,
-                             live.run_id)
+                             None if live is None else live.run_id)
                     return {"decision": "queued", "run_id": run_id}
                 if cfg.on_overlap != "replace":
                     run_id = await self._skip(name, trigger, "overlap", window)
                     return {"decision": "skipped", "run_id": run_id}
-                if live.run_id is not None:
+                # A firing held while the policy was queue (a reload changed it since)
+                # is replaced along with the live run.
+                await self._drop_held(name, "replaced", None)
+                if live is not None and live.run_id is not None:
                     await live.stop("replace")
                     # The reaper may not have run yet; the new run takes the slot now.
                     self._release(name, live)
@@ -613,7 +619,8 @@ class Manager:
             await self._drop_held(name, "interrupted", "shutdown")
         return run_id
 
-    async def _drop_held(self, name: str, outcome: str, reason: str) -> int | None:
+    async def _drop_held(self, name: str, outcome: str, reason: str | None
+                         ) -> int | None:
         """Close the firing held for `name`, if any, with a decided record."""
         held = self._held_firing.pop(name, None)
         if held is None:
