@@ -2,6 +2,7 @@
 
     python tests/faultdaemon.py [--slow-sync S] [--fail-write ERRNO] [--fail-sync ERRNO]
                                 [--fail-query N] [--control FILE] [--watchdog S]
+                                [--clock FILE]
                                 -- [harness global options]
 
 The seam is the one the daemon already has: `harness.daemon.main` opens its ledger with
@@ -22,7 +23,9 @@ from when on the disk behaves as asked. `--watchdog S` arms faulthandler to dump
 thread's stack to stderr if the process is still alive after S seconds (and again every
 S seconds), so a deadlock in a stress run leaves its stacks behind. `--fail-query N` makes
 the ledger's first N queries fail with EIO, as reading a day file on a failing disk does
-(reads do not go through the file layer).
+(reads do not go through the file layer). `--clock FILE` shifts the ledger's wall clock
+(`RunLedger(clock=...)`, the stamps of every line) by the integer number of nanoseconds in
+FILE, re-read at every call, so a test can step the wall clock back or forward mid-run.
 """
 
 from __future__ import annotations
@@ -45,6 +48,17 @@ from harness.ledger.runledger import RunLedger
 FAULTS = FaultyFiles()
 POLL = 0.02
 FAILING_QUERIES = [0]  # queries still to fail
+CLOCK_FILE: list[str] = []  # --clock: the file holding the wall clock's offset
+
+
+def shifted_clock() -> int:
+    """time.time_ns() plus the offset in the --clock file (0 while it reads as none)."""
+    try:
+        with open(CLOCK_FILE[0]) as f:
+            offset = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        offset = 0  # not written yet, or caught mid-write
+    return time.time_ns() + offset
 
 
 class FaultyRunLedger(RunLedger):
@@ -52,6 +66,8 @@ class FaultyRunLedger(RunLedger):
 
     def __init__(self, directory: str, **kw: Any) -> None:
         kw["files"] = FAULTS
+        if CLOCK_FILE:
+            kw["clock"] = shifted_clock
         super().__init__(directory, **kw)
 
     def query(self, q: Any) -> Any:
@@ -115,6 +131,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--fail-query", type=int, default=0, metavar="N")
     p.add_argument("--control", metavar="FILE")
     p.add_argument("--watchdog", type=float, default=0.0, metavar="S")
+    p.add_argument("--clock", metavar="FILE")
     p.add_argument("rest", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
@@ -128,6 +145,8 @@ def main(argv: list[str]) -> None:
         initial["write"] = {"errno": args.fail_write}
     arm(initial)
     FAILING_QUERIES[0] = args.fail_query
+    if args.clock:
+        CLOCK_FILE.append(args.clock)
     if args.control:
         threading.Thread(target=_watch_control, args=(args.control,), daemon=True,
                          name="faultdaemon-control").start()

@@ -30,6 +30,7 @@ from daemons import (
     DEADLINE,
     STUBBORN,
     Daemons,
+    FaultDaemons,
     reaped,
     record_of,
     request,
@@ -41,6 +42,7 @@ from harness.cli.daemon import exit_code_of
 from harness.control.client import Client, DaemonError
 from harness.supervisor.history import CRASH_NOTE
 from harness.supervisor.runner import DEFAULT_GRACE
+from harness.timefmt import parse_ns
 from ledgertools import all_lines
 
 
@@ -588,3 +590,24 @@ def test_a_queued_firing_runs_next_however_many_triggers_follow(
         else:  # the firing still held at the shutdown
             assert (r["decision"], got) == ("queued", ("decided", "interrupted", "shutdown"))
     assert sorted(recs) == list(range(1, len(recs) + 1)) == sorted(r["run_id"] for r in replies)
+
+
+def test_a_wall_clock_stepped_back_mid_run_keeps_its_duration(
+        world: World, fd: FaultDaemons) -> None:
+    """The wall clock steps back a minute (an NTP correction) while a 3 s run is live.
+    duration_ms came from the wall clock, clamped: it read 0, and ended_at preceded
+    started_at. The duration is the monotonic clock's now, and the end is never earlier
+    than the start plus it."""
+    clock = world.root / "clock"
+    clock.write_text("0")
+    fd.write_config('[harness.span]\nkind = "oneshot"\nargv = ["sleep", "3"]\n')
+    fd.start_faulty("--clock", str(clock))
+    fd.booted()
+    assert request(fd, "trigger", name="span") == {"decision": "started", "run_id": 1}
+    clock.write_text(str(-60 * 1_000_000_000))  # the opened line already has its stamp
+    rec = until("the run to close", lambda: (r := record_of(world, "span", 1))
+                and r["outcome"] != "running" and r)
+    assert (rec["outcome"], rec["exit_code"]) == ("success", 0)
+    assert rec["duration_ms"] >= 3000
+    took = parse_ns(rec["ended_at"]) - parse_ns(rec["started_at"])
+    assert took // 1_000_000 >= rec["duration_ms"]

@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import signal
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -258,7 +259,8 @@ class Run:
     error: str | None = field(default=None, init=False)  # a spawn failure, safe to show
     pid: int | None = field(default=None, init=False)
     _proc: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
-    _started_ns: int = field(default=0, init=False, repr=False)
+    _started_ns: int = field(default=0, init=False, repr=False)  # the wall clock's
+    _started_mono: int = field(default=0, init=False, repr=False)  # time.monotonic_ns()
     _end: tuple[str, str | None] | None = field(default=None, init=False, repr=False)
     _stop: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
     _task: asyncio.Task[dict[str, Any]] | None = field(default=None, init=False, repr=False)
@@ -295,6 +297,7 @@ class Run:
             _no_log(name, self.run_id, path, exc, self.error)
         try:
             self._started_ns = self.ledger.clock()
+            self._started_mono = time.monotonic_ns()
             at = format_ns(self._started_ns)
             opened: dict[str, Any] = {"type": "opened", "harness": name, "run_id": self.run_id,
                                       "at": at, "kind": self.kind, "trigger": self.trigger,
@@ -486,12 +489,17 @@ class Run:
         assert self.run_id is not None and self._end is not None
         self._closing = True
         name = self.spec.name
+        # The duration is the monotonic clock's: a wall clock stepped back (NTP) or
+        # forward during the run must not make it 0 or hours. The stamps are the wall
+        # clock's, but the end is never earlier than the start plus that duration: a
+        # record whose ended_at precedes its started_at is one no reader can use.
+        elapsed = max(0, time.monotonic_ns() - self._started_mono)
         end_ns = self.ledger.clock()
         outcome, reason = self._end
         line: dict[str, Any] = {"type": "closed", "harness": name, "run_id": self.run_id,
                                 "at": format_ns(end_ns), "outcome": outcome,
-                                "ended_at": format_ns(end_ns),
-                                "duration_ms": max(0, (end_ns - self._started_ns) // 1_000_000)}
+                                "ended_at": format_ns(max(end_ns, self._started_ns + elapsed)),
+                                "duration_ms": elapsed // 1_000_000}
         if reason is not None:
             line["reason"] = reason
         if exit_code is not None:
