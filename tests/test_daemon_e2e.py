@@ -278,17 +278,21 @@ def test_overlap_skips_and_sigterm_closes_the_live_run(world: World, daemons: Da
         os.kill(pid, 0)  # the run's process group went with it
 
 
-def test_a_crashed_daemon_is_reconciled_on_restart(world: World, daemons: Daemons) -> None:
-    daemons.write_config(_config(world, daemons))
-    proc = daemons.start()
-    first = _wait_running(world, daemons, "long")
+def _crash(world: World, proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the daemon `proc`; its orphaned `long` run is not the next daemon's to end,
+    so it is stopped as an operator would."""
     proc.kill()
     proc.wait(timeout=DEADLINE)
-    # The orphaned run is not the new daemon's to end; stop it as an operator would.
     pidfile = world.root / "long.pid"
     os.killpg(int(pidfile.read_text()), signal.SIGKILL)
     pidfile.unlink()
 
+
+def test_a_crashed_daemon_is_reconciled_on_restart(world: World, daemons: Daemons) -> None:
+    daemons.write_config(_config(world, daemons))
+    proc = daemons.start()
+    first = _wait_running(world, daemons, "long")
+    _crash(world, proc)
     daemons.start()
     rec = record_of(world, "long", first)
     assert rec is not None
@@ -316,10 +320,7 @@ def test_a_state_home_whose_name_is_not_utf8(world: World, daemons: Daemons) -> 
     assert request(daemons, "daemon_info")["ledger_dir"] == f"{spelled}/ledger"
 
     first = _wait_running(world, daemons, "long")
-    proc.kill()
-    proc.wait(timeout=DEADLINE)
-    pidfile = world.root / "long.pid"
-    os.killpg(int(pidfile.read_text()), signal.SIGKILL)
+    _crash(world, proc)
     daemons.start()
     rec = record_of(world, "long", first)
     assert rec is not None
