@@ -1049,8 +1049,8 @@ def test_a_default_config_behind_a_dangling_directory_link_is_an_error(
 def test_a_registered_project_whose_directory_holds_a_nul_is_a_problem(
         tmp_path: Path) -> None:
     """A hand-edited projects.json can name a directory with "\\u0000": the read raised
-    ValueError past the loader instead of a problem naming the file."""
+    ValueError past the loader instead of a problem naming the file (the NUL spelled
+    out, as every control in a problem is)."""
     main = write(tmp_path / "harness.toml", "")
-    pdir = f"{tmp_path}/p\0q"
-    assert problems(main, projects=[Project("p", pdir)]) == [
-        f"{pdir}/harness.toml: the path holds a NUL character"]
+    assert problems(main, projects=[Project("p", f"{tmp_path}/p\0q")]) == [
+        f"{tmp_path}/p\\x00q/harness.toml: the path holds a NUL character"]
