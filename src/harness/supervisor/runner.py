@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import paths
-from ..cli.render import one_line
 from ..config.durations import shown_path
 from ..ledger.errors import LedgerError
 from ..ledger.files import make_private_dir, open_regular
@@ -108,13 +107,13 @@ class SpawnError(Exception):
 
     It names the file that failed (argv[0], the workdir, an env_file), and a path can
     carry a secret: a project's directory named after a token is its harnesses' workdir.
-    So the message is scrubbed here, once, as `harness up` scrubs that path in every line,
-    then put on one line with its controls spelled out (`one_line`): a path from the
-    config may hold an escape sequence or a newline, and the message is shown and logged.
+    So the message is scrubbed here, once, as `harness up` scrubs that path in every line.
+    (Its controls are spelled out where it is shown: the run log's note, `append_note`,
+    and the daemon's log formatter.)
     """
 
     def __init__(self, message: str) -> None:
-        super().__init__(one_line(shown_path(message)))
+        super().__init__(shown_path(message))
 
 
 @dataclass(frozen=True)
