@@ -36,11 +36,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from . import __version__, paths
-from .cli.render import one_line
 from .config.load import ConfigError, load_config
 from .config.model import Config
 from .control.ops import logs_op, pending_op, require_name, runs_op
 from .control.server import ControlServer, Handler, OpError, SocketInUse
+from .controls import one_line
 from .ledger.errors import LedgerError
 from .ledger.files import make_private_dir
 from .ledger.logref import log_file

@@ -23,6 +23,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from .. import paths
+from ..controls import one_line
 from ..ledger.dayfiles import LedgerDirError
 from ..ledger.verify import verify_run_ledger
 from ..worklog import (
@@ -175,7 +176,7 @@ def _verify_work_ledger(run_id: str, expected_head: str | None, as_json: bool,
                    f"to head {res.head_hash}{torn}")
     if not res.ok:
         if not as_json:
-            click.echo(render.one_line(f"harness: work ledger {run_id} broken at "
+            click.echo(one_line(f"harness: work ledger {run_id} broken at "
                                        f"{res.describe()}"), err=True)
         sys.exit(EXIT_BROKEN)
 
@@ -215,7 +216,7 @@ def _verify_run_ledger(as_json: bool) -> None:
         assert e is not None
         if not as_json:
             at = f"seq {e.seq}" if e.seq is not None else "a line with no valid seq"
-            click.echo(render.one_line(f"harness: ledger chain broken at {at} "
+            click.echo(one_line(f"harness: ledger chain broken at {at} "
                                        f"({e.file}:{e.line}): {e.reason}"), err=True)
         sys.exit(EXIT_BROKEN)
 
@@ -236,7 +237,7 @@ def _fail(as_json: bool, directory: str, message: str, code: int) -> None:
 def _warn(res: anchor_mod.AnchorResult | anchor_mod.FetchResult) -> None:
     """A result's warning (e.g. the audit mirror failed after the ref moved) on stderr."""
     if res.warning:
-        click.echo(render.one_line(f"harness: warning: {' '.join(res.warning.split())}"),
+        click.echo(one_line(f"harness: warning: {' '.join(res.warning.split())}"),
                    err=True)
 
 

@@ -16,9 +16,9 @@ from typing import Any
 import click
 
 from .. import __version__
+from ..controls import one_line
 from ..ledger.scrub import scrub_text
 from .output import guarded_stdout
-from .render import one_line
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 

@@ -23,7 +23,7 @@ from typing import NoReturn
 import click
 
 from ..config.durations import shown_path
-from .render import one_line
+from ..controls import one_line
 
 
 def warn(message: str) -> None:

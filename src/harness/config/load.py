@@ -51,7 +51,6 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from harness.cli.render import one_line
 from harness.config.durations import shown, shown_path
 from harness.config.model import (
     NAME_RE,
@@ -65,6 +64,7 @@ from harness.config.model import (
     WebhookConfig,
     toml_type,
 )
+from harness.controls import one_line
 from harness.ledger.files import atomic_write, make_private_dir, open_regular
 from harness.ledger.schema import name_kept
 from harness.ledger.scrub import scrub_text

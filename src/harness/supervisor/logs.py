@@ -22,7 +22,7 @@ from collections.abc import Collection
 import zstandard
 
 from .. import paths
-from ..cli.render import one_line
+from ..controls import one_line
 from ..ledger.files import atomic_replace, clear_leftovers, fsync_dir, make_private_dir
 
 log = logging.getLogger("harness.supervisor")
