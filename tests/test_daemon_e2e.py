@@ -484,6 +484,12 @@ def test_over_budget_is_recorded_on_the_run_it_admits(world: World, daemons: Dae
     assert 3 not in {r["run_id"] for r in runs_of(world, "ok")}  # refused: no run
 
 
+def _lines_with(world: World, field: bytes) -> int:
+    """How many ledger lines hold `field` (canonical bytes) as the daemon writes them: a
+    line it has half written is not a parse error here."""
+    return sum(p.read_bytes().count(field) for p in world.ledger.glob("*.jsonl"))
+
+
 def test_every_run_id_handed_out_as_sigterm_arrives_gets_a_record(
         world: World, daemons: Daemons) -> None:
     """Triggers keep arriving while SIGTERM shuts the daemon down: skips of busy one-shots,
@@ -516,9 +522,7 @@ def test_every_run_id_handed_out_as_sigterm_arrives_gets_a_record(
     for t in threads:
         t.start()
     try:
-        until("skips to pile up", lambda: sum(
-            p.read_bytes().count(b'"outcome":"skipped"')
-            for p in world.ledger.glob("*.jsonl")) >= 40)
+        until("skips to pile up", lambda: _lines_with(world, b'"outcome":"skipped"') >= 40)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
     finally:
@@ -561,9 +565,7 @@ def test_a_queued_firing_runs_next_however_many_triggers_follow(
     for t in threads:
         t.start()
     try:
-        until("eight runs to open", lambda: sum(
-            p.read_bytes().count(b'"type":"opened"')
-            for p in world.ledger.glob("*.jsonl")) >= 8)
+        until("eight runs to open", lambda: _lines_with(world, b'"type":"opened"') >= 8)
     finally:
         go.set()
         for t in threads:
