@@ -25,7 +25,7 @@ from pathlib import Path
 import msgspec
 
 from harness.worklog.rows import GENESIS, clean_payload, make_row
-from harness.worklog.verify import read_ledger, verify_dir, verify_lines
+from harness.worklog.verify import read_chain, verify_dir, verify_lines
 
 _KINDS = ("task.scheduled", "task.started", "task.completed")
 
@@ -87,7 +87,7 @@ def main() -> None:
         d = Path(tmp) / "bench-run"
         d.mkdir()
         gen = generate(d / "000000.jsonl", args.entries)
-        lines, torn = read_ledger(d)
+        lines, torn, _size, _starts = read_chain(d)
         assert torn is None and len(lines) == args.entries
         res = verify_lines(lines)
         assert res.ok and res.entry_count == args.entries, res

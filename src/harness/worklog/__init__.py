@@ -16,8 +16,9 @@ Modules and the contracts between them:
   ``prev_hash`` is 64 zeros. `validate_run_id`, `check_kind`, `entry_hash`, `GENESIS`,
   `ledger_dir(workdir, run_id)`.
 * `verify` — `verify_lines(lines) -> WorkVerify` over complete lines (bytes, no "\\n")
-  in order, and `read_ledger(dir) -> (lines, torn_tail)`; `verify_dir(dir)`. A torn
-  trailing fragment is excluded exactly as writer recovery excludes it.
+  in order, `read_chain(dir) -> LedgerRead(lines, torn, torn_size, starts)` and
+  `verify_dir(dir)`. A torn trailing fragment is excluded exactly as writer recovery
+  excludes it.
 * `store` — `WorkLedger(workdir, run_id)`: `record(kind, task_id, payload) -> row`,
   synced, under a cross-process lock; recovery on open.
 * `replay` — `replay(rows) -> State`: the projected task graph and the resume frontier.

@@ -10,7 +10,7 @@ Invariants:
 
 * Nothing unverified crosses a boundary: a local chain that does not verify is never
   anchored, and an anchored chain is verified before a byte of it is written into the
-  local ledger. A torn local tail is excluded exactly as `verify.read_ledger` excludes it,
+  local ledger. A torn local tail is excluded exactly as `verify.read_chain` excludes it,
   and cut whole (`store.cut_torn_tail`, as writer recovery cuts it) before fetch appends.
   What fetch writes is read back and must be the verified chain, or it is undone and
   fetch fails: fetch never reports success for a ledger that does not verify.

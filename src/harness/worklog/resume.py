@@ -54,7 +54,7 @@ from .git import Git
 from .replay import State, replay
 from .rows import clean_payload, entry_hash, ledger_dir, validate_run_id
 from .store import SYNC_TIMEOUT, WorkLedger
-from .verify import WorkVerify, read_chain, read_ledger, verify_lines
+from .verify import WorkVerify, read_chain, verify_lines
 
 __all__ = [
     "ResumeResult",
@@ -373,7 +373,7 @@ class SignalFailed(WorkLedgerError):
 def _landed(directory: Path, entry_hash: str) -> bool:
     """Whether the last complete row of the ledger in `directory` is `entry_hash`."""
     try:
-        lines, _ = read_ledger(directory)
+        lines = read_chain(directory).lines
     except (NoLedger, OSError):
         return False
     # A last line that is no row (bad JSON, nested past the decoder's depth) is not the

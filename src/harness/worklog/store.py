@@ -51,7 +51,7 @@ from .rows import (
     make_row,
     validate_run_id,
 )
-from .verify import WorkVerify, iter_segments, read_ledger, verify_dir
+from .verify import WorkVerify, iter_segments, read_chain, verify_dir
 
 __all__ = ["FIRST_SEGMENT", "MAX_LINE", "LedgerLocked", "WorkLedger", "cut_torn_tail"]
 
@@ -314,7 +314,7 @@ class WorkLedger:
         """Every row on disk, in chain order (verified when the ledger was opened, and
         only this holder has appended since)."""
         try:
-            lines, _ = read_ledger(self.dir)
+            lines = read_chain(self.dir).lines
         except NoLedger:
             return []
         return [_decode_row.decode(line) for line in lines]

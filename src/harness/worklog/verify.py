@@ -51,7 +51,6 @@ __all__ = [
     "WorkVerify",
     "iter_segments",
     "read_chain",
-    "read_ledger",
     "verify_dir",
     "verify_lines",
 ]
@@ -543,12 +542,6 @@ def read_chain(directory: str | Path) -> LedgerRead:
     for batch in stream.batches():
         lines.extend(batch)
     return LedgerRead(lines, stream.torn, stream.torn_size, stream.starts)
-
-
-def read_ledger(directory: str | Path) -> tuple[list[bytes], bytes | None]:
-    """All complete lines across the segments, in order, and the torn tail (or None)."""
-    read = read_chain(directory)
-    return read.lines, read.torn
 
 
 def _segments_or_none(directory: str | Path) -> list[Path]:
