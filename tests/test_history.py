@@ -29,6 +29,7 @@ from harness.supervisor.history import (
     close_open_on_shutdown,
     import_legacy,
     reconcile,
+    settle_held,
 )
 from harness.supervisor.state import RunIds, StateFile
 from harness.timefmt import format_ns, parse_ns
@@ -637,3 +638,41 @@ def test_retry_never_folds_a_legacy_run_into_a_live_one(tmp_path: Path,
     assert rec2 is not None and "imported" not in rec2
     assert [(o["run_id"], o["type"], o.get("imported")) for o in all_lines(d)] == [
         (2, "opened", None), (2, "closed", None), (1, "opened", True), (1, "closed", True)]
+
+
+def test_a_held_firing_the_disk_refuses_waits_for_the_next_boot(
+        tmp_path: Path, open_ledger: OpenLedger) -> None:
+    """The held firings' decided lines fail to write (ENOSPC): their entries stay in
+    state.json (the writer retries the lines in order meanwhile); the next boot, on a
+    disk that takes them, records both, in the entries' order, and drops them."""
+    state_path = tmp_path / "state.json"
+    at = "2026-06-05T10:00:00.000000000Z"
+    held = {"a": {"run_id": 4, "trigger": "manual", "window": None, "at": at},
+            "b": {"run_id": 9, "trigger": "schedule", "at": at,
+                  "window": "2026-06-05T09:00:00Z"}}
+    write_state(state_path, {"harnesses": {"a": {"last_run_id": 4}, "b": {"last_run_id": 9}},
+                             "held": held})
+    ledger_dir = tmp_path / "ledger"
+    full = FaultyFiles()
+    full.inject("write", errno=errno.ENOSPC)
+    led = open_ledger(ledger_dir, clock=Clock(NOW), files=full, retry_min=0.01,
+                      retry_max=0.05)
+    assert settle_held(led, StateFile(str(state_path)), NOW) == []
+    assert json.loads(state_path.read_text())["held"] == held
+    with pytest.raises(LedgerUnavailable):  # the daemon dies with both lines queued
+        led.close(timeout=0.2)
+    assert all_lines(ledger_dir) == []
+
+    led2 = open_ledger(ledger_dir, clock=Clock(NOW))
+    written = settle_held(led2, StateFile(str(state_path)), NOW)
+    assert [strip(r) for r in written] == [
+        {"harness": "a", "run_id": 4, "kind": "oneshot", "trigger": "manual",
+         "started_at": at, "outcome": "interrupted", "reason": "daemon_crash"},
+        {"harness": "b", "run_id": 9, "kind": "oneshot", "trigger": "schedule",
+         "started_at": at, "outcome": "interrupted", "reason": "daemon_crash",
+         "window": "2026-06-05T09:00:00.000000000Z"}]
+    assert json.loads(state_path.read_text()) == {
+        "harnesses": {"a": {"last_run_id": 4}, "b": {"last_run_id": 9}}}
+    assert [(o["harness"], o["run_id"], o["type"]) for o in all_lines(ledger_dir)] == [
+        ("a", 4, "decided"), ("b", 9, "decided")]
+    assert settle_held(led2, StateFile(str(state_path)), NOW) == []  # a boot after: nothing

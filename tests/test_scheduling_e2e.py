@@ -188,6 +188,20 @@ def _fire(c: Client, name: str) -> dict[str, Any]:
     return data
 
 
+def _state(world: World) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((world.state / "state.json").read_text())
+    return doc
+
+
+def _held_entry(world: World) -> dict[str, Any]:
+    """state.json's held firings, each one's time checked and taken out."""
+    held: dict[str, Any] = _state(world)["held"]
+    for entry in held.values():
+        at = datetime.fromisoformat(entry.pop("at"))
+        assert abs((datetime.now(UTC) - at).total_seconds()) < 600
+    return held
+
+
 def test_queue_holds_one_firing_and_skips_the_rest(world: World, daemons: Daemons,
                                                    tmp_path: Path) -> None:
     gate = tmp_path / "gate"
@@ -196,6 +210,9 @@ def test_queue_holds_one_firing_and_skips_the_rest(world: World, daemons: Daemon
     with Client(str(daemons.socket)) as c:
         assert _fire(c, "q") == {"decision": "started", "run_id": 1}
         assert _fire(c, "q") == {"decision": "queued", "run_id": 2}
+        # Persisted with its id: the next boot records it if this daemon dies first.
+        assert _held_entry(world) == {"q": {"run_id": 2, "trigger": "manual",
+                                            "window": None}}
         assert _fire(c, "q") == {"decision": "skipped", "run_id": 3}
         assert c.request("jobs")["jobs"][0]["queued"] == 2
     skipped = record_of(world, "q", 3)
@@ -212,6 +229,8 @@ def test_queue_holds_one_firing_and_skips_the_rest(world: World, daemons: Daemon
     one, two = record_of(world, "q", 1), record_of(world, "q", 2)
     assert one is not None and two is not None
     assert two["started_at"] >= one["ended_at"]
+    # Its record written, state.json no longer names it.
+    assert _state(world) == {"harnesses": {"q": {"last_run_id": 3}}}
 
 
 def test_the_queued_run_is_held_in_the_daemons_memory(world: World, daemons: Daemons,
@@ -272,6 +291,64 @@ def test_shutdown_interrupts_the_held_firing(world: World, daemons: Daemons) -> 
     runs = {r["run_id"]: r for r in json.loads(world.harness("runs", "q", "--json").stdout)}
     assert {k: (r["outcome"], r["reason"]) for k, r in runs.items()} == {
         1: ("interrupted", "shutdown"), 2: ("interrupted", "shutdown")}
+    assert _state(world) == {"harnesses": {"q": {"last_run_id": 2}}}
+
+
+def test_a_firing_held_when_the_daemon_is_killed_is_recorded_at_the_next_boot(
+        world: World, daemons: Daemons) -> None:
+    """The client was told run 2; only the daemon's memory held it. SIGKILL, boot: run 2
+    gets its record (interrupted/daemon_crash, like the run it waited for), the entry
+    goes, and the next firing takes run 3."""
+    daemons.write_config(_oneshot("q", "queue", "sleep 60"))
+    proc = daemons.start()
+    with Client(str(daemons.socket)) as c:
+        assert _fire(c, "q")["run_id"] == 1
+        assert _fire(c, "q") == {"decision": "queued", "run_id": 2}
+    proc.kill()
+    proc.wait(timeout=60)
+    daemons.start()
+    runs = {r["run_id"]: r for r in runs_of(world, "q")}
+    assert sorted(runs) == [1, 2]
+    assert (runs[1]["outcome"], runs[1]["reason"]) == ("interrupted", "daemon_crash")
+    two = runs[2]
+    assert {k: two[k] for k in ("outcome", "reason", "trigger", "kind")} == {
+        "outcome": "interrupted", "reason": "daemon_crash", "trigger": "manual",
+        "kind": "oneshot"}
+    assert "ended_at" not in two and "exit_code" not in two  # nobody saw the daemon die
+    assert "held" not in _state(world)
+    assert "run q/2: the queued firing was lost with the daemon" in daemons.stderr()
+    with Client(str(daemons.socket)) as c:
+        assert _fire(c, "q") == {"decision": "started", "run_id": 3}
+        c.request("stop", name="q")
+
+
+def test_a_held_entry_whose_record_exists_is_only_dropped(world: World,
+                                                          daemons: Daemons) -> None:
+    """Killed after the held run's record was written, before state.json forgot it: the
+    boot writes nothing for it. An entry no daemon wrote is refused by name, and the
+    daemon boots."""
+    daemons.write_config(_oneshot("q", "queue", "true"))
+    proc = daemons.start()
+    with Client(str(daemons.socket)) as c:
+        assert _fire(c, "q") == {"decision": "started", "run_id": 1}
+    until("run 1 to succeed", lambda: (x := record_of(world, "q", 1))
+          and x["outcome"] == "success")
+    proc.terminate()
+    assert proc.wait(timeout=60) == 0
+    lines = sum(len(p.read_text().splitlines()) for p in world.ledger.glob("*.jsonl"))
+    state = _state(world)
+    state["held"] = {"q": {"run_id": 1, "trigger": "manual", "window": None,
+                           "at": "2026-11-30T12:00:00.000000000Z"},
+                     "other": {"run_id": "x", "trigger": "manual", "window": None,
+                               "at": "2026-11-30T12:00:00.000000000Z"}}
+    (world.state / "state.json").write_text(json.dumps(state))
+    daemons.start()
+    assert "held" not in _state(world)
+    after = sum(len(p.read_text().splitlines()) for p in world.ledger.glob("*.jsonl"))
+    assert after == lines
+    rec = record_of(world, "q", 1)
+    assert rec is not None and rec["outcome"] == "success"
+    assert "held firing other: run_id must be an integer ≥ 1, got 'x'" in daemons.stderr()
 
 
 def test_replace_closes_the_live_run_replaced(world: World, daemons: Daemons) -> None:

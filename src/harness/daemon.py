@@ -47,7 +47,12 @@ from .ledger.logref import log_file
 from .ledger.runledger import RunLedger
 from .ledger.scrub import ScrubLog, scrub_text
 from .supervisor import housekeeping, logs
-from .supervisor.history import close_open_on_shutdown, import_legacy, reconcile
+from .supervisor.history import (
+    close_open_on_shutdown,
+    import_legacy,
+    reconcile,
+    settle_held,
+)
 from .supervisor.manager import Manager, NotResident, UnknownHarness
 from .supervisor.orphans import kill_orphans
 from .supervisor.state import RunIds, StateError, StateFile
@@ -393,6 +398,10 @@ async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: Contr
             _say(str(exc))
             return 1
         await asyncio.to_thread(clear_leftovers, state, jobs_dir)
+        lost = await asyncio.to_thread(settle_held, ledger, state, ledger.clock())
+        for rec in lost:
+            log.warning("run %s/%s: the queued firing was lost with the daemon; closed as "
+                        "interrupted (daemon_crash)", rec["harness"], rec["run_id"])
         ids = RunIds(state, ledger, jobs_dir)
         manager = Manager(config, ledger, ids, jobs_dir)
     loop = asyncio.get_running_loop()

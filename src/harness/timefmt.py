@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from datetime import UTC, datetime, timedelta
+from typing import TypeGuard
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NAIVE_EPOCH = datetime(1970, 1, 1)
@@ -105,7 +106,7 @@ def _is_canonical(s: str) -> bool:
     return True
 
 
-def is_rfc3339(s: object) -> bool:
+def is_rfc3339(s: object) -> TypeGuard[str]:
     if not isinstance(s, str):
         return False
     if _is_canonical(s):

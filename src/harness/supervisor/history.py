@@ -15,6 +15,10 @@ failure, so one bad disk write cannot stop a daemon from booting or stopping. "O
 counts every line already queued, committed or not (REQ-6's no-wait exception leaves a
 resident's own-exit closed line and its restart's opened line queued): a run is closed
 once, never over its own end, and a run whose opened line is still queued is closed too.
+
+`settle_held` (at boot, before any start) gives each firing an ``on_overlap = "queue"``
+one-shot held when the daemon died its record: the client was told its run id, so the
+id never goes without one.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from ..ledger.runledger import RunLedger
 from ..ledger.schema import OUTCOMES, prepare_line
 from ..ledger.scrub import scrub_text
 from ..timefmt import format_ns, is_rfc3339, parse_ns
-from .state import HARNESSES_KEY, LEGACY_KEY, StateError, StateFile
+from .state import HARNESSES_KEY, LEGACY_KEY, MAX_RUN_ID, StateError, StateFile
 
 log = logging.getLogger("harness.supervisor")
 
@@ -358,3 +362,65 @@ def reconcile(ledger: RunLedger, now: int) -> list[dict[str, Any]]:
 def close_open_on_shutdown(ledger: RunLedger, now: int) -> list[dict[str, Any]]:
     """Close every record still open at a clean shutdown: interrupted/shutdown, ended now."""
     return _close_all(ledger, {"reason": "shutdown"}, now, with_end=True)
+
+
+# -- firings held when the daemon died ---------------------------------------------------
+
+def _held_line(harness: Any, entry: Any, now: int) -> dict[str, Any]:
+    """The decided line recording one held firing; ValueError saying what is wrong."""
+    if type(harness) is not str or type(entry) is not dict:
+        raise ValueError(f"not a harness name and an object: {harness!r:.60}: {entry!r:.60}")
+    run_id, trigger, window, at = (entry.get(k) for k in ("run_id", "trigger", "window", "at"))
+    if not is_rfc3339(at):
+        raise ValueError(f"at is not an RFC 3339 time: {at!r:.60}")
+    if type(run_id) is not int or not 0 < run_id < MAX_RUN_ID:
+        raise ValueError(f"run_id must be an integer ≥ 1, got {run_id!r:.60}")
+    if type(trigger) is not str:
+        raise ValueError(f"trigger must be a string, got {trigger!r:.60}")
+    if window is not None and not is_rfc3339(window):
+        raise ValueError(f"window is not an RFC 3339 time: {window!r:.60}")
+    # Decided: it started no process. No ended_at, like every record a crash ended:
+    # nobody saw when the daemon died.
+    line: dict[str, Any] = {"type": "decided", "harness": harness, "run_id": run_id,
+                            "at": format_ns(now), "kind": "oneshot", "trigger": trigger,
+                            "started_at": format_ns(parse_ns(at)), "outcome": "interrupted",
+                            "reason": "daemon_crash"}
+    if window is not None:
+        line["window"] = format_ns(parse_ns(window))
+    return line
+
+
+def settle_held(ledger: RunLedger, state: StateFile, now: int) -> list[dict[str, Any]]:
+    """Record every firing state.json says was held when the daemon died and the ledger
+    has no record of, as interrupted/daemon_crash (at boot, before any start); return the
+    records written. An entry whose record exists (the daemon died after writing it) or
+    that cannot be read (logged) is dropped; one whose line the disk refused stays for
+    the next boot."""
+    written: list[dict[str, Any]] = []
+    kept: dict[str, int] = {}
+    for harness, entry in state.held().items():
+        try:
+            line = _held_line(harness, entry, now)
+        except ValueError as exc:
+            log.warning("%s: held firing %s", state.path, scrub_text(f"{harness}: {exc}")[0])
+            continue
+        if ledger.get(harness, line["run_id"]) is not None:
+            continue
+        try:
+            ledger.append(line, sync=True)
+        except LineRejected as exc:  # a hand-edited entry the schema refuses
+            log.warning("%s: held firing %s", state.path, scrub_text(f"{harness}: {exc}")[0])
+            continue
+        except LedgerError as exc:
+            log.error("cannot record the queued run %s/%d: %s", harness, line["run_id"], exc)
+            kept[harness] = line["run_id"]
+            continue
+        written.append(ledger.get(harness, line["run_id"]) or line)
+    try:
+        state.forget_held({h: e["run_id"] for h, e in state.held().items()
+                           if type(e) is dict and kept.get(h) != e.get("run_id")}
+                          if kept else None)
+    except StateError as exc:
+        # The records are written: the next boot finds them and only drops the entries.
+        log.error("%s", exc)
+    return written

@@ -572,6 +572,7 @@ class Manager:
             if cfg is None or cfg.kind != "oneshot":  # removed by a reload meanwhile
                 await self._decided(name, held.run_id, held.trigger, "cancelled", "reload",
                                     window=held.window)
+                await self._unhold(name, held.run_id)
                 return
             try:
                 await self._start_oneshot(name, cfg, held.trigger, held.window, held.run_id,
@@ -579,6 +580,8 @@ class Manager:
             except Exception as exc:
                 _log_failure(f"harness {name}: the queued run {held.run_id} could not be "
                              "started", exc)
+                return
+            await self._unhold(name, held.run_id)
 
     async def _decided(self, name: str, run_id: int, trigger: str, outcome: str,
                        reason: str | None, **fields: Any) -> None:
@@ -610,8 +613,10 @@ class Manager:
 
     async def _hold(self, name: str, trigger: str, window: str | None,
                     override: bool) -> int:
-        """Hold a firing behind the live run: its run id at once (one `_unbroken` step)."""
-        run_id = await asyncio.to_thread(self.ids.next, name)
+        """Hold a firing behind the live run: its run id at once (one `_unbroken` step),
+        persisted with the firing, so a boot after a crash can record it."""
+        held = {"trigger": trigger, "window": window, "at": format_ns(self.ledger.clock())}
+        run_id = await asyncio.to_thread(self.ids.next, name, held)
         self._held_firing[name] = Held(run_id, trigger, window, override)
         if self._stopping:
             # The shutdown began while the id was being persisted, and may have closed
@@ -627,7 +632,17 @@ class Manager:
             return None
         await self._decided(name, held.run_id, held.trigger, outcome, reason,
                             window=held.window)
+        await self._unhold(name, held.run_id)
         return held.run_id
+
+    async def _unhold(self, name: str, run_id: int) -> None:
+        """Forget the held firing's entry in state.json once its record is written. A
+        failure costs nothing durable: the boot after finds the record and only drops it."""
+        try:
+            await asyncio.to_thread(self.ids.state.forget_held, {name: run_id})
+        except StateError as exc:
+            log.warning("harness %s: the queued run %d is recorded, but state.json still "
+                        "names it: %s", name, run_id, exc)
 
     # -- residents ---------------------------------------------------------------------
 

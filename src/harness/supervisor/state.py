@@ -4,6 +4,10 @@
 ``{"harnesses": {NAME: {"last_run_id": N}}}`` plus whatever other top-level keys the
 daemon keeps there; a legacy ``"runs"`` table (the pre-ledger history) is read for its
 ``last_run_id`` counters and carried untouched until `history.import_legacy` drops it.
+``"held"`` (``{NAME: {"run_id": N, "trigger": T, "window": W, "at": A}}``) names the
+firings an ``on_overlap = "queue"`` one-shot holds: a client was told their run id, and
+only memory holds them until their record is written, so a daemon killed meanwhile leaves
+the next boot this to record them by (`history.settle_held`).
 Invariants: the file on disk is always a whole, valid JSON document (it is replaced by
 rename, never rewritten in place) and mode 0600; top-level keys this module does not
 know survive every rewrite; a corrupt file is a `StateError` naming the path and the
@@ -32,6 +36,7 @@ from ..ledger.files import (
 
 LEGACY_KEY = "runs"
 HARNESSES_KEY = "harnesses"
+HELD_KEY = "held"
 _LOG_NAME = re.compile(r"(\d+)\.log(?:\.zst)?\Z")
 
 
@@ -141,14 +146,42 @@ class StateFile:
     def has_legacy_lists(self) -> bool:
         return any(type(e) is dict and "runs" in e for e in self.legacy().values())
 
+    def held(self) -> dict[str, Any]:
+        """The held firings as written (`history.settle_held` judges each entry)."""
+        held = self.load().get(HELD_KEY, {})
+        return held if type(held) is dict else {}
+
     # -- writing -------------------------------------------------------------------
 
-    def set_last_run_id(self, harness: str, value: int) -> None:
-        """Persist `value` as `harness`'s counter (durable when this returns)."""
+    def set_last_run_id(self, harness: str, value: int,
+                        held: dict[str, Any] | None = None) -> None:
+        """Persist `value` as `harness`'s counter (durable when this returns); with
+        `held`, in the same write, the firing held under that id (its trigger, window
+        and time)."""
         doc = dict(self.load())
         hs = dict(doc.get(HARNESSES_KEY, {}))
         hs[harness] = {**hs.get(harness, {}), "last_run_id": value}
         doc[HARNESSES_KEY] = hs
+        if held is not None:
+            doc[HELD_KEY] = {**self.held(), harness: {**held, "run_id": value}}
+        self.save(doc)
+
+    def forget_held(self, harnesses: dict[str, int] | None = None) -> None:
+        """Drop the held firings `harnesses` names ({harness: run_id}; an entry for
+        another run id stays), or all of them; no write when nothing changes."""
+        doc = dict(self.load())
+        if HELD_KEY not in doc:
+            return
+        held = self.held()
+        keep = {} if harnesses is None else {
+            h: e for h, e in held.items()
+            if not (type(e) is dict and harnesses.get(h) == e.get("run_id"))}
+        if harnesses is not None and keep == held:
+            return
+        if keep:
+            doc[HELD_KEY] = keep
+        else:
+            del doc[HELD_KEY]
         self.save(doc)
 
     def save(self, doc: dict[str, Any]) -> None:
@@ -212,8 +245,9 @@ class RunIds:
             floor = max(floor, self.ledger.max_run_id(harness))
         return floor
 
-    def next(self, harness: str) -> int:
-        """A fresh id for `harness`, persisted before it is returned; StateError if it cannot be."""
+    def next(self, harness: str, held: dict[str, Any] | None = None) -> int:
+        """A fresh id for `harness`, persisted before it is returned (with `held`, the
+        firing held under it: `StateFile.set_last_run_id`); StateError if it cannot be."""
         with self._lock:
             last = self._last.get(harness)
             if last is None:
@@ -223,6 +257,6 @@ class RunIds:
             if n > MAX_RUN_ID:  # the ledger's max_run_id: only an edited line holds such
                 raise StateError(f"{harness}: no run id is left after {last}, the highest "
                                  "in use (state.json, the ledger or its run logs)")
-            self.state.set_last_run_id(harness, n)
+            self.state.set_last_run_id(harness, n, held)
             self._last[harness] = n
             return n
