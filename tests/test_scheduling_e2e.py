@@ -307,6 +307,8 @@ def test_a_firing_held_when_the_daemon_is_killed_is_recorded_at_the_next_boot(
     proc.kill()
     proc.wait(timeout=60)
     daemons.start()
+    with Client(str(daemons.socket)) as c:
+        c.request("daemon_info")  # answered once the boot is done
     runs = {r["run_id"]: r for r in runs_of(world, "q")}
     assert sorted(runs) == [1, 2]
     assert (runs[1]["outcome"], runs[1]["reason"]) == ("interrupted", "daemon_crash")
@@ -343,6 +345,8 @@ def test_a_held_entry_whose_record_exists_is_only_dropped(world: World,
                                "at": "2026-11-30T12:00:00.000000000Z"}}
     (world.state / "state.json").write_text(json.dumps(state))
     daemons.start()
+    with Client(str(daemons.socket)) as c:
+        c.request("daemon_info")  # answered once the boot is done
     assert "held" not in _state(world)
     after = sum(len(p.read_text().splitlines()) for p in world.ledger.glob("*.jsonl"))
     assert after == lines
