@@ -9,9 +9,14 @@ itself is checked on hand-made files for what a daemon cannot easily be made to 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import random
+import resource
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +24,7 @@ import pytest
 import zstandard
 
 from conftest import World
-from daemons import DEADLINE, Daemons, until
+from daemons import DEADLINE, Daemons, reaped, until
 from harness.control.client import Client, DaemonError
 from harness.supervisor import logview
 
@@ -457,3 +462,132 @@ def test_a_log_that_cannot_be_compressed_stays_plain_and_leaves_no_tmp(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["4.log.zst"]
     assert zstandard.ZstdDecompressor().decompressobj().decompress(
         (tmp_path / "4.log.zst").read_bytes()) == b"kept\n"
+
+
+# ---- a whole log read from disk is streamed ------------------------------------------------
+
+# One block of a big log: controls and escape sequences (printed as they are: the child's
+# output is not harness's to change), bytes that are not UTF-8 (each replaced, also when
+# a chunk's end cuts them), multibyte characters packed tight (so chunk ends fall inside
+# them) and a line longer than a chunk. Each block ends a line, so the whole log's text is
+# its blocks' texts joined.
+_BLOCK = b"".join([
+    b"\x1b[31mred\x1b[0m \x07bell\x00nul\r\n",
+    b"bad \xff\xfe \xc3( \xed\xa0\x80 \xf0\x9f\x98\n",
+    b"\xe2\x82 cut\n",
+    "é€😀".encode() * 3001 + b"\n",
+    b"y" * 70_001 + b"\n",
+])
+
+
+def test_a_whole_log_read_from_disk_is_streamed_not_held(world: World) -> None:
+    """`harness logs NAME` with the daemon down read the whole log into memory, about
+    four times its size at its peak (and a resident's log grows for months). Here the
+    command gets 96 MiB of address space for a log of about 200 MB: it ran out of memory
+    (a traceback, exit 1); now it prints exactly what it printed before, whatever chunk
+    ends cut (the text as `bytes.decode(errors="replace")` gives it, a newline added to a
+    last line without one)."""
+    blocks = 200_000_000 // len(_BLOCK)
+    tail = b"the last line has no newline and a cut character \xe2\x82"
+    (world.root / "config" / "harness").mkdir(parents=True)
+    (world.root / "config" / "harness" / "harness.toml").write_text(
+        '[harness.r]\nkind = "resident"\nargv = ["true"]\nenabled = false\n')
+    log = world.state / "logs" / "r.log"
+    log.parent.mkdir(parents=True)
+    with log.open("wb") as f:
+        for _ in range(blocks):
+            f.write(_BLOCK)
+        f.write(tail)
+    want = hashlib.sha256()
+    shown_block = _BLOCK.decode("utf-8", errors="replace").encode()
+    for _ in range(blocks):
+        want.update(shown_block)
+    shown_tail = tail.decode("utf-8", errors="replace").encode() + b"\n"
+    want.update(shown_tail)
+    assert shown_tail.endswith("\ufffd\n".encode())
+
+    def small() -> None:
+        limit = 96 << 20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    got = hashlib.sha256()
+    size = 0
+    err = world.root / "logs.err"
+    try:
+        with err.open("wb") as errf, reaped(subprocess.Popen(
+                [sys.executable, "-m", "harness.cli", "logs", "r"],
+                env={**world.env, "PYTHONIOENCODING": "utf-8"}, stdout=subprocess.PIPE,
+                stderr=errf, preexec_fn=small)) as proc:
+            assert proc.stdout is not None
+            while chunk := proc.stdout.read(1 << 20):
+                got.update(chunk)
+                size += len(chunk)
+            code = proc.wait(timeout=DEADLINE)
+    finally:
+        log.unlink()
+    assert (code, size, got.hexdigest(), err.read_text()) == (
+        0, len(shown_block) * blocks + len(shown_tail), want.hexdigest(),
+        "harness: daemon not running; read the log from disk\n")
+
+
+# Bytes that make UTF-8 decoding hard at a chunk's end: lead bytes, continuation bytes,
+# an overlong form, an encoded surrogate, and a newline and ASCII between them.
+_TRICKY = [b"\xc3", b"\xa9", b"\xe2", b"\x82", b"\xac", b"\xf0", b"\x9f", b"\x98", b"\x80",
+           b"\xff", b"\xed\xa0\x80", b"\xc0\xaf", b"a", b"\n", b"\x1b"]
+
+
+def test_a_streamed_log_is_the_text_view_log_gives_at_every_chunk_size(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The streamed pieces joined are exactly the text read whole (the daemon's answer,
+    --json, and what was printed before), for a plain and a compressed log, an empty
+    one, and every cut of a character a chunk's end can make."""
+    jobs = tmp_path / "jobs"
+    (jobs / "job").mkdir(parents=True)
+    rng = random.Random(7)
+    bodies = [b"", b"\n", b"no newline", *(b"".join(rng.choices(_TRICKY, k=rng.randrange(1, 60)))
+                                          for _ in range(40))]
+    nothing = _records({})
+    for chunk in (1, 2, 3, 5, 1 << 16):
+        monkeypatch.setattr(logview, "_CHUNK", chunk)
+        for body in bodies:
+            (jobs / "job" / "1.log").write_bytes(body)
+            (jobs / "job" / "2.log.zst").write_bytes(zstandard.ZstdCompressor().compress(body))
+            for run in (1, 2):
+                whole = _view(jobs, run, nothing)
+                with logview.stream_log("job", "oneshot", run=run, jobs_dir=str(jobs),
+                                        resident_log=str(jobs / "unused.log"), keep_runs=5,
+                                        lookup=nothing) as stream:
+                    got = (stream.run_id, stream.path, stream.shared, "".join(stream.text()))
+                assert got == (whole.run_id, whole.path, False, whole.text), (chunk, body)
+                assert whole.text == body.decode("utf-8", errors="replace")
+
+
+def test_a_streamed_log_ends_where_it_ended_when_opened(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resident still writing does not make the read go on for ever: what it appends
+    once the log is open is not shown (as when the log was read whole at once); and a
+    one-shot's log compressed away meanwhile is still read whole from the open file."""
+    from harness.supervisor import logs as run_logs
+
+    monkeypatch.setattr(logview, "_CHUNK", 4)
+    durable = tmp_path / "svc.log"
+    durable.write_bytes(b"one\ntwo\n")
+    with logview.stream_log("svc", "resident", jobs_dir=str(tmp_path),
+                            resident_log=str(durable), keep_runs=1,
+                            lookup=_records({})) as stream:
+        pieces = stream.text()
+        first = next(pieces)
+        with durable.open("ab") as out:
+            out.write(b"three\n" * 10)
+        assert (stream.shared, first + "".join(pieces)) == (True, "one\ntwo\n")
+
+    jobs = tmp_path / "jobs"
+    (jobs / "job").mkdir(parents=True)
+    plain = jobs / "job" / "3.log"
+    plain.write_bytes(b"started\ndone\n")
+    with logview.stream_log("job", "oneshot", jobs_dir=str(jobs),
+                            resident_log=str(durable), keep_runs=1,
+                            lookup=_records({})) as stream:
+        assert run_logs.compress_log(str(plain)) and not plain.exists()
+        assert (stream.run_id, stream.path, "".join(stream.text())) == (
+            3, str(plain), "started\ndone\n")

@@ -13,15 +13,18 @@ the log files present — as unknown, skipped,
 never logged, or pruned by ``keep_runs``; with a cap, at most ``max_bytes`` of a log are
 returned (and about twice that held while a compressed log streams through), and what
 the cap left out in front is counted, never hidden; ``--lines`` reads a plain log
-backwards from its end, so a few lines of a huge log cost a few reads.
+backwards from its end, so a few lines of a huge log cost a few reads; a whole log
+streamed (`stream_log`, the CLI's plain `harness logs` with the daemon down) holds one
+chunk at a time, whatever its size, and its text is exactly what `view_log` would give.
 """
 
 from __future__ import annotations
 
+import codecs
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import zstandard
 
@@ -67,40 +70,96 @@ class LogText:
                 "text": self.text, "cut_bytes": self.cut, "shared": self.shared}
 
 
-def _tail_plain(path: str, max_bytes: int | None, lines: int | None
-                ) -> tuple[bytes, int] | None:
-    try:
-        # Regular files only, opened non-blocking: a FIFO put where a log goes blocked
-        # `harness logs` for ever, and the daemon's `logs` thread with its SIGTERM.
-        f = open_regular(path)  # closed below; FileNotFoundError is an answer
-    except FileNotFoundError:
-        return None
-    with f:
-        # The size now: a resident still appending does not move the end we read to.
-        size = os.fstat(f.fileno()).st_size
-        floor = size - min(size, max_bytes) if max_bytes is not None else 0
-        if lines is None:
-            f.seek(floor)
-            return f.read(size - floor), floor
-        # Backwards in chunks, stopping once the asked-for lines are in: `--lines 20` of a
-        # resident's gigabyte log reads kilobytes. Each chunk's newlines are counted once,
-        # and the chunks joined once at the end: a log with fewer newlines than asked
-        # for is read whole, and re-copying and re-counting all that was read at each
-        # chunk made that quadratic (a 40 MB log without a newline took 12 s).
-        pos, newlines = size, 0
-        chunks: list[bytes] = []
-        ends_line = False  # a final newline ends the last line; it does not count
-        while pos > floor and newlines - ends_line < lines:
-            step = min(_CHUNK, pos - floor)
-            pos -= step
-            f.seek(pos)
-            chunk = f.read(step)
-            if not chunks:
-                ends_line = chunk.endswith(b"\n")
-            chunks.append(chunk)
-            newlines += chunk.count(b"\n")
-        chunks.reverse()
-        return b"".join(chunks), pos
+class OpenLog:
+    """One log file, open: a plain log, or a closed run's ``.zst``.
+
+    `size` is a plain log's size when it was opened: a resident still appending does not
+    move the end a reader reads to. Once open, the bytes stay readable even when the
+    compression or a prune unlinks the file a moment later.
+    """
+
+    def __init__(self, path: str, f: BinaryIO, compressed: bool) -> None:
+        self.path = path
+        self.file = f
+        self.compressed = compressed
+        self.size = 0 if compressed else os.fstat(f.fileno()).st_size
+
+    def close(self) -> None:
+        self.file.close()
+
+    def __enter__(self) -> OpenLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def tail(self, max_bytes: int | None, lines: int | None) -> tuple[bytes, int]:
+        """(its bytes or a tail of them, bytes left out in front): see `read_tail`."""
+        if self.compressed:
+            return _tail_zst(self.file, max_bytes, lines)
+        return _tail_plain(self.file, self.size, max_bytes, lines)
+
+    def chunks(self) -> Iterator[bytes]:
+        """Its bytes from the start, at most `_CHUNK` at a time (to `size` for a plain
+        log), so that reading all of it holds one chunk, whatever the log's size."""
+        if self.compressed:
+            reader = zstandard.ZstdDecompressor().stream_reader(self.file)
+            while chunk := reader.read(_CHUNK):
+                yield chunk
+            return
+        self.file.seek(0)
+        left = self.size
+        while left > 0 and (chunk := self.file.read(min(_CHUNK, left))):
+            left -= len(chunk)
+            yield chunk
+
+
+def open_log(path: str) -> OpenLog | None:
+    """`path` opened, else ``path.zst``; None when neither exists.
+
+    The plain file is tried first: compression writes the ``.zst`` before it deletes the
+    plain log, so a log being compressed meanwhile is still found as one or the other.
+    Regular files only, opened non-blocking: a FIFO put where a log goes blocked
+    `harness logs` for ever, and the daemon's `logs` thread with its SIGTERM.
+    """
+    for name, compressed in ((path, False), (path + logs.ZST, True)):
+        try:
+            f = open_regular(name)
+        except FileNotFoundError:
+            continue
+        try:
+            return OpenLog(name, f, compressed)  # closed by the caller
+        except BaseException:
+            f.close()
+            raise
+    return None
+
+
+def _tail_plain(f: BinaryIO, size: int, max_bytes: int | None, lines: int | None
+                ) -> tuple[bytes, int]:
+    floor = size - min(size, max_bytes) if max_bytes is not None else 0
+    if lines is None:
+        f.seek(floor)
+        return f.read(size - floor), floor
+    # Backwards in chunks, stopping once the asked-for lines are in: `--lines 20` of a
+    # resident's gigabyte log reads kilobytes. Each chunk's newlines are counted once,
+    # and the chunks joined once at the end: a log with fewer newlines than asked
+    # for is read whole, and re-copying and re-counting all that was read at each
+    # chunk made that quadratic (a 40 MB log without a newline took 12 s).
+    pos, newlines = size, 0
+    chunks: list[bytes] = []
+    ends_line = False  # a final newline ends the last line; it does not count
+    while pos > floor and newlines - ends_line < lines:
+        step = min(_CHUNK, pos - floor)
+        pos -= step
+        f.seek(pos)
+        chunk = f.read(step)
+        if not chunks:
+            ends_line = chunk.endswith(b"\n")
+        chunks.append(chunk)
+        newlines += chunk.count(b"\n")
+    chunks.reverse()
+    return b"".join(chunks), pos
 
 
 def _trim_lines(buf: bytearray, lines: int) -> int:
@@ -114,27 +173,21 @@ def _trim_lines(buf: bytearray, lines: int) -> int:
     return drop
 
 
-def _tail_zst(path: str, max_bytes: int | None, lines: int | None
-              ) -> tuple[bytes, int] | None:
-    try:
-        f = open_regular(path)  # closed below (a regular file only: see _tail_plain)
-    except FileNotFoundError:
-        return None
-    with f:
-        reader = zstandard.ZstdDecompressor().stream_reader(f)
-        # Streamed through a bounded window: the decompressed size is not known up front.
-        # The window is trimmed once it is twice what must be kept, so trimming stays
-        # linear in the log's size.
-        keep = max_bytes if max_bytes is not None else 4 * _CHUNK
-        buf = bytearray()
-        dropped = 0
-        while chunk := reader.read(_CHUNK):
-            buf += chunk
-            if len(buf) > 2 * keep:
-                dropped += _trim(buf, max_bytes, lines)
-                keep = max(keep, len(buf))  # many long lines: let the window grow
-        dropped += _trim(buf, max_bytes, lines)
-        return bytes(buf), dropped
+def _tail_zst(f: BinaryIO, max_bytes: int | None, lines: int | None) -> tuple[bytes, int]:
+    reader = zstandard.ZstdDecompressor().stream_reader(f)
+    # Streamed through a bounded window: the decompressed size is not known up front.
+    # The window is trimmed once it is twice what must be kept, so trimming stays
+    # linear in the log's size.
+    keep = max_bytes if max_bytes is not None else 4 * _CHUNK
+    buf = bytearray()
+    dropped = 0
+    while chunk := reader.read(_CHUNK):
+        buf += chunk
+        if len(buf) > 2 * keep:
+            dropped += _trim(buf, max_bytes, lines)
+            keep = max(keep, len(buf))  # many long lines: let the window grow
+    dropped += _trim(buf, max_bytes, lines)
+    return bytes(buf), dropped
 
 
 def _trim(buf: bytearray, max_bytes: int | None, lines: int | None) -> int:
@@ -214,16 +267,12 @@ def read_tail(path: str, max_bytes: int | None = None, lines: int | None = None
 
     The tail holds at most `max_bytes`, and needs to hold no more than the last `lines`
     lines; when anything is left out in front, the tail's first line may be partial.
-    The plain file is tried first: compression writes the ``.zst`` before it deletes the
-    plain log, so a log being compressed meanwhile is still found as one or the other.
     """
-    got = _tail_plain(path, max_bytes, lines)
-    if got is not None:
-        return path, got[0], got[1]
-    got = _tail_zst(path + logs.ZST, max_bytes, lines)
-    if got is not None:
-        return path + logs.ZST, got[0], got[1]
-    return None
+    found = open_log(path)
+    if found is None:
+        return None
+    with found:
+        return found.path, *found.tail(max_bytes, lines)
 
 
 def last_lines(data: bytes, lines: int) -> tuple[bytes, bool]:
@@ -278,6 +327,40 @@ def _missing(name: str, run: int, keep_runs: int, jobs_dir: str, lookup: Lookup)
                               f"(keep_runs = {keep_runs}{oldest})")
 
 
+def _check(run: int | None, lines: int | None) -> None:
+    if run is not None and run < 1:
+        raise LogError("bad_request", f"run must be a positive run id, got {run}")
+    if lines is not None and lines < 1:
+        raise LogError("bad_request", f"lines must be at least 1, got {lines}")
+
+
+def _locate(name: str, kind: str, run: int | None, *, jobs_dir: str, resident_log: str,
+            keep_runs: int, lookup: Lookup) -> tuple[int | None, OpenLog, bool]:
+    """The log `harness logs NAME [--run N]` shows, opened (the caller closes it), with
+    the run id it is shown as and whether it is a resident's shared log; LogError when
+    there is none. (See `view_log` for the arguments.)"""
+    if kind == "resident":
+        if run is not None and lookup(name, run) is None:
+            raise LogError("not_found", f"{name} has no run {run}")
+        found = open_log(resident_log)
+        if found is None:
+            raise LogError("not_found", f"{name} has no log yet ({resident_log})")
+        return run, found, True
+
+    if run is None:
+        ids = logs.log_ids(jobs_dir, name)
+        # The newest run that has a log: a skipped run after it has none of its own.
+        for rid in sorted(ids, reverse=True):
+            found = open_log(logs.run_log_path(jobs_dir, name, rid))
+            if found is not None:
+                return rid, found, False
+        raise LogError("not_found", f"{name} has no run logs yet")
+    found = open_log(logs.run_log_path(jobs_dir, name, run))
+    if found is None:
+        raise _missing(name, run, keep_runs, jobs_dir, lookup)
+    return run, found, False
+
+
 def view_log(name: str, kind: str, *, run: int | None = None, lines: int | None = None,
              jobs_dir: str, resident_log: str, keep_runs: int, lookup: Lookup,
              max_bytes: int | None = None) -> LogText:
@@ -287,31 +370,58 @@ def view_log(name: str, kind: str, *, run: int | None = None, lines: int | None 
     read for a resident); `keep_runs` is named when a log was pruned; `lookup` is asked
     only when a run's log file is missing or a resident's run must be shown to exist.
     """
-    if run is not None and run < 1:
-        raise LogError("bad_request", f"run must be a positive run id, got {run}")
-    if lines is not None and lines < 1:
-        raise LogError("bad_request", f"lines must be at least 1, got {lines}")
-    if kind == "resident":
-        if run is not None and lookup(name, run) is None:
-            raise LogError("not_found", f"{name} has no run {run}")
-        found = read_tail(resident_log, max_bytes, lines)
-        if found is None:
-            raise LogError("not_found", f"{name} has no log yet ({resident_log})")
-        return _render(name, run, found, lines, shared=True)
-
-    if run is None:
-        ids = logs.log_ids(jobs_dir, name)
-        # The newest run that has a log: a skipped run after it has none of its own.
-        for rid in sorted(ids, reverse=True):
-            found = read_tail(logs.run_log_path(jobs_dir, name, rid), max_bytes, lines)
-            if found is not None:
-                return _render(name, rid, found, lines, shared=False)
-        raise LogError("not_found", f"{name} has no run logs yet")
-    found = read_tail(logs.run_log_path(jobs_dir, name, run), max_bytes, lines)
-    if found is None:
-        raise _missing(name, run, keep_runs, jobs_dir, lookup)
-    return _render(name, run, found, lines, shared=False)
+    _check(run, lines)
+    run_id, found, shared = _locate(name, kind, run, jobs_dir=jobs_dir,
+                                    resident_log=resident_log, keep_runs=keep_runs,
+                                    lookup=lookup)
+    with found:
+        data, cut = found.tail(max_bytes, lines)
+    return _render(name, run_id, (found.path, data, cut), lines, shared=shared)
 
 
-__all__ = ["SOCKET_CAP", "LogError", "LogText", "Lookup", "last_lines", "read_tail",
-           "view_log"]
+@dataclass(frozen=True)
+class LogStream:
+    """A whole log, open, to be read a chunk at a time: `view_log` without a cap or
+    ``--lines``, for a log too big to hold (a resident's runs for months). Its fields are
+    `LogText`'s; close it (or use it as a context manager) once read."""
+
+    name: str
+    run_id: int | None
+    path: str
+    shared: bool
+    log: OpenLog
+
+    def text(self) -> Iterator[str]:
+        """The text `view_log` gives whole, in pieces: each chunk decoded as it is read.
+        The decoder holds a character cut at a chunk's end until the next chunk, so the
+        pieces joined are exactly that text, bytes that are not UTF-8 replaced alike."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        for chunk in self.log.chunks():
+            if piece := decoder.decode(chunk):
+                yield piece
+        if piece := decoder.decode(b"", final=True):
+            yield piece
+
+    def close(self) -> None:
+        self.log.close()
+
+    def __enter__(self) -> LogStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def stream_log(name: str, kind: str, *, run: int | None = None, jobs_dir: str,
+               resident_log: str, keep_runs: int, lookup: Lookup) -> LogStream:
+    """The log `harness logs NAME [--run N]` prints, opened to be streamed; LogError
+    when there is none, as `view_log` says it (its arguments too)."""
+    _check(run, None)
+    run_id, found, shared = _locate(name, kind, run, jobs_dir=jobs_dir,
+                                    resident_log=resident_log, keep_runs=keep_runs,
+                                    lookup=lookup)
+    return LogStream(name=name, run_id=run_id, path=found.path, shared=shared, log=found)
+
+
+__all__ = ["SOCKET_CAP", "LogError", "LogStream", "LogText", "Lookup", "OpenLog", "last_lines",
+           "open_log", "read_tail", "stream_log", "view_log"]
