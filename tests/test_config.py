@@ -371,9 +371,10 @@ def test_ledger_bounds_are_inclusive(tmp_path: Path) -> None:
     ('schedule = "@every 1000001d"',
      "harness.r.schedule: bad @every duration in '@every 1000001d': "
      f"{TOO_LONG} '1000001d'"),
+    # The expression is quoted cut too, past 80 characters (QUOTE_MAX).
     ('schedule = "@every 1' + "0" * 400 + 's"',
-     "harness.r.schedule: bad @every duration in '@every 1" + "0" * 400 + "s': "
-     f"{TOO_LONG} '100000000000000000000000…' (402 characters)"),
+     "harness.r.schedule: bad @every duration in '@every 1" + "0" * 72 + "…' (409 "
+     f"characters): {TOO_LONG} '100000000000000000000000…' (402 characters)"),
 ])
 def test_overflowing_resident_durations_and_periods(tmp_path: Path, body: str,
                                                     expected: str) -> None:
@@ -919,6 +920,7 @@ def test_catch_up_with_a_channel_trigger_and_parsed_helpers(tmp_path: Path) -> N
 # ---- what reaches the user: secrets and hostile files, through the real CLI ----------------
 
 TOKEN = "sk-ant-api03-" + "A" * 40  # a key pasted under the wrong key, or as a string
+GH_TOKEN = "ghp_" + "A1b2C3d4" * 4 + "abcd"  # one that a harness or webhook name can hold
 
 
 @pytest.mark.parametrize(("body", "line", "expected"), [
@@ -940,12 +942,60 @@ TOKEN = "sk-ant-api03-" + "A" * 40  # a key pasted under the wrong key, or as a 
     ('argv = {password = "hunter2"}', 2,
      "harness.a.argv: must be a non-empty list of strings, got table "
      "{'password': '[REDACTED]'}"),
+    # A trigger naming no table is checked as written: its name was quoted unscrubbed.
+    (f'argv = ["x"]\ntriggers = ["webhook.{GH_TOKEN}"]', 3,
+     "harness.a.triggers: webhook.[REDACTED] is not defined (no [webhook.[REDACTED]] table)"),
 ])
 def test_a_config_error_never_quotes_a_secret(world: World, body: str, line: int,
                                               expected: str) -> None:
     cfg = write(world.root / "config" / "harness" / "harness.toml", f"[harness.a]\n{body}\n")
     res = world.harness("daemon")
     assert (res.returncode, res.stdout, res.stderr) == (2, "", f"{cfg}:{line}: {expected}\n")
+
+
+MIB = 1 << 20
+LETTERS = "NOT-A-NAME" * 10  # 100 characters, a name no NAME_RE takes
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    # A value, quoted: its first 80 characters (QUOTE_MAX), and how long it is.
+    (f'argv = ["x"]\nkind = "{"a" * MIB}"', [
+        f"3: harness.a.kind: unknown value '{'a' * 80}…' ({MIB} characters) (expected "
+        "'oneshot' or 'resident')"]),
+    # A key: each part of it cut alike, unquoted, as keys are named. 80 characters or
+    # fewer are quoted whole, and a 64-character name makes no long key.
+    (f'argv = ["x"]\n{"b" * MIB} = 1\nkind = "{LETTERS[:80]}"\n[harness.{"f" * 64}]\n'
+     f'argv = ["x"]\noperating_hours = "{"g" * 80}"', [
+        f"3: harness.a.{'b' * 80}… ({MIB} characters): unknown key",
+        f"4: harness.a.kind: unknown value '{LETTERS[:80]}' (expected 'oneshot' or "
+        "'resident')",
+        f"7: harness.{'f' * 64}.operating_hours: bad window '{'g' * 80}' in '{'g' * 80}' "
+        "(use HH:MM-HH:MM)"]),
+    # A harness table named so: its key and the name the message quotes.
+    (f'argv = ["x"]\n[harness.{"c" * MIB}]\nargv = ["x"]', [
+        f"3: harness.{'c' * 80}… ({MIB} characters): bad name '{'c' * 80}…' ({MIB} "
+        "characters) (letters, digits, '.', '_', '-'; at most 64, starting with a letter or "
+        "digit)"]),
+    # A list quotes its text; a trigger is also checked as written, naming its table.
+    (f'argv = ["x", "{"d" * MIB}", 7]\nkind = "oneshot"\ntriggers = ["webhook.{"e" * MIB}"]', [
+        f"2: harness.a.argv: must be a non-empty list of strings, got array ['x', "
+        f"'{'d' * 73}… ({MIB + 12} characters)",
+        f"4: harness.a.triggers: 'webhook.{'e' * 72}…' ({MIB + 8} characters) is not "
+        '"webhook.NAME" or "channel.NAME"',
+        f"4: harness.a.triggers: webhook.{'e' * 72}… ({MIB + 8} characters) is not defined "
+        f"(no [webhook.{'e' * 80}… ({MIB} characters)] table)"]),
+])
+def test_a_config_error_quotes_at_most_80_characters_of_a_key_or_value(
+        world: World, body: str, expected: list[str]) -> None:
+    """A 1 MB string pasted into a value or a key made a 1 MB error line (two, when the
+    message quoted the name its key holds), printed by the daemon, and logged by it and
+    sent to `harness reload` alike. Now it is quoted cut, the file, the line and the key
+    still named, and the daemon still refuses to boot with exit 2."""
+    cfg = write(world.root / "config" / "harness" / "harness.toml", f"[harness.a]\n{body}\n")
+    res = world.harness("daemon")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", "".join(f"{cfg}:{line}\n" for line in expected))
+    assert max(len(line) for line in res.stderr.splitlines()) < len(cfg) + 400
 
 
 def test_a_table_named_like_a_secret_is_reported_without_its_name(world: World) -> None:

@@ -14,6 +14,12 @@ epoch, at most one period after now) is still a date before year 9999, and
 Arithmetic is exact (integers and decimals, never binary floats), so ``1.001s`` is
 1001000000ns (float arithmetic gives 1000999999) and a 400-digit number is refused
 instead of overflowing.
+
+Also here: how every message quotes what a user wrote — a value (`shown`), a config key
+(`shown_key`), a path (`shown_path`).
+Invariant: each is scrubbed of secrets first, and a value or a part of a key longer
+than ``QUOTE_MAX`` characters is cut to that and its length, so no message repeats a
+token or grows with what it quotes; a path is only scrubbed (it must name the file).
 """
 
 from __future__ import annotations
@@ -24,8 +30,8 @@ from decimal import Decimal, localcontext
 
 from harness.ledger.scrub import scrub_text, scrub_value
 
-__all__ = ["MAX_DURATION", "MAX_DURATION_NS", "format_duration_ms", "is_bare_number",
-           "parse_duration_ns", "shown", "shown_path"]
+__all__ = ["MAX_DURATION", "MAX_DURATION_NS", "QUOTE_MAX", "format_duration_ms",
+           "is_bare_number", "parse_duration_ns", "shown", "shown_key", "shown_path"]
 
 _SECOND = 1_000_000_000
 _UNITS = {"ms": 1_000_000, "s": _SECOND, "m": 60 * _SECOND, "h": 3_600 * _SECOND,
@@ -40,16 +46,46 @@ _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")  # ASCII digits only
 _MAX_WHOLE_DIGITS = 20
 
 
-def shown(value: object, *, cut: bool = False) -> str:
+# The most of a value (or of one part of a key) that a message quotes. A problem is
+# printed, logged by the daemon and sent to `harness reload`: a 1 MB string pasted into
+# a config, or passed as a flag, made a 1 MB line of each. Past it, the message quotes
+# this much and says how long the whole is.
+QUOTE_MAX = 80
+
+
+def _capped(clean: str, length: int, *, keep: int = QUOTE_MAX, most: int = QUOTE_MAX,
+            quote: bool) -> str:
+    """`clean` (scrubbed already) as a message quotes it, repr'd when `quote`; past `most`
+    characters, its first `keep` and `length`, the length of what it stands for."""
+    if len(clean) <= most:
+        return repr(clean) if quote else clean
+    head = clean[:keep] + "…"
+    return f"{repr(head) if quote else head} ({length} characters)"
+
+
+def shown(value: object, *, cut: bool = False, quote: bool = True) -> str:
     """A value from a config file (or a flag) as an error message quotes it: its repr,
     with every secret in it scrubbed first. A problem is printed, logged by the daemon and
     sent to `harness reload`, and a token pasted under the wrong key must reach none of
-    them. With `cut`, a long string is shortened, after the scrub: a token cut short is
-    one the scrubber no longer knows."""
+    them. Cut after the scrub (a token cut short is one the scrubber no longer knows):
+    past `QUOTE_MAX` characters, to its first `QUOTE_MAX` and its length; with `cut`, a
+    string past 40 to its first 24. A string is given without quotes when `quote` is
+    false (a name within a message's own words)."""
     clean = scrub_value(value)[0]
-    if cut and isinstance(clean, str) and isinstance(value, str) and len(clean) > 40:
-        return f"{clean[:24] + '…'!r} ({len(value)} characters)"
-    return repr(clean)
+    if isinstance(clean, str) and isinstance(value, str):
+        keep, most = (24, 40) if cut else (QUOTE_MAX, QUOTE_MAX)
+        return _capped(clean, len(value), keep=keep, most=most, quote=quote)
+    text = repr(clean)  # a list or a table: its text is what is cut
+    return _capped(text, len(text), quote=False)
+
+
+def shown_key(path: tuple[str, ...]) -> str:
+    """A dotted config key as a problem names it (``harness.nightly.timeout``): scrubbed
+    whole, since a token may span its dots (a JWT pasted as a table name is three keys),
+    then each part cut as `shown` cuts a value, so a 1 MB key cannot make a 1 MB line
+    and every key a file may hold (a 64-character harness name) is shown whole."""
+    clean = scrub_text(".".join(path))[0]
+    return ".".join(_capped(part, len(part), quote=False) for part in clean.split("."))
 
 
 def shown_path(path: str) -> str:

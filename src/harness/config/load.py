@@ -27,8 +27,9 @@ TOML text for table headers and keys; a key it cannot place (inside an inline ta
 takes the line of its nearest placed parent. Rules that span keys of one table are
 checked only once the table's keys are individually valid. A problem is printed, logged
 by the daemon and sent to `harness reload`: every value it quotes (``durations.shown``)
-and its key pass the secret scrubber first, so a token pasted in the wrong place is
-never repeated.
+and its key (``durations.shown_key``) pass the secret scrubber first, so a token pasted
+in the wrong place is never repeated, and are cut past ``QUOTE_MAX`` characters, so a
+1 MB string makes no 1 MB line.
 
 Invariant: loading has no side effects. It only reads files, and it either returns a
 complete, valid Config or raises; so a reload that fails leaves the caller's last good
@@ -51,7 +52,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from harness.config.durations import shown, shown_path
+from harness.config.durations import shown, shown_key, shown_path
 from harness.config.model import (
     NAME_RE,
     BudgetConfig,
@@ -67,7 +68,6 @@ from harness.config.model import (
 from harness.controls import one_line
 from harness.ledger.files import atomic_write, make_private_dir, open_regular
 from harness.ledger.schema import name_kept
-from harness.ledger.scrub import scrub_text
 from harness.paths import config_path, state_dir
 
 __all__ = [
@@ -309,9 +309,10 @@ class _File:
         return 1
 
     def add(self, path: Path, message: str) -> None:
-        # The key is scrubbed on its own (a message quotes values through `shown`): a
-        # table named with a pasted token is found by its line, not by its name.
-        key = scrub_text(".".join(path))[0] or "(top)"
+        # The key is scrubbed and cut on its own (a message quotes values through
+        # `shown`): a table named with a pasted token is found by its line, not by its
+        # name, and a 1 MB key does not make a 1 MB line.
+        key = shown_key(path) or "(top)"
         self.problems.append(Problem(self.path, self.line_of(path), key, message))
 
     def read(self) -> dict[str, Any] | None:
@@ -752,7 +753,9 @@ def load_config(path: str | None = None, *, projects: list[Project] | None = Non
                 kind, _, target = trig.partition(".")
                 if kind not in ("webhook", "channel") or target in merged[kind]:
                     continue
-                f.add((*hpath, "triggers"), f"{trig} is not defined (no [{kind}.{target}] table)")
+                # The trigger as written, valid or not: scrubbed and cut as a value is.
+                f.add((*hpath, "triggers"), f"{shown(trig, quote=False)} is not defined (no "
+                                            f"[{kind}.{shown(target, quote=False)}] table)")
 
     problems = [p for f in files
                 for p in sorted(f.problems, key=lambda p: (p.line or 0, p.key))]

@@ -44,7 +44,6 @@ from harness.config.schedule import (
     parse_hours,
     parse_schedule,
 )
-from harness.ledger.scrub import scrub_text
 
 __all__ = [
     "DAY_NS",
@@ -296,8 +295,8 @@ def _trace_url(value: Any) -> Any:
         raise ValueError(f"expected a string, got {toml_type(value)} {shown(value)}")
     others = [p for p in _PLACEHOLDER.findall(value) if p != "trace_id"]
     if others:
-        # The placeholders are the user's text, and could be a pasted secret.
-        names = scrub_text(", ".join("{" + p + "}" for p in dict.fromkeys(others)))[0]
+        # The placeholders are the user's text, and could be a pasted secret, or long.
+        names = shown(", ".join("{" + p + "}" for p in dict.fromkeys(others)), quote=False)
         raise ValueError(f"unsupported placeholder {names} (only {{trace_id}} is replaced)")
     return value
 
