@@ -10,6 +10,7 @@ op (the daemon side of reload), so they pass once the daemon serves that op.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from conftest import World
-from daemons import Daemons
+from daemons import DEADLINE, Daemons
 from harness.config.load import RegistryError, register_project
 
 PROJECT = """
@@ -113,6 +114,32 @@ def test_up_then_a_daemon_serves_the_project_then_down(world: World, daemons: Da
     assert _registry(world) == {"version": 1, "projects": []}
     assert _run(world, "down", str(proj)) == (
         1, "", f"harness: {proj} is not a registered project\n")
+
+
+def test_a_project_whose_directory_was_deleted_stops_the_boot_saying_how_to_drop_it(
+        world: World, daemons: Daemons) -> None:
+    """A checkout removed without `harness down` stopped the daemon's boot with a bare
+    "PATH/harness.toml: No such file or directory". It still stops it, with exit 2, as
+    any project file that does not load does (DESIGN.md §3: errors name the file; a
+    config is loaded whole or not at all), but the line names the registration, its
+    directory and the command that drops it; after that command the daemon boots."""
+    proj = _project(world)
+    daemons.write_config('[harness.solo]\nkind = "oneshot"\nargv = ["true"]\n')
+    assert _run(world, "up", str(proj))[0] == 0
+    shutil.rmtree(proj)
+    booted = daemons.start(wait=False)
+    assert booted.wait(timeout=DEADLINE) == 2
+    assert daemons.stderr() == (
+        f"{proj}/harness.toml: No such file or directory: project 'proj' is registered "
+        f"(harness up) at {proj}, which is not there any more; restore it, or unregister "
+        f"it with: harness down {proj}\n")
+    assert not daemons.socket.exists()
+
+    assert _run(world, "down", str(proj)) == (
+        0, f"project proj unregistered ({proj})\n"
+           "the daemon is not running; its harnesses are gone at its next start\n", "")
+    daemons.start()
+    assert _names(world) == {"solo": "oneshot"}
 
 
 def test_up_uses_the_current_directory_and_a_given_name(world: World) -> None:

@@ -733,10 +733,19 @@ def test_a_project_registered_under_a_secret_like_name_is_blamed_not_its_harness
 
 
 def test_registered_project_without_file(tmp_path: Path) -> None:
+    """A registration whose directory or file went says which registration it is and
+    how to drop it, not only "No such file or directory"."""
     main = write(tmp_path / "harness.toml", "")
     gone = tmp_path / "gone"
-    assert problems(main, projects=[Project("gone", str(gone))]) == [
-        f"{gone / 'harness.toml'}: No such file or directory"]
+    bare = tmp_path / "my dir" / "bare"
+    bare.mkdir(parents=True)
+    assert problems(main, projects=[Project("gone", str(gone)), Project("b", str(bare))]) == [
+        f"{gone / 'harness.toml'}: No such file or directory: project 'gone' is registered "
+        f"(harness up) at {gone}, which is not there any more; restore it, or unregister it "
+        f"with: harness down {gone}",
+        f"{bare / 'harness.toml'}: No such file or directory: project 'b' is registered "
+        f"(harness up) at {bare}, which has no harness.toml any more; restore it, or "
+        f"unregister it with: harness down '{bare}'"]
 
 
 def test_registry_round_trip(tmp_path: Path) -> None:

@@ -14,7 +14,10 @@ What is read, in order (DESIGN.md §2-§3, SPEC-0022 REQ-19):
    project's ``DIR/harness.toml`` may carry only ``[harness.*]``, whose names become
    ``PROJECT/NAME``, and no schedule, triggers, operating hours or budgets — those are the
    operator's to grant, in the global file. ``[ledger]`` anywhere but the global file is
-   rejected as "configured globally".
+   rejected as "configured globally". A project whose file is not there (its directory
+   deleted or moved without ``harness down``) fails the load like any project file that
+   does not load, its problem naming the registration and the ``harness down DIR`` that
+   drops it.
 
 Relative ``workdir``, ``env_file`` and ``harness_d`` paths resolve against the directory of
 the file that declares them, and ``~`` expands; a project harness without ``workdir`` runs
@@ -44,6 +47,7 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import stat
 import tomllib
 from collections.abc import Iterator
@@ -301,6 +305,7 @@ class _File:
     path: str
     lines: dict[Path, int] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    project: Project | None = None  # the registered project whose file this is
 
     def line_of(self, path: Path) -> int:
         for k in range(len(path), 0, -1):
@@ -322,7 +327,10 @@ class _File:
             with open_regular(self.path, follow=True) as fh:
                 raw = fh.read()
         except OSError as exc:
-            self.problems.append(Problem(self.path, None, "", _cannot_read(self.path, exc)))
+            why = _cannot_read(self.path, exc)
+            if self.project is not None and isinstance(exc, FileNotFoundError):
+                why += f": {_project_gone(self.project)}"
+            self.problems.append(Problem(self.path, None, "", why))
             return None
         except ValueError:  # a NUL in a project's directory, from a hand-edited registry
             self.problems.append(Problem(self.path, None, "", "the path holds a NUL character"))
@@ -414,6 +422,19 @@ def _cannot_read(path: str, exc: OSError) -> str:
         which = "a symlink" if link == path else f"{shown_path(link)} is a symlink"
         why += f" ({which} to {shown_path(target)}, which is not there)"
     return why
+
+
+def _project_gone(project: Project) -> str:
+    """What to do about a registered project whose harness.toml is not there: its
+    directory was deleted or moved (the usual case: a checkout removed without `harness
+    down`), or the file alone went. The load still fails, as for any project file that
+    does not load; the problem says which registration it is and how to drop it."""
+    where = shown_path(project.dir)
+    what = ("which is not there any more" if not os.path.isdir(project.dir)
+            else "which has no harness.toml any more")
+    return (f"project {shown(project.name, cut=True)} is registered (harness up) at "
+            f"{where}, {what}; restore it, or unregister it with: harness down "
+            f"{shlex.quote(where)}")
 
 
 def _message(err: Any) -> str:
@@ -719,7 +740,7 @@ def load_config(path: str | None = None, *, projects: list[Project] | None = Non
             files.append(_File(exc.path, problems=[Problem(exc.path, None, "", exc.reason)]))
             projects = []
     for project in projects:
-        f = _File(project.config_file)
+        f = _File(project.config_file, project=project)
         files.append(f)
         parts = _read_file(f, "project", project)
         if parts is not None:
