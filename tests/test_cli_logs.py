@@ -107,6 +107,29 @@ def test_oneshot_logs_from_the_daemon_and_from_disk(world: World, daemons: Daemo
     _check_all(world, "harness: daemon not running; read the log from disk\n")
 
 
+def test_a_damaged_compressed_log_is_one_line_naming_it(world: World,
+                                                        daemons: Daemons) -> None:
+    """A closed run's .zst that is no zstd data (a disk error, a hand edit): every way of
+    reading it says so in one line naming the file, exit 1, never a traceback. The
+    library's error is no OSError, and went up whole through every reader."""
+    _three_runs(world, daemons)
+    zst = _jobs_dir(world, "job") / "2.log.zst"
+    zst.write_bytes(b"garbage, no zstd frame\n")
+    why = ("damaged compressed log (zstd decompress error: Unknown frame descriptor): "
+           f"'{zst}'")
+    for args in (("job", "--run", "2"), ("job", "--run", "2", "--lines", "1"),
+                 ("job", "--run", "2", "--json")):
+        assert _logs(world, *args) == (
+            1, "", f"harness: cannot read job's log: [Errno 5] {why}\n"), args
+    _stop(daemons)
+    for args in (("job", "--run", "2"), ("job", "--run", "2", "--lines", "1"),
+                 ("job", "--run", "2", "--json")):
+        note = "harness: daemon not running; read the log from disk\n" \
+            if "--lines" not in args and "--json" not in args else ""
+        assert _logs(world, *args) == (
+            1, "", f"{note}harness: cannot read job's log: [Errno 5] {why}\n"), args
+
+
 def test_bad_flag_values_exit_2_naming_the_value(world: World) -> None:
     for args, hint, value in ((("--run", "0"), "--run", "must be a positive run id, got 0"),
                               (("--lines", "-3"), "--lines", "must be at least 1, got -3")):

@@ -21,6 +21,7 @@ chunk at a time, whatever its size, and its text is exactly what `view_log` woul
 from __future__ import annotations
 
 import codecs
+import errno
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -96,16 +97,14 @@ class OpenLog:
     def tail(self, max_bytes: int | None, lines: int | None) -> tuple[bytes, int]:
         """(its bytes or a tail of them, bytes left out in front): see `read_tail`."""
         if self.compressed:
-            return _tail_zst(self.file, max_bytes, lines)
+            return _tail_zst(self.file, self.path, max_bytes, lines)
         return _tail_plain(self.file, self.size, max_bytes, lines)
 
     def chunks(self) -> Iterator[bytes]:
         """Its bytes from the start, at most `_CHUNK` at a time (to `size` for a plain
         log), so that reading all of it holds one chunk, whatever the log's size."""
         if self.compressed:
-            reader = zstandard.ZstdDecompressor().stream_reader(self.file)
-            while chunk := reader.read(_CHUNK):
-                yield chunk
+            yield from unzst(self.file, self.path)
             return
         self.file.seek(0)
         left = self.size
@@ -173,15 +172,31 @@ def _trim_lines(buf: bytearray, lines: int) -> int:
     return drop
 
 
-def _tail_zst(f: BinaryIO, max_bytes: int | None, lines: int | None) -> tuple[bytes, int]:
+def unzst(f: BinaryIO, path: str) -> Iterator[bytes]:
+    """A ``.zst`` log's bytes, decompressed `_CHUNK` at a time. Damaged data (a disk
+    error, a hand edit, a file that is no zstd frame) is an OSError naming the file, as
+    an unreadable plain log is: every reader already answers that with one line, where
+    the library's own error is no OSError and went up as a traceback."""
     reader = zstandard.ZstdDecompressor().stream_reader(f)
+    while True:
+        try:
+            chunk = reader.read(_CHUNK)
+        except zstandard.ZstdError as exc:
+            raise OSError(errno.EIO, f"damaged compressed log ({exc})", path) from None
+        if not chunk:
+            return
+        yield chunk
+
+
+def _tail_zst(f: BinaryIO, path: str, max_bytes: int | None, lines: int | None
+              ) -> tuple[bytes, int]:
     # Streamed through a bounded window: the decompressed size is not known up front.
     # The window is trimmed once it is twice what must be kept, so trimming stays
     # linear in the log's size.
     keep = max_bytes if max_bytes is not None else 4 * _CHUNK
     buf = bytearray()
     dropped = 0
-    while chunk := reader.read(_CHUNK):
+    for chunk in unzst(f, path):
         buf += chunk
         if len(buf) > 2 * keep:
             dropped += _trim(buf, max_bytes, lines)
@@ -231,9 +246,8 @@ class LogFollower:
             return b""  # never written: the run printed nothing
         out = bytearray()
         with f:
-            reader = zstandard.ZstdDecompressor().stream_reader(f)
             skip = self.shown
-            while chunk := reader.read(_CHUNK):
+            for chunk in unzst(f, self.path + logs.ZST):
                 if skip >= len(chunk):
                     skip -= len(chunk)
                     continue
