@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import stat
 import sys
@@ -21,9 +22,11 @@ from typing import Any
 import psutil
 import pytest
 
+from harness.config.load import load_config
 from harness.config.model import HarnessConfig
 from harness.ledger.runledger import RunLedger
 from harness.supervisor import logs
+from harness.supervisor.manager import Manager
 from harness.supervisor.runner import Run, RunSpec, SpawnError, read_env_files, run_once
 from harness.supervisor.state import RunIds, StateFile
 
@@ -423,3 +426,52 @@ def test_an_env_file_is_read_up_to_one_mib(rig: Rig, tmp_path: Path) -> None:
     assert (rec["outcome"], rec["reason"]) == ("failed", "spawn")
     assert _log(rec).endswith(f"harness: spawn failed: env_file {over}: larger than 1 MiB, "
                               "the most an env file may hold\n")
+
+
+# -- a run log that cannot be created, said once per episode by each Manager ----------------
+
+
+def test_two_managers_in_one_process_each_say_their_own_run_log_failures(
+        world: Any, open_ledger: Callable[..., RunLedger],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The memory that says a run's missing log once per episode was the module's: a
+    second Manager in the process (a second daemon, as tests make) never said its own
+    failure, since the first had said the same one. Each Manager keeps its own now."""
+    cfg_file = world.root / "harness.toml"
+    cfg_file.write_text('[harness.w]\nkind = "oneshot"\nargv = ["true"]\n')
+    config = load_config(str(cfg_file))
+    jobs = world.state / "jobs"
+    jobs.mkdir(parents=True)
+    (jobs / "w").write_text("")  # a file where the log's directory goes: even root fails
+
+    def manager(n: int) -> Manager:
+        led = open_ledger(world.root / f"ledger{n}")
+        ids = RunIds(StateFile(str(world.root / f"state{n}.json")), led, str(jobs))
+        return Manager(config, led, ids, str(jobs))
+
+    async def fire(m: Manager) -> None:
+        run_id = (await m.fire("w"))["run_id"]
+        deadline = time.monotonic() + 30
+        while (rec := m.ledger.get("w", run_id)) is None or rec["outcome"] == "running":
+            assert time.monotonic() < deadline, "the run never closed"
+            await asyncio.sleep(0.02)
+        assert (rec["outcome"], rec["reason"]) == ("failed", "spawn")
+
+    async def main() -> None:
+        first, second = manager(1), manager(2)
+        for m in (first, first, second, second, first):
+            await fire(m)
+        for m in (first, second):
+            await m.shutdown()
+
+    caplog.set_level(logging.WARNING, logger="harness.supervisor")
+    asyncio.run(main())
+    said = [(r.levelname, r.getMessage()) for r in caplog.records
+            if r.name == "harness.supervisor"]
+    tail = "(its later runs that fail the same way are not logged again)"
+    assert said == [
+        ("WARNING", f"run w/1: failed to start: cannot create the run log {jobs}/w/1.log: "
+                    f"not a directory {tail}"),
+        ("WARNING", f"run w/1: failed to start: cannot create the run log {jobs}/w/1.log: "
+                    f"not a directory {tail}"),
+    ]

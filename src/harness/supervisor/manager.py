@@ -4,9 +4,10 @@ its config reload (DESIGN.md §3 "Runs", SPEC-0022 REQ-3/REQ-5/REQ-6).
 Owns, on one asyncio loop, the wall-clock ticker of every scheduled one-shot (missed windows
 and catch-up included), the trigger path with its overlap policy, the resident lifecycle
 (autostart, restart policy with crash-loop backoff, operating hours, operator
-start/stop/restart), the set of live runs, the reload that swaps in a new config, and the
-read-only views `jobs` and `list`. Each run goes through `runner.Run`, which owns its ledger
-record.
+start/stop/restart), the set of live runs, the reload that swaps in a new config, the
+read-only views `jobs` and `list`, and the memory of which harnesses' runs could not create
+their logs (`runner.LogFailures`: each Manager says its own once per episode). Each run
+goes through `runner.Run`, which owns its ledger record.
 
 Invariants:
 - at most one live run per harness; on overlap a trigger is skipped (a synced ``decided``
@@ -45,7 +46,7 @@ from ..ledger.query import Query
 from ..ledger.runledger import RunLedger
 from ..ledger.schema import FAILURE_OUTCOMES
 from ..timefmt import format_ns, parse_ns
-from .runner import DEFAULT_GRACE, Run, RunSpec
+from .runner import DEFAULT_GRACE, LogFailures, Run, RunSpec
 from .state import RunIds, StateError
 
 log = logging.getLogger("harness.manager")
@@ -237,6 +238,9 @@ class Manager:
         self._override: set[str] = set()
         # (name, run_id) of runs the Manager itself is ending: their end is not a crash.
         self._ending: set[tuple[str, int]] = set()
+        # Which harnesses' runs could not create their logs, said once per episode: this
+        # daemon's memory, not the process's.
+        self._log_failures = LogFailures()
         # One lifecycle change per harness at a time, so no op sees another's half-started
         # run; held across run.start() and run.stop().
         self._locks: dict[str, asyncio.Lock] = {}
@@ -483,7 +487,7 @@ class Manager:
                              override: bool = False) -> int:
         run = Run(RunSpec.from_config(name, cfg), self.ledger, self.ids, trigger,
                   jobs_dir=self.jobs_dir, grace=self.grace, preallocated=run_id,
-                  window=window, override=override,
+                  window=window, override=override, log_failures=self._log_failures,
                   admit_unsynced=unbudgeted(cfg, self.config))
         return await self._unbroken(self._start_oneshot_run(name, run, trigger))
 
@@ -670,7 +674,7 @@ class Manager:
         run = Run(RunSpec.from_config(name, cfg), self.ledger, self.ids, trigger,
                   kind="resident", jobs_dir=self.jobs_dir, grace=self.grace,
                   nowait_open=nowait and exempt, nowait_close=exempt,
-                  admit_unsynced=exempt)
+                  admit_unsynced=exempt, log_failures=self._log_failures)
         return await self._unbroken(self._spawn_resident_run(name, run, cfg, trigger))
 
     async def _spawn_resident_run(self, name: str, run: Run, cfg: HarnessConfig,

@@ -6,6 +6,8 @@ REQ-6, REQ-17; DESIGN.md §3 "Runs").
 on timeout or `stop`, writes the ``closed`` line and then compresses and prunes the logs.
 `run_once` is the whole of that for a one-shot. A resident's spawns all append to one durable
 log, ``$XDG_STATE_HOME/harness/logs/<harness>.log``, which is never compressed or pruned.
+A run whose log cannot be created fails, and `LogFailures` (the Manager's, shared by its
+runs) says why in the daemon's log once per episode.
 Everything runs on one asyncio loop; the ledger's and the filesystem's blocking calls go
 through `asyncio.to_thread`.
 
@@ -85,21 +87,33 @@ def open_resident_log(path: str) -> int:
     return os.open(path, flags, 0o600)
 
 
-# Harness → why its last run could not create its log (directory and error), as logged.
-_NO_LOG: dict[str, tuple[str, str]] = {}
+class LogFailures:
+    """Why each harness's last run could not create its log (directory and error), as
+    logged: the memory that says it once per episode.
 
+    The reason is nowhere else (the note that says why goes into that log), yet a
+    resident restarting in a loop, or a schedule, fails the same way run after run; a
+    harness is logged again only once a run got its log or the reason changed. The
+    memory belongs to what outlives the runs, the Manager (one per daemon), so two
+    daemons or Managers in one process each say their own failures; a `Run` made alone
+    gets a memory of its own.
+    """
 
-def _no_log(name: str, run_id: int, path: str, exc: OSError, error: str) -> None:
-    """Log, in the daemon's log, that run `run_id` of `name` fails for want of its log:
-    the reason is nowhere else (the note that says why goes into that log). Once per
-    episode: a resident restarting in a loop, or a schedule, fails the same way run
-    after run, and is logged again only once a run got its log or the reason changed."""
-    why = (os.path.dirname(path), exc.strerror or str(exc))
-    if _NO_LOG.get(name) == why:
-        return
-    _NO_LOG[name] = why
-    log.warning("run %s/%s: failed to start: %s (its later runs that fail the same way "
-                "are not logged again)", name, run_id, error)
+    def __init__(self) -> None:
+        self._said: dict[str, tuple[str, str]] = {}
+
+    def failed(self, name: str, run_id: int, path: str, exc: OSError, error: str) -> None:
+        """Run `run_id` of `name` fails for want of its log: said unless already said."""
+        why = (os.path.dirname(path), exc.strerror or str(exc))
+        if self._said.get(name) == why:
+            return
+        self._said[name] = why
+        log.warning("run %s/%s: failed to start: %s (its later runs that fail the same "
+                    "way are not logged again)", name, run_id, error)
+
+    def created(self, name: str) -> None:
+        """A run of `name` got its log: the episode is over."""
+        self._said.pop(name, None)
 
 
 class SpawnError(Exception):
@@ -252,6 +266,8 @@ class Run:
     nowait_open: bool = False
     nowait_close: bool = False
     admit_unsynced: bool = False  # spawn even when the opened line's sync fails (REQ-6)
+    # The Manager's, shared by all its runs; a Run made alone has its own.
+    log_failures: LogFailures = field(default_factory=LogFailures)
 
     run_id: int | None = field(default=None, init=False)
     log_path: str | None = field(default=None, init=False)
@@ -289,11 +305,11 @@ class Run:
             fd = await asyncio.to_thread(
                 open_resident_log if resident else logs.create_run_log, path)
             self.log_path = path
-            _NO_LOG.pop(name, None)
+            self.log_failures.created(name)
         except OSError as exc:
             fd = None
             self.error = f"cannot create the run log {path}: {exc.strerror or exc}"
-            _no_log(name, self.run_id, path, exc, self.error)
+            self.log_failures.failed(name, self.run_id, path, exc, self.error)
         try:
             self._started_ns = self.ledger.clock()
             self._started_mono = time.monotonic_ns()
@@ -535,5 +551,5 @@ async def run_once(spec: RunSpec, ledger: RunLedger, ids: RunIds, *, trigger: st
     return await run.wait()
 
 
-__all__ = ["DEFAULT_GRACE", "ENV_FILE_MAX", "STOP_REASONS", "Run", "RunSpec", "SpawnError",
-           "open_resident_log", "read_env_files", "resident_log_path", "run_once"]
+__all__ = ["DEFAULT_GRACE", "ENV_FILE_MAX", "STOP_REASONS", "LogFailures", "Run", "RunSpec",
+           "SpawnError", "open_resident_log", "read_env_files", "resident_log_path", "run_once"]
