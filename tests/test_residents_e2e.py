@@ -8,6 +8,7 @@ tests; every daemon and every pid a test recorded is killed at teardown.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -20,7 +21,7 @@ import pytest
 from conftest import World
 from daemons import DEADLINE, Daemons, record_of, runs_of, states_of, until
 from harness.supervisor.manager import MAX_BACKOFF, next_delay
-from ledgertools import line_of
+from ledgertools import all_lines, line_of
 
 
 def _durable_log(world: World, name: str) -> Path:
@@ -221,3 +222,112 @@ def test_the_resident_verbs_without_a_daemon_say_so(world: World) -> None:
         assert res.returncode == 1
         assert res.stderr.startswith("harness: daemon not running")
         assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+
+
+def _opened(world: World) -> dict[str, list[tuple[int, str]]]:
+    """Each harness's opened lines in the ledger, as (run_id, trigger)."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    for x in all_lines(world.ledger):
+        if x["type"] == "opened":
+            out.setdefault(x["harness"], []).append((x["run_id"], x["trigger"]))
+    return out
+
+
+def test_an_operator_stop_of_an_unless_stopped_resident_outlives_daemon_restarts(
+        world: World, daemons: Daemons) -> None:
+    """`unless-stopped` behaved as `always`: a resident the operator stopped came back up
+    when the daemon restarted. Now the stop is kept in state.json until `harness start`,
+    across a clean restart, a SIGKILL of the daemon and a reload, and for a resident that
+    was not running when stopped; an `always` resident still autostarts, and so does an
+    unless-stopped one that exited on its own (a crash is no stop)."""
+    pids = {n: world.root / f"{n}.pid" for n in ("u", "a", "c")}
+    daemons.pidfiles.extend(pids.values())
+    mark = world.root / "c.crashed"
+    up = "echo $$ > {}; exec sleep 120"
+
+    def config(u_delay: str) -> str:
+        return f"""
+[harness.u]
+kind = "resident"
+restart = "unless-stopped"
+restart_delay = "{u_delay}"
+argv = ["sh", "-c", "{up.format(pids['u'])}"]
+
+[harness.a]
+kind = "resident"
+restart = "always"
+argv = ["sh", "-c", "{up.format(pids['a'])}"]
+
+[harness.c]
+kind = "resident"
+restart = "unless-stopped"
+restart_delay = "1h"
+argv = ["sh", "-c", "[ -e {mark} ] || {{ touch {mark}; exit 1; }}; {up.format(pids['c'])}"]
+
+[harness.n]
+kind = "resident"
+restart = "unless-stopped"
+restart_delay = "1h"
+argv = ["sh", "-c", "exit 1"]
+"""
+
+    daemons.write_config(config("200ms"))
+    proc = daemons.start()
+    _wait_up(world, "u")
+    _wait_up(world, "a")
+    until("c and n to crash into their 1h backoff", lambda: states_of(world) == {
+        "u": "running", "a": "running", "c": "backoff", "n": "backoff"})
+    for name, said in (("u", "u: stopped run 1 (cancelled/operator)"),
+                       ("a", "a: stopped run 1 (cancelled/operator)"),
+                       ("n", "n: not running")):
+        res = world.harness("stop", name)
+        assert (res.returncode, res.stdout, res.stderr) == (0, said + "\n", "")
+    state = world.state / "state.json"
+    assert json.loads(state.read_text())["stopped"] == ["a", "n", "u"]
+    assert stat.S_IMODE(state.stat().st_mode) == 0o600
+    # A reload that changes the stopped resident keeps it stopped.
+    daemons.write_config(config("300ms"))
+    res = world.harness("reload")
+    assert res.returncode == 0, res.stderr
+    assert states_of(world) == {"u": "stopped", "a": "stopped", "c": "backoff",
+                                "n": "stopped"}
+    before = _opened(world)
+    assert before == {"u": [(1, "autostart")], "a": [(1, "autostart")],
+                      "c": [(1, "autostart")], "n": [(1, "autostart")]}
+
+    # A clean restart: `list` answers once the boot, autostarts included, is done.
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+    for p in pids.values():
+        p.unlink(missing_ok=True)
+    proc = daemons.start()
+    assert states_of(world) == {"u": "stopped", "a": "running", "c": "running",
+                                "n": "stopped"}
+    assert _opened(world) == {**before, "a": [(1, "autostart"), (2, "autostart")],
+                              "c": [(1, "autostart"), (2, "autostart")]}
+    _wait_up(world, "a", 2)
+    _wait_up(world, "c", 2)
+    assert json.loads(state.read_text())["stopped"] == ["n", "u"]  # `always` came back
+    held = ('INFO harness.manager: harness {}: stopped by the operator before the daemon '
+            'started; stays stopped until started (restart = "unless-stopped")')
+    logged = [line.split(" ", 2)[2] for line in daemons.stderr().splitlines()]
+    assert [x for x in logged if "stopped by the operator" in x] == [
+        held.format("n"), held.format("u")]
+
+    # A daemon killed outright: the stops were on disk before `stop` answered.
+    proc.kill()
+    proc.wait(timeout=DEADLINE)
+    for p in pids.values():
+        p.unlink(missing_ok=True)
+    daemons.start()
+    assert states_of(world) == {"u": "stopped", "a": "running", "c": "running",
+                                "n": "stopped"}
+    opened = _opened(world)
+    assert (opened["u"], opened["n"]) == ([(1, "autostart")], [(1, "autostart")])
+    assert opened["a"][-1] == (3, "autostart") and opened["c"][-1] == (3, "autostart")
+
+    # `harness start` ends the stop, here and for the next boot.
+    res = world.harness("start", "u")
+    assert (res.returncode, res.stdout, res.stderr) == (0, "u: started (run 2)\n", "")
+    assert _wait_up(world, "u", 2)["trigger"] == "manual"
+    assert json.loads(state.read_text())["stopped"] == ["n"]

@@ -67,6 +67,8 @@ RANGE = "must be an integer from 0 to 9223372036854775806"
     ({"harnesses": {"n": {"last_run_id": -1}}}, f"harnesses.n.last_run_id {RANGE}"),
     # The id after it would not fit the ledger: every run of n would be refused for good.
     ({"harnesses": {"n": {"last_run_id": 2**63 - 1}}}, f"harnesses.n.last_run_id {RANGE}"),
+    ({"stopped": "n"}, "'stopped' must be a list of harness names"),
+    ({"stopped": ["n", 7]}, "'stopped' must be a list of harness names"),
 ])
 def test_wrong_shapes_are_errors(tmp_path: Path, doc: Any, problem: str) -> None:
     p = tmp_path / "state.json"
@@ -122,6 +124,29 @@ def test_write_keeps_unknown_keys_and_is_0600(tmp_path: Path) -> None:
     }
     assert mode(p) == 0o600  # the replacement was created 0600, whatever the old mode
     assert sorted(os.listdir(tmp_path)) == ["state.json"]  # no tmp file left
+
+
+def test_an_operator_stop_is_kept_beside_the_counters(tmp_path: Path) -> None:
+    """`harness stop` of a resident is saved as a sorted top-level list (the harness
+    entries keep only their counter, REQ-13); saying again what the file says already
+    does not rewrite it."""
+    p = tmp_path / "state.json"
+    write_json(p, {"paused": ["x"], "harnesses": {"u": {"last_run_id": 3}}})
+    sf = StateFile(str(p))
+    sf.set_stopped("u", True)
+    sf.set_stopped("p/w", True)
+    assert json.loads(p.read_text()) == {"paused": ["x"], "harnesses": {"u": {"last_run_id": 3}},
+                                         "stopped": ["p/w", "u"]}
+    assert mode(p) == 0o600
+    assert StateFile(str(p)).stopped() == frozenset({"u", "p/w"})
+    inode = p.stat().st_ino  # every save replaces the file by a rename
+    sf.set_stopped("u", True)
+    sf.set_stopped("gone", False)
+    assert p.stat().st_ino == inode
+    sf.set_stopped("u", False)
+    sf.set_stopped("p/w", False)
+    assert json.loads(p.read_text()) == {"paused": ["x"], "harnesses": {"u": {"last_run_id": 3}}}
+    assert StateFile(str(p)).stopped() == frozenset()
 
 
 def test_new_file_is_0600_even_with_open_umask(tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ the boot is done); open the ledger, import the legacy history, close what a cras
 open (REQ-7, before any run starts) and stop the process groups it left running
 (orphans.py), prune, remove the temporary files of state.json's and the logs'
 replacements that a killed daemon left half made, then start the Manager (schedules
-armed, enabled residents autostarted), the prune at each UTC midnight (housekeeping.py)
-and answer requests.
+armed, enabled residents autostarted but for the unless-stopped ones an operator stopped),
+the prune at each UTC midnight (housekeeping.py) and answer requests.
 SIGHUP, like the `reload` op, loads the config again and applies it through the
 Manager; a config that fails to load leaves the running one in force (one during the
 boot reloads once it is done). Shutdown on SIGTERM/SIGINT: stop accepting, stop live

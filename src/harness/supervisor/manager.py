@@ -21,6 +21,11 @@ Invariants:
   run the Manager ended (operator, hours, reload, shutdown) never triggers a restart; an
   operator-stopped resident stays down until `start`, an hours-closed one until its hours
   open (trigger ``release``);
+- an operator's stop is saved in state.json before the run is stopped, and forgotten
+  before a `start` or `restart` spawns: an ``unless-stopped`` resident an operator stopped
+  stays down across daemon restarts (a crash or a kill of the daemon included) until
+  `start`, while every other resident autostarts at boot as `enabled` says (``always``:
+  whatever an operator did before);
 - a start (run id, opened line, spawn, its watcher) is not cut in half by a cancellation:
   a reload or shutdown cancelling the ticker, hours gate, restart or request in it waits
   for it, then finds the run live and stops it, so no id goes without a record and no
@@ -227,7 +232,8 @@ class Manager:
         self._held_firing: dict[str, Held] = {}
         self._started = False
         self._stopping = False
-        # Residents: operator-stopped names, pending restarts, and each one's next delay.
+        # Residents: operator-stopped names (state.json keeps them too, for the next
+        # boot), pending restarts, and each one's next delay.
         self._held: set[str] = set()
         self._backoff: dict[str, asyncio.Task[None]] = {}
         self._id_retry: dict[str, float] = {}  # the next delay of a start that got no run id
@@ -248,10 +254,31 @@ class Manager:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start_residents(self) -> None:
-        """Autostart every enabled resident that is inside its operating hours."""
+        """Autostart every enabled resident that is inside its operating hours, but for
+        an ``unless-stopped`` one an operator stopped before this daemon booted."""
+        for name in sorted(self.ids.state.stopped()):
+            cfg = self.config.harness.get(name)
+            if cfg is not None and cfg.kind == "resident" and cfg.restart == "unless-stopped":
+                self._held.add(name)
+                log.info("harness %s: stopped by the operator before the daemon started; "
+                         "stays stopped until started (restart = \"unless-stopped\")", name)
+                continue
+            # `always` (any policy but unless-stopped) comes back up at boot, and a name
+            # no longer configured as a resident has no stop to keep.
+            try:
+                await self._save_stop(name, False)
+            except StateError as exc:
+                # Only a boot reads the list, and the next one tries again.
+                log.error("harness %s: its stop before the boot could not be forgotten: %s",
+                          name, exc)
         for name, cfg in sorted(self.config.harness.items()):
             if cfg.kind == "resident":
                 await self._arm_resident(name, cfg, "autostart")
+
+    async def _save_stop(self, name: str, stopped: bool) -> None:
+        """Save in state.json whether an operator holds resident `name` stopped; raise
+        StateError when the disk does not take it."""
+        await asyncio.to_thread(self.ids.state.set_stopped, name, stopped)
 
     async def _arm_resident(self, name: str, cfg: HarnessConfig, trigger: str) -> None:
         hours = cfg.parsed_hours()
@@ -259,7 +286,7 @@ class Manager:
             if not hours.is_open(datetime.now(UTC)):
                 self._closed.add(name)
             self._gates[name] = _task(self._gate(name, hours), f"hours:{name}")
-        if not cfg.enabled or name in self._closed:
+        if not cfg.enabled or name in self._closed or name in self._held:
             return
         try:
             async with self._lock(name):
@@ -834,6 +861,9 @@ class Manager:
         if live is not None and live.run_id is not None:
             return {"name": name, "kind": "resident", "action": "already_running",
                     "run_id": live.run_id}
+        # Forgotten on disk first: a start that cannot say so fails and changes nothing,
+        # rather than leave a stop the next boot would still keep.
+        await self._save_stop(name, False)
         self._held.discard(name)
         self._cancel_backoff(name)
         self._delay.pop(name, None)  # an operator's start is a fresh start, not a retry
@@ -858,6 +888,14 @@ class Manager:
                 if dropped is not None:
                     out["cancelled_queued"] = dropped
                 return out
+            try:
+                await self._save_stop(name, True)
+            except StateError as exc:
+                # The stop goes ahead: the operator wants the resident down now, and this
+                # daemon keeps it down; only the next boot may not know of it.
+                log.error("harness %s: the stop is not saved, so an unless-stopped "
+                          "resident would start again when the daemon restarts: %s",
+                          name, exc)
             self._held.add(name)
             self._override.discard(name)
             self._cancel_backoff(name)
@@ -882,6 +920,7 @@ class Manager:
     async def _restart_resident(self, name: str) -> dict[str, Any]:
         if self._stopping:
             raise RuntimeError("the daemon is shutting down")
+        await self._save_stop(name, False)  # as a start: before anything changes
         self._held.discard(name)
         self._cancel_backoff(name)
         self._delay.pop(name, None)
@@ -941,6 +980,13 @@ class Manager:
     async def _remove(self, name: str) -> None:
         async with self._lock(name):
             await self._drop_held(name, "cancelled", "reload")
+            if name in self._held:
+                try:
+                    await self._save_stop(name, False)
+                except StateError as exc:
+                    # The next boot forgets it anyway if the name is still gone then.
+                    log.error("harness %s: removed, but its stop is still saved: %s",
+                              name, exc)
             for s in (self._held, self._closed, self._override):
                 s.discard(name)
             self._delay.pop(name, None)

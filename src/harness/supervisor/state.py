@@ -1,17 +1,22 @@
 """state.json and the run-id allocator (SPEC-0022 REQ-13, SPEC-0008 "run ids never reused").
 
 `StateFile` owns `$XDG_STATE_HOME/harness/state.json`. Its shape is
-``{"harnesses": {NAME: {"last_run_id": N}}}`` plus whatever other top-level keys the
-daemon keeps there; a legacy ``"runs"`` table (the pre-ledger history) is read for its
-``last_run_id`` counters and carried untouched until `history.import_legacy` drops it.
+``{"harnesses": {NAME: {"last_run_id": N}}, "stopped": [NAME, ...]}`` plus whatever other
+top-level keys the daemon keeps there; a legacy ``"runs"`` table (the pre-ledger history)
+is read for its ``last_run_id`` counters and carried untouched until
+`history.import_legacy` drops it. ``"stopped"`` names the residents an operator stopped
+(`harness stop`) and has not started since: the operator's wish, not a run fact, so it is
+not in the ledger (a stop of a resident with no live run writes no record, and retention
+may prune the one that did); the Manager reads it at boot (``unless-stopped``).
 ``"held"`` (``{NAME: {"run_id": N, "trigger": T, "window": W, "at": A}}``) names the
 firings an ``on_overlap = "queue"`` one-shot holds: a client was told their run id, and
 only memory holds them until their record is written, so a daemon killed meanwhile leaves
 the next boot this to record them by (`history.settle_held`).
 Invariants: the file on disk is always a whole, valid JSON document (it is replaced by
 rename, never rewritten in place) and mode 0600; top-level keys this module does not
-know survive every rewrite; a corrupt file is a `StateError` naming the path and the
-JSON problem, never a traceback.
+know survive every rewrite; updates of the file are serialised, so no thread's change
+overwrites another's; a corrupt file is a `StateError` naming the path and the JSON
+problem, never a traceback.
 
 `RunIds` hands out run ids. Invariant: an id is persisted as ``last_run_id`` before it is
 returned, and the first id handed out per harness per process is above everything
@@ -37,6 +42,7 @@ from ..ledger.files import (
 LEGACY_KEY = "runs"
 HARNESSES_KEY = "harnesses"
 HELD_KEY = "held"
+STOPPED_KEY = "stopped"
 _LOG_NAME = re.compile(r"(\d+)\.log(?:\.zst)?\Z")
 
 
@@ -65,6 +71,9 @@ class StateFile:
         self._data: dict[str, Any] | None = None
         # Whether this process has made the state dir's own entry durable (see `save`).
         self._entry_synced = False
+        # Held across each read-modify-write: the run-id allocator and the Manager's
+        # holds update the file from different threads.
+        self._update = threading.Lock()
 
     # -- reading -------------------------------------------------------------------
 
@@ -124,6 +133,9 @@ class StateFile:
             if type(entry) is not dict or not _counter(entry.get("last_run_id", 0)):
                 raise StateError(f"{self.path}: {HARNESSES_KEY}.{name}.last_run_id must be "
                                  f"an integer from 0 to {MAX_RUN_ID - 1}")
+        stopped = doc.get(STOPPED_KEY, [])
+        if type(stopped) is not list or any(type(n) is not str for n in stopped):
+            raise StateError(f"{self.path}: {STOPPED_KEY!r} must be a list of harness names")
         # The legacy table is the import's to judge: a malformed entry there (or a table
         # that is not one) costs only that harness's history, reported by the import,
         # and the daemon must still boot. The allocator also floors at the ledger and logs.
@@ -137,6 +149,10 @@ class StateFile:
             if type(entry) is dict and _counter(entry.get("last_run_id")):
                 best = max(best, entry["last_run_id"])
         return best
+
+    def stopped(self) -> frozenset[str]:
+        """The residents an operator stopped and has not started since."""
+        return frozenset(self.load().get(STOPPED_KEY, []))
 
     def legacy(self) -> dict[str, Any]:
         """The pre-ledger ``runs`` table (empty when there is none)."""
@@ -158,31 +174,48 @@ class StateFile:
         """Persist `value` as `harness`'s counter (durable when this returns); with
         `held`, in the same write, the firing held under that id (its trigger, window
         and time)."""
-        doc = dict(self.load())
-        hs = dict(doc.get(HARNESSES_KEY, {}))
-        hs[harness] = {**hs.get(harness, {}), "last_run_id": value}
-        doc[HARNESSES_KEY] = hs
-        if held is not None:
-            doc[HELD_KEY] = {**self.held(), harness: {**held, "run_id": value}}
-        self.save(doc)
+        with self._update:
+            doc = dict(self.load())
+            hs = dict(doc.get(HARNESSES_KEY, {}))
+            hs[harness] = {**hs.get(harness, {}), "last_run_id": value}
+            doc[HARNESSES_KEY] = hs
+            if held is not None:
+                doc[HELD_KEY] = {**self.held(), harness: {**held, "run_id": value}}
+            self.save(doc)
 
     def forget_held(self, harnesses: dict[str, int] | None = None) -> None:
         """Drop the held firings `harnesses` names ({harness: run_id}; an entry for
         another run id stays), or all of them; no write when nothing changes."""
-        doc = dict(self.load())
-        if HELD_KEY not in doc:
-            return
-        held = self.held()
-        keep = {} if harnesses is None else {
-            h: e for h, e in held.items()
-            if not (type(e) is dict and harnesses.get(h) == e.get("run_id"))}
-        if harnesses is not None and keep == held:
-            return
-        if keep:
-            doc[HELD_KEY] = keep
-        else:
-            del doc[HELD_KEY]
-        self.save(doc)
+        with self._update:
+            doc = dict(self.load())
+            if HELD_KEY not in doc:
+                return
+            held = self.held()
+            keep = {} if harnesses is None else {
+                h: e for h, e in held.items()
+                if not (type(e) is dict and harnesses.get(h) == e.get("run_id"))}
+            if harnesses is not None and keep == held:
+                return
+            if keep:
+                doc[HELD_KEY] = keep
+            else:
+                del doc[HELD_KEY]
+            self.save(doc)
+
+    def set_stopped(self, harness: str, stopped: bool) -> None:
+        """Persist whether an operator holds `harness` stopped (durable when this
+        returns); the file is not rewritten when that is already what it says."""
+        with self._update:
+            doc = dict(self.load())
+            names = set(doc.get(STOPPED_KEY, []))
+            if (harness in names) == stopped:
+                return
+            names.symmetric_difference_update((harness,))
+            if names:
+                doc[STOPPED_KEY] = sorted(names)
+            else:
+                doc.pop(STOPPED_KEY, None)
+            self.save(doc)
 
     def save(self, doc: dict[str, Any]) -> None:
         """Replace state.json with `doc` (tmp file 0600, fsync, rename, fsync the directory).
