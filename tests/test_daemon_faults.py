@@ -422,6 +422,57 @@ argv = ["true"]
     assert all_lines(world.ledger) == []
 
 
+def test_a_ledger_error_is_scrubbed_once_and_keeps_its_record_in_the_daemons_log(
+        world: World, fd: FaultDaemons) -> None:
+    """A ledger error is scrubbed where it is made (LedgerError), and the ledger's own
+    warnings by its logger's filter; the daemon's handler, and `_say`, scrubbed the
+    whole line again. A secret whose form runs to the end of the line ("Authorization:
+    Bearer ...", in a state dir's name) then took with it every word after the error:
+    the harness and seq REQ-6 logs a failure with, the count of the repeats, the queue.
+    Now each piece is scrubbed once, where it enters: the secret reads [REDACTED] once,
+    the rest of each line is kept, and a line with no secret is as it was written."""
+    token = "ghp_" + "A1b2C3d4" * 4 + "abcd"  # the form of a GitHub token
+    world.env["XDG_STATE_HOME"] = str(world.root / f"Authorization: Bearer {token}" / "s")
+    shown = f"{world.root}/Authorization: Bearer [REDACTED]"
+    fd.write_config('[harness.ok]\nkind = "oneshot"\nargv = ["true"]\n')
+    proc = fd.start_faulty()
+    fd.booted()
+    # A second daemon on the same state dir (its own socket) cannot have the ledger.
+    second = subprocess.run([sys.executable, "-m", "harness.cli", "--socket",
+                             str(world.root / "other.sock"), "daemon"], env=world.env,
+                            capture_output=True, text=True, timeout=LONG)
+    assert (second.returncode, second.stderr.splitlines()[-1]) == (
+        1, f"harness: cannot open the ledger {shown}: the ledger {shown}")
+    fd.faults(**RO)
+    res = world.harness("trigger", "ok")
+    assert (res.returncode, res.stdout, res.stderr) == (0, "1\n", "")
+    until("both lines of run 1 queued", lambda: ledger_info(fd)["queued"] == 2, LONG)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=LONG) == 1, fd.stderr()
+    err = fd.stderr()
+    assert token not in err and "Traceback" not in err
+    said = [ln.split(" ", 2)[2] for ln in err.splitlines() if " INFO " not in ln]
+    failed = f"ledger write of {shown} (harness=ok run_id=1 seq=1)"
+    assert sorted(said[:3]) == sorted([
+        f"ERROR harness.ledger: {failed}; 1 line(s) queued, retrying in order",
+        f"ERROR harness.supervisor: run ok/1: opened line not yet durable, starting anyway: "
+        f"{failed}",
+        # No secret: as the ledger wrote it.
+        "ERROR harness.supervisor: run ok/1: closed line not yet durable: queued behind a "
+        "failing write; it will be retried in order (harness=ok run_id=1 seq=2)",
+    ])
+    repeats = re.compile(rf"ERROR harness\.ledger: {re.escape(failed)}: \d+ more time\(s\) "
+                         r"in [0-9.]+s, \d+ failure\(s\) so far(; 2 line\(s\) queued, "
+                         r"retrying in order)?")
+    assert said[3:-2] and all(repeats.fullmatch(ln) for ln in said[3:-2]), said
+    assert re.fullmatch(rf"ERROR harness\.ledger: ledger: gave up on {re.escape(shown)} after "
+                        r"\d+ failure\(s\) in [0-9.]+s; 2 line\(s\) still queued",
+                        said[-2]), said
+    assert said[-1] == ("ERROR harness.daemon: ledger: closed with 2 line(s) still queued "
+                        "(not durable) (harness=ok run_id=1 seq=1); they are lost")
+    assert all(ln.count("[REDACTED]") <= 1 for ln in said)
+
+
 # -- `trigger --wait` on a disk that takes no line ------------------------------------
 
 

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from harness.ledger.errors import LineRejected
+from harness.ledger.errors import LedgerUnavailable, LineRejected
+from harness.ledger.faillog import FailureLog
 from harness.ledger.runledger import RunLedger
 from harness.ledger.scrub import (
     _TRIGGER,
@@ -20,6 +21,7 @@ from harness.ledger.scrub import (
     ScrubLog,
     _names_a_credential,
     _one_pass,
+    scrub_message,
     scrub_text,
     scrub_value,
 )
@@ -833,3 +835,72 @@ def test_scrub_log_is_a_filter_class_and_the_credential_rule_is_cached() -> None
     rec = logging.LogRecord("harness.ledger", logging.WARNING, __file__, 1,
                             "cannot write %s", ("/s/password=hunter2hunter2/x",), None)
     assert f.filter(rec) and rec.getMessage() == "cannot write /s/password=[REDACTED]"
+
+
+def test_a_warning_is_scrubbed_once_where_its_untrusted_text_enters(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The ledger's warnings were scrubbed where they were made (a LedgerError), again by
+    the "harness.ledger" logger's filter over the whole line, and again by the daemon's
+    handler: a secret whose form runs to the end of the line took every word after the
+    error with it (the record, the queue), and a secret-free error ending in a
+    credential's name lost the record too. Here through the ledger's logger and a
+    handler filtered as the daemon's is: each line as written, its secret redacted once."""
+    logger = logging.getLogger("harness.ledger")  # with its ScrubLog, as the engine has it
+    lines: list[str] = []
+
+    class Lines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(self.format(record))
+
+    handler = Lines()
+    handler.addFilter(ScrubLog())  # as on the daemon's handler
+    logger.addHandler(handler)
+    caplog.set_level(logging.WARNING, logger=logger.name)
+    try:
+        fl = FailureLog(logger)
+        path = f"/srv/Authorization: Bearer {GITHUB}/ledger/2026-12-01.jsonl"
+        fl.failed(LedgerUnavailable(f"ledger write of {path} failed: Read-only file system",
+                                    harness="a", run_id=1, seq=5), path, 1, now=1.0)
+        fl.failed(LedgerUnavailable("ledger sync of /srv/api token:", harness="a", run_id=1,
+                                    seq=6), "/srv/api token:", 2, now=2.0)
+        fl.recovered(now=3.5)
+        logger.warning("ledger: cannot sync %s (%s); going on", f"/srv/token: {GITHUB}",
+                       "Input/output error")
+        logger.warning("ledger: %s holds seq %d, above the last line", "/srv/l/x.jsonl", 812)
+    finally:
+        logger.removeHandler(handler)
+    assert lines == [
+        "ledger write of /srv/Authorization: Bearer [REDACTED] (harness=a run_id=1 seq=5); "
+        "1 line(s) queued, retrying in order",
+        # No secret: as it was written.
+        "ledger sync of /srv/api token: (harness=a run_id=1 seq=6); 2 line(s) queued, "
+        "retrying in order",
+        "ledger: writing /srv/api token: again after 2 failure(s) in 2.5s",
+        "ledger: cannot sync /srv/token: [REDACTED] (Input/output error); going on",
+        "ledger: /srv/l/x.jsonl holds seq 812, above the last line",
+    ]
+    assert [r.getMessage() for r in caplog.records] == lines
+
+
+def test_scrub_message_scrubs_each_argument_unless_the_format_reads_as_a_secret() -> None:
+    """The format is the code's own words, the arguments the untrusted text: each is
+    scrubbed on its own, as %s or %r shows it; a number or a Scrubbed argument is shown
+    as it is. A format holding anything a secret form keys on ("token=%s", "Bearer %s",
+    or text an f-string put into it) has its whole line scrubbed, so a secret split
+    across the two is found."""
+    err = LedgerUnavailable(f"cannot write /s/Authorization: Bearer {GITHUB}", harness="a",
+                            seq=2)
+    assert scrub_message("run %s/%d: %s; %r", ("a", 3, err, f"/p/{OPENAI}")) == (
+        "run a/3: cannot write /s/Authorization: Bearer [REDACTED] (harness=a seq=2); "
+        "'/p/[REDACTED]'")
+    assert scrub_message("token=%s (run %d)", ("hunter2hunter2", 3)) == (
+        f"token={REDACTED} (run 3)")
+    assert scrub_message("Authorization: Bearer %s", (BODY,)) == (
+        f"Authorization: Bearer {REDACTED}")
+    assert scrub_message(f"cannot open /s/{GITHUB}: %s", ("EIO",)) == (
+        f"cannot open /s/{REDACTED}: EIO")
+    assert scrub_message("%(path)s", {"path": f"/p/{OPENAI}"}) == f"/p/{REDACTED}"
+    # No arguments: the message is the text, scrubbed whole; but one made scrubbed.
+    assert scrub_message(f"x password: {BODY} y") == f"x password: {REDACTED} y"
+    assert scrub_message(err) == str(err)
+    assert scrub_message("100%% of %s", ("x",)) == "100% of x"

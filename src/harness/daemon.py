@@ -45,7 +45,7 @@ from .ledger.errors import LedgerError
 from .ledger.files import make_private_dir
 from .ledger.logref import log_file
 from .ledger.runledger import RunLedger
-from .ledger.scrub import ScrubLog, scrub_text
+from .ledger.scrub import ScrubLog, scrub_message
 from .supervisor import housekeeping, logs
 from .supervisor.history import (
     close_open_on_shutdown,
@@ -72,9 +72,10 @@ class OneLineFormatter(logging.Formatter):
     A message quotes paths, config keys, file names and OS errors; a newline in one (an
     XDG_RUNTIME_DIR, a drop-in's name) would otherwise start a line of its own that
     reads as the daemon's ("... ERROR harness.daemon: ..."), and an escape sequence act
-    on the terminal. The handler's ScrubLog has scrubbed the message already: secrets
-    are known as they are written, not as their escapes spell them. A traceback keeps
-    its lines, each with its controls spelled out.
+    on the terminal. A ScrubLog has scrubbed the message already (the ledger's logger's
+    for the engine's warnings, else the handler's): secrets are known as they are
+    written, not as their escapes spell them. A traceback keeps its lines, each with its
+    controls spelled out.
     """
 
     def formatMessage(self, record: logging.LogRecord) -> str:
@@ -87,10 +88,11 @@ class OneLineFormatter(logging.Formatter):
         return "\n".join(one_line(line) for line in stack_info.splitlines())
 
 
-def _say(message: str) -> None:
-    """One `harness: …` line on stderr, outside the log: a path or an OS error in it
-    scrubbed, then spelled out on one line, as the CLI's `fail` shows one."""
-    print(f"harness: {one_line(scrub_text(message)[0])}", file=sys.stderr)
+def _say(message: str, *args: object) -> None:
+    """One `harness: …` line on stderr, outside the log: `message % args` scrubbed as a
+    log message is (each path or OS error on its own, a ledger error as it was made),
+    then spelled out on one line, as the CLI's `fail` shows one."""
+    print(f"harness: {one_line(scrub_message(message, args))}", file=sys.stderr)
 
 
 def _setup_logging() -> None:
@@ -98,7 +100,9 @@ def _setup_logging() -> None:
     if not root.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        handler.addFilter(ScrubLog())  # every component's paths and errors, scrubbed
+        # Every component's paths and errors, scrubbed; the ledger's own warnings were
+        # scrubbed by its logger's ScrubLog, and pass this one as they are.
+        handler.addFilter(ScrubLog())
         root.addHandler(handler)
     root.setLevel(logging.INFO)
 
@@ -327,7 +331,7 @@ async def _boot(config_path: str | None, sock: str, signals: Signals) -> int:
         make_private_dir(os.path.dirname(sock))
         await server.start()
     except (SocketInUse, OSError) as exc:
-        _say(f"cannot serve the control socket: {exc}")
+        _say("cannot serve the control socket: %s", exc)
         return 1
     try:
         ledger_dir = paths.ledger_dir()
@@ -335,7 +339,7 @@ async def _boot(config_path: str | None, sock: str, signals: Signals) -> int:
             ledger = RunLedger(ledger_dir, retention_ns=config.ledger.retention,
                                max_bytes=config.ledger.max_mb * 1024 * 1024)
         except Exception as exc:
-            _say(f"cannot open the ledger {ledger_dir}: {exc}")
+            _say("cannot open the ledger %s: %s", ledger_dir, exc)
             return 1
         try:
             rc = await _serve(config, cfg_file, ledger, server, table, ready, signals,
@@ -395,7 +399,7 @@ async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: Contr
         try:
             state.load()
         except StateError as exc:
-            _say(str(exc))
+            _say("%s", exc)
             return 1
         await asyncio.to_thread(clear_leftovers, state, jobs_dir)
         lost = await asyncio.to_thread(settle_held, ledger, state, ledger.clock())

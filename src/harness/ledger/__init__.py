@@ -7,7 +7,8 @@ before hashing), `chain` (prev/hash), `files` (the injectable file layer),
 records), `query` (filters and paging), `index` (recent records in memory), `reader`
 (the offline scan), `feed` (subscribers), `retention` (pruning), `verify` (the chain
 check) and `runledger` (the run journal that puts them together). Every warning
-the engine logs ("harness.ledger") is scrubbed of secrets first (`scrub.ScrubLog`).
+the engine logs ("harness.ledger") is scrubbed of secrets first, once, by that logger's
+`scrub.ScrubLog`: a handler's ScrubLog (the daemon's) passes it as it is.
 """
 
 import logging

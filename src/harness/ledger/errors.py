@@ -4,15 +4,16 @@ Every error raised across the ledger boundary is a `LedgerError`, carries the
 harness, run_id and seq it concerns when they are known, and renders them in its
 message, so a log line or a CLI error names the record without a traceback. A message
 quotes what was refused, so it passes the secret scrubber first: an error, like a
-ledger line, never carries a credential into a log.
+ledger line, never carries a credential into a log. It is scrubbed there, once (a
+`scrub.Scrubbed`): a log line that quotes it does not scrub it again.
 """
 
 from __future__ import annotations
 
-from .scrub import scrub_text
+from .scrub import Scrubbed, scrub_text
 
 
-class LedgerError(Exception):
+class LedgerError(Scrubbed, Exception):
     """Base of every ledger failure; `str()` names the record it concerns."""
 
     def __init__(

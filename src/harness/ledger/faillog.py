@@ -21,8 +21,10 @@ at the latest, so the failures in the log add up to the writer's ``append_errors
 its late syncs, which the writer logs a line each: a late sync takes the whole bound, so
 they cannot flood). Problems met on the way (a failed write that cannot be cut back or
 read back, a handle that fails to close) are told the same way under a topic of their
-own, and not counted. Every line is scrubbed of secrets by the logger's filter
-(`scrub.ScrubLog`, on "harness.ledger"): a path can carry one.
+own, and not counted. Every secret is scrubbed once: the error's by `LedgerError` when
+it was made, a path or a problem's text by the logger's filter (`scrub.ScrubLog`, on
+"harness.ledger"), each as an argument of its own, so the line's words after a
+scrubbed piece (the record, the queue) are never taken for a secret's value.
 
 Used by the writer thread alone, so it takes no lock.
 """
@@ -45,7 +47,7 @@ class _Cause:
     """The cause a topic last failed with, and what of it is not yet told."""
 
     key: str  # what makes two failures the same cause
-    text: str  # the latest failure of it, as a line tells it
+    text: object  # the latest failure of it, as a line tells it: a LedgerError, or text
     tail: str  # what a line about it adds after the count (the queue, the retry)
     level: int
     counted: bool
@@ -75,7 +77,7 @@ class FailureLog:
         # The cause is the operation, file, error and record: REQ-6 logs a failure with
         # its harness and seq, so a head that moves on (an earlier line landed) and fails
         # the same way gets a line of its own. Retries of one line are the repeats.
-        self._note(_APPEND, str(err), str(err),
+        self._note(_APPEND, str(err), err,
                    f"; {queued} line(s) queued, retrying in order", logging.ERROR, now,
                    counted=True)
 
@@ -87,25 +89,24 @@ class FailureLog:
         """A pass succeeded: tell the repeats not yet told, and the episode's end."""
         # A warning, not info: the CLI logs nothing below it, and a reader who saw the
         # failures must also see that they ended.
-        self._finish(now, logging.WARNING, f"writing {self._path} again", "")
+        self._finish(now, logging.WARNING, "writing %s again", "")
 
     def stopped(self, queued: int, now: float) -> None:
         """The writer stopped (a close's timeout passed) with the episode still open."""
-        self._finish(now, logging.ERROR, f"gave up on {self._path}",
-                     f"; {queued} line(s) still queued")
+        self._finish(now, logging.ERROR, "gave up on %s", f"; {queued} line(s) still queued")
 
     def _finish(self, now: float, level: int, what: str, tail: str) -> None:
-        """End the episode under way, if any: its repeats not yet told, then `what`
-        happened after how many failures in how long."""
+        """End the episode under way, if any: its repeats not yet told, then `what` (a
+        format naming the file as %s) happened after how many failures in how long."""
         if self._started is None:
             return
         self._end(now)
         if self._failures:
-            self._emit(level, f"ledger: {what} after {self._failures} failure(s) in "
-                              f"{_secs(now - self._started)}{tail}")
+            self._emit(level, f"ledger: {what} after %d failure(s) in %s%s", self._path,
+                       self._failures, _secs(now - self._started), tail)
         self._reset()
 
-    def _note(self, topic: str, key: str, text: str, tail: str, level: int, now: float,
+    def _note(self, topic: str, key: str, text: object, tail: str, level: int, now: float,
               *, counted: bool) -> None:
         if self._started is None:
             self._started = now
@@ -122,13 +123,13 @@ class FailureLog:
             self._summarise(cur, now, "")
         self._failures += counted  # after that summary: its total is the old cause's
         self._causes[topic] = _Cause(key, text, tail, level, counted, now)
-        self._emit(level, text + tail)
+        self._emit(level, "%s%s", text, tail)
 
     def _summarise(self, cur: _Cause, now: float, tail: str) -> None:
         if cur.repeats:
             so_far = f", {self._failures} failure(s) so far" if cur.counted else ""
-            self._emit(cur.level, f"{cur.text}: {cur.repeats} more time(s) in "
-                                  f"{_secs(now - cur.told_at)}{so_far}{tail}")
+            self._emit(cur.level, "%s: %d more time(s) in %s%s%s", cur.text, cur.repeats,
+                       _secs(now - cur.told_at), so_far, tail)
         cur.repeats = 0
         cur.told_at = now
 
@@ -141,10 +142,10 @@ class FailureLog:
         self._started = None
         self._failures = 0
 
-    def _emit(self, level: int, line: str) -> None:
-        # Scrubbed by the logger's filter (`scrub.ScrubLog` on "harness.ledger"): a path
-        # met on the way can carry a secret.
-        self._log.log(level, "%s", line)
+    def _emit(self, level: int, fmt: str, *args: object) -> None:
+        # The untrusted pieces go as arguments, each scrubbed on its own by the logger's
+        # filter (`scrub.ScrubLog` on "harness.ledger"), a LedgerError not again.
+        self._log.log(level, fmt, *args)
 
 
 def _secs(seconds: float) -> str:

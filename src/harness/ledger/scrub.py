@@ -14,16 +14,23 @@ no secret comes back unchanged as the very same object; and the time it takes gr
 linearly with the text (no form rescans the rest of the text from each place it could
 start). Hash-chain values, git SHAs,
 UUIDs, timestamps, paths and model names are deliberately outside every form.
+
+Text is scrubbed once, where the untrusted part enters: a `Scrubbed` object (a ledger
+error) when it is made, a log message's arguments one by one (`scrub_message`) by the
+first `ScrubLog` the record meets. A scrubbed piece quoted in a longer line is not
+scrubbed again: the line's own words after it could read as a secret's value.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import numbers
 import re
 from typing import Final
 
-__all__ = ["REDACTED", "ScrubLog", "might_hold_secret", "scrub_text", "scrub_value"]
+__all__ = ["REDACTED", "ScrubLog", "Scrubbed", "might_hold_secret", "scrub_message", "scrub_text",
+           "scrub_value"]
 
 REDACTED: Final = "[REDACTED]"
 
@@ -395,15 +402,71 @@ def scrub_text(s: str) -> tuple[str, int]:
     return (out, total) if total else (s, 0)
 
 
+class Scrubbed:
+    """What was scrubbed where it was made: its ``str()`` is scrubbed text, and words of
+    harness's own besides (a `LedgerError` with the record it names, an import's
+    skipped entry).
+
+    A message that quotes it (`scrub_message`, `ScrubLog`) shows it as it is. Scrubbed
+    again as part of a longer line, the words after it could read as a secret's value:
+    "Authorization: Bearer [REDACTED] (harness=a run_id=1 seq=5); 1 line(s) queued" lost
+    the record REQ-6 logs a failure with, and every word after it.
+    """
+
+    __slots__ = ()
+
+
+class _Shown:
+    """An argument of a message, as the message shows it (``%s`` or ``%r``), scrubbed on
+    its own."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __str__(self) -> str:
+        return scrub_text(str(self.value))[0]
+
+    def __repr__(self) -> str:
+        return scrub_text(repr(self.value))[0]
+
+
+def scrub_message(msg: object, args: object = ()) -> str:
+    """`msg % args`, as a log record renders it, with every secret redacted once, where
+    the untrusted text is.
+
+    Without arguments the message is that text, scrubbed whole (but a `Scrubbed` one).
+    With them, the message is the code's own format and each argument the untrusted
+    text: each is scrubbed on its own, and one already scrubbed where it was made
+    (`Scrubbed`) or a number is shown as it is. Unless the format itself holds anything
+    a secret form keys on ("token=%s", "Bearer %s", "https://%s@", or text an f-string
+    put into it; none of the daemon's formats does): then the whole line is scrubbed, so
+    that a secret split between the format and an argument is still found.
+    """
+    if not args:
+        return str(msg) if isinstance(msg, Scrubbed) else scrub_text(str(msg))[0]
+    fmt = str(msg)
+    if type(args) is not tuple or _TRIGGER.search(fmt) is not None:
+        return scrub_text(fmt % args)[0]
+    return fmt % tuple(a if isinstance(a, (Scrubbed, numbers.Number)) else _Shown(a)
+                       for a in args)
+
+
 class ScrubLog(logging.Filter):
-    """A log filter that scrubs each message once it is formatted with its arguments:
-    a path or an OS error quoted in a warning can carry a token as surely as a field.
-    On a logger it covers what that logger logs; on a handler, everything it prints."""
+    """A log filter that scrubs each message as `scrub_message` does: a path or an OS
+    error quoted in a warning can carry a token as surely as a field. On a logger it
+    covers what that logger logs; on a handler, everything it prints.
+
+    A record is scrubbed once: the first ScrubLog it meets (the ledger's logger's, before
+    the daemon's handler's) marks it, and every later one passes it as it is.
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        if _TRIGGER.search(msg) is not None:
-            record.msg, record.args = scrub_text(msg)[0], None
+        if getattr(record, "scrubbed", False):
+            return True
+        record.msg, record.args = scrub_message(record.msg, record.args), None
+        record.scrubbed = True
         return True
 
 

@@ -35,7 +35,7 @@ from ..ledger.files import atomic_write
 from ..ledger.logref import log_file
 from ..ledger.runledger import RunLedger
 from ..ledger.schema import OUTCOMES, prepare_line
-from ..ledger.scrub import scrub_text
+from ..ledger.scrub import Scrubbed, scrub_text
 from ..timefmt import format_ns, is_rfc3339, parse_ns
 from .state import HARNESSES_KEY, LEGACY_KEY, MAX_RUN_ID, StateError, StateFile
 
@@ -48,8 +48,8 @@ _TYPE_ORDER = {"decided": 0, "opened": 0, "closed": 1}
 
 
 @dataclass
-class SkippedEntry:
-    """A legacy run that could not be imported, and why."""
+class SkippedEntry(Scrubbed):
+    """A legacy run that could not be imported, and why (scrubbed as it is shown)."""
 
     harness: str
     index: int
