@@ -402,14 +402,14 @@ def settle_held(ledger: RunLedger, state: StateFile, now: int) -> list[dict[str,
         try:
             line = _held_line(harness, entry, now)
         except ValueError as exc:
-            log.warning("%s: held firing %s", state.path, scrub_text(f"{harness}: {exc}")[0])
+            log.warning("%s: held firing %s: %s", state.path, harness, exc)
             continue
         if ledger.get(harness, line["run_id"]) is not None:
             continue
         try:
             ledger.append(line, sync=True)
         except LineRejected as exc:  # a hand-edited entry the schema refuses
-            log.warning("%s: held firing %s", state.path, scrub_text(f"{harness}: {exc}")[0])
+            log.warning("%s: held firing %s: %s", state.path, harness, exc)
             continue
         except LedgerError as exc:
             log.error("cannot record the queued run %s/%d: %s", harness, line["run_id"], exc)
