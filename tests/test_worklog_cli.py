@@ -1389,3 +1389,94 @@ def test_the_writer_refuses_a_run_id_holding_a_secret(repo: Path) -> None:
     assert str(ei.value) == ("run id looks like it holds a secret (the secret scrubber "
                              "would rewrite it); refusing to use it")
     assert not (repo / ".harness" / "runtime" / "ledger" / SECRET_RUN).exists()
+
+
+# -- what an error quotes is scrubbed, its own words and the OS's are not ---------------------
+
+API_KEY = "sk-ant-api03-" + "Zx9" * 12
+
+
+def test_an_error_scrubs_what_it_quotes_and_keeps_its_words(world: World, repo: Path,
+                                                            tmp_path: Path) -> None:
+    """The scrubber reads "passwd: No" as a password and its value: a message scrubbed
+    whole lost its own wording, git's, or the OS's strerror after any path ending in
+    "passwd". Only the values a message quotes are scrubbed, so each reads as written,
+    and a token in the same value (a URL's userinfo) is still hidden."""
+    missing = tmp_path / "passwd"
+    url = "https://user:tok3n@127.0.0.1:1/x.git"
+    shown = "https://user:[REDACTED]@127.0.0.1:1/x.git"
+    for where, said in ((str(missing), str(missing)), (url, shown)):
+        res = cli(world, repo, "ledger", "verify", RUN, "--workdir", where)
+        assert res.returncode == 1
+        assert err_line(res) == f"harness: --workdir {said}: no such directory"
+
+    res = cli(world, repo, "ledger", "fetch", RUN, "--remote", str(missing))
+    assert res.returncode == 1
+    assert err_line(res) == (f"harness: cannot read remote '{missing}': fatal: '{missing}' "
+                             "does not appear to be a git repository")
+    # Nothing listens on port 1 of this host; no proxy may stand in for it.
+    env = {k: v for k, v in world.env.items() if not k.lower().endswith("_proxy")}
+    res = subprocess.run([sys.executable, "-m", "harness.cli", "ledger", "fetch", RUN,
+                          "--remote", url], cwd=repo, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 1
+    assert err_line(res).startswith(f"harness: cannot read remote '{shown}': fatal: ")
+    assert "tok3n" not in res.stdout + res.stderr
+
+    record(repo, GOAL, run_id="passwd")
+    lock = ledger_path(repo, "passwd").parent / ".lock"
+    lock.unlink()
+    lock.mkdir()  # the writer's lock cannot be opened: the OS says why
+    res = cli(world, repo, "ledger", "resume", "passwd")
+    assert res.returncode == 2
+    assert err_line(res) == (f"harness: cannot open work ledger {lock.parent}: "
+                             f"Is a directory ({lock})")
+
+
+def test_a_fetch_names_a_remote_holding_a_secret_redacted_on_success(
+        world: World, repo: Path, tmp_path: Path) -> None:
+    """A success line shows the remote as a refusal would: scrubbed."""
+    record(repo, GOAL)
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    bare = tmp_path / "token=s3cr3tvalue" / "origin.git"
+    bare.parent.mkdir()
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(repo, "push", "-q", str(bare), f"{REF}:{REF}")
+    other = make_repo(tmp_path / "other")
+    res = cli(world, other, "ledger", "fetch", RUN, "--remote", str(bare))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"written: work ledger {RUN} from {tmp_path}/token=[REDACTED] ")
+    dry = cli(world, other, "ledger", "fetch", RUN, "--remote", str(bare), "--json",
+              "--dry-run")
+    assert json.loads(dry.stdout)["remote"] == f"{tmp_path}/token=[REDACTED]"
+    assert "s3cr3t" not in res.stdout + res.stderr + dry.stdout + dry.stderr
+
+
+def test_a_break_quotes_what_the_ledger_holds_scrubbed(world: World, repo: Path) -> None:
+    """A hand-written ledger may hold a secret in any field: the break that quotes it says
+    what was there, scrubbed, in every command and in --json."""
+    hand_ledger(repo)
+    path = ledger_path(repo)
+    lines = path.read_bytes().splitlines()
+    row = json.loads(lines[2])
+    row["seq"] = API_KEY
+    lines[2] = json.dumps(row).encode()
+    path.write_bytes(b"".join(x + b"\n" for x in lines))
+    why = "entry 3 (000000.jsonl:3): seq must be an integer, got '[REDACTED]'"
+    out = ""
+    res = cli(world, repo, "ledger", "verify", RUN)
+    assert (res.returncode, err_line(res)) == (2, f"harness: work ledger {RUN} broken at {why}")
+    out += res.stdout + res.stderr
+    res = cli(world, repo, "ledger", "verify", RUN, "--json")
+    assert (res.returncode, json.loads(res.stdout)["reason"]) == (
+        2, "seq must be an integer, got '[REDACTED]'")
+    out += res.stdout + res.stderr
+    res = cli(world, repo, "ledger", "anchor", RUN)
+    assert (res.returncode, err_line(res)) == (
+        2, f"harness: refusing to anchor run {RUN}: the local work ledger does not verify "
+           f"at {why}")
+    out += res.stdout + res.stderr
+    res = cli(world, repo, "ledger", "runs", "--json")
+    assert json.loads(res.stdout)["runs"][0]["error"] == why
+    out += res.stdout + res.stderr
+    assert "Zx9" not in out

@@ -33,6 +33,9 @@ from ..worklog import (
     EXIT_OK,
     NoLedger,
     WorkLedgerError,
+    os_problem,
+    quoted,
+    secretless,
 )
 from ..worklog import anchor as anchor_mod
 from ..worklog.git import located_env
@@ -67,12 +70,11 @@ def _guard(action: Callable[[], T]) -> T:
     except OSError as exc:
         # Unreadable files, a full disk, a missing git: the operation could not be checked
         # or completed, which the group reports as a failure rather than "no ledger".
-        where = f" ({exc.filename})" if exc.filename else ""
-        _die(f"{exc.strerror or exc}{where}", EXIT_BROKEN)
+        _die(os_problem(exc), EXIT_BROKEN)
     except subprocess.SubprocessError as exc:
-        _die(f"git failed: {exc}", EXIT_BROKEN)
+        _die(f"git failed: {secretless(exc)}", EXIT_BROKEN)
     except (ValueError, UnicodeError) as exc:
-        _die(str(exc), EXIT_BROKEN)
+        _die(secretless(exc), EXIT_BROKEN)
     except RecursionError:
         # JSON nested past a decoder's depth, in a file no parser below named (each one
         # that reads another machine's data reports it as its own decode error).
@@ -84,7 +86,7 @@ def _workdir(option: str | None) -> Path:
     if option is not None:
         path = Path(option).expanduser()
         if not path.is_dir():
-            raise NoLedger(f"--workdir {option}: no such directory")
+            raise NoLedger(f"--workdir {secretless(option)}: no such directory")
         return path.resolve()
     try:
         res = subprocess.run(
@@ -95,12 +97,13 @@ def _workdir(option: str | None) -> Path:
             env=dict(located_env(os.environ), LC_ALL="C", GIT_TERMINAL_PROMPT="0"),
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        raise NoLedger(f"cannot find the work tree (git: {exc}); pass --workdir DIR") from None
+        why = os_problem(exc) if isinstance(exc, OSError) else secretless(exc)
+        raise NoLedger(f"cannot find the work tree (git: {why}); pass --workdir DIR") from None
     top = res.stdout.decode("utf-8", "surrogateescape").strip()
     if res.returncode != 0 or not top:
         raise NoLedger(
-            f"{os.getcwd()} is not inside a git work tree; run this in the project's work "
-            "tree or pass --workdir DIR"
+            f"{secretless(os.getcwd())} is not inside a git work tree; run this in the "
+            "project's work tree or pass --workdir DIR"
         )
     return Path(top)
 
@@ -144,7 +147,8 @@ def _verify_work_ledger(run_id: str, expected_head: str | None, as_json: bool,
     def check() -> tuple[Path, WorkVerify]:
         if expected_head is not None and not anchor_mod.is_hex64(expected_head):
             raise WorkLedgerError(
-                f"--expected-head {expected_head!r} is not a 64-character lowercase hex hash",
+                f"--expected-head {quoted(expected_head)} is not a 64-character lowercase "
+                "hex hash",
                 EXIT_BROKEN,
             )
         directory = ledger_dir(_workdir(workdir), run_id)
@@ -157,13 +161,13 @@ def _verify_work_ledger(run_id: str, expected_head: str | None, as_json: bool,
             # no entry to verify, which anchor and resume also call no ledger.
             torn = (f"; only a torn fragment of {res.torn_size} bytes"
                     if res.torn_tail is not None else "")
-            raise NoLedger(f"no work ledger at {directory} (no entries{torn})")
+            raise NoLedger(f"no work ledger at {secretless(directory)} (no entries{torn})")
     except WorkLedgerError as exc:
         if as_json:
             _print_json(_unverified(run_id, str(exc), exc.exit_code))
         _die(str(exc), exc.exit_code)
     except OSError as exc:
-        message = f"{exc.strerror or exc} ({exc.filename})"
+        message = os_problem(exc)
         if as_json:
             _print_json(_unverified(run_id, message, EXIT_BROKEN))
         _die(message, EXIT_BROKEN)
@@ -278,6 +282,8 @@ def fetch_command(run_id: str, remote: str, dry_run: bool, as_json: bool,
     """Fetch an anchored work ledger, verify it, and bring the local ledger up to it."""
     res = _guard(lambda: anchor_mod.fetch(_workdir(workdir), run_id, remote=remote,
                                           dry_run=dry_run))
+    # A remote given as a URL may carry a token: a success shows it as a refusal would.
+    remote = secretless(remote)
     if as_json:
         _print_json({"run_id": run_id, "remote": remote, **res.to_json()})
         return

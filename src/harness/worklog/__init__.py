@@ -27,11 +27,51 @@ Modules and the contracts between them:
 
 Errors are `WorkLedgerError` with an ``exit_code`` (1 no ledger, 2 verification failed,
 3 divergence) that the CLI uses; no caller decides by matching message text.
+
+Invariant: no error carries a secret, and none is scrubbed as a whole. Each value a
+message inserts that can carry one (what a ledger, an anchor or a lock file holds, git's
+output, a path, a remote or flag the user gave) is scrubbed where the message is built:
+`quoted` (its repr) or `secretless` (as written); an OS error goes in as `os_problem`
+(the OS's own words as they are, the file it names scrubbed). The message's own wording
+never passes the scrubber, which would read "passwd: No such file" as a password.
 """
 
 from __future__ import annotations
 
+import os
+
+from harness.config.durations import shown as quoted
 from harness.ledger.scrub import scrub_text
+
+__all__ = [
+    "EXIT_BROKEN",
+    "EXIT_DIVERGED",
+    "EXIT_NO_LEDGER",
+    "EXIT_OK",
+    "Divergence",
+    "NoLedger",
+    "VerificationFailed",
+    "WorkLedgerError",
+    "os_problem",
+    "quoted",
+    "secretless",
+]
+
+
+def secretless(text: object) -> str:
+    """`text` (a path, git's words, a remote or flag the user gave, a decoder's message
+    about a value) as a message inserts it: as written, with every secret scrubbed."""
+    return scrub_text(str(text))[0]
+
+
+def os_problem(exc: OSError) -> str:
+    """An OS error as a message states it: the OS's words (strerror) as they are, then the
+    file(s) it names, scrubbed (a directory may be named after a token)."""
+    if exc.strerror is None:
+        return secretless(exc)  # no errno: its text is whatever the raiser put there
+    names = [secretless(os.fsdecode(n) if isinstance(n, bytes) else n)
+             for n in (exc.filename, exc.filename2) if n is not None]
+    return f"{exc.strerror} ({' -> '.join(names)})" if names else exc.strerror
 
 
 class WorkLedgerError(Exception):
@@ -40,8 +80,9 @@ class WorkLedgerError(Exception):
     exit_code = 2
 
     def __init__(self, message: str, exit_code: int | None = None) -> None:
-        # A message may quote a refused kind, task id or git output: never a credential.
-        super().__init__(scrub_text(message)[0])
+        # Taken as built: its values were scrubbed one by one (`quoted`, `secretless`,
+        # `os_problem`), its wording and the OS's are not for the scrubber to rewrite.
+        super().__init__(message)
         if exit_code is not None:
             self.exit_code = exit_code
 

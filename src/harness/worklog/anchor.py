@@ -46,7 +46,17 @@ from harness import audit
 from harness.ledger.canonical import canonical, decode_untrusted
 from harness.ledger.files import atomic_write, make_private_dir
 
-from . import Divergence, NoLedger, VerificationFailed, rows, store, verify
+from . import (
+    Divergence,
+    NoLedger,
+    VerificationFailed,
+    os_problem,
+    quoted,
+    rows,
+    secretless,
+    store,
+    verify,
+)
 from .git import Git, GitFailed
 
 __all__ = [
@@ -123,7 +133,7 @@ class FetchResult:
     head_hash: str
     entry_count: int
     run_id: str = ""
-    remote: str = ""
+    remote: str = ""  # as the user gave it, scrubbed (a URL may carry a token)
     new_entries: int = 0
     warning: str | None = None
     dry_run: bool = False  # nothing was written, no ref moved
@@ -239,7 +249,7 @@ def divergence_message(
     """The one message every divergence gives (anchor, fetch, resume). `local` and
     `anchored` name the two chains; `ref` is the one to delete to drop the anchored
     lineage (default: the run's side ref)."""
-    drop = ref or f"{REF_PREFIX}{run_id}"
+    drop = secretless(ref) if ref is not None else f"{REF_PREFIX}{run_id}"
     what = "the anchor" if drop.startswith(REF_PREFIX) else f"the {anchored} anchor"
     return (
         f"work ledgers diverge at entry {fork_seq}: two chains extend the same parent entry "
@@ -311,7 +321,9 @@ def is_hex64(value: str) -> bool:
 
 
 def _not_anchor(ref: str, why: str) -> VerificationFailed:
-    return VerificationFailed(f"{ref} is not a work-ledger anchor: {why}")
+    # `ref` may open with the remote the user gave (a URL that can carry a token); `why`
+    # has quoted what it found scrubbed already.
+    return VerificationFailed(f"{secretless(ref)} is not a work-ledger anchor: {why}")
 
 
 class _Tree(NamedTuple):
@@ -334,7 +346,8 @@ def _read_tree(git: Git, ref: str, commit: str) -> _Tree:
     for e in git.ls_tree(tree):
         m = _CHUNK_RX.fullmatch(e.name)
         if e.type != "blob" or e.mode != "100644" or (m is None and e.name != META_NAME):
-            raise _not_anchor(ref, f"its tree holds a stray entry {e.name!r} ({e.mode} {e.type})")
+            raise _not_anchor(ref, f"its tree holds a stray entry {quoted(e.name)} "
+                                   f"({e.mode} {e.type})")
         if m is None:
             meta = e.oid
         else:
@@ -354,27 +367,29 @@ def _parse_meta(ref: str, raw: bytes, run_id: str, chunk_count: int) -> tuple[st
     try:
         meta = decode_untrusted(raw)
     except msgspec.DecodeError as exc:
-        raise _not_anchor(ref, f"{META_NAME} is not JSON ({exc})") from None
+        raise _not_anchor(ref, f"{META_NAME} is not JSON ({secretless(exc)})") from None
     if not isinstance(meta, dict) or set(meta) != _META_KEYS:
-        got = sorted(meta) if isinstance(meta, dict) else type(meta).__name__
+        got = quoted(sorted(meta)) if isinstance(meta, dict) else type(meta).__name__
         raise _not_anchor(ref, f"{META_NAME} must hold exactly {sorted(_META_KEYS)}, got {got}")
     version = meta["format_version"]
     if type(version) is not int or version != FORMAT_VERSION:  # true == 1 in Python
-        raise _not_anchor(ref, f"{META_NAME} has format_version {version!r}, "
+        raise _not_anchor(ref, f"{META_NAME} has format_version {quoted(version)}, "
                                f"this harness reads {FORMAT_VERSION}")
     if meta["run_id"] != run_id:
-        raise _not_anchor(ref, f"{META_NAME} names run {meta['run_id']!r}, not {run_id!r}")
+        raise _not_anchor(ref, f"{META_NAME} names run {quoted(meta['run_id'])}, "
+                               f"not {run_id!r}")
     head, count, chunks = meta["head_hash"], meta["entry_count"], meta["chunk_count"]
     if not isinstance(head, str) or not is_hex64(head):
-        raise _not_anchor(ref, f"{META_NAME} head_hash {head!r} is not 64 lowercase hex digits")
+        raise _not_anchor(ref, f"{META_NAME} head_hash {quoted(head)} is not 64 lowercase "
+                               "hex digits")
     for key, value in (("entry_count", count), ("chunk_count", chunks)):
         if type(value) is not int:  # bool is a subclass of int: `true` is no count
-            raise _not_anchor(ref, f"{META_NAME} {key} {value!r} is not an integer")
+            raise _not_anchor(ref, f"{META_NAME} {key} {quoted(value)} is not an integer")
     if chunks != chunk_count:
         raise _not_anchor(ref, f"{META_NAME} says {chunks} chunks, the tree holds "
                                f"{chunk_count}")
     if not (chunk_count - 1) * CHUNK_LINES < count <= chunk_count * CHUNK_LINES:
-        raise _not_anchor(ref, f"{META_NAME} says {count!r} entries, which {chunk_count} "
+        raise _not_anchor(ref, f"{META_NAME} says {quoted(count)} entries, which {chunk_count} "
                                f"chunks of {CHUNK_LINES} lines cannot hold")
     return head, count
 
@@ -566,7 +581,8 @@ def _mirror(run_id: str, head: str, commit: str, *, once: bool = False) -> str |
         else:
             audit.append_event("work_ledger.anchor", data)
     except (OSError, audit.AuditError) as exc:
-        return f"anchored, but the audit chain was not updated: {exc}"
+        why = os_problem(exc) if isinstance(exc, OSError) else secretless(exc)
+        return f"anchored, but the audit chain was not updated: {why}"
     return None
 
 
@@ -642,8 +658,8 @@ def _check_written(d: Path, run_id: str, expected: list[bytes],
                f"(they differ from entry {at + 1})")
     undo()
     raise VerificationFailed(
-        f"fetched run {run_id}, but the local work ledger {d} did not read back as the "
-        f"verified chain: {why}; the fetched entries were removed again, and the local "
+        f"fetched run {run_id}, but the local work ledger {secretless(d)} did not read back "
+        f"as the verified chain: {why}; the fetched entries were removed again, and the local "
         "chain is as it was before the fetch"
     )
 
@@ -678,7 +694,7 @@ def _bring_up_to(
     if relation == "local_ahead":
         raise LocalAhead(
             f"the local ledger of run {run_id} is ahead of the anchored chain on "
-            f"'{remote}' ({len(lines)} > {chain.entry_count} entries); nothing was "
+            f"'{secretless(remote)}' ({len(lines)} > {chain.entry_count} entries); nothing was "
             f"changed. Run 'harness ledger anchor {run_id}' (and push the ref) instead"
         )
     also()
@@ -717,8 +733,8 @@ def fetch(workdir: str | os.PathLike[str], run_id: str, remote: str = "origin", 
     if dry_run:
         status, new = _bring_up_to(d, chain, run_id, remote, dry_run=True,
                                    also=check_side_ref)
-        return FetchResult(status, commit, chain.head_hash, chain.entry_count, run_id, remote,
-                           new, dry_run=True)
+        return FetchResult(status, commit, chain.head_hash, chain.entry_count, run_id,
+                           secretless(remote), new, dry_run=True)
     make_private_dir(str(d))
     # The writer's lock: no append can slip in between reading the local chain and
     # writing after it, and a live writer makes fetch refuse rather than race it.
@@ -735,8 +751,8 @@ def fetch(workdir: str | os.PathLike[str], run_id: str, remote: str = "origin", 
         else:
             warning = (f"kept {ref} at {cur}: it anchors entries the fetched anchor lacks; "
                        "the local ledger now follows the fetched chain")
-    return FetchResult(status, commit, chain.head_hash, chain.entry_count, run_id, remote,
-                       new, warning)
+    return FetchResult(status, commit, chain.head_hash, chain.entry_count, run_id,
+                       secretless(remote), new, warning)
 
 
 def _local_anchor(git: Git, ref: str, chain: AnchoredChain, run_id: str, *,
@@ -808,6 +824,7 @@ def list_anchored(workdir: str | os.PathLike[str]) -> list[AnchoredInfo]:
             info.entry_count = int(meta.get("entry_count", 0))
             info.head_hash = str(meta.get("head_hash", ""))
         except (VerificationFailed, msgspec.DecodeError, TypeError, ValueError) as exc:
-            info.error = str(exc)
+            # A decoder's or int()'s words quote what LEDGER.json held.
+            info.error = str(exc) if isinstance(exc, VerificationFailed) else secretless(exc)
         out.append(info)
     return out

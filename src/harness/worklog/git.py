@@ -15,7 +15,8 @@ Invariants:
   ``GIT_OBJECT_DIRECTORY``, ``GIT_NAMESPACE``, ``GIT_CEILING_DIRECTORIES``, …) is
   removed from the environment of every git process.
 * Failures are decided by exit codes only, never by reading git's (localised) text; the
-  text is only quoted in messages.
+  text is only quoted in messages, scrubbed of secrets (`first_line`), as every path
+  and remote a message names is.
 * Object traffic is batched: a whole set of blobs is written by at most two git
   processes (a presence check and one ``fast-import``), and read by one ``cat-file
   --batch``, whatever the number of chunks. Blob ids are computed in Python, so
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from . import NoLedger, WorkLedgerError
+from . import NoLedger, WorkLedgerError, os_problem, secretless
 
 IDENTITY_NAME = "harness"
 IDENTITY_EMAIL = "harness@localhost"
@@ -103,10 +104,11 @@ def _env() -> dict[str, str]:
 
 
 def first_line(stderr: bytes) -> str:
-    """The first non-empty line of git's stderr, for quoting in a message."""
+    """The first non-empty line of git's stderr, for quoting in a message: scrubbed, since
+    git quotes remote URLs and paths, either of which can carry a credential."""
     for line in stderr.decode("utf-8", "replace").splitlines():
         if line.strip():
-            return line.strip()
+            return secretless(line.strip())
     return ""
 
 
@@ -135,15 +137,15 @@ class Git:
         """The repository containing `directory`; `NoLedger` when there is none."""
         path = Path(directory)
         if not path.is_dir():
-            raise NoLedger(f"not a git repository: {path} (no such directory)")
+            raise NoLedger(f"not a git repository: {secretless(path)} (no such directory)")
         probe = cls(path)
         res = probe.run(["rev-parse", "--show-object-format", "--absolute-git-dir"],
                         check=False)
         if res.returncode != 0:
-            raise NoLedger(f"not a git repository: {path}")
+            raise NoLedger(f"not a git repository: {secretless(path)}")
         out = res.stdout.decode("utf-8", "surrogateescape").splitlines()
         if len(out) != 2:
-            raise GitFailed(f"git rev-parse gave unexpected output in {path}")
+            raise GitFailed(f"git rev-parse gave unexpected output in {secretless(path)}")
         return cls(path, out[0].strip() or "sha1", Path(out[1]))
 
     # -- process plumbing ---------------------------------------------------------------
@@ -170,14 +172,14 @@ class Git:
             )
         except subprocess.TimeoutExpired:
             raise GitFailed(
-                f"git {args[0]} timed out after {timeout:g}s in {self.directory}"
+                f"git {args[0]} timed out after {timeout:g}s in {secretless(self.directory)}"
             ) from None
         except OSError as exc:
-            raise GitFailed(f"cannot run git: {exc}") from exc
+            raise GitFailed(f"cannot run git: {os_problem(exc)}") from exc
         if check and res.returncode != 0:
             raise GitFailed(
-                f"git {args[0]} failed (exit {res.returncode}) in {self.directory}: "
-                f"{first_line(res.stderr)}"
+                f"git {args[0]} failed (exit {res.returncode}) in "
+                f"{secretless(self.directory)}: {first_line(res.stderr)}"
             )
         return res
 
@@ -408,16 +410,18 @@ class Git:
         why = first_line(res.stderr)
         probe = self.run(["ls-remote", "--exit-code", "--end-of-options", remote, src],
                          check=False, timeout=NETWORK_TIMEOUT)
+        # A remote given as a URL may carry a user's password or token.
+        shown = secretless(remote)
         if probe.returncode == 2:
-            raise NoLedger(f"remote '{remote}' has no {src}: nothing was anchored and pushed "
+            raise NoLedger(f"remote '{shown}' has no {src}: nothing was anchored and pushed "
                            "for this run there")
         named = self.run(["remote", "get-url", "--end-of-options", remote], check=False)
         if named.returncode == 2 and not _looks_like_location(remote):
-            raise NoLedger(f"no remote named '{remote}' in {self.directory} "
+            raise NoLedger(f"no remote named '{shown}' in {secretless(self.directory)} "
                            "(`git remote -v` lists them; --remote picks one)")
         if probe.returncode == 0:
-            raise GitFailed(f"git fetch of {src} from '{remote}' failed: {why}")
-        raise NoLedger(f"cannot read remote '{remote}': {why or first_line(probe.stderr)}")
+            raise GitFailed(f"git fetch of {src} from '{shown}' failed: {why}")
+        raise NoLedger(f"cannot read remote '{shown}': {why or first_line(probe.stderr)}")
 
 
 def _looks_like_location(remote: str) -> bool:

@@ -48,7 +48,7 @@ from urllib.parse import quote
 
 from harness.ledger.files import FileLayer, atomic_write, fsync_dir
 
-from . import Divergence, NoLedger, VerificationFailed, WorkLedgerError
+from . import Divergence, NoLedger, VerificationFailed, WorkLedgerError, secretless
 from . import anchor as anchor_mod
 from .git import Git
 from .replay import State, replay
@@ -259,7 +259,7 @@ def _check_fetched(git: Git, run_id: str, local: list[bytes], local_head: str,
             # What the local side ref's check says, for the same reason: a resume of
             # the shorter chain forks it from the fetched one at the next entry.
             raise anchor_mod.AnchoredAhead(
-                f"the work ledger fetched into {ref} is ahead of the local one "
+                f"the work ledger fetched into {secretless(ref)} is ahead of the local one "
                 f"({chain.entry_count} > {len(local)} entries); refusing to resume a "
                 f"stale chain: run 'harness ledger fetch {run_id}' from that remote first"
             )
@@ -272,10 +272,11 @@ def _local(workdir: Path, run_id: str) -> tuple[Path, list[bytes], WorkVerify]:
         if _has_anchor(workdir, run_id):
             hint = (f"; {anchor_mod.REF_PREFIX}{run_id} exists here: run 'harness ledger "
                     f"fetch {run_id} --remote .' to restore the local ledger from it")
-        raise NoLedger(f"no work ledger for run '{run_id}' in {directory}{hint}")
+        raise NoLedger(f"no work ledger for run '{run_id}' in {secretless(directory)}{hint}")
     lines, torn, _, starts = read_chain(directory)
     if not lines:
-        raise NoLedger(f"the work ledger of run '{run_id}' in {directory} holds no entries")
+        raise NoLedger(f"the work ledger of run '{run_id}' in {secretless(directory)} holds "
+                       "no entries")
     res = verify_lines(lines, starts=starts)
     if not res.ok:
         raise _broken("the local", res, run_id)
@@ -366,7 +367,8 @@ class SignalFailed(WorkLedgerError):
     """A resume signal could not be written; nothing was recorded (exit 2)."""
 
     def __init__(self, path: Path, exc: OSError) -> None:
-        super().__init__(f"cannot write resume signal {path}: {exc.strerror or exc}")
+        super().__init__(f"cannot write resume signal {secretless(path)}: "
+                         f"{exc.strerror or secretless(exc)}")
         self.path = path
 
 
@@ -456,7 +458,7 @@ def resume(workdir: str | os.PathLike[str], run_id: str, dry_run: bool = False, 
                 ledger.close(sync_timeout)
             if not _landed(ledger.dir, resumed_head):
                 raise WorkLedgerError(
-                    f"{exc}; the resume was not recorded in {ledger.segment} and the "
+                    f"{exc}; the resume was not recorded in {secretless(ledger.segment)} and the "
                     f"signals it wrote were removed{signals.undo()}"
                 ) from None
             row = {"seq": resume_seq, "entry_hash": resumed_head}

@@ -15,8 +15,9 @@ Invariants:
 * Every payload string has passed the secret scrubber before the hash is computed, and
   nothing else rewrites the payload: the hash depends only on the row's content, never
   on the host (no ``$HOME`` folding, no path normalisation).
-* Anything this module refuses raises `RowRejected` naming the field and the value;
-  nothing is ever written for a refused row.
+* Anything this module refuses raises `RowRejected` naming the field and the value
+  (scrubbed, `quoted`; a value that holds a secret is not quoted at all); nothing is
+  ever written for a refused row.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from harness.ledger.canonical import canonical
 from harness.ledger.scrub import scrub_text, scrub_value
 from harness.timefmt import format_ns
 
-from . import WorkLedgerError
+from . import WorkLedgerError, quoted, secretless
 
 __all__ = [
     "GENESIS",
@@ -85,7 +86,7 @@ def check_kind(kind: object) -> str:
     """Return `kind` if it may be written; refuse typos inside the reserved families."""
     if not isinstance(kind, str) or _KIND_RX.fullmatch(kind) is None:
         raise RowRejected(
-            f"kind {kind!r} is not a valid kind (a lowercase letter, then up to 63 of "
+            f"kind {quoted(kind)} is not a valid kind (a lowercase letter, then up to 63 of "
             "[a-z0-9_.-])"
         )
     if scrub_text(kind)[1]:
@@ -95,7 +96,8 @@ def check_kind(kind: object) -> str:
         # A typo inside a reserved family would silently fall out of replay as an
         # unknown kind; other families are extensions that replay carries through.
         valid = ", ".join(RUN_KINDS + TASK_KINDS)
-        raise RowRejected(f"kind {kind!r} is not a known {family}.* kind; valid kinds: {valid}")
+        raise RowRejected(f"kind {quoted(kind)} is not a known {family}.* kind; "
+                          f"valid kinds: {valid}")
     return kind
 
 
@@ -103,24 +105,26 @@ def check_task_id(kind: str, task_id: object) -> str | None:
     """Return `task_id` if it fits `kind`: required for ``task.*``, None for ``run.*``."""
     if kind.startswith("run."):
         if task_id is not None:
-            raise RowRejected(f"kind {kind!r} is run-level: task_id must be None, got {task_id!r}")
+            raise RowRejected(f"kind {quoted(kind)} is run-level: task_id must be None, "
+                              f"got {quoted(task_id)}")
         return None
     if task_id is None:
         if kind.startswith("task."):
-            raise RowRejected(f"kind {kind!r} needs a task_id")
+            raise RowRejected(f"kind {quoted(kind)} needs a task_id")
         return None
     if not isinstance(task_id, str) or not task_id:
-        raise RowRejected(f"task_id must be a non-empty string, got {task_id!r}")
+        raise RowRejected(f"task_id must be a non-empty string, got {quoted(task_id)}")
     if len(task_id) > _MAX_TASK_ID:
         raise RowRejected(
-            f"task_id {task_id[:32]!r}… is {len(task_id)} characters (at most {_MAX_TASK_ID})"
+            f"task_id {quoted(secretless(task_id)[:32])}… is {len(task_id)} characters "
+            f"(at most {_MAX_TASK_ID})"
         )
     if _CONTROL_RX.search(task_id) or '"' in task_id:
-        raise RowRejected(f"task_id {task_id!r} contains a control character or '\"'")
+        raise RowRejected(f"task_id {quoted(task_id)} contains a control character or '\"'")
     try:
         task_id.encode("utf-8")
     except UnicodeEncodeError:
-        raise RowRejected(f"task_id {task_id!r} is not valid UTF-8 text") from None
+        raise RowRejected(f"task_id {quoted(task_id)} is not valid UTF-8 text") from None
     if scrub_text(task_id)[1]:
         # Ids are hashed and shipped as they are; one that holds a secret is refused
         # rather than rewritten, since a rewritten id would no longer name the task.
@@ -143,7 +147,7 @@ def clean_payload(payload: object) -> tuple[dict[str, Any], bytes, int]:
         scrubbed, count = scrub_value(payload)
         data = canonical(scrubbed)
     except ValueError as exc:
-        raise RowRejected(f"payload is not canonical JSON: {exc}") from None
+        raise RowRejected(f"payload is not canonical JSON: {secretless(exc)}") from None
     except RecursionError:
         raise RowRejected("payload is nested too deeply to encode") from None
     # Parsing is value-exact (only float *spelling* differs between encoders), so the
@@ -221,7 +225,7 @@ def validate_run_id(run_id: object) -> str:
     """Return `run_id` if it is usable as one git ref component and one directory name,
     and holds nothing the secret scrubber would rewrite."""
     if not isinstance(run_id, str) or not run_id:
-        raise RowRejected(f"run id must be a non-empty string, got {run_id!r}")
+        raise RowRejected(f"run id must be a non-empty string, got {quoted(run_id)}")
     if scrub_text(run_id)[1]:
         # A run id is published as it is (the ref name, LEDGER.json, anchor commit
         # messages, signal and directory names): one that holds a secret is refused, as a
@@ -251,7 +255,7 @@ def validate_run_id(run_id: object) -> str:
         except UnicodeEncodeError:
             why = "is not valid UTF-8 text"
     if why:
-        raise RowRejected(f"run id {run_id!r} {why}")
+        raise RowRejected(f"run id {quoted(run_id)} {why}")
     return run_id
 
 
@@ -263,5 +267,6 @@ def ledger_dir(workdir: str | Path, run_id: str) -> Path:
     # A validated id cannot escape, but a symlinked run directory could: refuse it
     # rather than write a ledger somewhere the anchor and resume code will not look.
     if path.resolve() != path:
-        raise RowRejected(f"run id {run_id!r} resolves outside {root} (a symlink?)")
+        raise RowRejected(f"run id {quoted(run_id)} resolves outside {secretless(root)} "
+                          "(a symlink?)")
     return path

@@ -40,7 +40,7 @@ from harness.ledger.files import FileLayer, found_parents, make_durable_dirs
 from harness.ledger.writer import Writer
 from harness.timefmt import format_ns, now_ns
 
-from . import NoLedger, VerificationFailed, WorkLedgerError
+from . import NoLedger, VerificationFailed, WorkLedgerError, os_problem, quoted, secretless
 from .rows import (
     GENESIS,
     RowRejected,
@@ -128,10 +128,12 @@ def take_lock(directory: Path, run_id: str) -> int:
         holder = _read_holder(fd)
         os.close(fd)
         if holder is None:
-            who = f"another process (its identity in {path} cannot be read)"
+            who = f"another process (its identity in {secretless(path)} cannot be read)"
             holder = {}
         elif holder:
-            who = f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')}"
+            # What the lock file says is whatever was written there: quoted scrubbed.
+            who = (f"pid {secretless(holder.get('pid'))} on {secretless(holder.get('host'))} "
+                   f"since {secretless(holder.get('since'))}")
         else:
             who = "another process (it has not recorded its pid yet)"
         raise LedgerLocked(
@@ -173,8 +175,8 @@ def cut_torn_tail(segment: Path, torn: bytes, torn_size: int,
         keep = size - torn_size
         if keep < 0 or len(torn) > torn_size or os.pread(fd, len(torn), size - len(torn)) != torn:
             raise VerificationFailed(
-                f"work ledger segment {segment} changed while its torn tail was being cut "
-                f"(it no longer ends in the {torn_size}-byte fragment read from it)"
+                f"work ledger segment {secretless(segment)} changed while its torn tail was "
+                f"being cut (it no longer ends in the {torn_size}-byte fragment read from it)"
             )
         layer.truncate(fd, keep)
         layer.sync(fd)
@@ -209,7 +211,7 @@ class WorkLedger:
     ) -> None:
         self.run_id = validate_run_id(run_id)
         if not Path(workdir).is_dir():
-            raise WorkLedgerError(f"work tree {workdir} is not a directory")
+            raise WorkLedgerError(f"work tree {secretless(workdir)} is not a directory")
         self.dir = ledger_dir(workdir, run_id)
         self._files = files or FileLayer()
         self._closed = False
@@ -217,12 +219,16 @@ class WorkLedger:
             made = make_durable_dirs(str(self.dir), self._files.sync_dir)
             self._lock_fd = take_lock(self.dir, self.run_id)
         except OSError as exc:
-            raise WorkLedgerError(f"cannot open work ledger {self.dir}: {exc}") from None
+            raise WorkLedgerError(
+                f"cannot open work ledger {secretless(self.dir)}: {os_problem(exc)}"
+            ) from None
         try:
             try:
                 self.recovered_tail, state = self._recover()
             except OSError as exc:
-                raise WorkLedgerError(f"cannot recover work ledger {self.dir}: {exc}") from None
+                raise WorkLedgerError(
+                    f"cannot recover work ledger {secretless(self.dir)}: {os_problem(exc)}"
+                ) from None
             segs = iter_segments(self.dir)
             self.segment = segs[-1] if segs else self.dir / FIRST_SEGMENT
             self.opened: WorkVerify = state
@@ -251,7 +257,8 @@ class WorkLedger:
             return None, WorkVerify(ok=True, entry_count=0, head_hash=GENESIS)
         if not res.ok:
             raise VerificationFailed(
-                f"work ledger {self.run_id!r} ({self.dir}): {res.describe()}; "
+                f"work ledger {quoted(self.run_id)} ({secretless(self.dir)}): "
+                f"{res.describe()}; "
                 "refusing to extend a broken chain. "
                 "Move the ledger aside, or fetch it again from its anchor."
             )

@@ -9,7 +9,9 @@ like any other. Every complete line is part of the chain, so an unparseable comp
 line, an extra or missing field, a wrong type, a ``seq`` that is not the previous + 1
 (from 1), a ``prev_hash`` that is not the previous ``entry_hash`` (genesis first), an
 ``entry_hash`` that the row's content does not hash to, or a ``schema_version`` other
-than 1 is a break, named by seq and by segment file and 1-based line within it.
+than 1 is a break, named by seq and by segment file and 1-based line within it. A break's
+reason quotes what it found only scrubbed of secrets (a hand-written or fetched ledger
+may hold one in any field), cut after the scrub.
 
 Invariant: a result says ok only if ``sha256(canonical({"kind","payload","prev_hash",
 "task_id"}))`` of every row equals its ``entry_hash`` and the rows link in order. For
@@ -42,7 +44,7 @@ import msgspec
 from harness.ledger.dayfiles import CHUNK, is_whole, read_tail
 from harness.timefmt import is_rfc3339
 
-from . import NoLedger
+from . import NoLedger, quoted, secretless
 from .rows import GENESIS, entry_hash
 
 __all__ = [
@@ -230,7 +232,7 @@ def _strict_parse(raw: bytes) -> dict[str, Any]:
         text = raw.decode("utf-8")
         obj = json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise _Break(f"not a parseable ledger row ({exc})") from None
+        raise _Break(f"not a parseable ledger row ({secretless(exc)})") from None
     if not isinstance(obj, dict):
         raise _Break(f"not a parseable ledger row (a JSON {type(obj).__name__}, not an object)")
     return obj
@@ -245,30 +247,32 @@ def _slow_row(raw: bytes, expect_seq: int, prev: str) -> str:
         raise _Break(f"row lacks field(s) {', '.join(sorted(missing))}")
     extra = keys - _FIELDS - _OPTIONAL
     if extra:
-        raise _Break(f"row has field(s) outside the contract: {', '.join(sorted(extra))}")
+        raise _Break("row has field(s) outside the contract: "
+                     f"{', '.join(secretless(k) for k in sorted(extra))}")
     seq = obj["seq"]
     if type(seq) is not int:
-        raise _Break(f"seq must be an integer, got {seq!r}")
+        raise _Break(f"seq must be an integer, got {quoted(seq)}")
     for name in ("kind", "prev_hash", "entry_hash", "ts"):
         if type(obj[name]) is not str:
-            raise _Break(f"{name} must be a string, got {obj[name]!r}")
+            raise _Break(f"{name} must be a string, got {quoted(obj[name])}")
     if obj["task_id"] is not None and type(obj["task_id"]) is not str:
-        raise _Break(f"task_id must be a string or null, got {obj['task_id']!r}")
+        raise _Break(f"task_id must be a string or null, got {quoted(obj['task_id'])}")
     if type(obj["payload"]) is not dict:
-        raise _Break(f"payload must be an object, got {obj['payload']!r}")
+        raise _Break(f"payload must be an object, got {quoted(obj['payload'])}")
     sv = obj["schema_version"]
     if type(sv) is not int or sv != 1:
-        raise _Break(f"schema_version must be 1, got {sv!r}")
+        raise _Break(f"schema_version must be 1, got {quoted(sv)}")
     if "redactions" in obj:
         red = obj["redactions"]
         if type(red) is not int or red < 1:
-            raise _Break(f"redactions must be a positive integer when present, got {red!r}")
+            raise _Break("redactions must be a positive integer when present, got "
+                         f"{quoted(red)}")
     _check_link(seq, obj["prev_hash"], expect_seq, prev)
     _check_ts(obj["ts"])
     try:
         digest = entry_hash(obj["kind"], obj["task_id"], obj["payload"], obj["prev_hash"])
     except ValueError as exc:
-        raise _Break(f"payload cannot be canonically encoded ({exc})") from None
+        raise _Break(f"payload cannot be canonically encoded ({secretless(exc)})") from None
     except RecursionError:
         raise _Break("payload is nested too deeply to encode") from None
     if digest != obj["entry_hash"]:
@@ -284,8 +288,8 @@ def _check_link(seq: int, prev_hash: str, expect_seq: int, prev: str) -> None:
         )
     if prev_hash != prev:
         raise _Break(
-            f"prev_hash mismatch (expected {prev[:16]}…, got {prev_hash[:16]}…): the row does"
-            " not link to the one before it"
+            f"prev_hash mismatch (expected {prev[:16]}…, got {secretless(prev_hash)[:16]}…): "
+            "the row does not link to the one before it"
         )
 
 
@@ -295,12 +299,13 @@ def _check_ts(ts: str) -> None:
             return
     elif is_rfc3339(ts):
         return
-    raise _Break(f"ts {ts!r} is not an RFC 3339 time")
+    raise _Break(f"ts {quoted(ts)} is not an RFC 3339 time")
 
 
 def _hash_reason(recomputed: str, stored: str) -> str:
     return (
-        f"entry_hash mismatch (recomputed {recomputed[:16]}…, stored {stored[:16]}…):"
+        f"entry_hash mismatch (recomputed {recomputed[:16]}…, stored "
+        f"{secretless(stored)[:16]}…):"
         " the row's kind, task_id or payload was changed"
     )
 
