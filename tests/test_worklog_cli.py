@@ -23,8 +23,10 @@ from typing import Any
 import pytest
 
 from conftest import World
+from harness.ledger.canonical import canonical
 from harness.worklog import WorkLedgerError
 from harness.worklog.git import Git
+from harness.worklog.rows import make_row
 from harness.worklog.store import WorkLedger
 from ledgertools import ref_canonical
 
@@ -1480,3 +1482,51 @@ def test_a_break_quotes_what_the_ledger_holds_scrubbed(world: World, repo: Path)
     assert json.loads(res.stdout)["runs"][0]["error"] == why
     out += res.stdout + res.stderr
     assert "Zx9" not in out
+
+
+def sealed_ledger(workdir: Path, events: list[tuple[str, str | None, dict[str, Any]]],
+                  run_id: str = RUN) -> None:
+    """Write `events` as the run's ledger, each row sealed by the writer's own `make_row`
+    but without the writer's checks: a chain another tool could have written."""
+    path = ledger_path(workdir, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prev, lines = ZERO, []
+    for seq, (kind, task, payload) in enumerate(events, 1):
+        row, line = make_row(seq=seq, ts_ns=seq * 10**9, kind=kind, task_id=task,
+                             payload=payload, payload_bytes=canonical(payload),
+                             prev_hash=prev, redactions=0)
+        lines.append(line)
+        prev = row["entry_hash"]
+    path.write_bytes(b"".join(x + b"\n" for x in lines))
+
+
+@pytest.mark.parametrize(("field", "event"), [
+    ("task_id", ("task.scheduled", API_KEY, {"deps": []})),
+    ("deps", ("task.scheduled", "t2", {"deps": [API_KEY]})),
+    ("kind", (API_KEY, "t2", {})),
+], ids=["task_id", "deps", "kind"])
+def test_resume_refuses_an_id_the_writer_would_refuse_as_a_secret(
+        world: World, repo: Path, field: str, event: tuple[str, str, dict[str, Any]]) -> None:
+    """A chain-valid ledger the writer did not write may hold an id that reads as a secret:
+    resume would print it and name a signal file after it. It refuses (exit 2), naming the
+    row by seq and segment line and never the id, and writes nothing; verify, which only
+    checks the chain, still passes it."""
+    sealed_ledger(repo, [("run.open", None, {}), ("task.scheduled", "t1", {"deps": []}),
+                         event])
+    assert cli(world, repo, "ledger", "verify", RUN).returncode == 0
+    before = snapshot(repo)
+    out = ""
+    for args in (["resume", RUN], ["resume", RUN, "--dry-run"],
+                 ["resume", RUN, "--dry-run", "--json"]):
+        res = cli(world, repo, "ledger", *args)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert err_line(res) == (
+            f"harness: refusing to resume run '{RUN}': entry 3 (000000.jsonl:3) has a "
+            f"{field} that looks like it holds a secret (the secret scrubber would rewrite "
+            "it). The writer refuses such an id; resume would print it and name a signal "
+            "file after it, so it is neither shown nor used")
+        assert res.stdout == ""
+        out += res.stderr
+    assert "Zx9" not in out
+    assert snapshot(repo) == before
+    assert signals(repo) == {}

@@ -13,6 +13,10 @@ Invariants:
   (``refs/harness/fetched/<remote>/<run-id>``) diverges from the local chain or extends
   it: both lineages are then on this machine. A divergence is refused (`Divergence`,
   exit 3) naming the fork entry and both heads, never merged.
+* No id that reads as a secret is printed or names a file: a chain holding a kind, task
+  id or ``task.scheduled`` dep that the secret scrubber would rewrite (the writer refuses
+  such ids; a chain written by hand or by another tool can hold one and verify) is
+  refused (`VerificationFailed`, exit 2) by seq and segment line, dry run included.
 * A closed run is never resumed. A dry run and `survey` never take the writer's lock and
   write nothing at all (not even under .git): no row, signal, tail recovery, ref or
   verified-tree cache entry. When the anchor is the local chain or a prefix of it, that is
@@ -52,7 +56,7 @@ from . import Divergence, NoLedger, VerificationFailed, WorkLedgerError, secretl
 from . import anchor as anchor_mod
 from .git import Git
 from .replay import State, replay
-from .rows import clean_payload, entry_hash, ledger_dir, validate_run_id
+from .rows import clean_payload, entry_hash, holds_secret, ledger_dir, validate_run_id
 from .store import SYNC_TIMEOUT, WorkLedger
 from .verify import WorkVerify, read_chain, verify_lines
 
@@ -265,7 +269,45 @@ def _check_fetched(git: Git, run_id: str, local: list[bytes], local_head: str,
             )
 
 
-def _local(workdir: Path, run_id: str) -> tuple[Path, list[bytes], WorkVerify]:
+def _secret_id(row: dict[str, Any]) -> str | None:
+    """The field of a verified row that holds an id the writer refuses as a secret: the
+    kind, the task id, or a dep a ``task.scheduled`` row names (each is printed, and a
+    task id names a signal file). None when there is none."""
+    kind, task_id = row["kind"], row["task_id"]
+    if holds_secret(kind):
+        return "kind"
+    if task_id is not None and holds_secret(task_id):
+        return "task_id"
+    deps = row["payload"].get("deps") if kind == "task.scheduled" else None
+    if isinstance(deps, list) and any(isinstance(d, str) and holds_secret(d) for d in deps):
+        return "deps"
+    return None
+
+
+def _refuse_secret_ids(rows: list[dict[str, Any]], starts: list[tuple[int, str]],
+                       run_id: str) -> None:
+    """Refuse a chain that holds an id the writer would have refused as a secret (a
+    ledger written by hand or by another tool can, and still verify): resume would print
+    it and name a signal file after it. Rewriting it instead would name no task (and
+    would make two such tasks one), so the row is named by seq and segment line, never
+    by the id."""
+    for i, row in enumerate(rows):
+        field = _secret_id(row)
+        if field is None:
+            continue
+        at = WorkVerify(ok=False, entry_count=i, head_hash="", error_seq=row["seq"],
+                        error_line=i + 1).place(starts)
+        raise VerificationFailed(
+            f"refusing to resume run '{run_id}': entry {at.error_seq} ({at.error_file}:"
+            f"{at.error_line}) has a {field} that looks like it holds a secret (the secret "
+            "scrubber would rewrite it). The writer refuses such an id; resume would print "
+            "it and name a signal file after it, so it is neither shown nor used"
+        )
+
+
+def _local(workdir: Path, run_id: str
+           ) -> tuple[list[bytes], list[dict[str, Any]], WorkVerify]:
+    """The verified local chain of `run_id`: its lines, its rows, and the result."""
     directory = ledger_dir(workdir, run_id)
     if not directory.is_dir():
         hint = ""
@@ -280,8 +322,10 @@ def _local(workdir: Path, run_id: str) -> tuple[Path, list[bytes], WorkVerify]:
     res = verify_lines(lines, starts=starts)
     if not res.ok:
         raise _broken("the local", res, run_id)
+    rows = _rows(lines)
+    _refuse_secret_ids(rows, starts, run_id)
     res.torn_tail = torn  # verify_lines sees complete lines only, so it never sets one
-    return directory, lines, res
+    return lines, rows, res
 
 
 def _task_info(state: State, task_id: str) -> tuple[str, int]:
@@ -395,11 +439,11 @@ def resume(workdir: str | os.PathLike[str], run_id: str, dry_run: bool = False, 
     """
     validate_run_id(run_id)
     wd = Path(workdir)
-    _, lines, res = _local(wd, run_id)
+    lines, rows, res = _local(wd, run_id)
     # Opening the writer below cuts a torn tail; report the one this call found.
     torn = bool(res.torn_tail)
     relation = _check_anchor(wd, run_id, lines, res.head_hash, remember=not dry_run)
-    state = replay(_rows(lines))
+    state = replay(rows)
     frontier = list(state.frontier)
     base = ResumeResult(run_id=run_id, status="dry_run" if dry_run else "resumed",
                         dry_run=dry_run, state=state, entry_count=res.entry_count,
@@ -422,8 +466,8 @@ def resume(workdir: str | os.PathLike[str], run_id: str, dry_run: bool = False, 
         # any time) is compared again. Otherwise the chain moved: redo everything on it,
         # so the resume row extends exactly the chain that was verified and replayed.
         if ledger.head != (res.entry_count, res.head_hash):
-            _, lines, res = _local(wd, run_id)
-            state = replay(_rows(lines))
+            lines, rows, res = _local(wd, run_id)
+            state = replay(rows)
         relation = _check_anchor(wd, run_id, lines, res.head_hash)
         if state.closed:
             base.status = "closed"

@@ -48,6 +48,7 @@ __all__ = [
     "encode_row",
     "entry_hash",
     "hash_doc",
+    "holds_secret",
     "ledger_dir",
     "make_row",
     "validate_run_id",
@@ -82,6 +83,13 @@ class RowRejected(WorkLedgerError):
     exit_code = 2
 
 
+def holds_secret(text: str) -> bool:
+    """Whether the secret scrubber would rewrite `text`: the one test of an id (kind, task
+    id, run id) that the writer refuses, and that resume refuses to act on in a chain it
+    did not write."""
+    return scrub_text(text)[1] > 0
+
+
 def check_kind(kind: object) -> str:
     """Return `kind` if it may be written; refuse typos inside the reserved families."""
     if not isinstance(kind, str) or _KIND_RX.fullmatch(kind) is None:
@@ -89,7 +97,7 @@ def check_kind(kind: object) -> str:
             f"kind {quoted(kind)} is not a valid kind (a lowercase letter, then up to 63 of "
             "[a-z0-9_.-])"
         )
-    if scrub_text(kind)[1]:
+    if holds_secret(kind):
         raise RowRejected("kind looks like it holds a secret; refusing to record it")
     family = kind.split(".", 1)[0]
     if family in ("run", "task") and kind not in KINDS:
@@ -125,7 +133,7 @@ def check_task_id(kind: str, task_id: object) -> str | None:
         task_id.encode("utf-8")
     except UnicodeEncodeError:
         raise RowRejected(f"task_id {quoted(task_id)} is not valid UTF-8 text") from None
-    if scrub_text(task_id)[1]:
+    if holds_secret(task_id):
         # Ids are hashed and shipped as they are; one that holds a secret is refused
         # rather than rewritten, since a rewritten id would no longer name the task.
         raise RowRejected("task_id looks like it holds a secret; refusing to record it")
@@ -226,7 +234,7 @@ def validate_run_id(run_id: object) -> str:
     and holds nothing the secret scrubber would rewrite."""
     if not isinstance(run_id, str) or not run_id:
         raise RowRejected(f"run id must be a non-empty string, got {quoted(run_id)}")
-    if scrub_text(run_id)[1]:
+    if holds_secret(run_id):
         # A run id is published as it is (the ref name, LEDGER.json, anchor commit
         # messages, signal and directory names): one that holds a secret is refused, as a
         # task id is, rather than rewritten (it would name another run), and not echoed.
