@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -14,9 +15,11 @@ import pytest
 
 from harness import audit
 from harness.ledger.canonical import canonical
+from harness.ledger.files import FaultyFiles
 from harness.worklog import Divergence, NoLedger, VerificationFailed, WorkLedgerError
 from harness.worklog import anchor as anc
 from harness.worklog.git import Git, RefMoved
+from harness.worklog.verify import verify_dir
 
 GENESIS = "0" * 64
 RUN = "goal-42"
@@ -687,3 +690,96 @@ def test_fetch_that_cannot_read_back_the_chain_undoes_its_append_and_fails(
         "the fetch")
     assert path.read_bytes() == before
     assert Git.open(b).resolve(REF) is None  # the side ref did not move either
+
+
+# -- the fetch's writes go through the file layer, and so do their undos --------------------
+
+EIO = "Input/output error"
+
+
+def test_a_fetch_whose_append_fails_cuts_it_back(hosts: tuple[Path, Path]) -> None:
+    """A write that fails part way (a full or failing disk): fetch cuts the segment back to
+    what it held, fails with exit 2, moves no ref, and the next fetch completes."""
+    a, b = hosts
+    lines = published(a, 7)
+    path = write_ledger(b, lines[:5])
+    before = path.read_bytes()
+    files = FaultyFiles()
+    files.inject("write", errno=errno.EIO, partial=True, lands=10, times=1)
+    with pytest.raises(WorkLedgerError) as ei:
+        anc.fetch(b, RUN, files=files)
+    assert ei.value.exit_code == 2
+    assert str(ei.value) == (
+        f"cannot append the fetched entries of run {RUN} to {path}: {EIO} (injected on "
+        "write); they were cut off again, and the local chain is as it was before the fetch")
+    assert (files.calls["write"], files.calls["truncate"]) == (1, 1)
+    assert path.read_bytes() == before
+    assert Git.open(b).resolve(REF) is None
+    assert anc.fetch(b, RUN, files=files).status == "extended"
+    assert path.read_bytes() == _blob(lines)
+
+
+@pytest.mark.parametrize(("fault", "kept", "torn"), [("write", 5, 10), ("sync", 7, 0)])
+def test_a_fetch_whose_append_and_its_undo_fail_loses_nothing(
+        hosts: tuple[Path, Path], fault: str, kept: int, torn: int) -> None:
+    """The append fails (10 bytes of it landed, or all of it but not its sync) and cutting
+    it back fails too: fetch fails (exit 2) saying so, every entry the ledger held is
+    still there, and what follows them is verified fetched entries or a torn fragment,
+    so the ledger still verifies; the side ref did not move. Once the disk takes writes,
+    fetch completes the same chain."""
+    a, b = hosts
+    lines = published(a, 7)
+    path = write_ledger(b, lines[:5])
+    size = path.stat().st_size
+    files = FaultyFiles()
+    files.inject(fault, errno=errno.EIO, partial=fault == "write", lands=10, times=1)
+    files.inject("truncate", errno=errno.EIO)
+    with pytest.raises(WorkLedgerError) as ei:
+        anc.fetch(b, RUN, files=files)
+    assert ei.value.exit_code == 2
+    assert str(ei.value) == (
+        f"cannot append the fetched entries of run {RUN} to {path}: {EIO} (injected on "
+        f"{fault}); cutting it back to the {size} bytes it held before failed too ({EIO} "
+        "(injected on truncate)). Every entry it held is still there; after them it holds "
+        "only fetched entries, verified, or a torn fragment that readers skip and the next "
+        f"writer cuts. Run 'harness ledger fetch {RUN}' again once the disk takes writes")
+    assert path.read_bytes() == (_blob(lines) if fault == "sync"
+                                 else _blob(lines[:5]) + lines[5][:10])
+    v = verify_dir(path.parent)
+    assert (v.ok, v.entry_count, v.head_hash, v.torn_size) == (
+        True, kept, head_of(lines[:kept]), torn)
+    assert Git.open(b).resolve(REF) is None
+    files.clear()
+    res = anc.fetch(b, RUN, files=files)
+    assert (res.status, res.new_entries) == (("extended", 2) if kept == 5 else ("unchanged", 0))
+    assert path.read_bytes() == _blob(lines)
+    assert Git.open(b).resolve(REF) == Git.open(a).resolve(REF)
+
+
+def test_a_fetch_whose_read_back_fails_and_whose_undo_fails_says_to_move_it_aside(
+        hosts: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read-back mismatch of the test above (the torn tail left in place, so the
+    appended lines fuse with it), and the undo's truncate fails: fetch still fails
+    (exit 2), never reporting success for a ledger that does not verify, and says that
+    the ledger is left as read back and must be moved aside."""
+    a, b = hosts
+    lines = published(a, 7)
+    fragment = b'{"seq":6,"ts'
+    path = write_ledger(b, lines[:5], tail=fragment)
+    monkeypatch.setattr(anc.store, "cut_torn_tail", lambda *a, **k: 0)
+    files = FaultyFiles()
+    files.inject("truncate", errno=errno.EIO)
+    with pytest.raises(VerificationFailed) as ei:
+        anc.fetch(b, RUN, files=files)
+    assert ei.value.exit_code == 2
+    assert str(ei.value) == (
+        f"fetched run {RUN}, but the local work ledger {path.parent} did not read back as "
+        "the verified chain: it does not verify at entry 6 (000000.jsonl:6): not a "
+        "parseable ledger row (Unterminated string starting at: line 1 column 10 (char 9)); "
+        f"removing the fetched entries failed ({EIO} (injected on truncate)), so it is left "
+        f"as read back: move {path.parent} aside and run 'harness ledger fetch {RUN}' again")
+    assert files.calls["truncate"] == 1
+    # The fragment stays a line of its own: a newline was put after it, as after a
+    # last row that lacks one.
+    assert path.read_bytes() == _blob(lines[:5]) + fragment + b"\n" + _blob(lines[5:])
+    assert Git.open(b).resolve(REF) is None

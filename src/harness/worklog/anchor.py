@@ -12,8 +12,11 @@ Invariants:
   anchored, and an anchored chain is verified before a byte of it is written into the
   local ledger. A torn local tail is excluded exactly as `verify.read_chain` excludes it,
   and cut whole (`store.cut_torn_tail`, as writer recovery cuts it) before fetch appends.
-  What fetch writes is read back and must be the verified chain, or it is undone and
-  fetch fails: fetch never reports success for a ledger that does not verify.
+  What fetch writes goes through the writer's `FileLayer` (where tests inject faults)
+  and is read back: it must be the verified chain, or it is undone and fetch fails, so
+  fetch never reports success for a ledger that does not verify. An append that fails
+  is cut back; should that cut fail too, the entries the ledger held are all kept and
+  the error says what follows them.
 * The tree is a pure function of the chain (no timestamps), so the same chain gives the
   same tree id on every machine; chunk boundaries are fixed from the start of the chain,
   so a re-anchor reuses every full chunk's blob and writes only what is new.
@@ -44,12 +47,13 @@ import msgspec
 
 from harness import audit
 from harness.ledger.canonical import canonical, decode_untrusted
-from harness.ledger.files import atomic_write, make_private_dir
+from harness.ledger.files import FileLayer, atomic_write, make_private_dir
 
 from . import (
     Divergence,
     NoLedger,
     VerificationFailed,
+    WorkLedgerError,
     os_problem,
     quoted,
     rows,
@@ -597,46 +601,70 @@ def _remote_component(remote: str) -> str:
 
 
 
-def _write_new(d: Path, lines: list[bytes]) -> Callable[[], None]:
-    """Write `lines` as the ledger's first segment; return how to undo it."""
+def _write_new(d: Path, lines: list[bytes], files: FileLayer) -> Callable[[], None]:
+    """Write `lines` as the ledger's first segment through `files`; return how to undo it."""
     make_private_dir(str(d))
     seg = d / "000000.jsonl"
-    atomic_write(seg, b"".join(line + b"\n" for line in lines))
+    atomic_write(seg, b"".join(line + b"\n" for line in lines), files)
     return lambda: seg.unlink(missing_ok=True)
 
 
-def _append(d: Path, new: list[bytes], torn: bytes | None, torn_size: int
-            ) -> Callable[[], None]:
-    """Append `new` to the last segment, first cutting its torn tail (the whole fragment,
-    as writer recovery does, so the first new line does not fuse with it); return how to
-    undo the append (the segment back to its size before it)."""
+def _cut_back(seg: Path, size: int, files: FileLayer) -> None:
+    """Cut `seg` back to the `size` bytes it held before an append, and sync it."""
+    fd, _ = files.open_append(str(seg))
+    try:
+        files.truncate(fd, size)
+        files.sync(fd)
+    finally:
+        files.close(fd)
+
+
+def _append(d: Path, run_id: str, new: list[bytes], torn: bytes | None, torn_size: int,
+            files: FileLayer) -> Callable[[], None]:
+    """Append `new` to the last segment through `files`, first cutting its torn tail (the
+    whole fragment, as writer recovery does, so the first new line does not fuse with
+    it); return how to undo the append (the segment back to its size before it).
+
+    An append that fails (a write or its sync) is cut back before its error is raised, so
+    the local chain is as it was. Should the cut fail too, what the failed append left
+    stays after the local chain: a prefix of the verified lines being appended, so whole
+    lines of it are verified entries and the rest a torn fragment that readers skip and
+    the next writer cuts; the error says so."""
     seg = verify.iter_segments(d)[-1]
     if torn is not None:
-        store.cut_torn_tail(seg, torn, torn_size)
-    fd = os.open(seg, os.O_RDWR | os.O_CLOEXEC)
+        store.cut_torn_tail(seg, torn, torn_size, files)
+    fd, _ = files.open_append(str(seg))
     try:
-        size = os.fstat(fd).st_size
+        size = files.size(fd)
         joined = b"".join(line + b"\n" for line in new)
-        if size and os.pread(fd, 1, size - 1) != b"\n":
+        if files.last_byte(fd, size) not in (b"", b"\n"):
             joined = b"\n" + joined  # the last row was whole but lacked its newline
-        data = memoryview(joined)
-        pos = size
-        while data:
-            n = os.pwrite(fd, data, pos)
-            data, pos = data[n:], pos + n
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-    def undo() -> None:
-        fd = os.open(seg, os.O_RDWR | os.O_CLOEXEC)
         try:
-            os.ftruncate(fd, size)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    return undo
+            done = 0
+            while done < len(joined):  # O_APPEND: every write lands at the end
+                done += files.write(fd, joined[done:])
+            files.sync(fd)
+        except OSError as exc:
+            why = os_problem(exc)
+            try:
+                _cut_back(seg, size, files)
+            except OSError as again:
+                raise WorkLedgerError(
+                    f"cannot append the fetched entries of run {run_id} to "
+                    f"{secretless(seg)}: {why}; cutting it back to the {size} bytes it held "
+                    f"before failed too ({os_problem(again)}). Every entry it held is still "
+                    "there; after them it holds only fetched entries, verified, or a torn "
+                    "fragment that readers skip and the next writer cuts. Run 'harness "
+                    f"ledger fetch {run_id}' again once the disk takes writes"
+                ) from None
+            raise WorkLedgerError(
+                f"cannot append the fetched entries of run {run_id} to {secretless(seg)}: "
+                f"{why}; they were cut off again, and the local chain is as it was before "
+                "the fetch"
+            ) from None
+    finally:
+        files.close(fd)
+    return lambda: _cut_back(seg, size, files)
 
 
 def _check_written(d: Path, run_id: str, expected: list[bytes],
@@ -644,7 +672,8 @@ def _check_written(d: Path, run_id: str, expected: list[bytes],
     """Read the ledger back after a fetch wrote it: it must hold exactly `expected` (a
     verified chain: the verified local prefix and the verified anchored lines after
     it), or the write is undone and `VerificationFailed` says where it broke. A fetch
-    never reports success for a ledger that does not verify."""
+    never reports success for a ledger that does not verify; when the undo fails too,
+    the error says the ledger must be moved aside."""
     back, _, _, starts = verify.read_chain(d)
     if back == expected:
         return
@@ -656,24 +685,34 @@ def _check_written(d: Path, run_id: str, expected: list[bytes],
                   min(len(back), len(expected)))
         why = (f"it holds {len(back)} entries, not the {len(expected)} of the fetched chain "
                f"(they differ from entry {at + 1})")
-    undo()
+    wrong = (f"fetched run {run_id}, but the local work ledger {secretless(d)} did not read "
+             f"back as the verified chain: {why}")
+    try:
+        undo()
+    except OSError as exc:
+        raise VerificationFailed(
+            f"{wrong}; removing the fetched entries failed ({os_problem(exc)}), so it is "
+            f"left as read back: move {secretless(d)} aside and run 'harness ledger fetch "
+            f"{run_id}' again"
+        ) from None
     raise VerificationFailed(
-        f"fetched run {run_id}, but the local work ledger {secretless(d)} did not read back "
-        f"as the verified chain: {why}; the fetched entries were removed again, and the local "
-        "chain is as it was before the fetch"
+        f"{wrong}; the fetched entries were removed again, and the local chain is as it "
+        "was before the fetch"
     )
 
 
 def _bring_up_to(
     d: Path, chain: AnchoredChain, run_id: str, remote: str, *, dry_run: bool = False,
-    also: Callable[[], object] = lambda: None,
+    also: Callable[[], object] = lambda: None, files: FileLayer | None = None,
 ) -> tuple[Literal["written", "extended", "unchanged"], int]:
     """Make the local ledger in `d` equal the verified anchored chain, or refuse (with
     `dry_run`, only say which it would be). `also` is a further check, made once the
     local chain has been found to agree with the anchored one and before a byte is
-    written: a refusal of the local chain is named first. What is written is read back
-    and checked before success is reported."""
+    written: a refusal of the local chain is named first. What is written (through
+    `files`, default the real `FileLayer`) is read back and checked before success is
+    reported."""
     assert chain.lines is not None
+    layer = files or FileLayer()
     try:
         lines, torn, torn_size, starts = verify.read_chain(d)
     except NoLedger:
@@ -681,7 +720,7 @@ def _bring_up_to(
     if not lines:
         also()
         if not dry_run:
-            _check_written(d, run_id, chain.lines, _write_new(d, chain.lines))
+            _check_written(d, run_id, chain.lines, _write_new(d, chain.lines, layer))
         return "written", len(chain.lines)
     v = verify.verify_lines(lines)
     if not v.ok:
@@ -701,19 +740,21 @@ def _bring_up_to(
     if relation == "anchored_ahead":
         if not dry_run:
             new = chain.lines[len(lines):]
-            undo = _append(d, new, torn, torn_size)
+            undo = _append(d, run_id, new, torn, torn_size, layer)
             _check_written(d, run_id, lines + new, undo)
         return "extended", chain.entry_count - len(lines)
     return "unchanged", 0
 
 
 def fetch(workdir: str | os.PathLike[str], run_id: str, remote: str = "origin", *,
-          dry_run: bool = False) -> FetchResult:
+          dry_run: bool = False, files: FileLayer | None = None) -> FetchResult:
     """Bring the anchored chain of `run_id` from `remote` into the local ledger, verified.
 
     With `dry_run`, the anchored chain is fetched and verified and the result says what
     the local ledger would become, but no ref moves and the local ledger is not touched
     (git keeps the fetched objects unreferenced, as after any fetch that names no ref).
+    `files` is the file layer the ledger is written through (the writer's; tests inject
+    faults there).
     """
     rows.validate_run_id(run_id)
     git = Git.open(workdir)
@@ -740,7 +781,8 @@ def fetch(workdir: str | os.PathLike[str], run_id: str, remote: str = "origin", 
     # writing after it, and a live writer makes fetch refuse rather than race it.
     lock = store.take_lock(d, run_id)
     try:
-        status, new = _bring_up_to(d, chain, run_id, remote, also=check_side_ref)
+        status, new = _bring_up_to(d, chain, run_id, remote, also=check_side_ref,
+                                   files=files)
     finally:
         store.release_lock(lock)
     [(cur, follow)] = side
