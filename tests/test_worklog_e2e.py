@@ -351,3 +351,34 @@ def test_runs_reports_a_diverged_fetched_lineage_of_a_run_never_anchored_here(
     assert (r["agreement"], r["local"], r["anchored"]) == ("diverged at entry 6", True, False)
     assert cli(world, b, "ledger", "runs").stdout.splitlines()[1].endswith(
         "  diverged at entry 6")
+
+
+def test_runs_reports_a_fetched_anchor_ahead_of_the_local_chain(world: World,
+                                                                 tmp_path: Path) -> None:
+    """A's anchor moves on; B's fetch fetches it but cannot write it (a writer holds the
+    run), so it stays under refs/harness/fetched/ one entry ahead of B's chain, and B's
+    resume refuses. `runs` says so in the table and in --json (fetched_ahead), beside an
+    agreement with the side ref that is still "identical"; once a fetch writes it, the
+    listing is in sync again."""
+    a, b = _anchored_and_fetched(world, tmp_path)
+    record(a, [("task.completed", "t2", {"commit": "def456"})])
+    _anchor_and_push(world, a)
+    with WorkLedger(b, RUN):
+        assert cli(world, b, "ledger", "fetch", RUN).returncode == 2
+    assert cli(world, b, "ledger", "resume", RUN, "--dry-run").returncode == 2
+    head_a = rows_of(a)[-1]["entry_hash"]
+
+    listing = cli(world, b, "ledger", "runs", "--json")
+    assert listing.returncode == 0, listing.stderr
+    [r] = json.loads(listing.stdout)["runs"]
+    assert (r["agreement"], r["entry_count"], r["anchored_entry_count"]) == ("identical", 8, 8)
+    assert r["fetched_ahead"] == [{"ref": f"refs/harness/fetched/origin/{RUN}",
+                                   "entry_count": 9, "head_hash": head_a, "ahead_by": 1}]
+    table = cli(world, b, "ledger", "runs")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[1].endswith("  in sync, fetched ahead by 1")
+
+    assert cli(world, b, "ledger", "fetch", RUN).returncode == 0
+    [r] = json.loads(cli(world, b, "ledger", "runs", "--json").stdout)["runs"]
+    assert (r["agreement"], r["entry_count"], r["fetched_ahead"]) == ("identical", 9, [])
+    assert cli(world, b, "ledger", "runs").stdout.splitlines()[1].endswith("  in sync")

@@ -376,6 +376,14 @@ def runs_command(as_json: bool, workdir: str | None) -> None:
 
 
 def _sync_text(r: dict[str, Any]) -> str:
+    # A fetched anchor ahead of the local chain makes resume refuse whatever the side
+    # ref says: said after it, by the most entries any such anchor holds past the chain.
+    ahead = [int(a["ahead_by"]) for a in r.get("fetched_ahead") or []]
+    text = _side_ref_text(r)
+    return f"{text}, fetched ahead by {max(ahead)}" if ahead else text
+
+
+def _side_ref_text(r: dict[str, Any]) -> str:
     agreement = str(r.get("agreement") or "-")
     if agreement.startswith("diverged"):
         return agreement  # even with no side ref: a fetched anchor is the other lineage

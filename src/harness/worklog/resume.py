@@ -3,7 +3,8 @@
 This module owns `harness ledger resume` (shared/specs/durable-work-ledger.txt, "resume"),
 the resume signal files in ``<workdir>/.harness/runtime/resume/``, and `survey`, the
 read-only overview of every run's ledger that `harness ledger runs` prints (what a resume
-of each run would find: entries, head, open or closed, local and anchored agreement).
+of each run would find: entries, head, open or closed, local and anchored agreement, and
+any fetched anchor that diverges from the local chain or is ahead of it).
 
 Invariants:
 
@@ -558,8 +559,10 @@ def survey(workdir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     row's ts), and agreement between the two ("identical", "local_ahead",
     "anchored_ahead", "diverged at entry N", or None when only one side exists). An
     anchor of the run fetched from a remote (``refs/harness/fetched/<remote>/<run-id>``)
-    that diverges from the local chain makes it "diverged at entry N" too, as it makes
-    resume refuse.
+    is a lineage resume weighs too: one that diverges from the local chain makes it
+    "diverged at entry N", and each one that extends it (a fetch that fetched it but
+    could not write it) is listed in fetched_ahead as {ref, entry_count, head_hash,
+    ahead_by}, as it makes resume refuse; fetched_ahead is empty when there is none.
     """
     wd = Path(workdir)
     runs: dict[str, dict[str, Any]] = {}
@@ -620,11 +623,19 @@ def survey(workdir: str | os.PathLike[str]) -> list[dict[str, Any]]:
             if mine is None or run_id not in fetched:
                 continue
             entry = runs[run_id]
-            for _, _, relation in _fetched_lineages(
+            ahead: list[dict[str, Any]] = []
+            diverged = False
+            for ref, chain, relation in _fetched_lineages(
                     git, run_id, mine, entry.get("anchored_commit"), False, fetched[run_id]):
                 if isinstance(relation, tuple):
-                    entry["agreement"] = _relation_text(relation)
-                    break
+                    if not diverged:
+                        entry["agreement"] = _relation_text(relation)
+                        diverged = True
+                elif relation == "anchored_ahead":
+                    ahead.append({"ref": secretless(ref), "entry_count": chain.entry_count,
+                                  "head_hash": chain.head_hash,
+                                  "ahead_by": chain.entry_count - len(mine)})
+            entry["fetched_ahead"] = ahead
     out: list[dict[str, Any]] = []
     for run_id in sorted(runs):
         entry = runs[run_id]
@@ -633,5 +644,6 @@ def survey(workdir: str | os.PathLike[str]) -> list[dict[str, Any]]:
         entry["head_hash"] = entry[f"{side}_head"]
         for key in ("state", "last_activity", "agreement"):
             entry.setdefault(key, None)
+        entry.setdefault("fetched_ahead", [])
         out.append(entry)
     return out
