@@ -204,6 +204,10 @@ def test_a_refused_reload_shows_a_credential_named_key_problem_as_it_is(
     assert (res.returncode, res.stdout, res.stderr) == (
         2, "", f"harness: the daemon refused the new config and keeps its last good one:\n"
                f"{daemons.config}:7: webhook.w.secret: must not be empty\n")
+    # The daemon's own log line too: its handler's scrub passes a problem as it is.
+    assert [line.split(" ", 2)[2] for line in daemons.stderr().splitlines()
+            if " ERROR " in line][-1] == (
+        f"ERROR harness.daemon: {daemons.config}:7: webhook.w.secret: must not be empty")
 
 
 # -- a config that is there but cannot be reached is an error, never "no config" ----------

@@ -72,6 +72,7 @@ from harness.config.model import (
 from harness.controls import one_line
 from harness.ledger.files import atomic_write, make_private_dir, open_regular
 from harness.ledger.schema import name_kept
+from harness.ledger.scrub import Scrubbed
 from harness.paths import config_path, state_dir
 
 __all__ = [
@@ -120,8 +121,13 @@ _TYPE_NAMES = {
 # ---- errors ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Problem:
-    """One configuration problem; ``line`` is None only for a file that cannot be read."""
+class Problem(Scrubbed):
+    """One configuration problem; ``line`` is None only for a file that cannot be read.
+
+    Scrubbed where it is made, value by value (`shown`, `shown_key`, `shown_path`): a
+    log line quoting it does not scrub it again, which would take the problem's first
+    word for the value of a key named like a credential ("secret: [REDACTED] not be
+    empty")."""
 
     file: str
     line: int | None
