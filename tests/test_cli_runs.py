@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -23,7 +24,7 @@ import click
 import pytest
 
 from conftest import World
-from daemons import Daemons, request
+from daemons import DEADLINE, Daemons, record_of, request, until
 from harness.cli import render
 from harness.cli.runs import build_query, parse_since
 from harness.ledger import RunLedger
@@ -612,6 +613,56 @@ def test_missed_windows_and_pruned_log(world: World, tmp_path: Path) -> None:
     assert recs[3]["log_pruned"] is True
     assert "log_pruned" not in recs[4] and "log_pruned" not in recs[5]
     assert recs[1]["windows"] == 2 and recs[1]["outcome"] == "missed"
+
+
+RESIDENT_AND_JOB = """
+[harness.res]
+kind = "resident"
+restart = "no"
+argv = ["sh", "-c", "echo up"]
+
+[harness.job]
+kind = "oneshot"
+keep_runs = 1
+argv = ["true"]
+"""
+
+
+def test_a_residents_missing_durable_log_is_not_a_pruned_log(
+        world: World, daemons: Daemons) -> None:
+    """REQ-4's log_pruned is "the per-run log was deleted by keep_runs": a resident has no
+    per-run log, and keep_runs never deletes its durable log, so that log gone (removed
+    by its operator) is no pruned log. A one-shot's log keep_runs deleted still is, in the
+    same answer, daemon up or down."""
+    daemons.write_config(RESIDENT_AND_JOB)
+    proc = daemons.start()
+    for _ in (1, 2):
+        res = world.harness("trigger", "job", "--wait")
+        assert res.returncode == 0, res.stderr
+    jobs = world.state / "jobs" / "job"
+    until("run 2's log compressed and run 1's pruned",
+          lambda: sorted(os.listdir(jobs)) == ["2.log.zst"])
+    until("the resident's run to end",
+          lambda: (rec := record_of(world, "res", 1)) is not None
+          and rec["outcome"] == "success")
+    durable = world.state / "logs" / "res.log"
+    assert durable.read_text() == "up\n"
+    durable.unlink()
+
+    def listed() -> list[tuple[Any, ...]]:
+        return sorted((r["harness"], r["run_id"], r["kind"], r["outcome"], r["log"],
+                       r.get("log_pruned")) for r in runs_json(world))
+
+    want = [("job", 1, "oneshot", "success", str(jobs / "1.log"), True),
+            ("job", 2, "oneshot", "success", str(jobs / "2.log"), None),
+            ("res", 1, "resident", "success", str(durable), None)]
+    assert listed() == want
+    assert runs(world, "res").stdout.splitlines()[1].split()[-2:] == ["success", "0"]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+    # From the files, the daemon down: the same answer.
+    assert listed() == want
+    assert runs(world, "res").stdout.splitlines()[1].split()[-2:] == ["success", "0"]
 
 
 def test_empty_results(world: World) -> None:

@@ -304,6 +304,18 @@ def test_to_json_of_a_closed_record_reports_a_pruned_log(tmp_path: Path) -> None
     assert r.to_json(probe=LogProbe()) == want
 
 
+def test_a_residents_durable_log_gone_is_not_pruned(tmp_path: Path) -> None:
+    """keep_runs deletes per-run logs only (REQ-4): a resident's durable log that is gone
+    was not pruned, while a one-shot's log at the same path would read so."""
+    log = tmp_path / "res.log"
+    for kind, pruned in (("resident", None), ("oneshot", True)):
+        r = fold([_line(1, "opened", kind=kind, log=str(log)),
+                  _line(2, "closed", outcome="success")])
+        for out in (r.to_json(), r.to_json(offline=True), r.to_json(probe=LogProbe()),
+                    Frozen(r).to_json(probe=LogProbe(str(tmp_path)))):
+            assert out.get("log_pruned") is pruned, (kind, out)
+
+
 @pytest.mark.parametrize("log", ["", 5, None])
 def test_no_log_or_an_odd_one_is_never_pruned(log: Any) -> None:
     r = fold([_line(1, "decided", outcome="skipped", log=log)])

@@ -8,9 +8,10 @@ of its first line; fields a reader does not know are dropped, never errors; an
 record with lines but no ``opened``/``decided`` (its start was pruned) is partial.
 Lines applied out of seq order (a backfill, a clock jump across files) still fold
 as if in order: an older line only fills fields no newer line has set. A record as JSON
-reads ``log_pruned`` only when its log file is gone, the file found by logref.py. `Merge`
-folds a run's lines in seq order by merging them whole (the boot's pass over the window),
-to the same record `Record.apply` makes of them, frozen as the index freezes it.
+reads ``log_pruned`` only when its log is a per-run log (a resident's durable log never
+is) and that file is gone, the file found by logref.py. `Merge` folds a run's lines in
+seq order by merging them whole (the boot's pass over the window), to the same record
+`Record.apply` makes of them, frozen as the index freezes it.
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ class Record:
 class LogProbe:
     """Whether a closed record's log is gone (`log_pruned`), for one answer's records.
 
-    keep_runs deletes per-run logs, and a compressed log (`<log>.zst`) is not pruned. One
+    keep_runs deletes per-run logs (a resident's durable log is never asked about), and a
+    compressed log (`<log>.zst`) is not pruned. One
     directory listing per log directory instead of two stat calls per record: an answer
     of 1,000 records reads a handful of directories. Built per answer, so it is never
     staler than the answer itself. `state` is the state dir holding the ledger the
@@ -177,7 +179,10 @@ def _as_json(harness: str, run_id: int, seq: int, closed: bool, fields: dict[str
     out.pop("log_pruned", None)
     if not closed:
         out["outcome"] = "running?" if offline else "running"
-    if check_log and closed and out.get("log"):
+    # REQ-4's log_pruned is about a per-run log, the only kind keep_runs deletes: a
+    # resident's `log` is its durable log, which nothing prunes, so one gone (removed or
+    # rotated away by its operator) is not a pruned log and is not said to be.
+    if check_log and closed and out.get("log") and out.get("kind") != "resident":
         # The file the record's log is, not the field as stored: a cut path names no file,
         # and would read as pruned while the log is on disk. None: cannot tell, so not said.
         log = log_file(out, probe.state if probe is not None else None)
