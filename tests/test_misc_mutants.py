@@ -157,12 +157,6 @@ def test_visible_spells_the_last_bmp_code_points_in_four_hex_digits() -> None:
     assert render.visible("\xff\u0100\U00010000\uffff") == "\xff\u0100\U00010000\\uffff"
 
 
-def test_fit_gives_the_spare_column_to_a_cut_column_not_a_whole_one() -> None:
-    """Levelled at 4, one column of room is left over: it goes to the leftmost column that
-    was cut (30 -> 5), not to a column already as wide as its values (4 stays 4)."""
-    assert render.fit([20, 4, 4, 30, 6], [2, 3, 3, 4, 2], 19) == [2, 4, 4, 5, 4]
-
-
 @pytest.mark.parametrize("outcome", ["skipped", "missed", "failed"])
 def test_took_with_an_unreadable_end_is_unknown_whatever_the_outcome(outcome: str) -> None:
     """Start and end both given but one not a time: the duration is "unknown", even for an

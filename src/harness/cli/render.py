@@ -2,14 +2,16 @@
 
 Invariants: the plain table fits 80 columns, counted in terminal cells as rich.cells
 counts them (an East Asian wide character or an emoji takes two, a combining mark none),
-cutting the harness name first and then, only for values no writer makes (a hand-edited
-trigger, a 40-digit run id), the widest other column, always visibly (with "…");
-`--wide` never cuts or wraps a value, and aligns its columns in cells too; a record is
-one row, read as stored: a character that is not printable (a control, a line separator,
-a right-to-left override) or that a terminal draws as nothing (a default-ignorable code
-point: a variation selector, a Hangul filler) is shown as its escape, ``\\n``, and a
-backslash as ``\\\\``, so what a cell shows reads back as one value only; times are
-shown in local time as ``Jan _2 15:04``.
+cutting only the harness name (and its header), always visibly (with "…"); no other value
+is ever cut: where they alone take more than 80 columns (a 13-digit run id, an
+11000-day run, the lowest exit code and the longest outcome; a hand-edited trigger) the
+name is cut to two cells and the row runs past 80; `--wide` never cuts or wraps a value,
+and aligns its columns in cells too; a record is one row, read as stored: a character
+that is not printable (a control, a line separator, a right-to-left override) or that a
+terminal draws as nothing (a default-ignorable code point: a variation selector, a
+Hangul filler) is shown as its escape, ``\\n``, and a backslash as ``\\\\``, so what a
+cell shows reads back as one value only; times are shown in local time as
+``Jan _2 15:04``.
 
 The table is laid out for the encoding it is written in (`table(..., encoding=)`): a
 character of a value that encoding cannot write is escaped like a control before any
@@ -31,6 +33,8 @@ from ..controls import escape, shown
 from ..timefmt import parse_ns
 
 WIDTH = 80
+# The narrowest the harness column is cut to: one cell of the name and the cut's mark.
+NAME_FLOOR = 2
 DASH = "—"
 
 
@@ -213,32 +217,6 @@ def grid(header: list[str], body: list[list[str]], *, right: frozenset[int] = fr
     return "\n".join(lines)
 
 
-def fit(widths: list[int], floors: list[int], budget: int) -> list[int]:
-    """`widths` narrowed to sum to at most `budget`: the first column gives way first (down
-    to its floor), then the widest of the rest, levelled together (never below their
-    floors), so an odd value costs its own column, not its neighbours'."""
-    first = max(floors[0], min(widths[0], budget - sum(widths[1:])))
-    rest, low = widths[1:], floors[1:]
-    room = budget - first
-
-    def at(level: int) -> list[int]:
-        return [max(f, min(w, level)) for w, f in zip(rest, low, strict=True)]
-
-    if sum(rest) <= room:
-        return [first, *rest]
-    lo, hi = 0, max(rest)  # the highest level whose columns fit: at(lo) fits, at(hi) not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if sum(at(mid)) <= room else (lo, mid)
-    out = at(lo)
-    spare = room - sum(out)
-    for i, w in enumerate(rest):  # what the level leaves over goes to the leftmost cut
-        if spare > 0 and out[i] < w and out[i] == max(low[i], lo):
-            out[i] += 1
-            spare -= 1
-    return [first, *out]
-
-
 def table(records: list[dict[str, Any]], *, wide: bool = False,
           encoding: str | None = None) -> str:
     """The table of `records`, laid out for `encoding` (None: one that writes any text)."""
@@ -251,10 +229,12 @@ def table(records: list[dict[str, Any]], *, wide: bool = False,
             gap = 1
             total = sum(widths) + gap * (len(widths) - 1)
         if total > WIDTH:
-            # The harness column gives way first, its header too when the other columns
-            # leave less than its width (long run ids beside the longest outcome); the
-            # others keep their headers whole.
-            floors = [2, *(cell_len(h) for h in head[1:])]
-            widths = fit(widths, floors, WIDTH - gap * (len(widths) - 1))
+            # Only the harness column gives way (DESIGN.md §2), its header too when the
+            # other columns leave less than its width (long run ids beside the longest
+            # outcome), never below NAME_FLOOR. The others keep every value whole: a row
+            # whose other values alone pass 80 columns (the widest a writer makes, or a
+            # hand-edited trigger) runs past 80 rather than show one of them cut, which
+            # would read as another value.
+            widths[0] = max(NAME_FLOOR, widths[0] - (total - WIDTH))
     return grid(head, body, right=frozenset({1}), widths=widths, gap=gap,
                 more=marks_for(encoding).more)
