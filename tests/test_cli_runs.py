@@ -523,7 +523,7 @@ def test_wide_adds_model_tokens_cost_todo_and_never_cuts(world: World) -> None:
         f"{name}  100000  Nov  3 10:05  1s     schedule  success           0     gpt-5"
         f"{' ' * (len(model) - 3)}3       $1.50 priced  —\n"
         f"{name}   99999  Nov  3 09:05  1m30s  channel   model_unattested  1     {model}"
-        f"  1,234   $0.46         todo-1234\n"
+        f"  1,234   $0.4567       todo-1234\n"
     )
     assert "…" not in res.stdout
     assert max(len(line) for line in res.stdout.splitlines()) > 80
@@ -1167,9 +1167,19 @@ def test_exit_cell(code: object, cell: str) -> None:
 
 @pytest.mark.parametrize(("rec", "cell"), [
     ({}, "—"),
-    ({"cost_usd": 0.456}, "$0.46"),
+    # The recorded value whole, in plain decimal, never fewer than the cents.
+    ({"cost_usd": 0}, "$0.00"),
+    ({"cost_usd": 1e-05}, "$0.00001"),
+    ({"cost_usd": 0.0001234, "cost_source": "recorded"}, "$0.0001234"),
+    ({"cost_usd": 1.5}, "$1.50"),
+    ({"cost_usd": 12.3456, "cost_source": "priced"}, "$12.3456 priced"),
+    ({"cost_usd": 1234.5}, "$1234.50"),
+    ({"cost_usd": 0.456}, "$0.456"),
+    ({"cost_usd": 0.1}, "$0.10"),  # from the float's repr: no binary digits
+    ({"cost_usd": 1e16}, "$10000000000000000.00"),  # and no exponent, however large
     ({"cost_usd": 2, "cost_source": "recorded"}, "$2.00"),
     ({"cost_usd": 0.0, "cost_source": "priced"}, "$0.00 priced"),
+    ({"cost_usd": float("inf"), "cost_source": "recorded"}, "?"),
     ({"cost_usd": True, "cost_source": "recorded"}, "?"),
     ({"cost_usd": "1.5", "cost_source": "priced"}, "?"),
     ({"cost_source": "unknown"}, "?"),

@@ -5,13 +5,13 @@ counts them (an East Asian wide character or an emoji takes two, a combining mar
 cutting only the harness name (and its header), always visibly (with "…"); no other value
 is ever cut: where they alone take more than 80 columns (a 13-digit run id, an
 11000-day run, the lowest exit code and the longest outcome; a hand-edited trigger) the
-name is cut to two cells and the row runs past 80; `--wide` never cuts or wraps a value,
-and aligns its columns in cells too; a record is one row, read as stored: a character
-that is not printable (a control, a line separator, a right-to-left override) or that a
-terminal draws as nothing (a default-ignorable code point: a variation selector, a
-Hangul filler) is shown as its escape, ``\\n``, and a backslash as ``\\\\``, so what a
-cell shows reads back as one value only; times are shown in local time as
-``Jan _2 15:04``.
+name is cut to two cells and the row runs past 80; `--wide` never cuts or wraps a value
+(nor rounds one: COST is the recorded cost whole, in plain decimal), and aligns its
+columns in cells too; a record is one row, read as stored: a character that is not
+printable (a control, a line separator, a right-to-left override) or that a terminal
+draws as nothing (a default-ignorable code point: a variation selector, a Hangul filler)
+is shown as its escape, ``\\n``, and a backslash as ``\\\\``, so what a cell shows
+reads back as one value only; times are shown in local time as ``Jan _2 15:04``.
 
 The table is laid out for the encoding it is written in (`table(..., encoding=)`): a
 character of a value that encoding cannot write is escaped like a control before any
@@ -23,6 +23,7 @@ it cannot write is replaced by one ASCII character of the same width: "—" (no 
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 # rich.cells alone, not rich: the cell widths without the console and its imports.
@@ -109,10 +110,24 @@ def outcome_cell(rec: dict[str, Any], marks: Marks = UNICODE) -> str:
     return out
 
 
+def usd(cost: int | float) -> str | None:
+    """`cost` as dollars, the value as recorded in plain decimal: the cents always
+    (``$1.50``, ``$0.00``) and every further digit it holds (``$0.00001``, ``$0.0001234``),
+    never rounded away nor in scientific notation. A float is read from its repr, the
+    shortest text that reads back as it, so no binary artefact shows (0.1 is ``$0.10``,
+    not its 55 digits). None for a value that is no number (a non-finite float)."""
+    d = Decimal(repr(cost)) if isinstance(cost, float) else Decimal(cost)
+    exponent = d.as_tuple().exponent
+    if not isinstance(exponent, int):  # infinity or NaN: no amount the ledger can hold
+        return None
+    return "$" + format(d, ".2f" if exponent >= -2 else "f")
+
+
 def cost_cell(rec: dict[str, Any], marks: Marks = UNICODE) -> str:
     src, cost = rec.get("cost_source"), rec.get("cost_usd")
     if isinstance(cost, int | float) and not isinstance(cost, bool):
-        return f"${cost:.2f}" + (" priced" if src == "priced" else "")
+        amount = usd(cost)
+        return "?" if amount is None else amount + (" priced" if src == "priced" else "")
     return "?" if src else marks.none
 
 
