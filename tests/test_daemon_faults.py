@@ -139,6 +139,7 @@ argv = ["{sys.executable}", "{svc}", "{world.root}", "svc"]
     took = time.monotonic() - t0
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "svc: stopped run 1 (cancelled/operator)"
+    assert res.stderr == ""  # its record is on disk: nothing to add
     assert took >= 1.2, took
     closed = line_of(world.ledger, "closed", "svc", 1)
     assert closed is not None
@@ -159,6 +160,10 @@ argv = ["{sys.executable}", "{svc}", "{world.root}", "svc"]
     assert res.returncode == 0, res.stderr
     assert took >= 2.0, took
     assert res.stdout.strip() == "svc: stopped run 2 (cancelled/operator)"
+    # Returned at the bound: the operator is told the record is not on disk yet.
+    assert res.stderr == ("harness: svc run 2's closed line is not on disk yet: the "
+                          "ledger's disk is failing; the line stays queued and is written "
+                          "once the disk takes it\n")
     until("the late closed line", lambda: line_of(world.ledger, "closed", "svc", 2))
     until("the late sync to be counted", lambda: ledger_info(fd)["append_errors"] == 1)
     err = fd.stderr()

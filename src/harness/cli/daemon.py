@@ -312,8 +312,13 @@ def _lifecycle(op: str, doc: str) -> click.Command:
     @click.argument("name")
     @click.pass_context
     def command(ctx: click.Context, name: str) -> None:
-        click.echo(_describe(name, _call(
-            ctx, lambda c: reply_object(c.request(op, name=name), op, action=str))))
+        data = _call(ctx, lambda c: reply_object(c.request(op, name=name), op, action=str))
+        click.echo(_describe(name, data))
+        if data.get("durable") is False:
+            # The stop is done; only its record waits for the disk (REQ-6's bound passed).
+            warn(f"{render.visible(name)} run {_shown(data.get('run_id'))}'s closed line "
+                 "is not on disk yet: the ledger's disk is failing; the line stays queued "
+                 "and is written once the disk takes it")
 
     return command
 

@@ -908,8 +908,11 @@ class Manager:
         if kind == "resident":  # only a resident's watcher consumes the mark
             self._ending.add((name, run.run_id))
         rec = await run.stop("operator")
-        return {"name": name, "kind": kind, "action": "stopped", "run_id": run.run_id,
-                "outcome": rec.get("outcome"), "reason": rec.get("reason")}
+        out = {"name": name, "kind": kind, "action": "stopped", "run_id": run.run_id,
+               "outcome": rec.get("outcome"), "reason": rec.get("reason")}
+        if run.close_queued:
+            out["durable"] = False  # REQ-6: returned at the sync's bound, the line queued
+        return out
 
     async def restart_op(self, name: str) -> dict[str, Any]:
         """Operator `restart`: the live run closes cancelled/operator, a new one starts."""
@@ -933,6 +936,8 @@ class Manager:
             self._ending.add((name, old))
             await run.stop("restart")
         new = await self._spawn_resident(name, "manual")
+        # No word on the replaced run's closed line: the new run's opened line, synced
+        # before its spawn, comes after it, so a restart that returns has both on disk.
         return {"name": name, "kind": "resident", "action": "restarted", "replaced": old,
                 "run_id": new}
 

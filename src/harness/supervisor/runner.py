@@ -272,6 +272,9 @@ class Run:
     run_id: int | None = field(default=None, init=False)
     log_path: str | None = field(default=None, init=False)
     error: str | None = field(default=None, init=False)  # a spawn failure, safe to show
+    # The closed line was not durable when the run ended (a failing disk): it is queued
+    # and written when the disk takes it. An operator's stop says so.
+    close_queued: bool = field(default=False, init=False)
     pid: int | None = field(default=None, init=False)
     _proc: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
     _started_ns: int = field(default=0, init=False, repr=False)  # the wall clock's
@@ -528,6 +531,7 @@ class Run:
         except LedgerError as exc:
             # The writer keeps the line queued and retries it in order (REQ-6).
             log.error("run %s/%s: closed line not yet durable: %s", name, self.run_id, exc)
+            self.close_queued = True
         # The durable log of a resident outlives its runs: no compression, no keep_runs.
         if self.log_path is not None and self.kind != "resident":
             await asyncio.to_thread(logs.finish_log, self.jobs_dir, name, self.run_id,
