@@ -1,12 +1,15 @@
-"""The daemon's boot, end to end: which socket it serves, where it creates it, and a
-SIGTERM that comes while the boot is still stopping a crashed daemon's orphans.
+"""The daemon's boot, end to end: which socket it serves, where it creates it, what the
+first boot leaves of a legacy state.json (SPEC-0022 REQ-13), and a SIGTERM that comes
+while the boot is still stopping a crashed daemon's orphans.
 
 Real daemons (`python -m harness.cli [--socket PATH] daemon`) in the throwaway XDG world:
 `--socket PATH` is the path served and the HARNESS_SOCKET every run is given, whatever
 HARNESS_SOCKET the daemon itself was started with; a first boot with no XDG_RUNTIME_DIR
-creates the state dir (0700) the socket and its lock live in; SIGTERM during the boot's
-orphan grace lets the orphan's kill finish, then shuts down cleanly (exit 0, no socket
-left, no open record). Every daemon and run is killed at teardown.
+creates the state dir (0700) the socket and its lock live in; a first boot on a legacy
+state.json moves its records into the ledger and leaves `runs.NAME = {last_run_id}`, which
+a second boot does not touch; SIGTERM during the boot's orphan grace lets the orphan's
+kill finish, then shuts down cleanly (exit 0, no socket left, no open record). Every
+daemon and run is killed at teardown.
 """
 
 from __future__ import annotations
@@ -19,15 +22,28 @@ import signal
 import stat
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conftest import World
-from daemons import DEADLINE, STUBBORN, Daemons, alive, record_of, stubborn_pid, until
+from daemons import (
+    DEADLINE,
+    STUBBORN,
+    Daemons,
+    alive,
+    record_of,
+    request,
+    runs_of,
+    stubborn_pid,
+    until,
+)
 from harness import __version__
 from harness.control.client import Client, DaemonUnreachable
 from harness.supervisor.runner import DEFAULT_GRACE
+from ledgertools import all_lines
 
 
 def _spawn(d: Daemons, *global_args: str, env: dict[str, str] | None = None,
@@ -123,6 +139,59 @@ def test_a_first_boot_without_a_runtime_dir_creates_the_state_dir_for_the_socket
     assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
     assert not sock.exists()
     assert "cannot serve the control socket" not in daemons.stderr()
+
+
+def _legacy_run(run_id: int, start: datetime) -> dict[str, Any]:
+    """One DESIGN.md §2 legacy record: a scheduled run that succeeded in 90 s."""
+    return {"run_id": run_id, "trigger": "schedule", "outcome": "success",
+            "started_at": start.isoformat().replace("+00:00", "Z"),
+            "ended_at": (start + timedelta(seconds=90)).isoformat().replace("+00:00", "Z"),
+            "exit_code": 0, "reason": None, "window": None, "first_window": None,
+            "windows": None}
+
+
+def test_the_first_boot_leaves_state_json_in_the_legacy_shape_less_its_records(
+        world: World, daemons: Daemons) -> None:
+    """SPEC-0022 REQ-13's upgrade, read as a test outside the code base reads it: the
+    daemon boots on DESIGN.md §2's legacy state.json holding 20 runs for nightly; the
+    ledger then holds the 20, marked imported, and state.json holds no run records for
+    nightly but keeps its last_run_id where it was, ``runs.nightly`` (the reference's
+    ``runs.<name> = {last_run_id}``). A second boot imports nothing and leaves the file
+    byte for byte as the first left it. Once said ``{"harnesses": {...}}`` and no ``runs``."""
+    daemons.write_config('[harness.nightly]\nkind = "oneshot"\nargv = ["true"]\n')
+    first = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=21)
+    legacy = [_legacy_run(i, first + timedelta(hours=i)) for i in range(1, 21)]
+    state = world.state / "state.json"
+    world.state.mkdir(parents=True, mode=0o700)
+    state.write_text(json.dumps({"runs": {"nightly": {"last_run_id": 20, "runs": legacy}}}))
+
+    proc = daemons.start()
+    request(daemons, "daemon_info")  # answered once the boot is done
+    assert "ledger import: 20 legacy run(s), 40 line(s)" in daemons.stderr()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+
+    with open(state) as f:
+        doc = json.load(f)
+    assert doc["runs"]["nightly"] == {"last_run_id": 20}
+    assert doc == {"runs": {"nightly": {"last_run_id": 20}}}
+    assert stat.S_IMODE(state.stat().st_mode) == 0o600
+    lines = all_lines(world.ledger)
+    assert len(lines) == 40 and all(x["imported"] is True for x in lines)
+    recs = runs_of(world, "nightly")
+    assert [r["run_id"] for r in recs] == list(range(20, 0, -1))
+    assert all(r["imported"] is True and r["outcome"] == "success" for r in recs)
+    assert [(r["started_at"][:19], r["ended_at"][:19]) for r in reversed(recs)] == [
+        (x["started_at"][:19], x["ended_at"][:19]) for x in legacy]
+
+    after_first = state.read_bytes()
+    proc = daemons.start()
+    request(daemons, "daemon_info")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+    assert "ledger import" not in daemons.stderr()
+    assert all_lines(world.ledger) == lines
+    assert state.read_bytes() == after_first
 
 
 def _logged(err: str) -> list[str]:

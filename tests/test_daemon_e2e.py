@@ -533,7 +533,7 @@ def test_every_run_id_handed_out_as_sigterm_arrives_gets_a_record(
     for line in all_lines(world.ledger):
         recs.setdefault((line["harness"], line["run_id"]), {}).update(line)
     last = {n: h["last_run_id"] for n, h in json.loads(
-        (world.state / "state.json").read_text())["harnesses"].items()}
+        (world.state / "state.json").read_text())["runs"].items()}
     assert {n: sorted(i for h, i in recs if h == n) for n in last} == {
         n: list(range(1, k + 1)) for n, k in last.items()}
     assert set(busy) <= set(last) <= {*busy, *idle}

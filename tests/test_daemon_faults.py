@@ -881,7 +881,7 @@ argv = ["true"]
 
     # state.json keeps only the allocators (and the keys it does not own).
     assert json.loads(state.read_text()) == {
-        "harnesses": {"nightly": {"last_run_id": 25}, "weekly": {"last_run_id": 3}},
+        "runs": {"nightly": {"last_run_id": 25}, "weekly": {"last_run_id": 3}},
         "other_key": {"kept": True}}
     assert (world.ledger / ".imported").exists()
 
@@ -910,8 +910,9 @@ argv = ["true"]
     assert res.returncode == 0
     assert [r["run_id"] for r in runs_of(world, "nightly")][:3] == [27, 26, 25]
     assert len([x for x in all_lines(world.ledger) if x.get("imported")]) == 41
-    assert json.loads(state.read_text())["harnesses"] == {
-        "nightly": {"last_run_id": 27}, "weekly": {"last_run_id": 4}}
+    assert json.loads(state.read_text()) == {
+        "runs": {"nightly": {"last_run_id": 27}, "weekly": {"last_run_id": 4}},
+        "other_key": {"kept": True}}
     seqs_in_order(world)
     verify_ok(world)
     proc.send_signal(signal.SIGTERM)

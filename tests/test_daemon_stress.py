@@ -254,7 +254,7 @@ def test_concurrent_load_leaves_a_whole_ledger(world: World, fd: FaultDaemons) -
     # Run ids: never reused (one record each, checked above) and none skipped.
     for name, got_ids in seen.items():
         assert got_ids == set(range(1, max(got_ids) + 1)), (name, sorted(got_ids))
-    state = json.loads((world.state / "state.json").read_text())["harnesses"]
+    state = json.loads((world.state / "state.json").read_text())["runs"]
     assert {n: v["last_run_id"] for n, v in state.items()} == {
         n: max(ids) for n, ids in seen.items()}
     assert set(seen) >= set(oneshots)  # every one-shot was fired at least once

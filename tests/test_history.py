@@ -193,7 +193,7 @@ def test_upgrade_imports_twenty_runs_once(world: World, open_ledger: OpenLedger)
     assert marker.read_text() == f"imported 34 lines at {format_ns(NOW)}\n"
     assert stat.S_IMODE(marker.stat().st_mode) == 0o600
     doc = json.loads(state_path.read_text())
-    assert doc == {"paused": ["weekly"], "harnesses": {"nightly": {"last_run_id": 20}}}
+    assert doc == {"paused": ["weekly"], "runs": {"nightly": {"last_run_id": 20}}}
     assert stat.S_IMODE(state_path.stat().st_mode) == 0o600
 
     # Boot continues: reconciliation closes run 20, and its log says so.
@@ -216,7 +216,8 @@ def test_upgrade_imports_twenty_runs_once(world: World, open_ledger: OpenLedger)
     # Run ids continue at 21.
     ids = RunIds(StateFile(str(state_path)), again, str(world.state / "jobs"))
     assert ids.next("nightly") == 21
-    assert json.loads(state_path.read_text())["harnesses"]["nightly"] == {"last_run_id": 21}
+    assert json.loads(state_path.read_text()) == {
+        "paused": ["weekly"], "runs": {"nightly": {"last_run_id": 21}}}
     again.close()
 
     # The real CLI, reading the ledger from disk, lists all twenty.
@@ -250,7 +251,7 @@ def test_lists_are_dropped_when_the_state_save_was_lost(tmp_path: Path,
     assert (res.already, res.lines, res.lists_dropped) == (True, 0, True)
     assert sorted((f.name, f.read_bytes()) for f in (tmp_path / "ledger").iterdir()) == before
     assert json.loads(state_path.read_text()) == {
-        "paused": ["weekly"], "harnesses": {"nightly": {"last_run_id": 20}}}
+        "paused": ["weekly"], "runs": {"nightly": {"last_run_id": 20}}}
 
 
 def test_legacy_counter_above_the_list_is_kept(tmp_path: Path, open_ledger: OpenLedger) -> None:
@@ -258,8 +259,27 @@ def test_legacy_counter_above_the_list_is_kept(tmp_path: Path, open_ledger: Open
     write_state(state_path, legacy_state(last_run_id=27))  # keep_runs had cut older records
     led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
     import_legacy(led, str(state_path))
-    assert json.loads(state_path.read_text())["harnesses"] == {"nightly": {"last_run_id": 27}}
+    assert json.loads(state_path.read_text()) == {
+        "paused": ["weekly"], "runs": {"nightly": {"last_run_id": 27}}}
     assert RunIds(StateFile(str(state_path)), led, str(tmp_path / "jobs")).next("nightly") == 28
+
+
+def test_an_import_the_previous_version_left_waiting_ends_in_one_table(
+        tmp_path: Path, open_ledger: OpenLedger) -> None:
+    """The previous version's failed import: its ledger exists, the legacy lists wait,
+    and its own counters (above them, runs went on) are in "harnesses". The retry
+    imports the lists and leaves one table: every counter, the higher of the two."""
+    state_path = tmp_path / "state.json"
+    (tmp_path / "ledger").mkdir(mode=0o700)
+    write_state(state_path, {**legacy_state(), "harnesses": {
+        "nightly": {"last_run_id": 23}, "other": {"last_run_id": 2}}})
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
+    assert not led.created
+    res = import_legacy(led, str(state_path))
+    assert (res.error, res.state_error, res.records, res.lines) == (None, None, 20, 34)
+    assert json.loads(state_path.read_text()) == {"paused": ["weekly"], "runs": {
+        "nightly": {"last_run_id": 23}, "other": {"last_run_id": 2}}}
+    assert RunIds(StateFile(str(state_path)), led, str(tmp_path / "jobs")).next("nightly") == 24
 
 
 class FullDiskFrom(FaultyFiles):
@@ -315,7 +335,7 @@ def test_crash_mid_import_keeps_lists_and_retry_has_no_duplicates(
     assert sorted((o["run_id"], o["type"], o["_day"]) for o in lines) == expected_lines()
     assert (ledger_dir / ".imported").read_text() == f"imported 34 lines at {format_ns(NOW)}\n"
     assert json.loads(state_path.read_text()) == {
-        "paused": ["weekly"], "harnesses": {"nightly": {"last_run_id": 20}}}
+        "paused": ["weekly"], "runs": {"nightly": {"last_run_id": 20}}}
     recs, _ = led2.query(_all_nightly())
     assert sorted(r["run_id"] for r in recs) == list(range(1, 21))
     assert import_legacy(led2, str(state_path)).lines == 0  # and a third boot: nothing
@@ -343,7 +363,7 @@ def test_malformed_entries_are_skipped_and_named(tmp_path: Path,
             {**legacy_run(11), "exit_code": "1"},
         ]},
         "weekly": {"last_run_id": 3, "runs": "not a list"},
-        "weird": "x",  # one malformed entry costs only its harness, never the boot
+        "monthly": {"runs": None, "note": "k"},  # a list, or what is left of one: no counter
     }})
     led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
     res = import_legacy(led, str(state_path))
@@ -351,7 +371,7 @@ def test_malformed_entries_are_skipped_and_named(tmp_path: Path,
     assert res.records == 1 and res.lines == 2
     assert [(s.harness, s.index) for s in res.skipped] == [
         ("nightly", 1), ("nightly", 2), ("nightly", 3), ("nightly", 4), ("nightly", 5),
-        ("nightly", 6), ("nightly", 7), ("nightly", 8), ("weekly", -1), ("weird", -1)]
+        ("nightly", 6), ("nightly", 7), ("nightly", 8), ("weekly", -1)]
     msgs = [str(s) for s in res.skipped]
     assert msgs[0] == "nightly[1]: not an object: 'garbage'"
     assert msgs[1] == "nightly[2]: run_id must be an integer ≥ 1, got 0"
@@ -361,24 +381,35 @@ def test_malformed_entries_are_skipped_and_named(tmp_path: Path,
     assert msgs[5] == "nightly[6]: run_id 1 appears twice"
     assert msgs[6].startswith("nightly[7]: ended_at ") and "is before started_at" in msgs[6]
     assert msgs[7] == "nightly[8]: field 'exit_code' must be an integer (64-bit), got '1'"
-    assert res.skipped[-2] == SkippedEntry("weekly", -1, "the run list is not a list")
-    assert res.skipped[-1] == SkippedEntry("weird", -1, "the entry is not an object")
+    assert res.skipped[-1] == SkippedEntry("weekly", -1, "the run list is not a list")
     assert [(o["run_id"], o["type"]) for o in all_lines(tmp_path / "ledger")] == [
         (1, "opened"), (1, "closed")]
-    assert json.loads(state_path.read_text()) == {"harnesses": {
-        "nightly": {"last_run_id": 9}, "weekly": {"last_run_id": 3}}}
+    # Every entry keeps a counter, whatever its list was; none is dropped.
+    assert json.loads(state_path.read_text()) == {"runs": {
+        "nightly": {"last_run_id": 9}, "weekly": {"last_run_id": 3},
+        "monthly": {"last_run_id": 0, "note": "k"}}}
 
 
-def test_a_legacy_table_that_is_not_an_object_is_reported_not_fatal(
-        tmp_path: Path, open_ledger: OpenLedger) -> None:
+@pytest.mark.parametrize(("doc", "problem"), [
+    ({"runs": []}, "'runs' must be an object, not a list"),
+    ({"runs": {"nightly": {"last_run_id": 4, "runs": [legacy_run(1)]}, "weird": "x"}},
+     'runs.weird must be an object, not "x"'),
+    ({"runs": {"nightly": {"last_run_id": -4, "runs": [legacy_run(1)]}}},
+     "runs.nightly.last_run_id must be an integer from 0 to 9223372036854775806, not -4"),
+])
+def test_a_table_whose_counters_cannot_be_read_is_an_error_and_nothing_is_written(
+        tmp_path: Path, open_ledger: OpenLedger, doc: dict[str, Any], problem: str) -> None:
+    """The table holds the run id counters: one the daemon cannot read is not taken as 0
+    (the boot stops on it), and the import leaves everything for the fixed file's boot."""
     state_path = tmp_path / "state.json"
-    write_state(state_path, {"harnesses": {"nightly": {"last_run_id": 4}}, "runs": []})
-    StateFile(str(state_path)).load()  # the daemon's own read: no StateError
+    write_state(state_path, doc)
+    before = state_path.read_bytes()
     led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
     res = import_legacy(led, str(state_path))
-    assert (res.error, res.records) == (None, 0)
-    assert res.skipped == [SkippedEntry("runs", -1, "the legacy table is not an object")]
-    assert json.loads(state_path.read_text()) == {"harnesses": {"nightly": {"last_run_id": 4}}}
+    assert res.error == f"{state_path}: {problem}"
+    assert (res.ran, res.lines, res.lists_dropped) == (False, 0, False)
+    assert state_path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path / "ledger")) == []
 
 
 def test_corrupt_state_is_an_error_and_nothing_is_written(tmp_path: Path,
@@ -406,7 +437,7 @@ def test_no_state_file_marks_the_import_done(tmp_path: Path, open_ledger: OpenLe
 def test_existing_ledger_without_lists_imports_nothing(tmp_path: Path,
                                                        open_ledger: OpenLedger) -> None:
     (tmp_path / "ledger").mkdir(mode=0o700)
-    write_state(tmp_path / "state.json", {"harnesses": {"nightly": {"last_run_id": 3}}})
+    write_state(tmp_path / "state.json", {"runs": {"nightly": {"last_run_id": 3}}})
     led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
     res = import_legacy(led, str(tmp_path / "state.json"))
     assert (res.ran, res.already, res.lines) == (False, False, 0)
@@ -650,7 +681,7 @@ def test_a_held_firing_the_disk_refuses_waits_for_the_next_boot(
     held = {"a": {"run_id": 4, "trigger": "manual", "window": None, "at": at},
             "b": {"run_id": 9, "trigger": "schedule", "at": at,
                   "window": "2026-06-05T09:00:00Z"}}
-    write_state(state_path, {"harnesses": {"a": {"last_run_id": 4}, "b": {"last_run_id": 9}},
+    write_state(state_path, {"runs": {"a": {"last_run_id": 4}, "b": {"last_run_id": 9}},
                              "held": held})
     ledger_dir = tmp_path / "ledger"
     full = FaultyFiles()
@@ -672,7 +703,7 @@ def test_a_held_firing_the_disk_refuses_waits_for_the_next_boot(
          "started_at": at, "outcome": "interrupted", "reason": "daemon_crash",
          "window": "2026-06-05T09:00:00.000000000Z"}]
     assert json.loads(state_path.read_text()) == {
-        "harnesses": {"a": {"last_run_id": 4}, "b": {"last_run_id": 9}}}
+        "runs": {"a": {"last_run_id": 4}, "b": {"last_run_id": 9}}}
     assert [(o["harness"], o["run_id"], o["type"]) for o in all_lines(ledger_dir)] == [
         ("a", 4, "decided"), ("b", 9, "decided")]
     assert settle_held(led2, StateFile(str(state_path)), NOW) == []  # a boot after: nothing

@@ -230,7 +230,7 @@ def test_queue_holds_one_firing_and_skips_the_rest(world: World, daemons: Daemon
     assert one is not None and two is not None
     assert two["started_at"] >= one["ended_at"]
     # Its record written, state.json no longer names it.
-    assert _state(world) == {"harnesses": {"q": {"last_run_id": 3}}}
+    assert _state(world) == {"runs": {"q": {"last_run_id": 3}}}
 
 
 def test_the_queued_run_is_held_in_the_daemons_memory(world: World, daemons: Daemons,
@@ -291,7 +291,7 @@ def test_shutdown_interrupts_the_held_firing(world: World, daemons: Daemons) -> 
     runs = {r["run_id"]: r for r in json.loads(world.harness("runs", "q", "--json").stdout)}
     assert {k: (r["outcome"], r["reason"]) for k, r in runs.items()} == {
         1: ("interrupted", "shutdown"), 2: ("interrupted", "shutdown")}
-    assert _state(world) == {"harnesses": {"q": {"last_run_id": 2}}}
+    assert _state(world) == {"runs": {"q": {"last_run_id": 2}}}
 
 
 def test_a_firing_held_when_the_daemon_is_killed_is_recorded_at_the_next_boot(

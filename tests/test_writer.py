@@ -1720,8 +1720,8 @@ def test_atomic_write_replaces_a_tmp_left_by_a_killed_process(tmp_path: Path) ->
     target = tmp_path / "state.json"
     stale = tmp_path / f".state.json.{os.getpid()}.{threading.get_ident()}.tmp"
     stale.write_bytes(b"half a docum")
-    atomic_write(target, b'{"harnesses": {}}\n')
-    assert target.read_bytes() == b'{"harnesses": {}}\n'
+    atomic_write(target, b'{"runs": {}}\n')
+    assert target.read_bytes() == b'{"runs": {}}\n'
     assert not stale.exists()
     assert os.stat(target).st_mode & 0o777 == 0o600
 

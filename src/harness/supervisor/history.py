@@ -7,7 +7,8 @@ running), marked ``imported: true``, in time order, each in the day file of its 
 Invariants: no legacy run is ever imported twice — the marker ``ledger/.imported`` is
 written only after every line is durable, and a retry after a failed or interrupted
 import skips the imported lines already on disk; state.json loses its lists only once
-the marker exists, so a failed import keeps them for the next boot.
+the marker exists, so a failed import keeps them for the next boot; no entry ever loses
+its ``last_run_id`` (`StateFile.drop_lists`), so run ids continue where they were.
 
 `reconcile` (REQ-7, at boot before any start) and `close_open_on_shutdown` (REQ-7, clean
 shutdown) close every open record as ``interrupted``; neither raises for one record's
@@ -37,7 +38,7 @@ from ..ledger.runledger import RunLedger
 from ..ledger.schema import OUTCOMES, prepare_line
 from ..ledger.scrub import Scrubbed, scrub_text
 from ..timefmt import format_ns, is_rfc3339, parse_ns
-from .state import HARNESSES_KEY, LEGACY_KEY, MAX_RUN_ID, StateError, StateFile
+from .state import LIST_KEY, MAX_RUN_ID, StateError, StateFile
 
 log = logging.getLogger("harness.supervisor")
 
@@ -156,18 +157,16 @@ def _legacy_log(jobs_dir: str, harness: str, run_id: int) -> str | None:
     return path if os.path.exists(path) or os.path.exists(path + ".zst") else None
 
 
-def _collect(legacy: dict[str, Any], jobs_dir: str
+def _collect(entries: dict[str, Any], jobs_dir: str
              ) -> tuple[list[dict[str, Any]], int, list[SkippedEntry]]:
+    """The lines of every legacy record list in `entries` (state.json's table, each entry
+    an object: `StateFile` refuses the file otherwise), in time order."""
     lines: list[dict[str, Any]] = []
     skipped: list[SkippedEntry] = []
     records = 0
     seen: set[tuple[str, int]] = set()
-    for harness in sorted(legacy):
-        entry = legacy[harness]
-        if type(entry) is not dict:
-            skipped.append(SkippedEntry(harness, -1, "the entry is not an object"))
-            continue
-        runs = entry.get("runs")
+    for harness in sorted(entries):
+        runs = entries[harness].get(LIST_KEY)
         if runs is None:
             continue
         if type(runs) is not list:
@@ -211,19 +210,6 @@ def _write_marker(path: str, lines: int, now: int) -> None:
     atomic_write(path, f"imported {lines} lines at {format_ns(now)}\n".encode())
 
 
-def _drop_lists(state: StateFile, imported_max: dict[str, int]) -> None:
-    """Rewrite state.json with only a last_run_id per harness (the legacy table goes)."""
-    doc = dict(state.load())
-    hs = dict(doc.get(HARNESSES_KEY, {}))
-    names = {n for n, e in state.legacy().items() if type(e) is dict} | set(imported_max)
-    for name in names:
-        n = max(state.last_run_id(name), imported_max.get(name, 0))
-        hs[name] = {**hs.get(name, {}), "last_run_id": n}
-    doc[HARNESSES_KEY] = hs
-    doc.pop(LEGACY_KEY, None)
-    state.save(doc)
-
-
 def import_legacy(ledger: RunLedger, state_path: str, *, created: bool | None = None,
                   now: int | None = None) -> ImportResult:
     """Import state.json's legacy run lists into `ledger` once (REQ-13); never raises.
@@ -242,16 +228,13 @@ def import_legacy(ledger: RunLedger, state_path: str, *, created: bool | None = 
         if os.path.exists(marker):
             res.already = True
             if state.has_legacy_lists():  # imported, but the state save was lost
-                _drop_lists(state, {})
+                state.drop_lists({})
                 res.lists_dropped = True
             return res
         if not created and not state.has_legacy_lists():
             return res  # a ledger from an earlier boot and nothing waiting to import
         jobs_dir = os.path.join(os.path.dirname(os.path.abspath(state_path)), "jobs")
-        lines, res.records, res.skipped = _collect(state.legacy(), jobs_dir)
-        table = state.load().get(LEGACY_KEY)
-        if table is not None and type(table) is not dict:
-            res.skipped.append(SkippedEntry(LEGACY_KEY, -1, "the legacy table is not an object"))
+        lines, res.records, res.skipped = _collect(state.entries(), jobs_dir)
     except StateError as exc:
         res.error = str(exc)
         log.error("ledger import: %s", exc)
@@ -288,7 +271,7 @@ def import_legacy(ledger: RunLedger, state_path: str, *, created: bool | None = 
     for x in lines:
         imported_max[x["harness"]] = max(imported_max.get(x["harness"], 0), x["run_id"])
     try:
-        _drop_lists(state, imported_max)
+        state.drop_lists(imported_max)
         res.lists_dropped = True
     except StateError as exc:
         # The marker exists, so the next boot drops the lists without importing again.

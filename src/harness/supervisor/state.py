@@ -1,10 +1,13 @@
 """state.json and the run-id allocator (SPEC-0022 REQ-13, SPEC-0008 "run ids never reused").
 
-`StateFile` owns `$XDG_STATE_HOME/harness/state.json`. Its shape is
-``{"harnesses": {NAME: {"last_run_id": N}}, "stopped": [NAME, ...]}`` plus whatever other
-top-level keys the daemon keeps there; a legacy ``"runs"`` table (the pre-ledger history)
-is read for its ``last_run_id`` counters and carried untouched until
-`history.import_legacy` drops it. ``"stopped"`` names the residents an operator stopped
+`StateFile` owns `$XDG_STATE_HOME/harness/state.json`. Its shape is DESIGN.md §2's legacy
+one, less the run records: ``{"runs": {NAME: {"last_run_id": N}}, "stopped": [NAME, ...]}``
+plus whatever other top-level keys the daemon keeps there. A pre-ledger entry also holds
+its record list (``{"last_run_id": N, "runs": [...]}``) until `history.import_legacy` has
+moved it into the ledger and dropped it (`drop_lists`); the entry's counter stays. A file
+written by the previous version kept the counters in a ``"harnesses"`` table beside the
+legacy one: it is read as one table (each counter the higher of the two) and the first
+write leaves only ``"runs"``. ``"stopped"`` names the residents an operator stopped
 (`harness stop`) and has not started since: the operator's wish, not a run fact, so it is
 not in the ledger (a stop of a resident with no live run writes no record, and retention
 may prune the one that did); the Manager reads it at boot (``unless-stopped``).
@@ -14,9 +17,13 @@ only memory holds them until their record is written, so a daemon killed meanwhi
 the next boot this to record them by (`history.settle_held`).
 Invariants: the file on disk is always a whole, valid JSON document (it is replaced by
 rename, never rewritten in place) and mode 0600; top-level keys this module does not
-know survive every rewrite; updates of the file are serialised, so no thread's change
-overwrites another's; a corrupt file is a `StateError` naming the path and the JSON
-problem, never a traceback.
+know, and keys of an entry other than its record list, survive every rewrite; updates of
+the file are serialised, so no thread's change overwrites another's; a corrupt file is a
+`StateError` naming the path and the JSON problem, never a traceback. Every counter is
+judged strictly — a table or an entry that is not an object, or a ``last_run_id`` that
+is not an id, is a `StateError` naming it (the daemon does not boot), since reading it
+as 0 could hand out an id already used — while a record list is the import's to judge:
+a malformed one costs only that history, reported by the import.
 
 `RunIds` hands out run ids. Invariant: an id is persisted as ``last_run_id`` before it is
 returned, and the first id handed out per harness per process is above everything
@@ -39,8 +46,9 @@ from ..ledger.files import (
     sync_entries_of,
 )
 
-LEGACY_KEY = "runs"
-HARNESSES_KEY = "harnesses"
+RUNS_KEY = "runs"  # the per-harness table: {NAME: {"last_run_id": N}}
+LIST_KEY = "runs"  # in an entry: the pre-ledger record list, until its import
+PREVIOUS_KEY = "harnesses"  # the previous version's counter table, moved on the next write
 HELD_KEY = "held"
 STOPPED_KEY = "stopped"
 _LOG_NAME = re.compile(r"(\d+)\.log(?:\.zst)?\Z")
@@ -61,6 +69,16 @@ MAX_RUN_ID = 2**63 - 1
 
 def _counter(v: Any) -> bool:
     return type(v) is int and 0 <= v < MAX_RUN_ID
+
+
+def _shown(v: Any) -> str:
+    """A value as an error quotes it: a scalar as JSON (cut), a container by its kind."""
+    if type(v) is dict:
+        return "an object"
+    if type(v) is list:
+        return "a list"
+    text = json.dumps(v, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 class StateFile:
@@ -122,45 +140,53 @@ class StateFile:
         if type(doc) is not dict:
             raise StateError(f"{self.path}: the top level must be a JSON object, "
                              f"not {type(doc).__name__}")
-        self._check(doc)
-        return doc
-
-    def _check(self, doc: dict[str, Any]) -> None:
-        hs = doc.get(HARNESSES_KEY, {})
-        if type(hs) is not dict:
-            raise StateError(f"{self.path}: {HARNESSES_KEY!r} must be an object")
-        for name, entry in hs.items():
-            if type(entry) is not dict or not _counter(entry.get("last_run_id", 0)):
-                raise StateError(f"{self.path}: {HARNESSES_KEY}.{name}.last_run_id must be "
-                                 f"an integer from 0 to {MAX_RUN_ID - 1}")
+        for key in (RUNS_KEY, PREVIOUS_KEY):
+            self._check_table(doc, key)
         stopped = doc.get(STOPPED_KEY, [])
         if type(stopped) is not list or any(type(n) is not str for n in stopped):
             raise StateError(f"{self.path}: {STOPPED_KEY!r} must be a list of harness names")
-        # The legacy table is the import's to judge: a malformed entry there (or a table
-        # that is not one) costs only that harness's history, reported by the import,
-        # and the daemon must still boot. The allocator also floors at the ledger and logs.
+        return _one_table(doc)
+
+    def _check_table(self, doc: dict[str, Any], key: str) -> None:
+        """Judge the counters of table `key` strictly, never an entry's record list.
+
+        A counter taken as 0 where the file says something else could hand out again
+        an id only the counter remembers (keep_runs cut its record from the legacy list
+        and its log from the disk, so neither the ledger nor the logs floor it): the boot
+        stops instead, naming it. A malformed record list costs only that history (the
+        import reports it), so a legacy file whose lists alone are broken still boots.
+        A missing counter is 0: the file claims no id.
+        """
+        table = doc.get(key, {})
+        if type(table) is not dict:
+            raise StateError(f"{self.path}: {key!r} must be an object, not {_shown(table)}")
+        for name, entry in table.items():
+            if type(entry) is not dict:
+                raise StateError(f"{self.path}: {key}.{name} must be an object, "
+                                 f"not {_shown(entry)}")
+            if "last_run_id" in entry and not _counter(entry["last_run_id"]):
+                raise StateError(f"{self.path}: {key}.{name}.last_run_id must be an integer "
+                                 f"from 0 to {MAX_RUN_ID - 1}, not "
+                                 f"{_shown(entry['last_run_id'])}")
 
     def last_run_id(self, harness: str) -> int:
-        """The counter for `harness`: the higher of the current and the legacy entry."""
-        doc = self.load()
-        best = 0
-        for key in (HARNESSES_KEY, LEGACY_KEY):
-            entry = doc.get(key, {}).get(harness)
-            if type(entry) is dict and _counter(entry.get("last_run_id")):
-                best = max(best, entry["last_run_id"])
-        return best
+        """The counter for `harness` (0 when state.json has none)."""
+        entry = self.entries().get(harness, {})
+        counter: int = entry.get("last_run_id", 0)
+        return counter
 
     def stopped(self) -> frozenset[str]:
         """The residents an operator stopped and has not started since."""
         return frozenset(self.load().get(STOPPED_KEY, []))
 
-    def legacy(self) -> dict[str, Any]:
-        """The pre-ledger ``runs`` table (empty when there is none)."""
-        legacy = self.load().get(LEGACY_KEY, {})
-        return legacy if type(legacy) is dict else {}
+    def entries(self) -> dict[str, Any]:
+        """The ``runs`` table: each harness's entry (empty when there is none)."""
+        table: dict[str, Any] = self.load().get(RUNS_KEY, {})
+        return table
 
     def has_legacy_lists(self) -> bool:
-        return any(type(e) is dict and "runs" in e for e in self.legacy().values())
+        """Whether an entry still holds a pre-ledger record list (its import is due)."""
+        return any(LIST_KEY in e for e in self.entries().values())
 
     def held(self) -> dict[str, Any]:
         """The held firings as written (`history.settle_held` judges each entry)."""
@@ -176,11 +202,25 @@ class StateFile:
         and time)."""
         with self._update:
             doc = dict(self.load())
-            hs = dict(doc.get(HARNESSES_KEY, {}))
-            hs[harness] = {**hs.get(harness, {}), "last_run_id": value}
-            doc[HARNESSES_KEY] = hs
+            table = dict(self.entries())
+            table[harness] = {**table.get(harness, {}), "last_run_id": value}
+            doc[RUNS_KEY] = table
             if held is not None:
                 doc[HELD_KEY] = {**self.held(), harness: {**held, "run_id": value}}
+            self.save(doc)
+
+    def drop_lists(self, floors: dict[str, int]) -> None:
+        """Rewrite state.json without any entry's record list (REQ-13, once they are in
+        the ledger). Every entry keeps its ``last_run_id``, raised to `floors`' value for
+        it (the highest id imported), so the allocator never goes below an imported run."""
+        with self._update:
+            doc = dict(self.load())
+            table = {}
+            for name, entry in self.entries().items():
+                kept = {k: v for k, v in entry.items() if k != LIST_KEY}
+                kept["last_run_id"] = max(self.last_run_id(name), floors.get(name, 0))
+                table[name] = kept
+            doc[RUNS_KEY] = table
             self.save(doc)
 
     def forget_held(self, harnesses: dict[str, int] | None = None) -> None:
@@ -293,3 +333,20 @@ class RunIds:
             self.state.set_last_run_id(harness, n, held)
             self._last[harness] = n
             return n
+
+
+def _one_table(doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc` with the previous version's counter table folded into ``runs`` (each counter
+    the higher of the two), so the next write leaves only ``runs``; `doc` itself when
+    there is none. Both tables are checked already."""
+    previous = doc.get(PREVIOUS_KEY)
+    if previous is None:
+        return doc
+    doc = {k: v for k, v in doc.items() if k != PREVIOUS_KEY}
+    table = dict(doc.get(RUNS_KEY, {}))
+    for name, old in previous.items():
+        entry = table.get(name, {})
+        table[name] = {**old, **entry, "last_run_id": max(old.get("last_run_id", 0),
+                                                           entry.get("last_run_id", 0))}
+    doc[RUNS_KEY] = table
+    return doc
