@@ -128,6 +128,20 @@ def test_a_file_nested_too_deeply_stops_the_daemon_with_one_line(world: World) -
     assert res.stderr.splitlines()[-1] == f"harness: {p}: not valid JSON: nested too deeply"
 
 
+def test_an_integer_past_the_digit_limit_stops_the_daemon_with_one_line(world: World
+                                                                         ) -> None:
+    """json refuses an integer of over 4,300 digits with a bare ValueError, which ended
+    `harness daemon` in a traceback: it is bad JSON like any other, exit 1, one line."""
+    p = world.state / "state.json"
+    p.parent.mkdir(parents=True)
+    p.write_text('{"runs": {"n": {"last_run_id": ' + "9" * 5000 + "}}}")
+    res = world.harness("daemon")
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr
+    assert res.stderr.splitlines()[-1] == (
+        f"harness: {p}: not valid JSON: an integer too long to read")
+
+
 def test_a_legacy_counter_the_daemon_cannot_read_stops_the_boot(world: World) -> None:
     """A legacy entry whose counter is not an id: the boot stops (exit 1, one line naming
     the file, the key and the value) rather than count from 0 and hand out again an id

@@ -137,6 +137,9 @@ class StateFile:
             raise StateError(f"{self.path}: not valid UTF-8: {exc.reason}") from None
         except RecursionError:  # the decoder recurses once per level of nesting
             raise StateError(f"{self.path}: not valid JSON: nested too deeply") from None
+        except ValueError:  # an integer past the interpreter's digit limit (4,300)
+            raise StateError(f"{self.path}: not valid JSON: an integer too long to "
+                             "read") from None
         if type(doc) is not dict:
             raise StateError(f"{self.path}: the top level must be a JSON object, "
                              f"not {type(doc).__name__}")
