@@ -4,7 +4,8 @@
 The window decision itself (`decide_windows`) is pinned with exact cases; the daemon tests
 seed the ledger with a scheduled record from hours ago, boot the daemon, and check the
 one record the gap comes to: a `missed` decided record (catch_up = false) or one run with
-trigger `catch_up`. Overlap: `queue` holds one firing (its run id allocated when held) and
+trigger `catch_up`; a seeded window ahead of the clock is waited for, never decided
+again. Overlap: `queue` holds one firing (its run id allocated when held) and
 skips the rest, `replace` closes the live run `replaced`, and `stop` cancels a held firing.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 from conftest import World
-from daemons import Daemons, record_of, runs_of, until
+from daemons import DEADLINE, Daemons, record_of, runs_of, until
 from harness.config.schedule import Windows, parse_schedule
 from harness.control.client import Client
 from harness.ledger.runledger import RunLedger
@@ -172,6 +173,46 @@ argv = ["sh", "-c", "true"]
     assert datetime.fromisoformat(until("the schedule's next window", next_known)) == (
         latest + timedelta(hours=1))
     assert [r["run_id"] for r in runs_of(world, "nightly")] == [1]
+
+
+def test_a_window_in_the_ledger_ahead_of_the_clock_is_waited_for(
+        world: World, daemons: Daemons) -> None:
+    """The ledger's newest window is ahead of the daemon's clock, as when the clock was
+    stepped back while the daemon was down. The booted ticker used to start from now, so
+    every window between now and that one was decided a second time; it now waits for the
+    clock to pass it, as a running ticker does, and decides the window after it first."""
+    every = 5
+    # 15 to 20 s ahead: the daemon boots well before it, so the windows between now and
+    # it come while the ticker runs.
+    ahead = datetime.fromtimestamp((time.time_ns() // 10**9 // every + 4) * every, UTC)
+    after = ahead + timedelta(seconds=every)
+    _seed_window(world, "tick", ahead)
+    daemons.write_config(f"""
+[harness.tick]
+schedule = "@every {every}s"
+argv = ["true"]
+""")
+    daemons.start()
+
+    def next_known() -> str | None:
+        with Client(str(daemons.socket)) as c:
+            nxt: str | None = c.request("jobs")["jobs"][0]["next"]
+        return nxt
+
+    assert datetime.fromisoformat(until("the schedule's next window", next_known)) == after
+    first = until("the first window after the ledger's to run",
+                  lambda: (r := record_of(world, "tick", 2)) and r["outcome"] != "running"
+                  and r, deadline=3 * DEADLINE)
+    assert (first["trigger"], first["outcome"], first["window"]) == (
+        "schedule", "success", _rfc(after))
+    # Windows are decided in order: with run 2 on the window after the seeded one, none
+    # at or before it got a record, and no window has two.
+    runs = sorted(runs_of(world, "tick"), key=lambda r: r["run_id"])
+    assert [(r["run_id"], r["window"]) for r in runs[:2]] == [(1, _rfc(ahead)),
+                                                            (2, _rfc(after))]
+    assert len({r["window"] for r in runs}) == len(runs)
+    assert (f"harness tick: the newest window in the ledger, {_rfc(ahead)}, is ahead of "
+            "the clock; no window up to it is decided again") in daemons.stderr()
 
 
 def _oneshot(name: str, policy: str, script: str) -> str:

@@ -14,8 +14,9 @@ Invariants:
   skipped/overlap line), held (``queue``: at most one firing, its run id allocated when it is
   held, so a held firing that never runs still gets a record) or replaces the live run;
 - a schedule window is decided at most once, across restarts too: the newest ``window`` in
-  the ledger is where a booted ticker resumes, and it is synced before the run it accounts
-  for starts; a window first evaluated more than LATE seconds late is missed;
+  the ledger is where a booted ticker resumes (one ahead of a clock stepped back is waited
+  for, as a running ticker waits), and it is synced before the run it accounts for starts;
+  a window first evaluated more than LATE seconds late is missed;
 - consecutive failures and the last run are read from the ledger only, never from memory;
 - a resident is restarted only when its process ended on its own and its policy says so: a
   run the Manager ended (operator, hours, reload, shutdown) never triggers a restart; an
@@ -381,9 +382,15 @@ class Manager:
             # the daemon was down), and a changed schedule starts from now; its windows
             # before now were never due.
             last = None
-        if last is None or last > now:
-            # No history (or a clock stepped back past it): nothing can have been missed.
+        if last is None:
+            # No history: nothing can have been missed.
             last = now
+        elif last > now:
+            # The clock was stepped back past it (while the daemon was down, say): the
+            # windows up to it were decided, so this ticker waits for the clock to pass it,
+            # as a running one does after a step back. From now, it would decide them twice.
+            log.warning("harness %s: the newest window in the ledger, %s, is ahead of the "
+                        "clock; no window up to it is decided again", name, _rfc3339(last))
         retry = DECIDE_RETRY
         while True:
             now = datetime.now(UTC)
