@@ -2,7 +2,8 @@
 SIGHUP against a real daemon process.
 
 A reload starts what the new config adds, closes the live run of what it removes as
-cancelled/reload, stops and starts again a changed resident, and leaves an unchanged
+cancelled/reload, stops and starts again a changed resident that was up (`enabled` or
+not), leaves down one that was down or an operator stopped, and leaves an unchanged
 harness's run alone (same run id, same process). A config that fails to load is refused
 with `bad_config` naming the file and key, and the last good config stays in force.
 """
@@ -16,12 +17,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from conftest import World
-from daemons import Daemons, record_of, runs_of, states_of, until
+from daemons import Daemons, alive, record_of, runs_of, states_of, until
 from harness.control.client import Client, DaemonError
 
 
@@ -124,6 +126,100 @@ argv = ["true"]
             c.request("trigger", name="q")
         assert err.value.code == "not_found"
     assert states_of(world) == {"stay": "armed"}
+
+
+def test_a_reload_starts_again_what_was_up_and_leaves_down_what_was_down(
+        world: World, daemons: Daemons, tmp_path: Path) -> None:
+    """A reload that changes a resident stops its live run (cancelled/reload) and starts it
+    again under the new config. It started it again only when `enabled` and its hours said
+    autostart, so a disabled resident an operator started (c), one an operator started
+    outside its hours (h) and a disabled one an operator started that was waiting out a
+    restart's backoff (b) were left down. What was down stays down: a disabled resident
+    nobody started (d), one an operator stopped (s), and one an operator started outside
+    its hours whose run ended on its own (o: that start lasted as long as its run)."""
+    opens = datetime.now(UTC) + timedelta(hours=3)
+    hours = f"TZ=UTC Mon-Sun {opens:%H:%M}-{opens + timedelta(minutes=1):%H:%M}"
+    pids = {n: tmp_path / f"{n}.pid" for n in "bchs"}
+    daemons.pidfiles += pids.values()
+    mark = tmp_path / "b.crashed"
+
+    def config(note: str) -> str:
+        def up(n: str) -> str:
+            return f"echo $$ > {pids[n]}; exec sleep 600 {note}"
+        return f"""
+[harness.b]
+enabled = false
+restart_delay = "1h"
+argv = ["sh", "-c", "[ -e {mark} ] || {{ touch {mark}; exit 1; }}; {up('b')}"]
+
+[harness.c]
+enabled = false
+argv = ["sh", "-c", "{up('c')}"]
+
+[harness.d]
+enabled = false
+argv = ["sh", "-c", "exec sleep 600 {note}"]
+
+[harness.h]
+operating_hours = "{hours}"
+argv = ["sh", "-c", "{up('h')}"]
+
+[harness.o]
+operating_hours = "{hours}"
+restart = "no"
+argv = ["sh", "-c", "exit 0 {note}"]
+
+[harness.s]
+enabled = false
+argv = ["sh", "-c", "{up('s')}"]
+"""
+
+    def records(name: str) -> list[tuple[int, str, str, str | None]]:
+        return [(r["run_id"], r["trigger"], r["outcome"], r.get("reason"))
+                for r in runs_of(world, name)]
+
+    daemons.write_config(config(""))
+    daemons.start()
+    assert states_of(world) == {"b": "stopped", "c": "stopped", "d": "stopped",
+                                "h": "off-hours", "o": "off-hours", "s": "stopped"}
+    with Client(str(daemons.socket)) as c:
+        for name in "bchos":
+            out = c.request("start", name=name)
+            assert (out["action"], out["run_id"]) == ("started", 1)
+        assert c.request("stop", name="s")["reason"] == "operator"
+    until("b to crash into its 1h backoff and o to end",
+          lambda: (st := states_of(world))["b"] == "backoff" and st["o"] == "off-hours")
+    old = {n: _pid(pids[n]) for n in "ch"}
+    for n in "ch":
+        pids[n].unlink()
+    assert {n: records(n) for n in "bcdhos"} == {
+        "b": [(1, "manual", "failed", None)],
+        "c": [(1, "manual", "running", None)],
+        "d": [],
+        "h": [(1, "manual", "running", None)],
+        "o": [(1, "manual", "success", None)],
+        "s": [(1, "manual", "cancelled", "operator")]}
+
+    daemons.write_config(config("# v2"))
+    with Client(str(daemons.socket)) as c:
+        assert c.request("reload") == {"added": [], "removed": [],
+                                       "changed": ["b", "c", "d", "h", "o", "s"],
+                                       "unchanged": 0}
+    # The restarts are the reload's own, with the trigger a reload's restart of an
+    # enabled resident records.
+    assert {n: records(n) for n in "bcdhos"} == {
+        "b": [(2, "autostart", "running", None), (1, "manual", "failed", None)],
+        "c": [(2, "autostart", "running", None), (1, "manual", "cancelled", "reload")],
+        "d": [],
+        "h": [(2, "autostart", "running", None), (1, "manual", "cancelled", "reload")],
+        "o": [(1, "manual", "success", None)],
+        "s": [(1, "manual", "cancelled", "operator")]}
+    assert states_of(world) == {"b": "running", "c": "running", "d": "stopped",
+                                "h": "running", "o": "off-hours", "s": "stopped"}
+    for n in "bch":
+        pid = _pid(pids[n])
+        assert pid != old.get(n) and alive(pid)
+    assert not pids["s"].exists() or not alive(int(pids["s"].read_text()))
 
 
 TOO_LONG = "must be at most 1000000d (about 2,700 years), got"

@@ -27,6 +27,9 @@ Invariants:
   stays down across daemon restarts (a crash or a kill of the daemon included) until
   `start`, while every other resident autostarts at boot as `enabled` says (``always``:
   whatever an operator did before);
+- a reload undoes no operator's action: a changed resident that was up (started by an
+  operator while disabled or outside its hours included) is started again under the new
+  config, and one an operator stopped stays down;
 - a start (run id, opened line, spawn, its watcher) is not cut in half by a cancellation:
   a reload or shutdown cancelling the ticker, hours gate, restart or request in it waits
   for it, then finds the run live and stops it, so no id goes without a record and no
@@ -281,13 +284,21 @@ class Manager:
         StateError when the disk does not take it."""
         await asyncio.to_thread(self.ids.state.set_stopped, name, stopped)
 
-    async def _arm_resident(self, name: str, cfg: HarnessConfig, trigger: str) -> None:
+    async def _arm_resident(self, name: str, cfg: HarnessConfig, trigger: str, *,
+                            up: bool = False) -> None:
+        """Arm resident `name`'s hours gate and start it if `enabled` and its hours say so.
+
+        `up`: it was up when a reload changed it, so it starts whatever `enabled` says
+        (which governs autostart, not an operator's start), and outside its hours too if
+        an operator started it there (`_override`).
+        """
         hours = cfg.parsed_hours()
         if hours is not None:
             if not hours.is_open(datetime.now(UTC)):
                 self._closed.add(name)
             self._gates[name] = _task(self._gate(name, hours), f"hours:{name}")
-        if not cfg.enabled or name in self._closed or name in self._held:
+        if (not (cfg.enabled or up) or name in self._held
+                or (name in self._closed and name not in self._override)):
             return
         try:
             async with self._lock(name):
@@ -957,7 +968,10 @@ class Manager:
         A changed one-shot keeps its live run (it finishes under the config it started
         with) and keeps its schedule's phase unless the schedule itself changed; a changed
         resident's live run is stopped (cancelled/reload) and started again under the new
-        config. A harness that changes kind is removed and added.
+        config (trigger autostart), as is one waiting out a restart's backoff, whatever
+        `enabled` says and outside its hours too if an operator started it there; a changed
+        resident that was down starts only if `enabled` and its hours say so, and one an
+        operator stopped stays stopped. A harness that changes kind is removed and added.
         """
         if self._stopping:
             raise RuntimeError("the daemon is shutting down")
@@ -1015,18 +1029,27 @@ class Manager:
                     # A new schedule starts from now: its windows before now were never due.
                     self._arm_ticker(name, after, resume=False)
             return
+        # Up: a live run, or a restart waiting out its backoff (the disarm cancels it).
+        # Such a resident comes back up under the new config, an operator's start of a
+        # disabled one included; a change of config undoes no operator's action.
+        up = name in self._backoff
         await asyncio.gather(*self._disarm(name), return_exceptions=True)
         async with self._lock(name):
-            self._cancel_backoff(name)  # one the run's exit may have armed meanwhile
+            up = up or name in self._backoff  # one the run's exit may have armed meanwhile
+            self._cancel_backoff(name)
             self._delay.pop(name, None)
             self._closed.discard(name)
             run = self._live.get(name)
             if run is not None and run.run_id is not None:
+                up = True
                 self._ending.add((name, run.run_id))
                 await run.stop("reload")
+            if not up:
+                # An operator's start outside the hours lasts as long as the run it began.
+                self._override.discard(name)
         if name in self._held:
             return  # operator-stopped: stays down under the new config too
-        await self._arm_resident(name, after, "autostart")
+        await self._arm_resident(name, after, "autostart", up=up)
 
     # -- views -------------------------------------------------------------------------
 
