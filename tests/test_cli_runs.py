@@ -188,6 +188,20 @@ def test_no_name_lists_every_harness_of_the_last_24h(world: World) -> None:
         ["gamma", "7"], ["beta", "2"], ["alpha", "2"]]
 
 
+def test_no_name_with_a_later_until_is_still_the_last_24h(world: World) -> None:
+    """--until tomorrow ends the sweep's window now, not tomorrow: a run 2 h ago is in
+    REQ-14's last 24 hours. An earlier --until ends it there."""
+    now = now_ns()
+    seed(world, [*run_lines("a", 1, now - 2 * HOUR), *run_lines("b", 1, now - 30 * HOUR)])
+
+    def q(*args: str) -> list[tuple[str, int]]:
+        return [(r["harness"], r["run_id"]) for r in runs_json(world, *args)]
+
+    assert q() == [("a", 1)]
+    assert q("--until", format_ns(now + 23 * HOUR)) == [("a", 1)]
+    assert q("--until", format_ns(now - 20 * HOUR)) == [("b", 1)]
+
+
 def test_named_harnesses_with_filters_have_no_24h_window(world: World) -> None:
     """The 24 hours are REQ-14's sweep of every harness ("no NAME and no --harness"):
     `--harness alpha`, or a name with a filter, reaches back as far as `harness runs

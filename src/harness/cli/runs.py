@@ -98,9 +98,12 @@ def build_query(names: tuple[str, ...], harness: tuple[str, ...], since: str | N
         return Query(names=tuple(names), limit=limit or NAMED_LIMIT), True
     named = tuple(dict.fromkeys(names + harness))
     if since_ns is None and not named:
-        # REQ-14's sweep of every harness: the 24 hours before --until (before now
-        # without it). Named harnesses have no window, as `harness runs NAME` has none.
-        since_ns = (until_ns if until_ns is not None else now) - 24 * 3_600_000_000_000
+        # REQ-14's sweep of every harness: the 24 hours before --until, or before now
+        # without it or when it is later (no run has started after now: a --until
+        # tomorrow must not hide this morning's). Named harnesses have no window, as
+        # `harness runs NAME` has none.
+        end = now if until_ns is None else min(until_ns, now)
+        since_ns = end - 24 * 3_600_000_000_000
     try:
         q = Query(names=named, since_ns=since_ns, until_ns=until_ns, outcomes=outcomes,
                   triggers=triggers, limit=limit or SWEEP_LIMIT)
