@@ -661,6 +661,33 @@ argv = ["true"]
 """
 
 
+def test_json_prints_the_same_bytes_from_the_daemon_and_from_the_files(
+        world: World, daemons: Daemons) -> None:
+    """The daemon's records keep the member order their lines were built in, the files'
+    the canonical order: the output sorts them, so a consumer comparing bytes sees the
+    same record as the same text, whoever answered."""
+    daemons.write_config(RESIDENT_AND_JOB)
+    proc = daemons.start()
+    for _ in (1, 2):
+        res = world.harness("trigger", "job", "--wait")
+        assert res.returncode == 0, res.stderr
+    until("the resident's run to end",
+          lambda: (rec := record_of(world, "res", 1)) is not None
+          and rec["outcome"] == "success")
+    up = runs(world, "--json")
+    assert up.returncode == 0 and up.stderr == "", up.stderr
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+    down = runs(world, "--json")
+    assert down.returncode == 0
+    assert down.stderr.startswith("harness: daemon not running; ")
+    records = json.loads(up.stdout)
+    assert sorted((r["harness"], r["run_id"]) for r in records) == [
+        ("job", 1), ("job", 2), ("res", 1)]
+    assert down.stdout == up.stdout
+    assert all(list(r) == sorted(r) for r in records)
+
+
 def test_a_residents_missing_durable_log_is_not_a_pruned_log(
         world: World, daemons: Daemons) -> None:
     """REQ-4's log_pruned is "the per-run log was deleted by keep_runs": a resident has no
