@@ -94,6 +94,9 @@ def reaped(proc: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()  # a pipe read to its end is still open until closed
 
 class Daemons:
     """Starts daemons in a world; kills every one still alive (and the pids in pidfiles)."""
