@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Iterator
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -39,6 +39,8 @@ from ..supervisor import logview
 from ..supervisor.runner import resident_log_path
 from . import render
 from .output import fail, named, report, warn
+
+T = TypeVar("T")
 
 
 def _ask_daemon(sock: str, name: str, run: int | None, lines: int | None) -> dict[str, Any]:
@@ -86,34 +88,33 @@ def _cannot_read(name: str, exc: OSError) -> NoReturn:
     fail(named(f"cannot read {name}'s log: {exc}"))  # its path, scrubbed
 
 
-def _read_files(config_path: str | None, name: str, run: int | None,
-                lines: int | None) -> dict[str, Any]:
+def _from_files(config_path: str | None, name: str, view: Callable[..., T], **how: Any) -> T:
+    """`view` (logview's `view_log` or `stream_log`) of NAME's log, read from the files
+    with the daemon down: its kind and keep_runs from the config, a run's record from the
+    ledger's day files; a missing log or an unreadable file ends the command."""
     cfg = _harness(config_path, name)
     try:
-        view = logview.view_log(name, cfg.kind, run=run, lines=lines,
-                                jobs_dir=runlogs.default_jobs_dir(),
-                                resident_log=resident_log_path(name),
-                                keep_runs=cfg.keep_runs, lookup=_disk_lookup)
+        return view(name, cfg.kind, jobs_dir=runlogs.default_jobs_dir(),
+                    resident_log=resident_log_path(name), keep_runs=cfg.keep_runs,
+                    lookup=_disk_lookup, **how)
     except logview.LogError as exc:
         fail(exc.message)
     except OSError as exc:
         _cannot_read(name, exc)
+
+
+def _read_files(config_path: str | None, name: str, run: int | None,
+                lines: int | None) -> dict[str, Any]:
+    view: logview.LogText = _from_files(config_path, name, logview.view_log, run=run,
+                                        lines=lines)
     return view.to_json()
 
 
 def _open_files(config_path: str | None, name: str, run: int | None) -> logview.LogStream:
     """The whole log, opened from the files to be streamed: it may be many GB (a
     resident's months of output), so it is never held whole."""
-    cfg = _harness(config_path, name)
-    try:
-        return logview.stream_log(name, cfg.kind, run=run,
-                                  jobs_dir=runlogs.default_jobs_dir(),
-                                  resident_log=resident_log_path(name),
-                                  keep_runs=cfg.keep_runs, lookup=_disk_lookup)
-    except logview.LogError as exc:
-        fail(exc.message)
-    except OSError as exc:
-        _cannot_read(name, exc)
+    stream: logview.LogStream = _from_files(config_path, name, logview.stream_log, run=run)
+    return stream
 
 
 def _read(name: str, pieces: Iterator[str]) -> Iterator[str]:
