@@ -16,7 +16,8 @@ changes them while the daemon runs: the test writes FILE as
 
     {"gen": N, "faults": {"sync": {"delay": 2.0}, "write": {"errno": "EROFS"}}}
 
-(ops "open", "write", "sync", "truncate"; keys errno, delay, partial, times); a thread
+(ops "open", "write", "sync", "truncate"; keys errno, delay, partial, times, and hang: true,
+a hang that lasts until the next fault set is armed); a thread
 polling every 20 ms disarms every fault, arms the new set and then writes FILE.ack as
 ``{"gen": N, "calls": {...}}`` (FaultyFiles' per-operation call counts), so the test knows
 from when on the disk behaves as asked. `--watchdog S` arms faulthandler to dump every
@@ -92,7 +93,8 @@ def arm(faults: dict[str, dict[str, Any]]) -> None:
     FAULTS.clear()
     for op, spec in faults.items():
         FAULTS.inject(op, errno=_errno(spec.get("errno")), delay=float(spec.get("delay", 0.0)),
-                      partial=bool(spec.get("partial", False)), times=spec.get("times"))
+                      partial=bool(spec.get("partial", False)), times=spec.get("times"),
+                      hang=bool(spec.get("hang", False)))
 
 
 def _write_ack(path: str, gen: int) -> None:

@@ -98,6 +98,36 @@ def test_an_episode_is_its_first_failure_a_bounded_count_each_change_and_its_end
     ]
 
 
+def test_a_hang_is_one_failure_whether_it_then_returns_or_fails(
+        told: tuple[FailureLog, list[tuple[int, str]]]) -> None:
+    """A sync past its bound is told (and counted) when the bound passes; its error when it
+    then fails is the same failure, told but not counted again, so the episode's count still
+    adds up to the writer's append errors. One that returns just ends the episode."""
+    fl, lines = told
+    E, W = logging.ERROR, logging.WARNING
+    hung = LedgerUnavailable(f"ledger write and sync of {P} has not returned within the 2s "
+                             "bound", harness="a", run_id=1, seq=5)
+    eio = "Input/output error"
+    fl.hung(hung, P, 2, now=100.0)
+    fl.failed(_err("sync", eio, 5), P, 3, now=117.0, told=True)
+    fl.failed(_err("sync", eio, 5), P, 3, now=117.5)  # the retry: a failure of its own
+    fl.recovered(now=118.0)
+    fl.hung(hung, P, 1, now=200.0)
+    fl.recovered(now=215.0)
+    assert lines == [
+        (E, f"ledger write and sync of {P} has not returned within the 2s bound (harness=a "
+            "run_id=1 seq=5); 2 line(s) queued behind it"),
+        (E, f"ledger sync of {P} failed: {eio} (harness=a run_id=1 seq=5); 3 line(s) queued, "
+            "retrying in order (already counted when it passed its bound)"),
+        (E, f"ledger sync of {P} failed: {eio} (harness=a run_id=1 seq=5): 1 more time(s) in "
+            "1.0s, 2 failure(s) so far"),
+        (W, f"ledger: writing {P} again after 2 failure(s) in 18.0s"),
+        (E, f"ledger write and sync of {P} has not returned within the 2s bound (harness=a "
+            "run_id=1 seq=5); 1 line(s) queued behind it"),
+        (W, f"ledger: writing {P} again after 1 failure(s) in 15.0s"),
+    ]
+
+
 def test_problems_met_on_the_way_have_their_own_topic_are_not_counted_and_are_scrubbed(
         told: tuple[FailureLog, list[tuple[int, str]]]) -> None:
     """A read-only disk fails the write and then the cut back, alternately: neither is a

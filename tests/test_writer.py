@@ -14,6 +14,7 @@ import errno
 import json
 import logging
 import os
+import re
 import shutil
 import stat
 import threading
@@ -470,6 +471,19 @@ def warm(rig: Rig) -> None:
     assert rig.files.dir_syncs == [str(rig.directory)]
 
 
+def past_the_bound(hung: str, late: str, path: Path, bound: str, record: str) -> re.Pattern[str]:
+    """How one write or sync past the bound is told (and counted, once): by the watchdog
+    while it has not returned (`hung`: what the pass was doing then), or, should it return
+    before the watchdog looked (a loaded machine), by the writer (`late`: what it did)."""
+    durable = ("the lines are now durable" if late == "write and sync"
+               else "the lines are written and will be synced")
+    return re.compile(
+        f"ledger {hung} of {re.escape(str(path))} has not returned within the {bound}s "
+        f"bound {re.escape(record)}"
+        f"|ledger {late} of {re.escape(str(path))} took [0-9.]+s, over the {bound}s bound; "
+        f"{durable} {re.escape(record)}")
+
+
 def release_past_the_bound(rig: Rig, bound: float, call: int) -> None:
     """Release the hung "sync" once its `call`-th call has been hung for longer than
     `bound`. A pass's time runs from before that call, so the writer then finds it late
@@ -675,8 +689,10 @@ def test_a_write_past_the_bound_is_counted_like_a_late_sync(
     rig.commits.wait_for(2)
     s = w.stats()
     assert (s.append_errors, s.degraded) == (1, False)
-    assert s.last_error is not None and "ledger write and sync of" in s.last_error
-    assert "over the 0.3s bound" in s.last_error and "seq=2" in s.last_error
+    assert s.last_error is not None
+    told = past_the_bound("write and sync", "write and sync", rig.day, "0.3",
+                          "(harness=h run_id=2 seq=2)")
+    assert told.fullmatch(s.last_error), s.last_error
 
 
 def test_a_buffered_write_past_the_bound_is_counted_though_nobody_waits(
@@ -690,8 +706,8 @@ def test_a_buffered_write_past_the_bound_is_counted_though_nobody_waits(
     wait_until(lambda: w.stats().append_errors == 1)
     s = w.stats()
     assert s.last_error is not None
-    assert "ledger write of" in s.last_error and "over the 0.3s bound" in s.last_error
-    assert "will be synced" in s.last_error and "seq=2" in s.last_error
+    told = past_the_bound("write", "write", rig.day, "0.3", "(harness=h run_id=2 seq=2)")
+    assert told.fullmatch(s.last_error), s.last_error
     assert rig.files.calls["sync"] == 1 and rig.commits.seqs == [1]
     w.flush()
     rig.commits.wait_for(2)
@@ -910,8 +926,13 @@ def test_hung_sync_bounds_callers_and_commits_both_lines_when_released(
     assert second.value.seq == 2
     assert rig.files.calls["sync"] == 1  # still stuck in the first one
     assert rig.commits.batches == []
+    # The hang is one append error, counted while it lasts: the first caller's timeout and
+    # the second one's fail-fast are not errors of their own.
+    wait_until(lambda: w.stats().append_errors > 0)
     s = w.stats()
-    assert (s.queued, s.next_seq) == (2, 3)
+    assert (s.queued, s.next_seq, s.append_errors, s.degraded) == (2, 3, 1, True)
+    assert s.last_error == (f"ledger write and sync of {rig.day} has not returned within "
+                            "the 0.5s bound (harness=h run_id=1 seq=1)")
 
     release_past_the_bound(rig, timeout, call=1)
     rig.commits.wait_for(2)
@@ -920,10 +941,102 @@ def test_hung_sync_bounds_callers_and_commits_both_lines_when_released(
     assert d.seqs == [1, 2]
     assert_chain(d)
     s = w.stats()
-    assert (s.queued, s.degraded, s.append_errors) == (0, False, 1)  # the late sync counts
-    assert s.last_error is not None and "seq=1" in s.last_error and "bound" in s.last_error
+    assert (s.queued, s.degraded, s.append_errors) == (0, False, 1)  # not counted again
     # And the ledger is healthy again: the next caller waits normally and succeeds.
     assert w.append(line(run_id=3), harness="h", run_id=3) == 3
+
+
+def ledger_log(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [f"{r.levelname} {r.getMessage()}" for r in caplog.records
+            if r.name == "harness.ledger"]
+
+
+def test_a_sync_that_hangs_is_counted_logged_and_degraded_when_the_bound_passes(
+    make_rig: Callable[..., Rig], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """REQ-6: a sync that has not returned within the bound has failed then, though the
+    writer thread is stuck in it and nobody waits for its line: counted, logged with its
+    record and the ledger degraded while it hangs, and counted once however long it hangs.
+    When it returns, the episode's end is logged, nothing more is counted, and every line
+    is on disk once, in order."""
+    caplog.set_level(logging.WARNING, logger="harness.ledger")
+    rig = make_rig(sync_timeout=0.5, flush_every=30.0)
+    w = rig.writer
+    warm(rig)
+    rig.files.inject("sync", hang=True)
+    w.enqueue(line(run_id=2, harness="nightly"), sync=False, harness="nightly", run_id=2)
+    w.flush()  # its sync hangs, and no caller waits for it
+    wait_until(lambda: w.stats().append_errors > 0)
+    hung = (f"ledger write and sync of {rig.day} has not returned within the 0.5s bound "
+            "(harness=nightly run_id=2 seq=2)")
+    s = w.stats()
+    assert (s.queued, s.append_errors, s.degraded, s.last_error) == (1, 1, True, hung)
+    assert rig.files.calls["sync"] == 2  # still in line 2's
+    assert ledger_log(caplog) == [f"ERROR {hung}; 1 line(s) queued behind it"]
+    why = w.stuck("nightly", 2)
+    assert why is not None
+    assert re.fullmatch(r"a ledger write or sync has not returned for [0-9]+s", why)
+    # A synced append behind it fails at once, and is no error of the ledger's own.
+    with pytest.raises(LedgerUnavailable, match="queued behind a failing write") as info:
+        w.append(line(run_id=3), harness="h", run_id=3)
+    assert info.value.seq == 3
+    time.sleep(1.0)  # two bounds more: the same hang is not counted again
+    s = w.stats()
+    assert (s.queued, s.append_errors, s.degraded) == (2, 1, True)
+
+    rig.files.clear("sync")
+    rig.commits.wait_for(3)
+    s = w.stats()
+    assert (s.queued, s.append_errors, s.degraded, s.last_error) == (0, 1, False, hung)
+    assert rig.commits.batches == [[1], [2], [3]]
+    d = rig.disk()
+    assert (d.seqs, d.fragments) == ([1, 2, 3], [])
+    assert_chain(d)
+    first, end = ledger_log(caplog)
+    assert first == f"ERROR {hung}; 1 line(s) queued behind it"
+    assert re.fullmatch(f"WARNING ledger: writing {re.escape(str(rig.day))} again after "
+                        r"1 failure\(s\) in [0-9.]+s", end), end
+    assert w.append(line(run_id=4), harness="h", run_id=4) == 4
+
+
+def test_a_hung_sync_that_then_fails_is_one_failure_retried_in_order(
+    make_rig: Callable[..., Rig], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A sync hangs past the bound (counted then) and then fails: its error is the same
+    failure of the same line, logged but not counted again. The line is cut back and
+    written again with the one queued behind it: each once, in order."""
+    caplog.set_level(logging.WARNING, logger="harness.ledger")
+    rig = make_rig(sync_timeout=0.5)
+    w = rig.writer
+    warm(rig)
+    # The sync under way fails once released (its fault was armed when it began); the
+    # fault is gone by then, so the retry succeeds.
+    rig.files.inject("sync", errno=errno.EIO, hang=True)
+    e2 = w.enqueue(line(run_id=2, harness="nightly"), sync=True, harness="nightly", run_id=2)
+    wait_until(lambda: w.stats().append_errors > 0)
+    hung = (f"ledger write and sync of {rig.day} has not returned within the 0.5s bound "
+            "(harness=nightly run_id=2 seq=2)")
+    s = w.stats()
+    assert (s.queued, s.append_errors, s.degraded, s.last_error) == (1, 1, True, hung)
+    e3 = w.enqueue(line(run_id=3), sync=True, harness="h", run_id=3)
+    rig.files.clear("sync")
+    rig.commits.wait_for(3)
+    assert (w.wait(e2), w.wait(e3)) == (2, 3)
+    failed = (f"ledger sync of {rig.day} failed: Input/output error (injected on sync) "
+              "(harness=nightly run_id=2 seq=2)")
+    s = w.stats()
+    assert (s.queued, s.append_errors, s.degraded, s.last_error) == (0, 1, False, failed)
+    d = rig.disk()
+    assert (d.seqs, d.fragments) == ([1, 2, 3], [])
+    assert_chain(d)
+    assert rig.commits.seqs == [1, 2, 3]
+    wait_until(lambda: len(ledger_log(caplog)) == 3)  # the episode's end follows the commit
+    hang_line, fail_line, end = ledger_log(caplog)
+    assert hang_line == f"ERROR {hung}; 1 line(s) queued behind it"
+    assert fail_line == (f"ERROR {failed}; 2 line(s) queued, retrying in order (already "
+                         "counted when it passed its bound)")
+    assert re.fullmatch(f"WARNING ledger: writing {re.escape(str(rig.day))} again after "
+                        r"1 failure\(s\) in [0-9.]+s", end), end
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ from test_writer import (
     _thread_cpu,
     hold_in_a_sync,
     line,
+    past_the_bound,
     read_disk,
     rigs_in,
     time_out_line_3,
@@ -172,10 +173,12 @@ def test_a_failed_sync_past_the_bound_counts_once(make_rig: Callable[..., Rig]) 
     wait_until(lambda: w.stats().lines_written == 1)
     rig.files.inject("sync", errno=errno.EIO, delay=1.5, times=1)
     w.flush()
-    wait_until(lambda: w.stats().degraded)  # the failure is counted last in its pass
+    # Counted when the bound passes (or, on a loaded machine, when it fails); its failure
+    # is told after it, not counted again.
+    wait_until(lambda: (w.stats().last_error or "").startswith("ledger sync of"))
     s = w.stats()
     assert s.append_errors == 1
-    assert s.last_error is not None and "ledger sync of" in s.last_error
+    assert s.degraded
     w.flush()
     rig.commits.wait_for(1)
     assert rig.disk().seqs == [1]
@@ -493,11 +496,16 @@ def test_callers_fail_fast_once_a_sync_nobody_waits_for_hangs_past_the_bound(
     with pytest.raises(LedgerUnavailable, match="queued behind a failing write") as info:
         w.wait(e2)
     assert info.value.seq == 2
-    assert w.stats().degraded is False  # slow, not failed
+    # A sync that has not returned within the bound has failed (REQ-6): counted, degraded.
+    wait_until(lambda: w.stats().append_errors == 1)
+    s = w.stats()
+    assert (s.append_errors, s.degraded, s.queued) == (1, True, 3)
     rig.files.clear("sync")
     rig.commits.wait_for(3)
     assert rig.disk().seqs == [1, 2, 3]
     assert rig.commits.batches == [[1], [2, 3]]
+    s = w.stats()
+    assert (s.append_errors, s.degraded, s.queued) == (1, False, 0)
 
 
 def test_close_gives_a_hung_sync_its_whole_timeout_before_giving_up(
@@ -578,10 +586,11 @@ def test_a_late_pass_is_reported_against_its_first_line(
     else:
         wait_until(lambda: w.stats().append_errors == 2)
     s = w.stats()
+    # The retry is a general pass: the watchdog finds it in its write either way.
     what = "write and sync" if synced else "write"
     assert s.last_error is not None
-    assert s.last_error.startswith(f"ledger {what} of {rig.day} took ")
-    assert s.last_error.endswith("(harness=h run_id=2 seq=2)")
+    told = past_the_bound("write", what, rig.day, "0.3", "(harness=h run_id=2 seq=2)")
+    assert told.fullmatch(s.last_error), s.last_error
     assert (s.append_errors, s.degraded) == (2, False)
     w.flush()
     rig.commits.wait_for(3)

@@ -15,6 +15,14 @@ recovery, the way a database or systemd does:
 * its end: ``writing PATH again after N failure(s) in T`` once a pass succeeds, or
   ``gave up on PATH after N failure(s) in T`` when the writer stops with lines queued.
 
+A write or sync that hangs past its bound is a failure from the moment the bound passes
+(REQ-6), while the writer thread is still stuck in it: the writer's watchdog tells it
+then (`hung`), and it opens an episode like any failure. Should the operation then
+return, the episode ends as any does; should it fail, its error is told in full
+(`failed(told=True)`) but not counted again: it is the same failure of the same line,
+and its line ends in "(already counted when it passed its bound)", not in "retrying in
+order".
+
 Invariant: each counted failure is told by exactly one line (one for a line in full, N
 for a summary's "N more time(s)"), and every repeat is told by the episode's last line
 at the latest, so the failures in the log add up to the writer's ``append_errors`` (less
@@ -26,12 +34,14 @@ it was made, a path or a problem's text by the logger's filter (`scrub.ScrubLog`
 "harness.ledger"), each as an argument of its own, so the line's words after a
 scrubbed piece (the record, the queue) are never taken for a secret's value.
 
-Used by the writer thread alone, so it takes no lock.
+Used by the writer thread and its watchdog (`hung`), so each call runs whole under a
+lock of its own, the last one taken: it takes no other inside.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 
 from .errors import LedgerError
@@ -59,6 +69,7 @@ class FailureLog:
     """One writer's failures, told to `logger` as episodes (see the module docstring)."""
 
     def __init__(self, logger: logging.Logger, every: float = 10.0) -> None:
+        self._lock = threading.Lock()
         self._log = logger
         self.every = every
         self._causes: dict[str, _Cause] = {}  # topic -> its current cause
@@ -69,31 +80,51 @@ class FailureLog:
     @property
     def open(self) -> bool:
         """Whether an episode is under way (the writer asks after every clean pass)."""
+        # No lock: one attribute read, on every clean pass. A hang the watchdog is telling
+        # is waited for before the pass stuck in it goes on (`Writer._end_io`).
         return self._started is not None
 
-    def failed(self, err: LedgerError, path: str, queued: int, now: float) -> None:
-        """A write or sync of the queue's head failed: one of REQ-6's append errors."""
-        self._path = path
+    def failed(self, err: LedgerError, path: str, queued: int, now: float, *,
+               told: bool = False) -> None:
+        """A write or sync of the queue's head failed: one of REQ-6's append errors. With
+        `told`, it is the operation `hung` already told and counted, failing now that it
+        returns: told in full, not counted again."""
         # The cause is the operation, file, error and record: REQ-6 logs a failure with
         # its harness and seq, so a head that moves on (an earlier line landed) and fails
         # the same way gets a line of its own. Retries of one line are the repeats.
-        self._note(_APPEND, str(err), err,
-                   f"; {queued} line(s) queued, retrying in order", logging.ERROR, now,
-                   counted=True)
+        tail = f"; {queued} line(s) queued, retrying in order"
+        if told:
+            tail += " (already counted when it passed its bound)"
+        with self._lock:
+            self._path = path
+            self._note(_APPEND, str(err), err, tail, logging.ERROR, now, counted=True,
+                       tally=not told)
+
+    def hung(self, err: LedgerError, path: str, queued: int, now: float) -> None:
+        """A write or sync of the queue's head has run past its bound and not returned:
+        one of REQ-6's append errors, told by the watchdog while the writer is stuck."""
+        with self._lock:
+            self._path = path
+            self._note(_APPEND, str(err), err, f"; {queued} line(s) queued behind it",
+                       logging.ERROR, now, counted=True)
 
     def trouble(self, topic: str, text: str, now: float) -> None:
         """A problem met while handling a failure: told like one, but not counted."""
-        self._note(topic, text, text, "", logging.WARNING, now, counted=False)
+        with self._lock:
+            self._note(topic, text, text, "", logging.WARNING, now, counted=False)
 
     def recovered(self, now: float) -> None:
         """A pass succeeded: tell the repeats not yet told, and the episode's end."""
         # A warning, not info: the CLI logs nothing below it, and a reader who saw the
         # failures must also see that they ended.
-        self._finish(now, logging.WARNING, "writing %s again", "")
+        with self._lock:
+            self._finish(now, logging.WARNING, "writing %s again", "")
 
     def stopped(self, queued: int, now: float) -> None:
         """The writer stopped (a close's timeout passed) with the episode still open."""
-        self._finish(now, logging.ERROR, "gave up on %s", f"; {queued} line(s) still queued")
+        with self._lock:
+            self._finish(now, logging.ERROR, "gave up on %s",
+                         f"; {queued} line(s) still queued")
 
     def _finish(self, now: float, level: int, what: str, tail: str) -> None:
         """End the episode under way, if any: its repeats not yet told, then `what` (a
@@ -107,12 +138,14 @@ class FailureLog:
         self._reset()
 
     def _note(self, topic: str, key: str, text: object, tail: str, level: int, now: float,
-              *, counted: bool) -> None:
+              *, counted: bool, tally: bool = True) -> None:
+        """Tell one problem of `topic`. `counted`: the topic's problems are append errors;
+        `tally`: this one is counted (not a hang's error, counted when it was told)."""
         if self._started is None:
             self._started = now
         cur = self._causes.get(topic)
         if cur is not None and cur.key == key:
-            self._failures += counted
+            self._failures += counted and tally
             cur.repeats += 1
             cur.text, cur.tail = text, tail
             if now - cur.told_at >= self.every:
@@ -121,7 +154,7 @@ class FailureLog:
         if cur is not None:
             # The old cause's last repeats, before the line that says it changed.
             self._summarise(cur, now, "")
-        self._failures += counted  # after that summary: its total is the old cause's
+        self._failures += counted and tally  # after that summary: its total is the old cause's
         self._causes[topic] = _Cause(key, text, tail, level, counted, now)
         self._emit(level, "%s%s", text, tail)
 

@@ -31,8 +31,18 @@ Both ledgers write through this. Invariants:
 * Nothing this writer writes can outlive, in a power cut, the lines it chains to: the
   file that held the newest line when it was made (``settle``; a killed process may
   have left it unsynced) is fdatasync'd, with its directory entry, before its first write.
-* Synced appends wait at most ``sync_timeout``; while the queue's head is failing
-  they fail fast instead of each waiting out the bound.
+* Synced appends wait at most ``sync_timeout``; while the queue's head is failing, or
+  its write or sync has run past the bound, they fail fast instead of each waiting out
+  the bound.
+* A write or sync that runs past ``sync_timeout`` is an append error the moment the
+  bound passes (REQ-6), though the writer thread is stuck in the syscall: a watchdog
+  thread counts it then, tells the `FailureLog` and marks the ledger degraded until
+  the operation returns. It is counted once: by the watchdog, or by the writer as a
+  late sync when it returned past the bound before the watchdog looked (the two decide
+  under the state lock); an error it then returns with is told, not counted again.
+  The watchdog wakes no waiter (only the writer thread does): each is bounded by its
+  own wait. It is idle while no pass does I/O, and a pass rings it only when it went
+  idle, so a steady stream of appends costs it a look per bound, not a wake-up each.
 * Concurrent synced appends share one fdatasync per file (group commit); lines
   appended with ``sync=False`` are synced within ``flush_every`` and always before
   (with) any later synced line. Until then they wait in the queue, written; a pass that
@@ -207,6 +217,19 @@ class Writer:
         self._closed = False
         self._failing: LedgerError | None = None
         self._io_started: float | None = None  # when the pass under way began writing
+        # What the watchdog (`_watch`) needs of the pass under way to tell it hung: its
+        # first line and what it does ("write", "write and sync"); whether it told it.
+        self._io_head: Entry | None = None
+        self._io_what = ""
+        self._io_told = False
+        # The watchdog sleeps on this bell (a bare lock, as `_bell`) while no pass does
+        # I/O; `_begin_io` rings it only when `_watch_parked` says it went to sleep so.
+        self._watch_bell = threading.Lock()
+        self._watch_bell.acquire()
+        self._watch_parked = False
+        # Held by the watchdog from deciding a hang under the state lock until its log
+        # line is out: the pass stuck in it waits for that before it logs what ended it.
+        self._telling = threading.Lock()
         self._overdue = 0  # highest seq whose synced caller timed out
         # Paths whose directory entry, as they name a file now, this writer has synced. A
         # file it creates is not among them until its first sync; one it finds already
@@ -254,6 +277,7 @@ class Writer:
         self._at_stop: list[Callable[[], None]] = []
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+        threading.Thread(target=self._watch, name=f"{name}-watchdog", daemon=True).start()
 
     # -- callers -------------------------------------------------------------------
 
@@ -349,12 +373,14 @@ class Writer:
             if not self._behind_failure(now) or not any(
                     e.run_id == run_id and e.harness == harness for e in self._queue):
                 return None
-            if self._failing is not None:
-                # The message alone: its context names the head's line, maybe another run's.
-                return self._failing.message
+            # A hang first: while it lasts, it is what `_failing` holds too (`_tell_hung`),
+            # and how long it has lasted says more.
             took = now - self._io_started if self._io_started is not None else 0.0
             if took > self.sync_timeout:
                 return f"a ledger write or sync has not returned for {took:.0f}s"
+            if self._failing is not None:
+                # The message alone: its context names the head's line, maybe another run's.
+                return self._failing.message
             return f"a ledger sync did not finish within the {self.sync_timeout:g}s bound"
 
     def wait(self, e: Entry, *, as_enqueued: bool = False) -> int:
@@ -489,6 +515,82 @@ class Writer:
         except RuntimeError:  # already rung: the writer drains the whole queue per wake
             pass
 
+    def _begin_io(self, head: Entry, what: str) -> float:
+        """Start timing a pass's I/O (`what` it does, from `head`, its first line) for the
+        fail-fast, the late sync and the watchdog; return when it began. Rings the watchdog
+        only when it went idle: once per idle spell, never per append in a stream."""
+        with self._cv:
+            self._io_started = started = time.monotonic()
+            self._io_head, self._io_what, self._io_told = head, what, False
+            if self._watch_parked:
+                self._watch_parked = False
+                self._ring_watch()
+        return started
+
+    def _end_io(self) -> bool:
+        """End the pass's I/O; whether the watchdog told it hung past the bound (then it
+        is counted, and its log line is out before this returns)."""
+        with self._cv:
+            self._io_started = self._io_head = None
+            told = self._io_told
+        if told:
+            # The watchdog decided under the state lock and tells after it: wait for its
+            # line, so the episode it opened is open before this pass ends or fails it.
+            with self._telling:
+                pass
+        return told
+
+    def _ring_watch(self) -> None:
+        with contextlib.suppress(RuntimeError):  # already rung: it looks again either way
+            self._watch_bell.release()
+
+    def _watch(self) -> None:
+        """The watchdog thread: tell a pass's I/O that runs past ``sync_timeout`` the
+        moment it does, since the writer thread stuck in the syscall cannot (REQ-6)."""
+        while True:
+            with self._cv:
+                if self._stopped:
+                    return
+                started = self._io_started
+                idle = started is None or self._io_told
+                # Idle until `_begin_io` rings: no pass does I/O, or this one is told.
+                self._watch_parked = idle
+            if idle:
+                self._watch_bell.acquire()
+                continue
+            assert started is not None
+            left = started + self.sync_timeout - time.monotonic()
+            if left > 0:
+                self._watch_bell.acquire(timeout=left)  # a close rings it too
+                continue
+            self._tell_hung(started)
+
+    def _tell_hung(self, started: float) -> None:
+        """Count and tell the pass's I/O begun at `started` as hung past the bound, unless
+        it has ended meanwhile (then the writer counts it late, if it was)."""
+        with self._telling:
+            with self._cv:
+                head = self._io_head
+                if self._io_started != started or self._io_told or head is None:
+                    return
+                self._io_told = True
+                err = LedgerUnavailable(
+                    f"ledger {self._io_what} of {head.path} has not returned within the "
+                    f"{self.sync_timeout:g}s bound",
+                    harness=head.harness,
+                    run_id=head.run_id,
+                    seq=head.seq,
+                )
+                self._errors += 1
+                self._last_error = str(err)
+                self._last_error_at = time.time()
+                # Degraded while it hangs; the pass that returns clears it or fails it.
+                self._failing = err
+                queued = len(self._queue)
+            # Outside the state lock, which is never held across I/O (a log write may
+            # block on the very disk that hangs).
+            self._faillog.hung(err, head.path, queued, time.monotonic())
+
     def _run(self) -> None:
         try:
             self._loop()
@@ -499,6 +601,7 @@ class Writer:
             with self._cv:
                 self._stopped = True
                 at_stop, self._at_stop = self._at_stop, []
+            self._ring_watch()
             for fn in at_stop:
                 fn()
 
@@ -614,22 +717,20 @@ class Writer:
         these lines only. It would walk every line written and waiting for its sync, on
         every wake-up: with thousands buffered, each append would cost them all. The
         lines stay queued, uncommitted, until the pass that syncs them."""
-        with self._cv:
-            self._io_started = started = time.monotonic()
+        started = self._begin_io(fresh[0], "write")
         try:
             error, whole = self._write_pending(fresh)
         finally:
-            with self._cv:
-                self._io_started = None
+            told = self._end_io()
         if not whole:  # the lines written to the other file are synced before the rest
             with self._cv:
                 batch = list(self._queue)
             return self._write_and_sync(batch, True)
         self._trim_handles()
         if error is not None:
-            return self._fail(error)
+            return self._fail(error, told=told)
         took = time.monotonic() - started
-        if took > self.sync_timeout:
+        if took > self.sync_timeout and not told:
             self._late_sync(fresh[0], took, synced=False)
         return None
 
@@ -655,8 +756,7 @@ class Writer:
             return False
         # The pass's I/O is timed from the write on: a hung write stalls callers as
         # surely as a hung sync (fail-fast, REQ-6's count of late syncs).
-        with self._cv:
-            self._io_started = started = time.monotonic()
+        started = self._begin_io(batch[0], "write and sync")
         try:
             self._write_group(path, batch)
         except OSError as exc:
@@ -670,12 +770,11 @@ class Writer:
             error = self._error("sync", exc, batch[0])
             self._after_failed_sync(path, batch)
         finally:
-            with self._cv:
-                self._io_started = None
+            told = self._end_io()
         if error is not None:
-            return self._fail(error)
+            return self._fail(error, told=told)
         took = time.monotonic() - started
-        if took > self.sync_timeout:
+        if took > self.sync_timeout and not told:
             self._late_sync(batch[0], took)
         self._commit_prefix(batch, None)
         return None
@@ -884,8 +983,7 @@ class Writer:
         return []
 
     def _write_and_sync(self, batch: list[Entry], force: bool) -> LedgerError | None:
-        with self._cv:
-            self._io_started = started = time.monotonic()
+        started = self._begin_io(batch[0], "write")  # and sync, once `_finish_pass` does
         error, whole = self._write_pending(batch)
         if error is None:
             self._gapless = True  # all it wrote is a prefix; lines still unwritten, a tail
@@ -979,40 +1077,46 @@ class Writer:
         started: float,
     ) -> LedgerError | None:
         """Sync what a pass wrote (when anything asks for it) and commit the durable prefix.
-        `started` is when the pass's I/O began (its first write), which set `_io_started`;
-        this clears it."""
+        `started` is when the pass's I/O began (its first write), which set `_io_started`
+        (`_begin_io`); this ends it."""
+        synced: set[str] = set()
+        wants_sync = False
         try:
-            if not written:
-                return self._fail(error) if error else None
-            wants_sync = (
-                error is not None
-                or any(e.sync for e in written)
-                or force
-                or time.monotonic() - written[0].enqueued >= self.flush_every
-            )
-            if not wants_sync:
-                took = time.monotonic() - started
-                if took > self.sync_timeout:
-                    self._late_sync(written[0], took, synced=False)
-                return None
-            # Sync every file touched by a written-but-uncommitted line (group commit).
-            paths = list(dict.fromkeys(e.path for e in written))
-            synced: set[str] = set()
-            try:
-                for p in paths:
-                    if self._reopened_elsewhere(p):
-                        continue  # its lines are not in the file: written again next pass
-                    self._sync_file(p, self._file(p))
-                    synced.add(p)
-            except OSError as exc:
-                bad = next(e for e in written if e.path not in synced)
-                error = error or self._error("sync", exc, bad)
-                self._after_failed_sync(p, written)
+            if written:
+                wants_sync = (
+                    error is not None
+                    or any(e.sync for e in written)
+                    or force
+                    or time.monotonic() - written[0].enqueued >= self.flush_every
+                )
+            if wants_sync:
+                # Words the watchdog's line, should this hang (a plain store: it reads it
+                # under the state lock, and a stale read would only word it "write").
+                self._io_what = "write and sync"
+                # Sync every file touched by a written-but-uncommitted line (group commit).
+                paths = list(dict.fromkeys(e.path for e in written))
+                try:
+                    for p in paths:
+                        if self._reopened_elsewhere(p):
+                            continue  # its lines are not in the file: written again next pass
+                        self._sync_file(p, self._file(p))
+                        synced.add(p)
+                except OSError as exc:
+                    bad = next(e for e in written if e.path not in synced)
+                    error = error or self._error("sync", exc, bad)
+                    self._after_failed_sync(p, written)
         finally:
-            with self._cv:
-                self._io_started = None
+            # Before anything is told of the pass: a hang the watchdog told is not also
+            # a late sync, and its error not a second failure.
+            told = self._end_io()
+        if not written:
+            return self._fail(error, told=told) if error else None
         took = time.monotonic() - started
-        if error is None and took > self.sync_timeout:
+        if not wants_sync:
+            if took > self.sync_timeout and not told:
+                self._late_sync(written[0], took, synced=False)
+            return None
+        if error is None and took > self.sync_timeout and not told:
             self._late_sync(written[0], took)
         # Commit the durable prefix: lines before the first one not known synced.
         commit: list[Entry] = []
@@ -1025,7 +1129,7 @@ class Writer:
             self._commit_prefix(commit, error)
         self._trim_handles()
         if error is not None:
-            return self._fail(error)
+            return self._fail(error, told=told)
         return None
 
     def _trim_handles(self) -> None:
@@ -1190,14 +1294,17 @@ class Writer:
         )
         return err
 
-    def _fail(self, err: LedgerError) -> LedgerError:
+    def _fail(self, err: LedgerError, *, told: bool = False) -> LedgerError:
+        """The pass failed with `err`. `told`: the operation that failed is the one the
+        watchdog told hung past the bound, already counted (REQ-6 counts a failure of a
+        line's write or sync once, and a timeout is one): told, not counted again."""
         with self._cv:
-            self._errors += 1
+            self._errors += not told
             self._last_error = str(err)
             self._last_error_at = time.time()
             self._failing = err
             queued = len(self._queue)
-        self._faillog.failed(err, self._failed_path, queued, time.monotonic())
+        self._faillog.failed(err, self._failed_path, queued, time.monotonic(), told=told)
         # Every synced caller still queued hears of it at once, not after its own timeout.
         with self._cv:
             still_queued = list(self._queue)
