@@ -109,7 +109,10 @@ class Daemons:
 
     @property
     def socket(self) -> Path:
-        return self.world.root / "run" / "harness.sock"
+        """The socket this world's daemons serve: the HARNESS_SOCKET a test put in the
+        world's environment, else the XDG default."""
+        sock = self.world.env.get("HARNESS_SOCKET")
+        return Path(sock) if sock else self.world.root / "run" / "harness.sock"
 
     @property
     def config(self) -> Path:

@@ -7,9 +7,12 @@ ledger's day files (or the real `harness runs` CLI), never from the runner's own
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import re
+import signal
 import stat
 import sys
 import threading
@@ -190,6 +193,42 @@ def test_timeout_kills_the_whole_group(rig: Rig, tmp_path: Path) -> None:
     text = _log(rec)
     assert "child up" in text
     assert "harness: timed out after 1.5s" in text and "sent SIGKILL" in text
+
+
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie: it runs no more."""
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_what_the_process_leaves_in_its_group_ends_before_the_record_closes(
+        rig: Rig, tmp_path: Path) -> None:
+    """KillMode=control-group: the process exits 0 leaving a child in its group that
+    ignores SIGTERM; the child gets SIGTERM, then SIGKILL after the grace, and the run
+    keeps its own outcome."""
+    pidfile = tmp_path / "left.pid"
+    script = (f"sh -c 'echo $$ > {pidfile}; trap \"\" TERM; exec sleep 1000' & "
+              f"while [ ! -s {pidfile} ]; do sleep 0.05; done; exit 0")
+    t0 = time.monotonic()
+    rec = rig.once(RunSpec("left", ["sh", "-c", script]), grace=0.5)
+    child = int(pidfile.read_text())
+    try:
+        deadline = time.monotonic() + 30
+        while not _ended(child):
+            assert time.monotonic() < deadline, "the child outlived its SIGKILL"
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(child, signal.SIGKILL)
+    assert time.monotonic() - t0 >= 0.5
+    assert _end_fields(rig.closed("left", rec["run_id"])) == {"outcome": "success",
+                                                              "exit_code": 0}
+    assert re.fullmatch(r"harness: the process exited and left others running in its "
+                        r"process group; stopping them\n"
+                        r"harness: still running [\d.]+s after SIGTERM; sent SIGKILL\n",
+                        _log(rec)), _log(rec)
 
 
 @pytest.mark.parametrize(("reason", "want"), [

@@ -5,11 +5,12 @@ load the config (a bad one ends the process with exit 2 before anything is creat
 take the control socket (`--socket`, HARNESS_SOCKET or the XDG default; its directory
 created 0700 when missing), whose lock makes this the only daemon (requests wait until
 the boot is done); open the ledger, import the legacy history, close what a crash left
-open (REQ-7, before any run starts) and stop the process groups it left running
-(orphans.py), prune, remove the temporary files of state.json's and the logs'
-replacements that a killed daemon left half made, then start the Manager (schedules
-armed, enabled residents autostarted but for the unless-stopped ones an operator stopped),
-the prune at each UTC midnight (housekeeping.py) and answer requests.
+open (REQ-7, before any run starts) and stop every process an earlier daemon of the
+state directory left running (orphans.py), prune, remove the temporary files of
+state.json's and the logs' replacements that a killed daemon left half made, then start
+the Manager (schedules armed, enabled residents autostarted but for the unless-stopped
+ones an operator stopped), the prune at each UTC midnight (housekeeping.py) and answer
+requests.
 SIGHUP, like the `reload` op, loads the config again and applies it through the
 Manager; a config that fails to load leaves the running one in force (one during the
 boot reloads once it is done). Shutdown on SIGTERM/SIGINT: stop accepting, stop live
@@ -17,11 +18,12 @@ runs (residents too, without restarting them), close anything still open, drain 
 ledger. One during the boot lets the crash recovery finish (an orphan's kill, its grace
 included) and skips the rest of the boot.
 
-Invariants: no run starts before reconciliation; once reconciliation closed a crashed
-record its orphans are stopped, whatever signal comes; every record opened by this
-process is closed before `main` returns 0; the socket this daemon serves is the
-HARNESS_SOCKET of every run it starts; logs never carry an env_file value (only names,
-ids, outcomes and paths are logged).
+Invariants: no run starts before reconciliation; once reconciliation is done, every
+process an earlier daemon of the state directory spawned is stopped before any run
+starts, whatever signal comes; every record opened by this process is closed before
+`main` returns 0; the socket this daemon serves is the HARNESS_SOCKET of every run it
+starts, and its state directory (procs.state_marker) the HARNESS_STATE_DIR; logs never
+carry an env_file value (only names, ids, outcomes and paths are logged).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from . import __version__, paths
@@ -380,15 +382,22 @@ async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: Contr
     for rec in crashed:
         log.warning("run %s/%s: closed as interrupted (daemon_crash)", rec["harness"],
                     rec["run_id"])
-    # Their process groups outlived the crash: end them before any run starts (no twins),
-    # a SIGTERM meanwhile or not: their records already say they ended.
-    await asyncio.to_thread(kill_orphans, server.path, crashed, state=ledger.state_dir)
+    # Every process an earlier daemon of this state directory spawned outlived it: end
+    # them before any run starts (no twins), whatever the ledger says of their runs (a
+    # closed line the disk refused, an opened line lost with the daemon, a boot killed
+    # during this very step), a SIGTERM meanwhile or not: their records say they ended.
+    orphans = await asyncio.to_thread(kill_orphans, ledger.state_dir, server.path, crashed,
+                                      ledger.get)
     # A one-shot's per-run log is closed now, like any other run's (a resident's durable
-    # log goes on): compressed only here, once no orphan can still be writing to it. The
-    # file is the record's log file, not its field, which the ledger may have cut.
-    for rec in crashed:
-        path = log_file(rec, ledger.state_dir)
-        if rec.get("kind") == "oneshot" and path is not None:
+    # log goes on): compressed only here, once no orphan can still be writing to it (one
+    # a boot killed during the sweep left plain, too). The file is the record's log file,
+    # not its field, which the ledger may have cut.
+    ended: list[Mapping[str, Any]] = [*crashed]
+    ended += (o.record for o in orphans if o.record is not None and not o.crashed
+              and o.record.get("outcome") != "running")
+    for done in ended:
+        path = log_file(done, ledger.state_dir)
+        if done.get("kind") == "oneshot" and path is not None:
             await asyncio.to_thread(logs.compress_log, path)
     manager: Manager | None = None
     if not stop.is_set():

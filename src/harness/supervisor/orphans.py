@@ -1,56 +1,62 @@
-"""Orphaned run processes after a daemon crash (SPEC-0022 REQ-7; DESIGN.md §3 "Runs").
+"""Processes an earlier daemon left running, stopped at boot (SPEC-0022 REQ-7; DESIGN.md §3
+"Runs").
 
-Every child the runner spawns is its own process group and carries ``HARNESS_NAME``,
-``HARNESS_RUN_ID``, ``HARNESS_RUN_TRIGGER`` and ``HARNESS_SOCKET`` (runner.py `Run._spawn`,
-set after the env files so a harness cannot change them). A daemon killed with SIGKILL
-leaves those groups running; at the next boot `reconcile` closes their records as
-interrupted/daemon_crash, and `kill_orphans` — called before any run starts — ends the
-processes, so a resident never runs twice.
+Every process the runner spawns, and every descendant of one, carries the marker of the
+daemon's state directory and its run's identity (procs.py). One daemon at a time holds a
+state directory (the ledger's lock), and a booting daemon has spawned nothing yet: so every
+running process that carries its state directory's marker was spawned by an earlier
+daemon, whatever the ledger says of its run — the record closed by this boot's `reconcile`
+(the daemon was killed), closed before it (a boot killed during this very sweep; a helper
+that left its run's group and outlived the run), still open (the closed line could not be
+synced: a full disk), or missing (an opened line the daemon died with still queued, under
+REQ-6's exception). `kill_orphans`, called before any run starts, stops them all, so a
+resident never runs twice. A run spawned by a daemon from before the marker is found by the
+socket that daemon served, which must be this one's.
 
-`find_orphans` reads ``/proc/<pid>/environ`` of the processes we may read (owned by our
-uid) and picks those whose ``HARNESS_SOCKET`` is this daemon's control socket and whose
-(``HARNESS_NAME``, ``HARNESS_RUN_ID``) is a crashed run. The socket path is what tells
-this daemon's world from another's: several daemons (tests, users) may run harnesses of
-the same names at once.
+`find_orphans` finds them by the marker (procs.find_marked) and groups them by process
+group: a descendant that left its run's group (setsid) is a group of its own.
 
-Invariants: a process is signalled only as part of a group found that way; never our
-own process group, never a pgid <= 1; a group is SIGTERMed, polled (zombies do not count),
-and SIGKILLed only if a member is still running after the grace; each run whose group
-was stopped gets one note in its log saying so.
+Invariants: a process is signalled only as part of a group found that way; never our own
+process group, never a pgid <= 1; a group is SIGTERMed, polled (zombies do not count), and
+SIGKILLed only if a member is still running after the grace; each group stopped is said in
+one line of the daemon's log, naming its run and what the ledger holds of it, and, when
+the run has a record with a log, in one note in that log.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..ledger.logref import log_file
 from . import logs
-from .runner import (
-    DEAD,
-    DEFAULT_GRACE,
+from .procs import (
     ENV_NAME,
     ENV_RUN_ID,
     ENV_SOCKET,
+    ENV_STATE_DIR,
     ENV_TRIGGER,
-    _group_alive,
-    _signal_group,
-    proc_stat,
+    find_marked,
+    live_groups,
+    signal_group,
+    state_marker,
 )
+from .runner import DEFAULT_GRACE
 
 log = logging.getLogger("harness.supervisor")
 
 _POLL = 0.05
 
+Lookup = Callable[[str, int], Mapping[str, Any] | None]
+
 
 @dataclass
 class Orphan:
-    """A process group left by a crashed daemon, and the run it belongs to."""
+    """A process group an earlier daemon left running, and the run it belongs to."""
 
     pgid: int
     harness: str
@@ -59,83 +65,57 @@ class Orphan:
     signalled: bool = False  # SIGTERM reached the group
     killed: bool = False  # still running after the grace: SIGKILLed
     gone: bool = False  # no member left running when kill_orphans returned
+    # Its run's record when the sweep began (None: the ledger has none), and whether this
+    # boot's reconcile is what closed it.
+    record: Mapping[str, Any] | None = field(default=None, compare=False)
+    crashed: bool = field(default=False, compare=False)
 
 
-def _environ(pid: str) -> dict[bytes, bytes] | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read()
-    except OSError:  # gone, or not ours to read
-        return None
-    env: dict[bytes, bytes] = {}
-    for item in data.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            env[key] = value
-    return env
-
-
-def find_orphans(socket_path: str, runs: Iterable[tuple[str, int]]) -> list[Orphan]:
-    """The live process groups of `runs` ((harness, run_id) pairs) that belong to the
-    daemon serving `socket_path`, sorted by pgid; empty when /proc cannot be read."""
-    wanted = set(runs)
-    if not wanted:
-        return []
-    sock = os.fsencode(socket_path)
-    me, my_group, uid = os.getpid(), os.getpgrp(), os.geteuid()
-    try:
-        pids = [n for n in os.listdir("/proc") if n.isdigit()]
-    except OSError as exc:
-        log.warning("cannot look for orphaned runs: /proc: %s", exc)
-        return []
+def find_orphans(state: str, socket_path: str) -> list[Orphan]:
+    """The process groups of the running processes an earlier daemon of state directory
+    `state` spawned (or, from before the marker, a daemon serving `socket_path`), sorted
+    by pgid; empty when /proc cannot be read. A group's run is its lowest pid's."""
     found: dict[int, Orphan] = {}
-    for pid in pids:
-        if int(pid) == me:
-            continue
-        try:
-            if os.stat(f"/proc/{pid}").st_uid != uid:
-                continue
-        except OSError:
-            continue
-        env = _environ(pid)
-        if env is None or env.get(ENV_SOCKET.encode()) != sock:
-            continue
-        try:
-            key = (os.fsdecode(env[ENV_NAME.encode()]), int(env[ENV_RUN_ID.encode()]))
-        except (KeyError, ValueError):
-            continue
-        if key not in wanted:
-            continue
-        st = proc_stat(pid)
-        if st is None or st[0] in DEAD:
-            continue
-        pgid = st[1]
-        if pgid <= 1 or pgid == my_group:
-            continue
-        orphan = found.setdefault(pgid, Orphan(pgid, *key))
-        orphan.pids.append(int(pid))
+    for m in find_marked(state_marker(state), socket=socket_path):
+        found.setdefault(m.pgid, Orphan(m.pgid, m.harness, m.run_id)).pids.append(m.pid)
     return [found[g] for g in sorted(found)]
 
 
-def kill_orphans(socket_path: str, records: Iterable[Mapping[str, Any]], *,
-                 grace: float = DEFAULT_GRACE, state: str | None = None) -> list[Orphan]:
-    """Stop the process groups the crashed runs in `records` left behind; return them.
+def _say(o: Orphan) -> None:
+    """The daemon's one line on a group it is about to stop."""
+    run = f"run {o.harness}/{o.run_id}: its process group {o.pgid}"
+    rec = o.record
+    if o.crashed or (rec is not None and rec.get("outcome") == "running"):
+        log.warning("%s outlived the crashed daemon; stopping it", run)
+    elif rec is not None:
+        log.warning("%s outlived the daemon that started it (the run's record, closed "
+                    "before this boot, reads %s); stopping it", run, rec.get("outcome"))
+    else:
+        log.warning("%s outlived the daemon that started it, and the ledger has no record "
+                    "of that run; stopping it", run)
 
-    `records` are the folded records `reconcile` closed (``harness``, ``run_id``, ``log``);
-    `state` is the state dir holding their ledger, where a log path the ledger stored cut
-    is found (None: such a log gets no note). Each group gets SIGTERM; what is still
-    running after `grace` gets SIGKILL. Blocking: the daemon calls it in a thread, before
-    any run can start.
+
+def kill_orphans(state: str, socket_path: str, crashed: Iterable[Mapping[str, Any]] = (),
+                 record: Lookup | None = None, *,
+                 grace: float = DEFAULT_GRACE) -> list[Orphan]:
+    """Stop every process group an earlier daemon of state directory `state` left running
+    (`find_orphans`); return them.
+
+    `crashed` are the folded records this boot's `reconcile` closed (``harness``,
+    ``run_id``, ``log``); `record` looks up any other run's record (the ledger's `get`;
+    None: no other is known). `state` also finds a log path the ledger stored cut. Each
+    group gets SIGTERM; what is still running after `grace` gets SIGKILL. Blocking: the
+    daemon calls it in a thread, before any run can start.
     """
-    recs = {(r["harness"], r["run_id"]): r for r in records}
-    my_group = os.getpgrp()
-    # find_orphans never returns these; filtered again here, where the signals are sent.
-    orphans = [o for o in find_orphans(socket_path, recs) if 1 < o.pgid != my_group]
+    closed = {(r["harness"], r["run_id"]): r for r in crashed}
+    orphans = find_orphans(state, socket_path)
     live = []
     for o in orphans:
-        log.warning("run %s/%s: its process group %d outlived the crashed daemon; stopping it",
-                    o.harness, o.run_id, o.pgid)
-        if _signal_group(o.pgid, signal.SIGTERM):
+        key = (o.harness, o.run_id)
+        o.crashed = key in closed
+        o.record = closed.get(key) or (record(*key) if record is not None else None)
+        _say(o)
+        if signal_group(o.pgid, signal.SIGTERM):
             o.signalled = True
             live.append(o)
         else:
@@ -143,15 +123,17 @@ def kill_orphans(socket_path: str, records: Iterable[Mapping[str, Any]], *,
     deadline = time.monotonic() + grace
     while live and time.monotonic() < deadline:
         time.sleep(_POLL)
-        for o in [o for o in live if not _group_alive(o.pgid)]:
+        running = live_groups([o.pgid for o in live])
+        for o in [o for o in live if o.pgid not in running]:
             o.gone = True
             live.remove(o)
     for o in live:
         o.killed = True
-        _signal_group(o.pgid, signal.SIGKILL)
+        signal_group(o.pgid, signal.SIGKILL)
     end = time.monotonic() + grace
     while live and time.monotonic() < end:  # SIGKILL cannot be ignored: this is brief
-        for o in [o for o in live if not _group_alive(o.pgid)]:
+        running = live_groups([o.pgid for o in live])
+        for o in [o for o in live if o.pgid not in running]:
             o.gone = True
             live.remove(o)
         if live:
@@ -160,16 +142,21 @@ def kill_orphans(socket_path: str, records: Iterable[Mapping[str, Any]], *,
         log.error("run %s/%s: process group %d still running after SIGKILL", o.harness,
                   o.run_id, o.pgid)
     for o in orphans:
-        if not o.signalled:
-            continue  # it ended on its own between the scan and the signal
+        if not o.signalled or o.record is None:
+            continue  # it ended on its own between the scan and the signal, or has no log
         how = f"SIGKILL after {grace:g}s" if o.killed else "SIGTERM"
         # The log file, not the field: a path the ledger stored cut names another file.
-        path = log_file(recs[(o.harness, o.run_id)], state)
-        if path is not None:
+        path = log_file(o.record, state)
+        if path is None:
+            continue
+        if o.crashed or o.record.get("outcome") == "running":
             logs.append_note(path, f"stopped the orphaned process group {o.pgid} left by "
                                    f"the crashed daemon ({how})")
+        else:
+            logs.append_note(path, f"stopped the process group {o.pgid} that outlived the "
+                                   f"run and the daemon that started it ({how})")
     return orphans
 
 
-__all__ = ["ENV_NAME", "ENV_RUN_ID", "ENV_SOCKET", "ENV_TRIGGER", "Orphan", "find_orphans",
-           "kill_orphans"]
+__all__ = ["ENV_NAME", "ENV_RUN_ID", "ENV_SOCKET", "ENV_STATE_DIR", "ENV_TRIGGER", "Orphan",
+           "find_orphans", "kill_orphans"]

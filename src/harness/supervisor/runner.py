@@ -13,12 +13,17 @@ through `asyncio.to_thread`.
 
 Invariants: the opened line is durable before the process is spawned; every started `Run`
 writes exactly one closed line, whichever way it ends, and it is durable before `wait` or
-`stop` return the record; a process we signal is signalled as a group (SIGTERM, then
-SIGKILL after the grace) so no descendant outlives a timeout or stop; env_file values
-reach the child's environment and nowhere else — no ledger line and no line we write to
-a log ever holds one (errors name the file and line, never the text). A daemon shutting
-down calls ``stop("shutdown")``; a loop torn down without that cancels the supervision task,
-which still ends the group and closes the record as interrupted/shutdown.
+`stop` return the record; a run ends with its process group, as systemd's
+KillMode=control-group ends a unit with its cgroup: when the process exits on its own,
+what it left running in its group is stopped before the record closes, and a timeout or
+stop ends the group and, found by the run's identity in their environment (procs.py),
+the descendants that left it (setsid) — each group SIGTERMed, then SIGKILLed after the
+grace; a descendant that left the group outlives only a run that ended on its own, until
+the next daemon's boot (orphans.py); env_file values reach the child's environment and
+nowhere else — no ledger line and no line we write to a log ever holds one (errors name
+the file and line, never the text). A daemon shutting down calls ``stop("shutdown")``; a
+loop torn down without that cancels the supervision task, which still ends the group
+and closes the record as interrupted/shutdown.
 """
 
 from __future__ import annotations
@@ -40,6 +45,17 @@ from ..ledger.files import make_private_dir, open_regular
 from ..ledger.runledger import RunLedger
 from ..timefmt import format_ns
 from . import logs
+from .procs import (
+    ENV_NAME,
+    ENV_RUN_ID,
+    ENV_SOCKET,
+    ENV_STATE_DIR,
+    ENV_TRIGGER,
+    find_marked,
+    live_groups,
+    signal_group,
+    state_marker,
+)
 from .state import RunIds
 
 if TYPE_CHECKING:
@@ -59,11 +75,6 @@ STOP_REASONS: dict[str, tuple[str, str | None]] = {
     "restart": ("cancelled", "operator"),
     "shutdown": ("interrupted", "shutdown"),
 }
-# What every child is told about its run; orphans.py finds a crashed daemon's runs by them.
-ENV_NAME = "HARNESS_NAME"
-ENV_RUN_ID = "HARNESS_RUN_ID"
-ENV_TRIGGER = "HARNESS_RUN_TRIGGER"
-ENV_SOCKET = "HARNESS_SOCKET"
 # The most an env_file may hold: far more than any set of variables, and a bound on what a
 # mistaken path (a log, an image) costs the daemon to read.
 ENV_FILE_MAX = 1024 * 1024
@@ -196,54 +207,6 @@ def read_env_files(env_file: str | Sequence[str] | None) -> dict[str, str]:
     return out
 
 
-def _signal_group(pgid: int, sig: int) -> bool:
-    """Signal a process group; False when no member is left."""
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        # A member changed credentials (setuid); the rest of the group was still signalled.
-        return True
-    return True
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any member of the group is still running (zombies do not count).
-
-    kill(pgid, 0) alone says yes for a zombie, and a descendant reparented to an init that
-    does not reap (a container's PID 1) stays one: every stop would wait out the grace.
-    """
-    if not _signal_group(pgid, 0):
-        return False
-    try:
-        pids = [n for n in os.listdir("/proc") if n.isdigit()]
-    except OSError:
-        return True  # no /proc: trust kill(2)
-    for pid in pids:
-        st = proc_stat(pid)  # None: gone meanwhile
-        if st is not None and st[1] == pgid and st[0] not in DEAD:
-            return True
-    return False
-
-
-# /proc states of a process that no longer runs: zombie, dead.
-DEAD = (b"Z", b"X")
-
-
-def proc_stat(pid: str) -> tuple[bytes, int] | None:
-    """(state, pgid) of a process from /proc/<pid>/stat; None when it is gone.
-
-    Split after the last ")": the command name before it may hold spaces and parentheses.
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return fields[0], int(fields[2])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 @dataclass
 class Run:
     """One spawn of `spec`: `start`, then `wait` for its end or `stop` it."""
@@ -285,6 +248,7 @@ class Run:
     _closing: bool = field(default=False, init=False, repr=False)
     _stopped: bool = field(default=False, init=False, repr=False)
     _kill_by: float | None = field(default=None, init=False, repr=False)
+    _marker: str = field(default="", init=False, repr=False)  # its ENV_STATE_DIR
 
     # -- start -------------------------------------------------------------------------
 
@@ -383,9 +347,12 @@ class Run:
         env.update(await asyncio.to_thread(read_env_files, self.spec.env_file))
         if self.env_extra:
             env.update(self.env_extra)
-        # Last, so no env file can change them: orphans.py finds a crashed daemon's runs by them.
+        # Last, so no env file can change them: the run's descendants are found by them, at
+        # its end (`_kill_group`) and by the next daemon's boot (orphans.py).
+        self._marker = state_marker(self.ledger.state_dir)
         env.update({ENV_NAME: self.spec.name, ENV_RUN_ID: str(self.run_id),
-                    ENV_TRIGGER: self.trigger, ENV_SOCKET: paths.socket_path()})
+                    ENV_TRIGGER: self.trigger, ENV_SOCKET: paths.socket_path(),
+                    ENV_STATE_DIR: self._marker})
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *self.spec.argv, cwd=self.spec.workdir, env=env,
@@ -406,7 +373,8 @@ class Run:
 
     @property
     def ended(self) -> bool:
-        """Whether the process is gone and only the closed line is still being written."""
+        """Whether the run's processes are gone and only the closed line is still being
+        written."""
         return self._closing
 
     async def wait(self) -> dict[str, Any]:
@@ -446,10 +414,9 @@ class Run:
                 proc = self._proc
                 exit_code: int | None = None
                 if proc is not None:
-                    if proc.returncode is None:
-                        waiter = asyncio.ensure_future(proc.wait())
-                        await self._kill_group(proc.pid, waiter)
-                        await waiter
+                    waiter = asyncio.ensure_future(proc.wait())
+                    await self._kill_group(proc.pid, waiter, stopped=True)
+                    await waiter
                     rc = proc.returncode
                     exit_code = None if rc is None else (-1 if rc < 0 else rc)
                 await self._close(exit_code)
@@ -464,40 +431,77 @@ class Run:
             try:
                 done, _ = await asyncio.wait({waiter, stopper}, timeout=self.spec.timeout,
                                              return_when=asyncio.FIRST_COMPLETED)
-                if waiter not in done:
-                    if stopper not in done:
-                        self._end = ("timed_out", None)
-                        await self._note(f"timed out after {self.spec.timeout:g}s; "
-                                         "stopping the process group")
-                    await self._kill_group(proc.pid, waiter)
+                if waiter in done:
+                    if self._end is None:
+                        # Its own end, settled now: a stop while what it left is being
+                        # stopped below cannot change the outcome.
+                        self._end = ("success", None) if waiter.result() == 0 else (
+                            "failed", None)
+                elif stopper not in done:
+                    self._end = ("timed_out", None)
+                    await self._note(f"timed out after {self.spec.timeout:g}s; "
+                                     "stopping the process group")
+                await self._kill_group(proc.pid, waiter,
+                                       stopped=waiter not in done or self._stopped)
             finally:
                 stopper.cancel()
             rc = await waiter
             exit_code = -1 if rc < 0 else rc
-            if self._end is None:
-                self._end = ("success", None) if rc == 0 else ("failed", None)
         return await self._close(exit_code)
 
-    async def _kill_group(self, pgid: int, waiter: asyncio.Future[int]) -> None:
-        """SIGTERM the group; SIGKILL whatever of it is left after the grace.
+    async def _kill_group(self, pgid: int, waiter: asyncio.Future[int], *,
+                          stopped: bool) -> None:
+        """End the run's process group `pgid`: SIGTERM, then SIGKILL to whatever of it is
+        left after the grace. `stopped` (a timeout or stop, not the process's own exit):
+        the groups of the descendants that left it (setsid) are ended alike.
 
-        The leader exiting is not enough: a descendant that ignores SIGTERM would outlive
-        the run, so the group itself is polled until empty or the grace runs out.
+        The leader exiting is not enough: a descendant that ignores SIGTERM, or one put
+        in the background, would outlive the run, so the groups themselves are polled
+        until empty or the grace runs out. A process that exited on its own and left
+        nothing running (the usual end) costs one kill(2) and no signal.
         """
-        _signal_group(pgid, signal.SIGTERM)
         loop = asyncio.get_running_loop()
+        groups = {pgid}
+        if not stopped:
+            if not live_groups(groups):
+                return
+            await self._note("the process exited and left others running in its process "
+                             "group; stopping them")
+        signal_group(pgid, signal.SIGTERM)
         began = loop.time()
-        if self._kill_by is None:  # a timeout, not a stop
+        if stopped:  # the run's own group first: the look at /proc is not instant
+            escaped = await self._escaped(pgid)
+            if escaped:
+                await self._note("also stopping the process group(s) "
+                                 f"{', '.join(map(str, sorted(escaped)))} that its "
+                                 "descendants started (setsid)")
+                for g in escaped:
+                    signal_group(g, signal.SIGTERM)
+                groups |= escaped
+        if self._kill_by is None:  # a timeout or its own exit, not a stop
             self._kill_by = began + self.grace
         # Re-read each turn: a later stop may bring the deadline closer.
         while loop.time() < self._kill_by:
-            if waiter.done() and not _group_alive(pgid):
+            if waiter.done() and not live_groups(groups):
                 return
             await asyncio.sleep(_POLL)
-        if _group_alive(pgid):
-            _signal_group(pgid, signal.SIGKILL)
+        if stopped:  # a descendant may have left the group during the grace
+            groups |= await self._escaped(pgid)
+        left = live_groups(groups)
+        if left:
+            for g in left:
+                signal_group(g, signal.SIGKILL)
             await self._note(f"still running {loop.time() - began:.3g}s after SIGTERM; "
                              "sent SIGKILL")
+
+    async def _escaped(self, pgid: int) -> set[int]:
+        """The process groups, other than the run's `pgid`, of the processes that carry
+        this run's identity: its descendants that left its group (setsid)."""
+        if not self._marker or self.run_id is None:
+            return set()  # never spawned: nothing carries the identity
+        found = await asyncio.to_thread(find_marked, self._marker,
+                                        run=(self.spec.name, self.run_id))
+        return {m.pgid for m in found} - {pgid}
 
     async def _note(self, text: str) -> None:
         if self.log_path is not None:
