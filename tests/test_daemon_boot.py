@@ -212,6 +212,8 @@ def test_a_newline_in_the_runtime_dir_cannot_forge_a_log_line(
     run.mkdir(mode=0o700)
     proc = _spawn(daemons, env={**world.env, "XDG_RUNTIME_DIR": str(run)})
     until("the daemon's socket", lambda: _answers(daemons, proc, run / "harness.sock"))
+    with Client(str(run / "harness.sock"), timeout=30.0) as c:
+        c.request("list")  # answered once the boot is done: the SIGTERM comes after it
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
     shown = f"{world.root}/r\\x1b[2J\\nERROR harness.daemon: X"
