@@ -1204,7 +1204,7 @@ def test_dry_runs_write_nothing_not_even_the_verified_tree_cache(world: World,
     git(a, "push", "-q", "origin", f"{REF}:{REF}")
     b = tmp_path / "b"
     git(tmp_path, "clone", "-q", str(origin), str(b))
-    memo = b / ".git" / "harness-verified-anchors"
+    memo = b / ".git" / "harness-checked-anchors"
 
     def unchanged(*args: str, code: int) -> subprocess.CompletedProcess[str]:
         before = stat_snapshot(b)

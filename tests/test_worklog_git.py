@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import stat
 import subprocess
@@ -19,7 +20,9 @@ from harness.ledger.files import FaultyFiles
 from harness.worklog import Divergence, NoLedger, VerificationFailed, WorkLedgerError
 from harness.worklog import anchor as anc
 from harness.worklog.git import Git, RefMoved
+from harness.worklog.resume import survey
 from harness.worklog.verify import verify_dir
+from ledgertools import ref_canonical
 
 GENESIS = "0" * 64
 RUN = "goal-42"
@@ -194,7 +197,7 @@ def test_reanchor_without_memo_still_verifies(repo: Path) -> None:
     lines = chain(1500)
     write_ledger(repo, lines)
     anc.anchor(repo, RUN)
-    (repo / ".git" / "harness-verified-anchors").unlink()
+    (repo / ".git" / "harness-checked-anchors").unlink()
     write_ledger(repo, chain(1600, prefix=lines))
     assert anc.anchor(repo, RUN).status == "extended"
 
@@ -209,6 +212,181 @@ def test_same_chain_gives_same_tree_in_two_repos(tmp_path: Path) -> None:
         trees.append(res.tree)
         assert git("rev-parse", f"{REF}^{{tree}}", cwd=r) == res.tree
     assert trees[0] == trees[1]
+
+
+# -- the anchor holds canonical lines, however the local ledger spells them ---------------
+
+
+def rich_rows(n: int) -> list[dict[str, Any]]:
+    """The rows of an `n`-entry chain whose payloads hold what JSON can spell several
+    ways (non-ASCII text, a float), sealed by hand to DESIGN.md §2's contract."""
+    out: list[dict[str, Any]] = []
+    prev = GENESIS
+    for seq in range(1, n + 1):
+        kind = "task.completed" if seq > 1 else "run.open"
+        task_id = f"t{seq}" if seq > 1 else None
+        payload: dict[str, Any] = {"n": seq, "note": f"entrée {seq} ☕", "ratio": 1e-05}
+        digest = hashlib.sha256(ref_canonical(
+            {"kind": kind, "payload": payload, "prev_hash": prev, "task_id": task_id}
+        )).hexdigest()
+        out.append({"seq": seq, "ts": "2026-11-30T07:00:00.000000000Z", "kind": kind,
+                    "task_id": task_id, "payload": payload, "prev_hash": prev,
+                    "entry_hash": digest, "schema_version": 1})
+        prev = digest
+    return out
+
+
+# Spellings of a row that a hand-written ledger may hold, every one of which verifies.
+SPELLINGS = {
+    # spaces after separators, keys in insertion order, non-ASCII as \\u escapes
+    "json.dumps": lambda row: json.dumps(row).encode(),
+    "ascii": lambda row: json.dumps(row, sort_keys=True, separators=(",", ":")).encode(),
+    "crlf": lambda row: ref_canonical(row) + b"\r",
+    "float": lambda row: ref_canonical(row).replace(b'"ratio":1e-05', b'"ratio":1.0E-5'),
+}
+
+
+def spelled(rows: list[dict[str, Any]], how: str) -> list[bytes]:
+    """`rows` as lines spelled `how`; "mixed" takes each spelling in turn."""
+    ways = list(SPELLINGS.values()) if how == "mixed" else [SPELLINGS[how]]
+    return [ways[i % len(ways)](row) for i, row in enumerate(rows)]
+
+
+def canonical_lines(rows: list[dict[str, Any]]) -> list[bytes]:
+    return [ref_canonical(row) for row in rows]
+
+
+def expected_tree(tmp_path: Path, rows: list[dict[str, Any]]) -> tuple[str, list[bytes]]:
+    """The anchor tree DESIGN.md §2 gives the chain of `rows`, made here from its canonical
+    lines with git's own plumbing (hash-object, mktree): its id and its chunk blobs."""
+    lines = canonical_lines(rows)
+    chunks = [b"".join(x + b"\n" for x in lines[i : i + 1000])
+              for i in range(0, len(lines), 1000)]
+    meta = ref_canonical({"run_id": RUN, "head_hash": rows[-1]["entry_hash"],
+                          "entry_count": len(rows), "chunk_count": len(chunks),
+                          "format_version": 1}) + b"\n"
+    scratch = tmp_path / "plumbing"
+    if not scratch.exists():
+        new_repo(scratch)
+    listing = ""
+    for name, data in [*((f"chunk-{i:06d}.jsonl", c) for i, c in enumerate(chunks)),
+                       ("LEDGER.json", meta)]:
+        oid = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=scratch, input=data,
+                             capture_output=True, check=True).stdout.decode().strip()
+        listing += f"100644 blob {oid}\t{name}\n"
+    tree = subprocess.run(["git", "mktree"], cwd=scratch, input=listing.encode(),
+                          capture_output=True, check=True).stdout.decode().strip()
+    return tree, chunks
+
+
+@pytest.mark.parametrize("how", [*SPELLINGS, "mixed"])
+def test_a_chain_spelled_non_canonically_anchors_to_the_canonical_tree(
+        tmp_path: Path, how: str) -> None:
+    """DESIGN.md §2: the chunks hold the canonical lines, and two machines anchoring the
+    same chain get the same tree id. A hand-written ledger that spells its rows another
+    way verifies; anchored, it gives the chain's canonical tree all the same, byte for
+    byte, and its own file is left as it was."""
+    rows = rich_rows(1500)
+    tree, chunks = expected_tree(tmp_path, rows)
+    canon = new_repo(tmp_path / "canonical")
+    write_ledger(canon, canonical_lines(rows))
+    odd_repo = new_repo(tmp_path / "odd")
+    odd = spelled(rows, how)
+    assert all(x != y for x, y in zip(odd, canonical_lines(rows), strict=True))
+    path = write_ledger(odd_repo, odd)
+    assert verify_dir(path.parent).ok
+    for r in (canon, odd_repo):
+        res = anc.anchor(r, RUN)
+        assert (res.status, res.tree, res.entry_count, res.head_hash) == (
+            "created", tree, 1500, rows[-1]["entry_hash"])
+        assert git("rev-parse", f"{REF}^{{tree}}", cwd=r) == tree
+        entries = tree_entries(r, REF)
+        assert Git.open(r).read_blobs(
+            [entries["chunk-000000.jsonl"], entries["chunk-000001.jsonl"]]) == chunks
+    assert path.read_bytes() == b"".join(x + b"\n" for x in odd)
+
+
+@pytest.mark.parametrize("prefix", ["canonical", "mixed"])
+def test_reanchoring_lines_spelled_non_canonically_reuses_the_full_chunks(
+        tmp_path: Path, prefix: str) -> None:
+    """Entries appended by hand in other spellings (after a canonical prefix, the one a
+    re-anchor takes on trust from its checked anchor, or after one spelled oddly too)
+    are anchored as canonical lines, and the full chunks' blobs are reused."""
+    rows = rich_rows(3600)
+    repo = new_repo(tmp_path / "repo")
+    first_lines = (canonical_lines(rows[:2500]) if prefix == "canonical"
+                   else spelled(rows[:2500], "mixed"))
+    write_ledger(repo, first_lines)
+    first = anc.anchor(repo, RUN)
+    assert first.tree == expected_tree(tmp_path, rows[:2500])[0]
+    lines = first_lines + spelled(rows[2500:], "mixed")
+    path = write_ledger(repo, lines)
+    res = anc.anchor(repo, RUN)
+    assert (res.status, res.tree, res.entry_count, res.blobs_written) == (
+        "extended", expected_tree(tmp_path, rows)[0], 3600, 3)
+    before, after = tree_entries(repo, first.commit), tree_entries(repo, res.commit)
+    assert [after[f"chunk-00000{i}.jsonl"] for i in (0, 1)] == [
+        before[f"chunk-00000{i}.jsonl"] for i in (0, 1)]
+    again = anc.anchor(repo, RUN)
+    assert (again.status, again.commit) == ("unchanged", res.commit)
+    assert path.read_bytes() == b"".join(x + b"\n" for x in lines)
+
+
+def test_a_non_canonical_ledger_travels_as_canonical_lines(hosts: tuple[Path, Path],
+                                                           tmp_path: Path) -> None:
+    """A's ledger spells its rows its own way. B fetches A's anchor as canonical lines,
+    extends the chain and anchors it back; A fetches that onto its own lines, which it
+    keeps as they are, and then verify, `ledger runs` and a re-anchor all find the one
+    chain both hosts anchor to the same tree."""
+    a, b = hosts
+    rows = rich_rows(2100)
+    odd = spelled(rows[:1500], "mixed")
+    path_a = write_ledger(a, odd)
+    assert anc.anchor(a, RUN).tree == expected_tree(tmp_path, rows[:1500])[0]
+    push(a)
+    got = anc.fetch(b, RUN)
+    assert (got.status, got.entry_count) == ("written", 1500)
+    assert ledger_file(b).read_bytes() == b"".join(
+        x + b"\n" for x in canonical_lines(rows[:1500]))
+    write_ledger(b, canonical_lines(rows))
+    theirs = anc.anchor(b, RUN)
+    assert theirs.status == "extended"
+    push(b)
+
+    got = anc.fetch(a, RUN)
+    assert (got.status, got.new_entries) == ("extended", 600)
+    assert path_a.read_bytes() == b"".join(
+        x + b"\n" for x in odd + canonical_lines(rows[1500:]))
+    v = verify_dir(path_a.parent)
+    assert (v.ok, v.entry_count, v.head_hash) == (True, 2100, rows[-1]["entry_hash"])
+    assert git("rev-parse", REF, cwd=a) == theirs.commit
+    [entry] = survey(a)
+    assert (entry["agreement"], entry["entry_count"]) == ("identical", 2100)
+    again = anc.anchor(a, RUN)
+    assert (again.status, again.commit, again.tree) == (
+        "unchanged", theirs.commit, expected_tree(tmp_path, rows)[0])
+
+
+def test_an_anchor_an_older_harness_spelled_non_canonically_is_anchored_anew(
+        repo: Path, tmp_path: Path) -> None:
+    """An older harness copied a hand-written ledger's spelling into the anchor (and
+    recorded its tree as verified). Anchoring the same chain now replaces that tree with
+    the canonical one, on top of it; once, as the next anchor finds it in sync."""
+    rows = rich_rows(1200)
+    odd = spelled(rows, "json.dumps")
+    write_ledger(repo, odd)
+    forged = _forge(repo, {"chunk-000000.jsonl": _blob(odd[:1000]),
+                           "chunk-000001.jsonl": _blob(odd[1000:]),
+                           "LEDGER.json": _meta(odd, chunk_count=2)})
+    old_tree = git("rev-parse", f"{forged}^{{tree}}", cwd=repo)
+    (repo / ".git" / "harness-verified-anchors").write_text(
+        f"{old_tree} {rows[-1]['entry_hash']} 1200\n")
+    res = anc.anchor(repo, RUN)
+    assert (res.status, res.tree, res.entry_count) == (
+        "extended", expected_tree(tmp_path, rows)[0], 1200)
+    assert git("rev-parse", f"{REF}^", cwd=repo) == forged
+    again = anc.anchor(repo, RUN)
+    assert (again.status, again.commit) == ("unchanged", res.commit)
 
 
 def test_torn_tail_is_excluded(repo: Path) -> None:

@@ -18,7 +18,8 @@ Modules and the contracts between them:
 * `verify` — `verify_lines(lines) -> WorkVerify` over complete lines (bytes, no "\\n")
   in order, `read_chain(dir) -> LedgerRead(lines, torn, torn_size, starts)` and
   `verify_dir(dir)`. A torn trailing fragment is excluded exactly as writer recovery
-  excludes it.
+  excludes it. `canonical_lines(lines, result.unproven)` gives the verified rows'
+  canonical lines, re-encoding only those not already canonical.
 * `store` — `WorkLedger(workdir, run_id)`: `record(kind, task_id, payload) -> row`,
   synced, under a cross-process lock; recovery on open.
 * `replay` — `replay(rows) -> State`: the projected task graph and the resume frontier.

@@ -2,9 +2,9 @@
 
 It owns the side ref ``refs/harness/work-ledger/<run-id>`` and the anchor tree format
 (DESIGN.md §2 "Anchor tree"): ``chunk-000000.jsonl``, ``chunk-000001.jsonl``, … holding
-1,000 ledger lines each, byte for byte and "\\n"-terminated, plus ``LEDGER.json`` =
-canonical ``{run_id, head_hash, entry_count, chunk_count, format_version}``. It also owns
-the one rule for comparing two chains (`compare_chains`), which resume uses too.
+1,000 canonical ledger lines each, "\\n"-terminated, plus ``LEDGER.json`` = canonical
+``{run_id, head_hash, entry_count, chunk_count, format_version}``. It also owns the one
+rule for comparing two chains (`compare_chains`), which resume uses too.
 
 Invariants:
 
@@ -18,8 +18,12 @@ Invariants:
   is cut back; should that cut fail too, the entries the ledger held are all kept and
   the error says what follows them.
 * The tree is a pure function of the chain (no timestamps), so the same chain gives the
-  same tree id on every machine; chunk boundaries are fixed from the start of the chain,
-  so a re-anchor reuses every full chunk's blob and writes only what is new.
+  same tree id on every machine: a chunk holds each row's canonical line, whatever
+  spelling the local ledger holds it in (a ledger written by hand may hold spaces, other
+  key orders, escapes or CRLF and still verify). Only the lines verification could not
+  prove canonical are re-encoded, and the local ledger is never rewritten. Chunk
+  boundaries are fixed from the start of the chain, so a re-anchor reuses every full
+  chunk's blob and writes only what is new.
 * Refs move only by compare-and-swap; two chains that disagree are never merged:
   divergence is an error (exit 3) naming the fork entry and both heads. Fetch compares
   the fetched chain with the local ledger and with the local side ref, and writes
@@ -95,9 +99,11 @@ _CHUNK_RX: Final = re.compile(r"chunk-(\d{6})\.jsonl")
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 _META_KEYS: Final = frozenset(("run_id", "head_hash", "entry_count", "chunk_count",
                                "format_version"))
-# Trees verified on this host, by id: a tree id names its content exactly, so a tree
-# verified once verifies for ever, and a re-anchor need not walk the whole chain again.
-_MEMO_NAME: Final = "harness-verified-anchors"
+# Trees checked on this host, by id: a tree id names its content exactly, so a tree whose
+# chain verified, in canonical lines, passes for ever, and a re-anchor need not walk the
+# whole chain again. (An earlier memo, "harness-verified-anchors", recorded trees checked
+# for the chain alone: its entries vouch for less, so they are not read.)
+_MEMO_NAME: Final = "harness-checked-anchors"
 
 Relation = (
     Literal["identical", "local_ahead", "anchored_ahead"] | tuple[Literal["diverged"], int]
@@ -202,6 +208,9 @@ class AnchoredChain:
     entry_count: int
     chunk_ids: list[str]
     lines: list[bytes] | None = field(default=None, repr=False)
+    # Whether every line is its row's canonical line (an anchor harness writes always
+    # is; an older harness copied a hand-written ledger's spelling).
+    canonical: bool = True
 
 
 # -- chains -----------------------------------------------------------------------------
@@ -287,7 +296,7 @@ def _meta_blob(run_id: str, head_hash: str, entry_count: int, chunk_count: int) 
     }) + b"\n"
 
 
-# -- the verified-tree memo -------------------------------------------------------------
+# -- the checked-tree memo ---------------------------------------------------------------
 
 
 def _memo_path(git: Git) -> Path:
@@ -430,9 +439,11 @@ def read_anchor(git: Git, ref: str, commit: str, run_id: str, *,
     v = verify.verify_lines(lines, expected_head=head)
     if not v.ok:
         raise _not_anchor(ref, f"its chain does not verify: {v.describe()}")
-    if remember:
+    assert v.unproven is not None  # verify_lines keeps them
+    canon = verify.canonical_lines(lines, v.unproven)
+    if remember and canon is lines:
         _memo_add(git, tree, head, count)
-    return AnchoredChain(ref, commit, tree, head, count, chunk_ids, lines)
+    return AnchoredChain(ref, commit, tree, head, count, chunk_ids, lines, canon is lines)
 
 
 def anchored_prefix(
@@ -441,7 +452,8 @@ def anchored_prefix(
 ) -> tuple[AnchoredChain, bool] | None:
     """The anchor at `commit` if its chain is byte for byte a prefix of `lines`, found by
     comparing blob ids and reading only LEDGER.json and the last chunk; with whether its
-    tree is one this host has verified. None when it is not such a prefix. Writes nothing.
+    tree is one this host has checked (its chain verified, in canonical lines). None
+    when it is not such a prefix. Writes nothing.
     `local_ids` are the blob ids of `chunk_blobs(lines)`; `shape` as for `read_anchor`."""
     tree, chunk_ids, meta_id, _ = shape if shape is not None else _read_tree(git, ref, commit)
     k = len(chunk_ids)
@@ -497,43 +509,49 @@ def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = Fals
     rows.validate_run_id(run_id)
     git = Git.open(workdir)
     read = _local_lines(workdir, run_id)
-    lines, starts = read.lines, read.starts
-    if not lines:
+    local, starts = read.lines, read.starts
+    if not local:
         raise NoLedger(f"work ledger {run_id} has no complete entries to anchor")
     ref = REF_PREFIX + run_id
-    chunks = chunk_blobs(lines)
+    chunks = chunk_blobs(local)
     ids = [git.blob_id(c) for c in chunks]
     old = git.resolve(ref)
+    # One read of the anchor commit serves the prefix tests and a full read.
+    shape = _read_tree(git, ref, old) if old is not None else None
+    found = (anchored_prefix(git, ref, old, run_id, local, ids, shape=shape)
+             if old is not None else None)
+    # An anchor this host has checked whose lines are byte for byte a prefix of the local
+    # ones: those are verified and canonical, and only the lines after them are
+    # walked. This is what keeps a re-anchor's cost proportional to what is new.
+    done = found[0] if found is not None and found[1] else None
+    start = done.entry_count if done is not None else 0
+    v = _verify_from(local, start, done.head_hash if done is not None else rows.GENESIS)
+    if not v.ok:
+        raise _refuse_broken(run_id, v, "anchor", starts)
+    assert v.unproven is not None  # kept by verify_lines and verify_continuation
+    # The anchor holds the canonical lines; the local ledger keeps its own spelling.
+    lines = verify.canonical_lines(local, v.unproven)
+    if lines is not local:
+        for k in sorted({i // CHUNK_LINES for i in v.unproven if lines[i] is not local[i]}):
+            chunks[k] = chunk_blobs(lines[k * CHUNK_LINES : (k + 1) * CHUNK_LINES])[0]
+            ids[k] = git.blob_id(chunks[k])
+        found = (anchored_prefix(git, ref, old, run_id, lines, ids, shape=shape)
+                 if old is not None else None)
+    head = v.head_hash
     known: list[str] = []
-    if old is None:
-        v = verify.verify_lines(lines)
-        if not v.ok:
-            raise _refuse_broken(run_id, v, "anchor", starts)
-        head = v.head_hash
-    else:
-        # One read of the anchor commit serves both the prefix test and a full read.
-        shape = _read_tree(git, ref, old)
-        found = anchored_prefix(git, ref, old, run_id, lines, ids, shape=shape)
+    if old is not None:
         if found is not None:
-            chain, trusted = found
-            v = (_verify_from(lines, chain.entry_count, chain.head_hash) if trusted
-                 else verify.verify_lines(lines))
-            if not v.ok:
-                raise _refuse_broken(run_id, v, "anchor", starts)
-            if not trusted and not dry_run:
+            chain = found[0]
+            if not found[1] and not dry_run:
+                # Its lines are the local chain's, verified and canonical just now.
                 _memo_add(git, chain.tree, chain.head_hash, chain.entry_count)
             relation: Relation = ("identical" if chain.entry_count == len(lines)
                                   else "local_ahead")
-            anchored_head = chain.head_hash
         else:
             chain = read_anchor(git, ref, old, run_id, remember=not dry_run, shape=shape)
             assert chain.lines is not None
-            v = verify.verify_lines(lines)
-            if not v.ok:
-                raise _refuse_broken(run_id, v, "anchor", starts)
             relation = compare_chains(lines, chain.lines)
-            anchored_head = chain.head_hash
-        head = v.head_hash
+        anchored_head = chain.head_hash
         if isinstance(relation, tuple):
             raise Divergence(
                 divergence_message(relation[1], head, anchored_head, run_id, "anchor")
@@ -543,7 +561,7 @@ def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = Fals
                 f"the anchored ledger {ref} is ahead of the local chain ({chain.entry_count} > "
                 f"{len(lines)} entries); run 'harness ledger fetch {run_id}' first"
             )
-        if relation == "identical":
+        if relation == "identical" and chain.canonical:
             unchanged = AnchorResult("unchanged", old, head, len(lines), run_id, ref,
                                      chain.tree, len(chain.chunk_ids), 0, dry_run=dry_run)
             if not dry_run:
@@ -551,6 +569,9 @@ def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = Fals
                 # (a full disk, a bad key): it is mirrored now, once, whatever wrote it.
                 unchanged.warning = _mirror(run_id, head, old, once=True)
             return unchanged
+        # Ahead of the anchor, or the same entries in lines an older harness copied as a
+        # hand-written ledger spelled them: anchored anew in canonical lines, so that
+        # this tree is the one every other host gets for the chain.
         known = chain.chunk_ids
     meta = _meta_blob(run_id, head, len(lines), len(chunks))
     if dry_run:

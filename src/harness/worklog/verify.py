@@ -18,7 +18,10 @@ Invariant: a result says ok only if ``sha256(canonical({"kind","payload","prev_h
 speed, the hashed document is sliced from the line's own bytes, but only after the line
 has been shown to be exactly the canonical encoding of the row it decodes to; any line
 that is not (a hand-written one, a float or an escape spelled another way) is parsed
-strictly and re-encoded with `canonical` instead. `verify_dir` streams: memory does not
+strictly and re-encoded with `canonical` instead. Those lines are the only ones that may
+differ from their row's canonical line: `verify_lines` lists them (`WorkVerify.unproven`),
+and `canonical_lines` re-encodes just them, for what publishes the canonical form (an
+anchor) without paying for a line already in it. `verify_dir` streams: memory does not
 grow with the ledger. Large ledgers are checked on every core, in byte ranges stitched
 link to link, with the sequential walk as the single judge of any failure.
 """
@@ -35,7 +38,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, NamedTuple
 
@@ -45,12 +48,13 @@ from harness.ledger.dayfiles import CHUNK, is_whole, read_tail
 from harness.timefmt import is_rfc3339
 
 from . import NoLedger, quoted, secretless
-from .rows import GENESIS, entry_hash
+from .rows import GENESIS, encode_row, entry_hash
 
 __all__ = [
     "SEGMENT_RX",
     "LedgerRead",
     "WorkVerify",
+    "canonical_lines",
     "iter_segments",
     "read_chain",
     "verify_dir",
@@ -163,6 +167,10 @@ class WorkVerify:
     error_line: int | None = None  # 1-based, within `error_file` when that is known
     reason: str | None = None
     error_file: str | None = None  # the segment file (e.g. "000001.jsonl") of the break
+    # Indices (into the lines verified) of the lines not proven canonical on the fast
+    # path, in order: every other verified line is its row's canonical line. Kept by
+    # `verify_lines` and `verify_continuation` (None: not kept, as by `verify_dir`).
+    unproven: list[int] | None = field(default=None, repr=False)
 
     @property
     def head_seq(self) -> int:
@@ -313,13 +321,14 @@ def _hash_reason(recomputed: str, stored: str) -> str:
 class _Walker:
     """Follows the chain through successive batches of complete lines."""
 
-    __slots__ = ("count", "failure", "line", "prev")
+    __slots__ = ("count", "failure", "line", "prev", "unproven")
 
     def __init__(self) -> None:
         self.count = 0  # verified rows; also the seq of the last one
         self.line = 0  # complete lines consumed
         self.prev = GENESIS
         self.failure: tuple[int, int, str] | None = None  # (seq, line, reason)
+        self.unproven: list[int] = []  # 0-based lines that took the strict path
 
     def feed(self, lines: list[bytes]) -> bool:
         """Check `lines`; return False (and record the failure) at the first break."""
@@ -389,6 +398,7 @@ class _Walker:
             digest = self._fast_one(raw, expect)
             if digest is None:
                 digest = _slow_row(raw, expect, self.prev)
+                self.unproven.append(self.line - 1)
         except _Break as b:
             self.failure = (expect, self.line, b.reason)
             return False
@@ -459,7 +469,9 @@ def verify_lines(lines: list[bytes], expected_head: str | None = None, *,
     `starts` (`LedgerRead.starts` of the lines), a break is named by file and line."""
     walker = _Walker()
     _run(_batched(lines), walker)
-    return walker.result(None, expected_head).place(starts)
+    res = walker.result(None, expected_head).place(starts)
+    res.unproven = walker.unproven
+    return res
 
 
 def verify_continuation(lines: list[bytes], start: int, prev_hash: str) -> WorkVerify:
@@ -469,7 +481,25 @@ def verify_continuation(lines: list[bytes], start: int, prev_hash: str) -> WorkV
     walker.count = walker.line = start
     walker.prev = prev_hash
     _run(_batched(lines[start:]), walker)
-    return walker.result(None, None)
+    res = walker.result(None, None)
+    res.unproven = walker.unproven
+    return res
+
+
+def canonical_lines(lines: list[bytes], unproven: Sequence[int]) -> list[bytes]:
+    """The canonical line of each row of the verified `lines` (DESIGN.md §2): `lines`
+    itself when all of them are, else a copy in which each line `unproven` names
+    (`WorkVerify.unproven`) that is not is replaced by its row re-encoded. The rows and
+    their entry hashes are the same; only the spelling (spaces, key order, escapes, a
+    float's form, a CR before the newline) is the canonical one."""
+    out: list[bytes] | None = None
+    for i in unproven:
+        line = encode_row(_strict_parse(lines[i]))
+        if line != lines[i]:
+            if out is None:
+                out = list(lines)
+            out[i] = line
+    return lines if out is None else out
 
 
 def iter_segments(directory: str | Path) -> list[Path]:
