@@ -663,9 +663,9 @@ argv = ["true"]
 
 def test_json_prints_the_same_bytes_from_the_daemon_and_from_the_files(
         world: World, daemons: Daemons) -> None:
-    """The daemon's records keep the member order their lines were built in, the files'
-    the canonical order: the output sorts them, so a consumer comparing bytes sees the
-    same record as the same text, whoever answered."""
+    """The daemon's records kept the member order their lines were built in, the files'
+    the canonical order: memory now folds lines in the order the file holds them, so a
+    consumer comparing bytes sees the same record as the same text, whoever answered."""
     daemons.write_config(RESIDENT_AND_JOB)
     proc = daemons.start()
     for _ in (1, 2):
@@ -685,7 +685,7 @@ def test_json_prints_the_same_bytes_from_the_daemon_and_from_the_files(
     assert sorted((r["harness"], r["run_id"]) for r in records) == [
         ("job", 1), ("job", 2), ("res", 1)]
     assert down.stdout == up.stdout
-    assert all(list(r) == sorted(r) for r in records)
+    assert all(list(r)[:3] == ["harness", "run_id", "seq"] for r in records)
 
 
 def test_a_residents_missing_durable_log_is_not_a_pruned_log(

@@ -205,9 +205,7 @@ def runs_command(ctx: click.Context, names: tuple[str, ...], harness: tuple[str,
                    f"--limit); ask for up to {MAX_LIMIT} with --limit, or page back with "
                    f"--until", err=True)
     if as_json:
-        # Keys sorted: the daemon's records keep the order their lines were built in,
-        # the files' the canonical order; the same record prints the same bytes either way.
-        click.echo(json.dumps(records, indent=2, ensure_ascii=False, sort_keys=True))
+        click.echo(json.dumps(records, indent=2, ensure_ascii=False))
         return
     if not records:
         click.echo(f"{render.visible(scrub_text(q.names[0])[0])} has no runs yet" if legacy

@@ -482,7 +482,11 @@ class RunLedger:
             self._committed = entries[-1].seq
             for e in entries:
                 self._path_commits[e.path] = e.seq
-                obj = e.obj  # the writer is done with it: the ring keeps it as committed
+                # The writer is done with it: the ring keeps it as committed, its members
+                # in the order the file holds them (canonical: sorted), so a record folds
+                # to the same member order from memory as from the files, and the daemon's
+                # answer prints the same bytes as an offline read.
+                obj = dict(sorted(e.obj.items()))
                 self._ring.append(obj)
                 r = self._index.apply(obj, live=True, carried=e.tag == _CARRIED)
                 for captured in self._captures.values():
