@@ -581,9 +581,7 @@ class Writer:
                     run_id=head.run_id,
                     seq=head.seq,
                 )
-                self._errors += 1
-                self._last_error = str(err)
-                self._last_error_at = time.time()
+                self._record_error(err)
                 # Degraded while it hangs; the pass that returns clears it or fails it.
                 self._failing = err
                 queued = len(self._queue)
@@ -1199,9 +1197,7 @@ class Writer:
             seq=first.seq,
         )
         with self._cv:
-            self._errors += 1
-            self._last_error = str(late)
-            self._last_error_at = time.time()
+            self._record_error(late)
         log.error("%s", late)
 
     def _commit_prefix(self, commit: list[Entry], error: LedgerError | None) -> None:
@@ -1294,14 +1290,20 @@ class Writer:
         )
         return err
 
+    def _record_error(self, err: LedgerError, *, counted: bool = True) -> None:
+        """What stats show of a failure: the count (REQ-6's append errors, unless it was
+        counted already) and the last error with its time. The caller holds the state
+        lock."""
+        self._errors += counted
+        self._last_error = str(err)
+        self._last_error_at = time.time()
+
     def _fail(self, err: LedgerError, *, told: bool = False) -> LedgerError:
         """The pass failed with `err`. `told`: the operation that failed is the one the
         watchdog told hung past the bound, already counted (REQ-6 counts a failure of a
         line's write or sync once, and a timeout is one): told, not counted again."""
         with self._cv:
-            self._errors += not told
-            self._last_error = str(err)
-            self._last_error_at = time.time()
+            self._record_error(err, counted=not told)
             self._failing = err
             queued = len(self._queue)
         self._faillog.failed(err, self._failed_path, queued, time.monotonic(), told=told)
