@@ -144,6 +144,11 @@ class Entry:
     # writer never reads it (the run ledger marks a prune's carried lines with it).
     tag: str | None = None
 
+    def unavailable(self, message: str) -> LedgerUnavailable:
+        """The error that names this line (REQ-20: harness, run_id and seq)."""
+        return LedgerUnavailable(message, harness=self.harness, run_id=self.run_id,
+                                 seq=self.seq)
+
 
 @dataclass
 class _File:
@@ -397,30 +402,17 @@ class Writer:
             with self._cv:
                 fast_fail = self._behind_failure(time.monotonic())
         if fast_fail and not e.waiter.woken:
-            raise LedgerUnavailable(
-                "queued behind a failing write; it will be retried in order",
-                harness=e.harness,
-                run_id=e.run_id,
-                seq=e.seq,
-            )
+            raise e.unavailable("queued behind a failing write; it will be retried in order")
         if e.waiter.wait(self.sync_timeout):
             if e.waiter.error is not None:
                 err = e.waiter.error
-                raise LedgerUnavailable(
-                    f"{err.message}; the line stays queued and will be retried in order",
-                    harness=e.harness,
-                    run_id=e.run_id,
-                    seq=e.seq,
+                raise e.unavailable(
+                    f"{err.message}; the line stays queued and will be retried in order"
                 ) from err
             return e.seq
         with self._cv:
             self._overdue = max(self._overdue, e.seq)
-        raise LedgerUnavailable(
-            f"not synced within {self.sync_timeout:g}s; the line stays queued",
-            harness=e.harness,
-            run_id=e.run_id,
-            seq=e.seq,
-        )
+        raise e.unavailable(f"not synced within {self.sync_timeout:g}s; the line stays queued")
 
     def append(
         self,
@@ -490,10 +482,7 @@ class Writer:
             # may pop the queue the moment it is released.
             first = self._queue[0] if left else None
         if first is not None:
-            raise LedgerUnavailable(
-                f"closed with {left} line(s) still queued (not durable)",
-                harness=first.harness, run_id=first.run_id, seq=first.seq,
-            )
+            raise first.unavailable(f"closed with {left} line(s) still queued (not durable)")
 
     def after_stop(self, fn: Callable[[], None]) -> None:
         """Call `fn` once the writer thread can write no more: now, or when the thread
@@ -574,12 +563,9 @@ class Writer:
                 if self._io_started != started or self._io_told or head is None:
                     return
                 self._io_told = True
-                err = LedgerUnavailable(
+                err = head.unavailable(
                     f"ledger {self._io_what} of {head.path} has not returned within the "
-                    f"{self.sync_timeout:g}s bound",
-                    harness=head.harness,
-                    run_id=head.run_id,
-                    seq=head.seq,
+                    f"{self.sync_timeout:g}s bound"
                 )
                 self._record_error(err)
                 # Degraded while it hangs; the pass that returns clears it or fails it.
@@ -1189,12 +1175,9 @@ class Writer:
         stalled disk. It is not a failing head, so `_failing` is left alone."""
         what, now = (("write and sync", "the lines are now durable") if synced
                      else ("write", "the lines are written and will be synced"))
-        late = LedgerUnavailable(
+        late = first.unavailable(
             f"ledger {what} of {first.path} took {took:.3f}s, over the "
-            f"{self.sync_timeout:g}s bound; {now}",
-            harness=first.harness,
-            run_id=first.run_id,
-            seq=first.seq,
+            f"{self.sync_timeout:g}s bound; {now}"
         )
         with self._cv:
             self._record_error(late)
@@ -1282,13 +1265,7 @@ class Writer:
         # log names when the episode ends.
         path = path if path is not None else e.path
         self._failed_path = path
-        err = LedgerUnavailable(
-            f"ledger {op} of {path} failed: {exc.strerror or exc}",
-            harness=e.harness,
-            run_id=e.run_id,
-            seq=e.seq,
-        )
-        return err
+        return e.unavailable(f"ledger {op} of {path} failed: {exc.strerror or exc}")
 
     def _record_error(self, err: LedgerError, *, counted: bool = True) -> None:
         """What stats show of a failure: the count (REQ-6's append errors, unless it was
