@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import string
 import subprocess
@@ -25,6 +27,7 @@ from harness.ledger.scrub import (
     scrub_text,
     scrub_value,
 )
+from harness.ledger.verify import verify_run_ledger
 from harness.supervisor.history import SkippedEntry
 from harness.worklog import WorkLedgerError
 from harness.worklog.store import WorkLedger
@@ -403,6 +406,8 @@ FRAGMENTS = [
     "pass", "pwd", "%20", "%3A", "%3d", "\\", ", ", "\t",
     "=>", ":=", "\u00a0", "&", "#", "?", "_KEY=", ":/\\/", "_eyJ", "mysql ", " -p",
     "sshpass -p ", "whsec_", "xoxe-", "glrt-", "GOCSPX-", "api_org_",
+    # a standalone Basic credential, its pieces, and words that read as base64
+    "basic ", "BASIC\t", "dXNlcjpwYXNzd29yZA==", "dXNlcjpw", "Og", "==", "Only", "Overview",
 ]
 secretish_text = st.lists(
     st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=8)), max_size=24
@@ -798,11 +803,111 @@ def test_forms_a_hunt_found_and_their_neighbours(text: str, want: tuple[str, int
     assert scrub_text(want[0]) == (want[0], 0)
 
 
+# -- a standalone HTTP Basic credential -----------------------------------------------------
+# "basic" is an English word as well as a scheme, so outside an Authorization header the
+# word after it is a credential only when it is base64 of RFC 7617's user-id ":" password.
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+USER_PASS = b64("user:password")  # dXNlcjpwYXNzd29yZA==
+BASIC_REDACTED: list[tuple[str, tuple[str, int]]] = [
+    (f"Basic {USER_PASS}", ("Basic [REDACTED]", 1)),
+    (f"proxy said 407; retried with Basic {USER_PASS}",
+     ("proxy said 407; retried with Basic [REDACTED]", 1)),
+    (f"sent basic {USER_PASS} upstream", ("sent basic [REDACTED] upstream", 1)),
+    (f"BASIC\t{USER_PASS}", ("BASIC\t[REDACTED]", 1)),
+    (f"Basic: {USER_PASS}", ("Basic: [REDACTED]", 1)),
+    # Its padding left off, at a sentence's end, in brackets, quoted, in a list.
+    (f"Basic {USER_PASS.rstrip('=')}", ("Basic [REDACTED]", 1)),
+    (f"retried with Basic {USER_PASS}.", ("retried with Basic [REDACTED].", 1)),
+    (f"(Basic {b64('alice:s3cr3t')}), then 403", ("(Basic [REDACTED]), then 403", 1)),
+    (f'["-H", "Basic {USER_PASS}", "-X", "GET"]', ('["-H", "Basic [REDACTED]", "-X", "GET"]', 1)),
+    (f'{{"reason": "Basic {USER_PASS}"}}', ('{"reason": "Basic [REDACTED]"}', 1)),
+    (f'{{\\"reason\\": \\"basic {USER_PASS}\\"}}', ('{\\"reason\\": \\"basic [REDACTED]\\"}', 1)),
+    # An empty user (a personal access token as the password), an empty password, a
+    # password in UTF-8.
+    (f"Basic {b64(':pat0123456789abcdefghijklmnopqrstuvwxyz')}", ("Basic [REDACTED]", 1)),
+    (f"Basic {b64('user:')}", ("Basic [REDACTED]", 1)),
+    (f"Basic {b64('jörg:pässwörd')}", ("Basic [REDACTED]", 1)),
+    (f"Basic {USER_PASS} and basic {b64('bob:hunter2')}",
+     ("Basic [REDACTED] and basic [REDACTED]", 2)),
+    # Where the schemes' list already took it: unchanged.
+    (f"token: Basic {USER_PASS}", ("token: Basic [REDACTED]", 1)),
+    (f"Authorization: Basic {USER_PASS}", ("Authorization: Basic [REDACTED]", 1)),
+    # A word after "basic" that is no credential does not hide the secret in it or
+    # after it: each goes by its own rule, whole.
+    (f"Basic {JWT}", ("Basic [REDACTED]", 1)),
+    ("Basic AKIA" + "ABA6CDEFGHIJKLMN", ("Basic [REDACTED]", 1)),
+    ("basic bearer abcd1234efgh5678", ("basic bearer [REDACTED]", 1)),
+    ("basic mysql -u r -pS3cret", ("basic mysql -u r -p[REDACTED]", 1)),
+    ("basic sshpass -p S3cret ssh h", ("basic sshpass -p [REDACTED] ssh h", 1)),
+    ("Basic password = hunter2", ("Basic password = [REDACTED]", 1)),
+    ("Basic Ogxxpassword = hunter2", ("Basic Ogxxpassword = [REDACTED]", 1)),
+    (f"Basic OPENAI_API_KEY={OPENAI}", ("Basic OPENAI_API_KEY=[REDACTED]", 1)),
+]
+BASIC_PROSE = [
+    "basic auth", "a basic 2024 plan", "Basic setup", "Basic auth is disabled for /health",
+    "the basic idea: retry 3 times", "Basic Only", "Basic One", "basic Open", "Basic Overview",
+    "Basic Operator", "Basic OldPdb", "Basic Outputs", "Basic Original", "Basic Ohio",
+    # base64, but not of a user and a password: no ":", control characters, bad length
+    f"Basic {b64('hello world')}", "Basic " + base64.b64encode(b"\x01\x02:\x03\x04\x05").decode(),
+    f"Basic {USER_PASS.rstrip('=')}x", f"Basic {USER_PASS}=",
+    # part of a longer word, or of a name
+    f"isBasic {USER_PASS}", f"Basic {USER_PASS}_v2", f"Basic {USER_PASS}.txt",
+    f"Basic {USER_PASS}:8080",
+]
+
+
+@pytest.mark.parametrize(("text", "want"), BASIC_REDACTED)
+def test_a_standalone_basic_credential_is_redacted_and_the_word_kept(
+        text: str, want: tuple[str, int]) -> None:
+    assert scrub_text(text) == want
+    assert scrub_text(want[0]) == (want[0], 0)
+
+
+@pytest.mark.parametrize("text", BASIC_PROSE)
+def test_the_word_basic_before_what_is_no_credential_stays(text: str) -> None:
+    out, n = scrub_text(text)
+    assert (out, n) == (text, 0)
+    assert out is text
+
+
+def test_a_basic_credential_never_reaches_the_ledger_file(tmp_path: Path) -> None:
+    alice = b64("alice:" + "s3cr3t-" + "Pa55")
+    led = RunLedger(str(tmp_path / "ledger"))
+    try:
+        led.append({"type": "decided", "harness": "h", "run_id": 1, "outcome": "skipped",
+                    "reason": f"proxy said 407; retried with Basic {USER_PASS}"})
+        led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "failed",
+                    "sessions": [{"id": "s1", "adapter": "claude",
+                                  "trace_id": f"basic {alice}"}],
+                    "errors": {f"ProxyError: Basic {alice}": 2},
+                    "reason": "basic auth refused: Basic setup incomplete"})
+        assert led.stats().redactions == 3
+    finally:
+        led.close()
+    data = b"".join(p.read_bytes() for p in (tmp_path / "ledger").glob("*.jsonl"))
+    for secret in (USER_PASS, alice, USER_PASS.rstrip("="), alice[:12]):
+        assert secret.encode() not in data
+    first, second = (json.loads(raw) for raw in data.splitlines())
+    assert first["reason"] == "proxy said 407; retried with Basic [REDACTED]"
+    assert second["sessions"] == [{"id": "s1", "adapter": "claude",
+                                   "trace_id": "basic [REDACTED]"}]
+    assert second["errors"] == {"ProxyError: Basic [REDACTED]": 2}
+    assert second["reason"] == "basic auth refused: Basic setup incomplete"
+    res = verify_run_ledger(str(tmp_path / "ledger"))
+    assert (res.ok, res.lines) == (True, 2)
+
+
 # Text a writer may be handed (a work-ledger payload runs to 1 MiB) in which every few
 # characters could open a form. Scrubbing must stay linear: with a form that rescans the
 # rest of the text from each of those starts, half a MiB took tens of minutes.
 ADVERSARIAL = ["(-u", "eyJ_", "a://x:", "a://x:y/", "a://@:", "mysql -u ", "mysql ",
-               "sshpass -p ", "password=&a", "pass := ", "X_KEY=", "//a:", "a:/\\/"]
+               "sshpass -p ", "password=&a", "pass := ", "X_KEY=", "//a:", "a:/\\/",
+               "basic Og", "Basic Og+/", "basic dXNlcjpw "]
 
 
 def test_scrubbing_adversarial_text_takes_linear_time(tmp_path: Path) -> None:

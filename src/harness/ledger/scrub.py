@@ -2,11 +2,12 @@
 
 It owns the list of secret forms the ledger recognises (vendor API keys and tokens,
 ``key=value`` credential assignments and ``--flag value`` credentials, Authorization,
-Bearer and Cookie values, passwords and tokens in URL userinfo (also where it breaks RFC
-3986) and credential query parameters, passwords on sshpass and MySQL command lines,
+Bearer, Basic and Cookie values, passwords and tokens in URL userinfo (also where it breaks
+RFC 3986) and credential query parameters, passwords on sshpass and MySQL command lines,
 webhook URLs, PEM private keys, JWTs) and the rule for redacting each: the
 secret itself becomes ``[REDACTED]`` while harmless context (the key name, the URL
-scheme and user, the word ``Bearer``) stays, so a redacted line still says what it was.
+scheme and user, the word ``Bearer`` or ``Basic``) stays, so a redacted line still says
+what it was.
 
 Invariant: a scrubbed string contains none of the recognised secret forms; scrubbing is
 idempotent (``scrub_text(scrub_text(x)[0]) == (scrub_text(x)[0], 0)``); text with
@@ -23,6 +24,8 @@ scrubbed again: the line's own words after it could read as a secret's value.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import logging
 import numbers
@@ -45,7 +48,9 @@ _CASELESS_FRAGMENTS = (
     ("c", "ret"),  # secret
     ("p", "ass[wp]"),  # password, passwd, passphrase
     ("z", "ation"),  # authorization
-    ("b", "earer"),
+    # bearer; basic before a word as long as a Basic credential ("basic auth" is not
+    # gated), in one branch: a branch more of its own costs every clean string's scan
+    ("b", "earer|asic:?[ \t]+[a-z0-9+/]{7}"),
     ("p", "wd"),  # pwd=
     # pass=, with every separator _SEP takes: a quote (escaped or not) before it,
     # spaces or %20 around it, or a comma between two quoted strings
@@ -99,6 +104,8 @@ _TRIGGER: Final = re.compile(
 
 # Characters of the tokens vendors issue (base64url plus the separators they use).
 _TOK = r"[A-Za-z0-9_-]"
+# The standard base64 alphabet (RFC 4648), which an HTTP Basic credential is written in.
+_B64 = r"[A-Za-z0-9+/]"
 # An unquoted key=value value runs to whitespace or a quote: a password may well hold
 # ";", "," or "&", and cutting there would leave its tail in the ledger. Only an "&" that
 # opens a URL query's next parameter ("&user=") ends it. A backslash is part of the value
@@ -312,6 +319,23 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         r"(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{8,}=*"
         r"|[A-Za-z._~+/-]{32,}=*)",
     ),
+    # "basic" is an English word too ("basic auth", "Basic Only"), so the word after it
+    # must be a credential: RFC 7617's user-id ":" password, in base64 (`_is_user_pass`
+    # decodes it). The lookahead takes only a word whose decoding holds a ":" (a ":" is
+    # one of three shapes within a four-character group), and at least 7 characters (5
+    # bytes: "Only" decodes to ":yr"); a word that opens another form ("bearer",
+    # "mysql") has no such shape. The word must end there: not go on as a token, a JWT's
+    # next part or a key's name ("Basic X_API_KEY=", "Basic pass = x").
+    (
+        "basic",
+        r"[Bb](?<![A-Za-z][Bb])(?i:asic):?[ \t]+"
+        rf"(?=(?:{_B64}{{4}})*?(?:O[g-v]|{_B64}[DTjz][o-r]|{_B64}{{2}}[AEIMQUYcgkosw048]6))"
+        rf"(?P<s_basic>{_B64}{{7,}}+={{0,2}}+)"
+        r"(?![A-Za-z0-9+/_~:=-]|\.[A-Za-z0-9+/_~-])"
+        rf"""(?!(?:\\?["'])?{_SPACE}*{_ASSIGN})""",
+    ),
+    # No such form for "token" alone: in a run's text it precedes counts, model names and
+    # ids ("token claude-sonnet-4-5", "token 3f2a9c…"); GitHub's "token ghp_…" is a ghp_ key.
 )
 
 # An empty group closes each rule: being the last group closed, it names the rule in
@@ -351,12 +375,17 @@ def _redaction(m: re.Match[str]) -> tuple[str, int]:
     if group is None:
         return REDACTED, 1
     secret = m.group(group)
-    live = secret != REDACTED and not (
-        rule == "r_auth"
-        and m.group("auth_scheme") is None
-        and secret.strip().lower() in _AUTH_SCHEMES
-    )
-    parts = [(m.span(group), REDACTED if live else secret, int(live))]
+    if rule == "r_basic" and not _is_user_pass(secret):
+        # No credential after all, but a word the match would hide from every pass: it
+        # may be a key of another form ("basic AKIA…").
+        parts = [(m.span(group), *_one_pass(secret))]
+    else:
+        live = secret != REDACTED and not (
+            rule == "r_auth"
+            and m.group("auth_scheme") is None
+            and secret.strip().lower() in _AUTH_SCHEMES
+        )
+        parts = [(m.span(group), REDACTED if live else secret, int(live))]
     for g in _CONTEXT_GROUPS[rule]:
         if m.group(g):
             parts.append((m.span(g), *_one_pass(m.group(g))))
@@ -366,6 +395,17 @@ def _redaction(m: re.Match[str]) -> tuple[str, int]:
         pos, hits = end, hits + n
     out.append(m.string[pos : m.end()])
     return "".join(out), hits
+
+
+def _is_user_pass(word: str) -> bool:
+    """True when `word` is base64 (its padding may be left off) of a user-id ":" password
+    pair as RFC 7617 sends it: UTF-8 text with no control character. Prose that merely
+    reads as base64 decodes to bytes that are not such text ("Overview": ":\\xf7\\xab…")."""
+    try:
+        text = base64.b64decode(word + "=" * (-len(word) % 4), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    return ":" in text and text.isprintable()
 
 
 def _one_pass(s: str) -> tuple[str, int]:
