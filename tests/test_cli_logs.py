@@ -14,6 +14,7 @@ import json
 import os
 import random
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -105,6 +106,70 @@ def test_oneshot_logs_from_the_daemon_and_from_disk(world: World, daemons: Daemo
 
     _stop(daemons)
     _check_all(world, "harness: daemon not running; read the log from disk\n")
+
+
+def test_a_state_dir_moved_or_copied_keeps_its_logs(world: World, daemons: Daemons) -> None:
+    """A state dir copied to another XDG_STATE_HOME (history moved to another machine):
+    its records keep the old absolute log paths, yet each log is the one in the state dir
+    holding the ledger, as `harness logs` reads it. So `runs` says log_pruned of exactly
+    the logs gone there, even where the original's file is still there or gone in turn,
+    daemon up or down, and the same once the original is removed."""
+    _three_runs(world, daemons)
+    _stop(daemons)
+    old = world.root / "state"
+    new = world.root / "moved"
+    shutil.copytree(old, new, symlinks=True)
+    world.env["XDG_STATE_HOME"] = str(new)  # the next daemon's and CLI's state home
+    old_jobs = old / "harness" / "jobs" / "job"
+    new_jobs = new / "harness" / "jobs" / "job"
+    (old_jobs / "3.log.zst").unlink()  # only the original's: the copy keeps run 3's log
+    (new_jobs / "2.log.zst").unlink()  # only the copy's: its run 2 log is gone
+
+    def listed() -> list[tuple[Any, ...]]:
+        res = world.harness("runs", "--json", "job")
+        assert res.returncode == 0, res.stderr
+        return [(r["run_id"], r["log"], r.get("log_pruned")) for r in json.loads(res.stdout)]
+
+    want = [(3, str(old_jobs / "3.log"), None), (2, str(old_jobs / "2.log"), True),
+            (1, str(old_jobs / "1.log"), True)]
+    pruned = (1, "", "harness: job run 2's log was pruned (keep_runs = 2; the oldest log "
+                     "kept is run 3's)\n")
+    note = "harness: daemon not running; read the log from disk\n"
+    assert listed() == want
+    assert _logs(world, "job", "--run", "3") == (0, "run 3\nsecond\nthird\n", note)
+    assert _logs(world, "job", "--run", "2") == pruned
+    table = world.harness("runs", "job").stdout.splitlines()
+    assert [(line.split()[1], "success (log pruned)" in line) for line in table[1:]] == [
+        ("3", False), ("2", True), ("1", True)]
+
+    daemons.start()
+    assert listed() == want
+    assert _logs(world, "job", "--run", "3") == (0, "run 3\nsecond\nthird\n", "")
+    assert _logs(world, "job", "--run", "2") == pruned
+    _stop(daemons)
+    # The original's files are its own: the copy's daemon never touched them.
+    assert sorted(os.listdir(old_jobs)) == ["2.log.zst"]
+
+    shutil.rmtree(old)
+    assert listed() == want
+    assert _logs(world, "job", "--run", "3") == (0, "run 3\nsecond\nthird\n", note)
+
+
+def test_trigger_wait_from_another_state_dir_follows_the_daemons_log(
+        world: World, daemons: Daemons) -> None:
+    """A run the daemon starts now has its log under the daemon's state dir, which a CLI
+    with another XDG_STATE_HOME (the same socket) does not know: the record's own path,
+    uncut, is followed, not the place under the CLI's state dir (which is how a moved
+    state dir's records are read back)."""
+    workdir = world.root / "work"
+    workdir.mkdir()
+    daemons.write_config(COUNTING.format(workdir=workdir))
+    daemons.start()
+    apart = World(world.root, {**world.env, "XDG_STATE_HOME": str(world.root / "elsewhere")})
+    res = apart.harness("trigger", "job", "--wait")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        0, "run 1\nsecond\nthird\n", "job run 1: success\n")
+    assert not (world.root / "elsewhere").exists()
 
 
 def test_a_damaged_compressed_log_is_one_line_naming_it(world: World,

@@ -200,7 +200,41 @@ def test_as_written_draws_the_line_where_a_cut_can_end() -> None:
     state = os.fsdecode(b"/st\xe9t\xff/harness")
     rec = {"harness": "j", "run_id": 1, "kind": "oneshot", "log": as_text(latin)}
     assert log_file(rec, state) == latin
-    assert log_file(rec, "/elsewhere/harness") is None
+    # Under another state dir (this one moved to a UTF-8 name), the layout's place there.
+    assert log_file(rec, "/elsewhere/harness") == "/elsewhere/harness/jobs/j/1.log"
+
+
+def test_a_log_written_under_another_state_dir_is_its_place_under_this_one() -> None:
+    """Every log is at its DESIGN §2 place under the state dir that wrote it; a state dir
+    moved or copied keeps the old absolute paths in its records, and the log is the one
+    at that place under the state dir holding the ledger now, whether or not the old
+    path still names a file. A field that is no layout place of its own run stays the
+    path written; a cut one written elsewhere cannot be told of."""
+    here = "/new/home/harness"
+    cases = [
+        ("oneshot", "/old/harness/jobs/j/7.log", "/new/home/harness/jobs/j/7.log"),
+        (None, "/old/harness/jobs/j/7.log", "/new/home/harness/jobs/j/7.log"),
+        ("resident", "/old/harness/logs/j.log", "/new/home/harness/logs/j.log"),
+        (None, "/old/harness/logs/j.log", "/new/home/harness/logs/j.log"),
+        ("oneshot", here + "/jobs/j/7.log", here + "/jobs/j/7.log"),
+        # Not its own run's place: another run, another harness, another kind's place.
+        ("oneshot", "/old/harness/jobs/j/8.log", "/old/harness/jobs/j/8.log"),
+        ("oneshot", "/old/harness/jobs/k/7.log", "/old/harness/jobs/k/7.log"),
+        ("oneshot", "/old/harness/jobs/xj/7.log", "/old/harness/jobs/xj/7.log"),
+        ("oneshot", "/old/harness/logs/j.log", "/old/harness/logs/j.log"),
+        ("resident", "/old/harness/jobs/j/7.log", "/old/harness/jobs/j/7.log"),
+        ("oneshot", "/somewhere/j-7.log", "/somewhere/j-7.log"),
+        # Cut under another state dir: its end, the place, is gone.
+        ("oneshot", stored_text("/" + "o" * 250 + "/harness/jobs/j/7.log"), None),
+    ]
+    for kind, stored, want in cases:
+        rec = {"harness": "j", "run_id": 7, "kind": kind, "log": stored}
+        assert log_file(rec, here) == want, (kind, stored)
+        # No state dir known: nothing to find it under, the field as written or nothing.
+        assert log_file(rec, None) == (stored if as_written(stored) else None)
+        # A run the daemon started now, asked about from whatever state dir: nothing
+        # moved, and a path kept as written is its own.
+        assert log_file(rec, here, live=True) == (stored if as_written(stored) else want)
 
 
 @settings(max_examples=400, deadline=None)

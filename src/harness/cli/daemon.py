@@ -141,8 +141,9 @@ def trigger_command(ctx: click.Context, name: str, wait: bool, over_budget: bool
             if follower is None and not unreadable and rec is not None and rec.get("log"):
                 # The log file, not the field: a path the ledger stored cut names another
                 # file. Found under this CLI's state dir, which is the daemon's unless the
-                # two were started apart; then it cannot be told, and is not followed.
-                path = log_file(rec, paths.state_dir())
+                # two were started apart; then it cannot be told, and is not followed. One
+                # kept whole is the daemon's own, whichever state dir this CLI has.
+                path = log_file(rec, paths.state_dir(), live=True)
                 if path is not None:
                     follower = LogFollower(path)
                 else:
