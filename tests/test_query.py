@@ -222,6 +222,17 @@ def test_the_index_keeps_its_window_and_tails_and_claims_only_what_it_holds() ->
     assert ([(r.harness, r.run_id) for r in recs], oldest, complete) == (
         [("b", 28), ("b", 27), ("b", 26)], 31, True)
     assert idx.query(Query(since_ns=now - DAY - 1, limit=50)) == ([], None, False)
+    # A harness memory never let a record of go, or never saw, is held whole; with one
+    # it let some go, the floor of the latter binds.
+    assert idx.query(Query(names=("c",), limit=4)) == ([], None, True)
+    idx.apply(_index_line(seq + 1, "c", 1, now), live=True)
+    recs, oldest, complete = idx.query(Query(names=("c",), limit=4))
+    assert ([(r.harness, r.run_id) for r in recs], oldest, complete) == (
+        [("c", 1)], seq + 1, True)
+    assert idx.query(Query(names=("a", "c"), limit=4)) == ([], None, False)
+    recs, oldest, complete = idx.query(Query(names=("a", "c"), limit=3))
+    assert ([(r.harness, r.run_id) for r in recs], oldest, complete) == (
+        [("c", 1), ("a", 5), ("a", 4)], 4, True)
 
 
 def test_a_live_late_line_of_a_record_the_index_let_go_raises_its_floors() -> None:
@@ -437,7 +448,8 @@ def test_filters(
     assert keys(recs) == want
     assert oldest == (recs[-1]["seq"] if recs else None)
     if mode == "files":
-        assert len(scans.calls) == 1
+        # Memory holds all of a name the files hold no record of (none): it answers.
+        assert len(scans.calls) == (0 if kw.get("names") == ("zzz",) else 1)
     offline, low, _ = scan(str(filters_dir), Query(**kw))
     assert keys([r.to_json() for r in offline]) == want and low == oldest
 

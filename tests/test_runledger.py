@@ -1456,6 +1456,92 @@ def test_the_boot_loads_a_weekly_harness_tail_whole(
     assert (recs, oldest) == (want[::-1], 1)
 
 
+def test_a_harness_memory_holds_whole_is_answered_from_memory(
+    ledger_dir: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """REQ-15: memory holds the last 7 days and the newest 20 runs of each harness. A
+    harness with fewer runs, all recent (`fresh`), or none at all (`nosuch`), is held
+    whole: the older files, which the boot reads only the envelopes of, hold none of it.
+    So it is answered from memory, not by reading every day file: after the boot, once
+    runs are added, after a day's trim, after a prune deleted the oldest files, and at
+    the next boot. What memory lacks of a harness the older files hold more of (`idle`,
+    `busy`) is still read from the files. Every answer is the files' own."""
+    clock = Clock(0)
+    led = open_ledger(ledger_dir, clock=clock)
+    ids: dict[str, int] = {}
+    for ago in range(40, 0, -1):
+        for h, n in (("busy", 30), ("idle", 3 * (ago > 20)), ("fresh", 2 * (ago < 5))):
+            for k in range(n):
+                clock.ns = T0 - ago * DAY + k * 60 * NS
+                ids[h] = ids.get(h, 0) + 1
+                led.append(decided(h, ids[h]), sync=False)
+    led.close()
+    assert len(list(ledger_dir.glob("*.jsonl"))) == 40
+    with sorted(ledger_dir.glob("*.jsonl"))[0].open("ab") as f:
+        f.write(b"not json at all\n")  # a line the boot, and every reader, skips
+
+    def ask(*names: str, limit: int = 20) -> tuple[list[tuple[str, int]], int | None]:
+        recs, oldest = led.query(Query(names=names, limit=limit))
+        files, in_files, _ = scan(str(ledger_dir), Query(names=names, limit=limit))
+        assert [r.to_json() for r in files] == recs  # the same records, field for field
+        assert in_files == oldest
+        return [(r["harness"], r["run_id"]) for r in recs], oldest
+
+    def fresh(*run_ids: int) -> list[tuple[str, int]]:
+        return [("fresh", i) for i in run_ids]
+
+    def idle(top: int, bottom: int) -> list[tuple[str, int]]:
+        return [("idle", i) for i in range(top, bottom - 1, -1)]
+
+    clock = Clock(T0)
+    led = open_ledger(ledger_dir, clock=clock, retention_ns=35 * DAY)
+    scans = count_scans(monkeypatch)
+    first = led.get("fresh", 1)
+    assert first is not None
+    assert ask("fresh") == (fresh(8, 7, 6, 5, 4, 3, 2, 1), first["seq"])
+    assert ask("nosuch") == ([], None)
+    assert ask("nosuch", "fresh") == ask("fresh")
+    # Both held from their own floors up: fresh's all, idle's newest 20.
+    both = ask("fresh", "idle", limit=28)
+    assert both[0] == fresh(8, 7, 6, 5, 4, 3, 2, 1) + idle(60, 41)
+    assert ask("busy")[0] == [("busy", i) for i in range(1200, 1180, -1)]
+    assert scans == []  # all from memory
+    assert ask("fresh", "idle", limit=29)[0] == both[0] + [("idle", 40)]
+    assert ask("idle", limit=21)[0] == idle(60, 40)
+    assert ask("busy", limit=250)[0] == [("busy", i) for i in range(1200, 950, -1)]
+    assert len(scans) == 3  # beyond what memory holds: the files answered
+
+    clock.ns = T0 + 60 * NS
+    led.append(decided("fresh", 9))
+    led.append(decided("newer", 1))
+    del scans[:]
+    assert ask("fresh")[0] == fresh(9, 8, 7, 6, 5, 4, 3, 2, 1)
+    assert ask("newer")[0] == [("newer", 1)]
+    clock.ns = T0 + 5 * DAY  # a new day: memory trims what left the window
+    led.append(decided("fresh", 10))
+    # busy's last two days, idle's newest 20, fresh's 10, newer's one
+    assert led.stats().records_in_memory == 60 + 20 + 10 + 1
+    assert ask("fresh")[0] == fresh(10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
+    assert ask("nosuch") == ([], None)
+    assert scans == []
+
+    assert len(led.prune().deleted) == 10  # the 40 to 31 days old files went
+    assert ask("fresh")[0] == fresh(10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
+    assert ask("idle")[0] == idle(60, 41)
+    assert ask("nosuch") == ([], None)
+    assert scans == []
+    assert ask("idle", limit=40)[0] == idle(60, 31)  # 1-30 went with the files
+    assert len(scans) == 1
+    led.close()
+
+    led = open_ledger(ledger_dir, clock=Clock(T0 + 5 * DAY))
+    del scans[:]
+    assert ask("fresh")[0] == fresh(10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
+    assert ask("newer")[0] == [("newer", 1)]
+    assert ask("nosuch") == ([], None)
+    assert scans == []
+
+
 def test_a_late_line_of_a_record_the_boot_passed_over_keeps_the_files_answering(
     ledger_dir: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,8 +4,12 @@ It holds every record whose first line falls in the last `window` (7 days), at
 least the newest `tail` (20) records of each harness it has seen, and every open
 record whatever its age. Invariant (the floors): every record with seq ≥
 ``floor`` is present and fully folded, and for a harness h every record of h with
-seq ≥ ``harness_floor[h]`` is; `query` answers only when those floors prove the
-answer complete and otherwise says so, so the caller reads the files instead.
+seq ≥ ``harness_floor[h]`` is; a harness with no floor of its own (any other name, one
+never seen included) has every record of it present. So whatever lets a record go, or
+learns of one it never held, gives its harness a floor: the boot for each harness the
+older files hold unloaded records of, a trim for each it drops records of, a live late
+line for its own. `query` answers only when those floors prove the answer complete and
+otherwise says so, so the caller reads the files instead.
 Not thread-safe by itself: the ledger serialises access with its lock.
 """
 
@@ -96,13 +100,17 @@ class Index:
         return sorted((r for r in self.records.values() if isinstance(r, Record) and r.is_open),
                       key=lambda r: r.seq)
 
+    def floor_of(self, harness: str) -> int:
+        """Every record of `harness` with this seq or above is here (1: all of them)."""
+        return min(self.harness_floor.get(harness, 1), self.floor)
+
     def query(self, q: Query) -> tuple[list[Record | Frozen], int | None, bool]:
         """Answer from memory: (records, oldest seq, complete). Incomplete: read the files."""
         hits, _ = select(Query(q.names, q.since_ns, q.until_ns, q.outcomes, q.triggers, None,
                                q.before_seq), self.records.values())
         fl = self.floor
         if q.names:
-            fl = max(min(self.harness_floor.get(n, self.floor), self.floor) for n in q.names)
+            fl = max(self.floor_of(n) for n in q.names)
         if fl > 1:
             above = [r for r in hits if r.seq >= fl]
             if q.limit is not None and len(above) >= q.limit:
@@ -123,7 +131,7 @@ class Index:
         top = 0  # the highest seq dropped
         for h, recs in per.items():
             recs.sort(key=lambda r: r.seq, reverse=True)
-            before = min(self.harness_floor.get(h, self.floor), self.floor)
+            before = self.floor_of(h)
             gone = 0
             for r in recs[self.tail :]:
                 if r.closed and r.first_at < start:
@@ -157,16 +165,20 @@ class NewestPicker:
     kept per harness, whatever the files hold.
 
     Run ids rise per harness and are never reused, so a line whose run id is at or below
-    the highest one let go belongs to a record passed over. Invariant: every record of
-    harness h on disk and not picked has a seq below ``floors()[h]`` (conservatively: a
-    passed-over record's late line raises the floor too, since an orphan line whose
-    opened line was pruned cannot be told from it without remembering every run id).
+    the highest one let go belongs to a record passed over. A harness in `full` is not
+    picked from: the caller names each one a line of an unloaded record of it is seen for
+    in `unpicked`. Invariant: every record of harness h on disk and not picked (nor loaded
+    otherwise) has a seq below ``floors(floor)[h]``, and a harness `floors` does not name
+    has none (conservatively: a passed-over record's late line raises the floor too, since
+    an orphan line whose opened line was pruned cannot be told from it without
+    remembering every run id).
     """
 
     def __init__(self, tail: int, held: Iterable[tuple[str, int]]) -> None:
         self.tail = tail
         self._held = Counter(h for h, _ in held)  # the window's records per harness
         self.full = {h for h, n in self._held.items() if n >= tail}
+        self.unpicked: set[str] = set()  # the harnesses of `full` with records passed over
         # Per harness, each picked run id -> (the lowest seq seen, the first file holding it)
         self._firsts: dict[str, dict[int, tuple[int, int]]] = {}
         self._heaps: dict[str, list[int]] = {}
@@ -208,7 +220,10 @@ class NewestPicker:
         return min((file for firsts in self._firsts.values() for _seq, file in firsts.values()),
                    default=sys.maxsize)
 
-    def floors(self) -> dict[str, int]:
-        """Per harness seen: memory, once the picked records are folded, holds every
-        record of it from this seq up (1: all of them)."""
-        return {h: self._passed.get(h, 0) + 1 for h in self._firsts}
+    def floors(self, floor: int) -> dict[str, int]:
+        """Per harness with records in the files: memory, once the picked records are
+        folded, holds every record of it from this seq up (1: all of them). `floor` is
+        the ledger-wide one, below which lie the records of `unpicked` passed over."""
+        out = {h: self._passed.get(h, 0) + 1 for h in self._firsts}
+        out.update(dict.fromkeys(self.unpicked, floor))
+        return out

@@ -304,6 +304,7 @@ class RunLedger:
             # idle harness's, is in memory from boot, not read from the files per query.
             picker = NewestPicker(self._index.tail, in_window)
             full = picker.full
+            unpicked = picker.unpicked.add
             below = 0  # the highest seq of the old files before this one
             for i, (_day, path) in enumerate(old):
                 above = below
@@ -326,6 +327,8 @@ class RunLedger:
                             start = 0  # its lower seqs may lie in any older file
                         elif e.harness not in full:
                             picker.see(e.harness, e.run_id, e.seq, i)
+                        else:
+                            unpicked(e.harness)
                         new_id = e.run_id > max_ids.get(e.harness, 0)
                         if new_id:
                             max_ids[e.harness] = e.run_id
@@ -356,7 +359,9 @@ class RunLedger:
                 self._index.floor = first_seq if first_seq is not None else next_seq
                 self._index.floor_at = format_ns(day_start_ns(window[0][0])) if window else (
                     format_ns(now))
-                self._index.harness_floor.update(picker.floors())
+                # Every harness with records in the old files memory did not load gets its
+                # floor; any other (none there, or all loaded) is held whole.
+                self._index.harness_floor.update(picker.floors(self._index.floor))
         finally:
             if gc_was:
                 gc.enable()
@@ -667,10 +672,10 @@ class RunLedger:
             # seq alone it cannot be told whether its lines went (a clock stepped back
             # puts lower seqs in a later day's file, which is kept).
             cut = {k for k, r in self._index.records.items() if r.seq <= upto}
-            floor = self._index.floor
             # Memory vouches for a harness's records from its own floor up, which can lie
-            # below the ledger-wide one (a record trimmed from the harness's tail).
-            floors = {h: min(f, floor) for h, f in self._index.harness_floor.items()}
+            # below the ledger-wide one (a record trimmed from the harness's tail), and for
+            # all of those of a harness with no floor of its own.
+            floors = {h: self._index.floor_of(h) for h in self._index.harness_floor}
             floor_at = self._index.floor_at
             held = set(self._index.records)
             read_to = self._committed
@@ -690,7 +695,7 @@ class RunLedger:
             found: set[tuple[str, int]] = set()
 
             def spot(e: Head) -> None:
-                if floors.get(e.harness, floor) <= e.seq or (floor_at and e.at >= floor_at):
+                if floors.get(e.harness, 1) <= e.seq or (floor_at and e.at >= floor_at):
                     found.add((e.harness, e.run_id))
 
             for obj in self._lines_of(days, cut, read_to, spot, held):
