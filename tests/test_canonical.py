@@ -17,7 +17,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from harness.ledger.canonical import canonical, cap_utf8
+from harness.ledger.canonical import (
+    canonical,
+    cap_utf8,
+    proof_decoder,
+    proven,
+)
 from harness.ledger.chain import (
     ZERO_HASH,
     hash_of_line_bytes,
@@ -336,6 +341,48 @@ def test_a_line_without_the_member_does_not_verify() -> None:
     body = {"a": 1}
     digest = hashlib.sha256(ref_canonical(body)).hexdigest()
     assert hash_of_line_bytes(ref_canonical(body), digest) is False
+
+
+# -- proving a text canonical (what both verifiers ask before hashing bytes as they lie) --
+
+_any = proof_decoder()
+
+
+@settings(max_examples=1500, deadline=None)
+@given(json_values, st.booleans(), st.booleans(), st.sampled_from([(",", ":"), (", ", ": ")]))
+@example({"b": 1, "a": 2}, False, False, (",", ":"))  # members out of order
+@example({"a": "é"}, True, True, (",", ":"))  # an escape canonical JSON does not make
+@example({"a": [1.5]}, True, False, (", ", ": "))  # a space
+def test_proven_is_exactly_canonical(v: Any, sort_keys: bool, ascii_only: bool,
+                                     separators: tuple[str, str]) -> None:
+    """A spelling of a value is proven canonical if and only if it is the canonical one."""
+    text = json.dumps(v, sort_keys=sort_keys, ensure_ascii=ascii_only,
+                      separators=separators).encode()
+    got = proven(_any, [b"1", text, b"2"])
+    assert (got is not None) == (text == ref_canonical(v))
+    if got is not None:
+        assert got[0] == 1 and got[2] == 2 and canonical(v) == text
+
+
+@pytest.mark.parametrize("text", [
+    b"1.0e0", b"0.00001", b"1E5", b"1e16", b"0.10", b"1e999", b"-0", b"[-0]",
+    b'"\\u00e9"', b'"\\/"', b'"\\u001F"', b'"\\u000a"', b'"\\ud83d\\ude00"',
+    b'{"a":1,"a":1}', b'{"b":1,"a":1}', b'{"a":{"d":1,"c":2}}', b"[1 ]", b" 1", b"1\t",
+    b'{"a":1}\r', b"NaN", b"Infinity",
+])
+def test_proven_refuses_every_other_spelling(text: bytes) -> None:
+    assert proven(_any, [text]) is None
+    assert proven(_any, [b'{"x":1}', text, b"[]"]) is None
+
+
+def test_proven_lines_texts_up_one_to_one() -> None:
+    """As many values as texts, and each text the encoding of one of them: a text holding
+    two values (a newline between them) or a value spread over two texts is not proven."""
+    assert proven(_any, [b"1", b"[2]"]) == [1, [2]]
+    assert proven(_any, [b"1\n2"]) is None
+    assert proven(_any, [b"1\n2", b""]) is None
+    assert proven(_any, [b"[1,", b"2]"]) is None
+    assert proven(_any, [b"[1,", b"2]", b"3\n4"]) is None
 
 
 def test_cap_utf8_cuts_away_a_lone_surrogate_in_the_tail() -> None:

@@ -14,18 +14,29 @@ deep. Decoding is the mirror: `decode_untrusted` turns JSON nested past the deco
 depth into the `msgspec.DecodeError` any other bad JSON gives, so a reader of another
 process's (or another machine's) bytes has one error to catch, and no RecursionError
 reaches its caller.
+
+Proving is the reverse question, asked by both chains' verifiers before they hash a line's
+bytes as they lie: is a text already the canonical bytes of the value it holds? `proven`
+answers it for a batch of texts by decoding them (`proof_decoder`) and re-encoding; its
+invariant is that it returns values only for texts each of which is exactly the canonical
+JSON of its value, `msgspec.Raw` members the decoder's type declares aside.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Final
 
 import msgspec
 
 _encoder = msgspec.json.Encoder(order="sorted")
 _plain: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+# Whatever stops a text from being proven canonical (bad JSON, a value off the decoder's
+# type, a marked float the encoder refuses, an integer past 64 bits) only fails the proof.
+PROOF_ERRORS: Final = (msgspec.MsgspecError, ValueError, TypeError, OverflowError,
+                       RecursionError)
 
 
 def _stdlib(obj: Any) -> bytes:
@@ -96,3 +107,54 @@ def cap_utf8(s: str, limit: int) -> tuple[str, bool]:
     # The source was a valid string, so only the cut tail can be an incomplete character;
     # "ignore" drops exactly that.
     return b[:limit].decode("utf-8", "ignore"), True
+
+
+class _NotCanonical:
+    """Stands in for a float spelled other than canonically: the encoder refuses it, so
+    what holds it is never proven canonical."""
+
+    __slots__ = ()
+
+
+_MARK: Final = _NotCanonical()
+
+
+def canonical_float(text: str) -> msgspec.Raw | _NotCanonical:
+    """The float hook of `proof_decoder`. msgspec spells floats unlike the standard
+    library, so a float must not be re-encoded by it: a literal that already is the
+    canonical spelling of its value (`float.__repr__`) is kept as raw bytes and re-emitted
+    verbatim; any other spelling ("1.0e0", "0.00001", "1E5", "1e999") is marked."""
+    value = float(text)
+    if value - value == 0.0 and float.__repr__(value) == text:
+        return msgspec.Raw(text.encode("ascii"))
+    return _MARK
+
+
+def proof_decoder(type_: Any = Any) -> msgspec.json.Decoder[Any]:
+    """A decoder of `type_` for `proven`: untyped floats go through `canonical_float`.
+    (A member typed `float` would be re-spelled by msgspec: declare it `msgspec.Raw`, and
+    prove those texts with an untyped `proof_decoder`.)"""
+    return msgspec.json.Decoder(type_, float_hook=canonical_float)
+
+
+def proven(decoder: msgspec.json.Decoder[Any], texts: Sequence[bytes | msgspec.Raw]
+           ) -> list[Any] | None:
+    """The values `decoder` reads from `texts` when each text is byte for byte the canonical
+    JSON of its value; otherwise None. A `msgspec.Raw` member of the decoder's type is
+    re-emitted as it lies, so it is not proven here: its caller proves it.
+
+    One decode and one encode for the batch. The texts are joined one per line, decoded as
+    a stream of values and re-encoded one per line. Equal bytes and as many values as texts
+    prove each text equal to its value's encoding: canonical JSON holds no newline (the
+    encoder escapes it in strings and writes no whitespace), so the re-encoding holds
+    exactly one newline per value, and the joined texts, as many newlines as texts only if
+    no text holds one; the texts then line up one to one with the encodings."""
+    data = b"\n".join([*texts, b""])  # one copy, newline-terminated
+    try:
+        values = decoder.decode_lines(data)
+        if len(values) == len(texts) and _encoder.encode_lines(values) == data:
+            return values
+    except PROOF_ERRORS:
+        pass
+    return None
+

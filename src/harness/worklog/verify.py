@@ -44,6 +44,7 @@ from typing import Annotated, Any, Final, Literal, NamedTuple
 
 import msgspec
 
+from harness.ledger.canonical import PROOF_ERRORS, proof_decoder, proven
 from harness.ledger.dayfiles import CHUNK, is_whole, read_tail
 from harness.timefmt import is_rfc3339
 
@@ -88,37 +89,13 @@ class _Row(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaul
     ts: str
 
 
-class _NotCanonical:
-    """Stands in for a float spelled other than canonically: the encoder fails on it,
-    so the row cannot be proven canonical and takes the strict path."""
-
-    __slots__ = ()
-
-
-_MARK: Final = _NotCanonical()
-
-
-def _float_hook(text: str) -> msgspec.Raw | _NotCanonical:
-    # msgspec spells floats unlike the standard library, so a float must not be
-    # re-encoded by it. A literal that already is the canonical spelling of its value
-    # (float.__repr__, what canonical JSON writes) is kept as raw bytes and re-emitted
-    # verbatim; any other spelling ("0.00001", "1E5", "1e999") marks the row unproven.
-    value = float(text)
-    if value - value == 0.0 and float.__repr__(value) == text:
-        return msgspec.Raw(text.encode("ascii"))
-    return _MARK
-
-
-_one: Final = msgspec.json.Decoder(_Row)
-_many: Final = msgspec.json.Decoder(list[_Row])
-_payloads: Final = msgspec.json.Decoder(list[dict[str, Any]], float_hook=_float_hook)
-_payload: Final = msgspec.json.Decoder(dict[str, Any], float_hook=_float_hook)
+# The canonical proof's decoders (`proven`): rows, their payloads kept raw, and payloads,
+# a float in another spelling than canonical unproven (`canonical_float`). A line not
+# proven takes the strict path, which names what is wrong with it.
+_rows: Final = proof_decoder(_Row)
+_payloads: Final = proof_decoder(dict[str, Any])
 _plain: Final = msgspec.json.Decoder()
-_enc: Final = msgspec.json.Encoder(order="sorted")
 _sha256: Final = hashlib.sha256
-# Whatever stops a line from being proven canonical on the fast path sends it to the
-# strict path, which names the problem; none of these may escape as a crash.
-_UNPROVEN: Final = (msgspec.MsgspecError, ValueError, TypeError, OverflowError, RecursionError)
 # The 30-character stamp our writer produces, every field in range (days 29-31 are also
 # checked against the calendar, by _real_day); anything else goes to the general parser.
 # ASCII digits only ([0-9], not \d): the fast path relies on a stamp being 30 *bytes*.
@@ -343,17 +320,9 @@ class _Walker:
     def _batch(self, lines: list[bytes]) -> bool:
         """Verify a whole batch with a handful of C-level passes, or return False having
         changed nothing (the caller then walks it line by line)."""
-        blob = b"[" + b",".join(lines) + b"]"
-        try:
-            rows = _many.decode(blob)
-            # One comparison proves every line canonical (payload aside): each line
-            # holds exactly one value (the counts match), so equal bytes mean equal lines.
-            if len(rows) != len(lines) or _enc.encode(rows) != blob:
-                return False
-            pblob = b"[" + b",".join([r.payload for r in rows]) + b"]"
-            if _enc.encode(_payloads.decode(pblob)) != pblob:
-                return False
-        except _UNPROVEN:
+        # Every line canonical: the row's members, then its payload's.
+        rows = proven(_rows, lines)
+        if rows is None or proven(_payloads, [r.payload for r in rows]) is None:
             return False
         first = self.count + 1
         if [r.seq for r in rows] != list(range(first, first + len(rows))):
@@ -407,12 +376,10 @@ class _Walker:
         return True
 
     def _fast_one(self, raw: bytes, expect: int) -> str | None:
-        try:
-            r = _one.decode(raw)
-            if _enc.encode(r) != raw or _enc.encode(_payload.decode(r.payload)) != r.payload:
-                return None
-        except _UNPROVEN:
+        rows = proven(_rows, [raw])
+        if rows is None or proven(_payloads, [rows[0].payload]) is None:
             return None
+        r = rows[0]
         _check_link(r.seq, r.prev_hash, expect, self.prev)
         _check_ts(r.ts)
         k = raw.rfind(_PREV_KEY) + 79
@@ -662,7 +629,7 @@ def _check_range(job: tuple[str, int, int]) -> _Span:
         return None
     try:
         head = _plain.decode(lines[0])
-    except _UNPROVEN:
+    except PROOF_ERRORS:
         return None
     if not isinstance(head, dict) or type(head.get("seq")) is not int or not isinstance(
         head.get("prev_hash"), str
