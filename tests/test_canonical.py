@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from harness.ledger.canonical import (
     canonical,
     cap_utf8,
+    numbers_proven,
     proof_decoder,
     proven,
 )
@@ -27,6 +28,7 @@ from harness.ledger.chain import (
     ZERO_HASH,
     hash_of_line_bytes,
     hash_of_object,
+    hashes_as_they_lie,
     line_verifies,
     seal_line,
 )
@@ -383,6 +385,59 @@ def test_proven_lines_texts_up_one_to_one() -> None:
     assert proven(_any, [b"1\n2", b""]) is None
     assert proven(_any, [b"[1,", b"2]"]) is None
     assert proven(_any, [b"[1,", b"2]", b"3\n4"]) is None
+
+
+@pytest.mark.parametrize("text", [b"0", b"-5", b"1e-05", b"0.1", b"1e+16", b"-0.0", b"5e-324",
+                                  b"123456789012345678901234567890", b"1.7976931348623157e+308"])
+def test_numbers_proven_takes_canonical_numbers(text: bytes) -> None:
+    assert ref_canonical(json.loads(text)) == text
+    assert numbers_proven([text]) is True
+    assert numbers_proven([b"1", text, b"2.5"]) is True
+
+
+@pytest.mark.parametrize("text", [b"-0", b"1.0e0", b"0.00001", b"1E5", b"1e16", b"0.10",
+                                  b"1e999", b"-0e0", b'"1"', b"true", b"null", b"[1]",
+                                  b"1\n2", b" 1"])
+def test_numbers_proven_refuses_every_other_spelling(text: bytes) -> None:
+    assert numbers_proven([text]) is False
+    assert numbers_proven([b"1", text, b"2.5"]) is False
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(floats, ints), st.sampled_from(["{!r}", "{:e}", "{:.17g}", "{:g}", "{:.1f}"]))
+def test_numbers_proven_is_exactly_canonical(x: float | int, spelling: str) -> None:
+    text = spelling.format(x).encode()
+    try:
+        canon = ref_canonical(json.loads(text))
+    except ValueError:  # not JSON ("inf" from a format) or not canonical JSON
+        assert numbers_proven([text]) is False
+        return
+    assert numbers_proven([text]) is (text == canon)
+
+
+def test_line_verifies_only_hashes_canonical_bytes_as_they_lie() -> None:
+    """A line in another spelling hashed over its own bytes verifies as they lie, but its
+    canonical bytes, which the chain hashes, do not: it does not verify."""
+    body = {"a": 1, "b": "é"}
+    for spelled in (b'{"b":"\\u00e9","a":1}', b'{"a": 1,"b":"\xc3\xa9"}'):
+        assert json.loads(spelled) == body
+        digest = hashlib.sha256(spelled).hexdigest()
+        line = spelled[:-1] + b',"hash":"' + digest.encode() + b'"}'
+        assert hash_of_line_bytes(line, digest) is True  # the bytes as they lie …
+        assert line_verifies(line, json.loads(line)) is False  # … are not what is hashed
+        digest = hashlib.sha256(ref_canonical(body)).hexdigest()
+        line = spelled[:-1] + b',"hash":"' + digest.encode() + b'"}'
+        assert line_verifies(line, json.loads(line)) is True  # hashed canonically: intact
+
+
+def test_hashes_as_they_lie_is_the_chain_hash_of_canonical_lines() -> None:
+    lines, want = [], []
+    for i in range(5):
+        line, digest = seal_line({"a": i, "cost_usd": 0.5 * i, "z": [i]}, i + 1, ZERO_HASH)
+        lines.append(line)
+        want.append(digest)
+    assert hashes_as_they_lie(lines) == want
+    assert hashes_as_they_lie([lines[0].replace(b'"a":0', b'"a":9')]) != want[:1]
 
 
 def test_cap_utf8_cuts_away_a_lone_surrogate_in_the_tail() -> None:

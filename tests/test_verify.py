@@ -203,6 +203,145 @@ def test_non_canonical_but_unedited_line_still_verifies(world: World) -> None:
     assert (res.returncode, res.stdout) == (0, ok_text(6, 1, 6, hash_of(lines[-1])))
 
 
+# -- a line in another spelling than canonical (DESIGN.md §2/§4) ------------------------------
+# The chain hash is of the canonical bytes. A line in another spelling whose hash was taken
+# over its own bytes matches no conformant verifier's hash: it is a break, wherever it lies
+# (the first batch a file checks line by line, a later batch, a day file's first line, a
+# merge). Spelled so but hashed canonically, its content is intact: it verifies.
+
+def _spelled(obj: dict[str, Any], spelling: str) -> bytes:
+    """`obj` (no hash) in `spelling`, not canonical, holding the same JSON value; a
+    `"hash"` member is to go before `"kind"`, where canonical order puts it."""
+    extra = {"float 1.0e0": {"cost_usd": 1.0}, "float 0.00001": {"cost_usd": 1e-05},
+             "escaped e-acute": {"reason": "d\u00e9j\u00e0 vu"}, "escaped slash": {"reason": "a/b"},
+             "negative zero": {"exit_code": 0}, "nested members swapped": {
+                 "tokens": {"input": 5, "output": 7}},
+             "uppercase hex escape": {"reason": "a\x1fb"}}.get(spelling, {})
+    canon = ref_canonical({**obj, **extra})
+    edits = {
+        "members swapped": (b'"run_id":%d,"seq":%d' % (obj["run_id"], obj["seq"]),
+                            b'"seq":%d,"run_id":%d' % (obj["seq"], obj["run_id"])),
+        "float 1.0e0": (b'"cost_usd":1.0,', b'"cost_usd":1.0e0,'),
+        "float 0.00001": (b'"cost_usd":1e-05,', b'"cost_usd":0.00001,'),
+        "escaped e-acute": ("é".encode(), b"\\u00e9"),
+        "escaped slash": (b"a/b", b"a\\/b"),
+        "space after a colon": (b'"v":1', b'"v": 1'),
+        "negative zero": (b'"exit_code":0,', b'"exit_code":-0,'),
+        "duplicate member": (b'"v":1}', b'"v":1,"v":1}'),
+        "nested members swapped": (b'{"input":5,"output":7}', b'{"output":7,"input":5}'),
+        "uppercase hex escape": (b"a\\u001fb", b"a\\u001Fb"),
+    }
+    old, new = edits[spelling]
+    assert canon.count(old) == 1, (spelling, canon)
+    out = canon.replace(old, new)
+    assert json.loads(out) == {**obj, **extra}
+    return out
+
+
+SPELLINGS = ["members swapped", "float 1.0e0", "float 0.00001", "escaped e-acute",
+             "escaped slash", "space after a colon", "negative zero", "duplicate member",
+             "nested members swapped", "uppercase hex escape"]
+
+
+def _chain_with_spelled(n: int, at: int, spelling: str, own_bytes: bool,
+                        day_of: Callable[[int], str] = lambda seq: DAY1
+                        ) -> tuple[dict[str, list[bytes]], str]:
+    """`n` hand-sealed decided lines by day file, the one of seq `at` in `spelling` and
+    sealed over its own bytes (`own_bytes`) or over its canonical ones: (files, head)."""
+    files: dict[str, list[bytes]] = {}
+    prev = ZERO_HASH
+    for seq in range(1, n + 1):
+        obj = {"v": 1, **decided(seq, f"{day_of(seq)}T10:{seq // 60 % 60:02d}:{seq % 60:02d}Z"),
+               "seq": seq, "prev": prev}
+        if seq == at:
+            body = _spelled(obj, spelling)
+            digest = (hashlib.sha256(body).hexdigest() if own_bytes
+                      else chain_hash(json.loads(body)))
+            raw = body.replace(b'"kind":', b'"hash":"%s","kind":' % digest.encode(), 1)
+            assert raw != ref_canonical(json.loads(raw))
+        else:
+            raw, digest = seal({k: v for k, v in obj.items() if k not in ("seq", "prev")},
+                               seq, prev)
+        files.setdefault(f"{day_of(seq)}.jsonl", []).append(raw)
+        prev = digest
+    return files, prev
+
+
+def _write_files(world: World, files: dict[str, list[bytes]]) -> None:
+    for name, lines in files.items():
+        write_day_file(world.ledger / name, lines)
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+@pytest.mark.parametrize(("n", "at"), [(6, 3), (2000, 1500)], ids=["first-batch", "later-batch"])
+def test_a_line_hashed_over_its_own_non_canonical_bytes_is_a_break(
+        world: World, spelling: str, n: int, at: int) -> None:
+    files, _ = _chain_with_spelled(n, at, spelling, own_bytes=True)
+    _write_files(world, files)
+    assert_broken(world, at, f"{FILE1}:{at}", EDITED)
+    _, out = verify_json(world)
+    assert (out["entry_count"], out["head_seq"]) == (at - 1, at - 1)
+    assert out["head_hash"] == hash_of(files[FILE1][at - 2])
+
+
+@pytest.mark.parametrize("spelling", ["members swapped", "float 0.00001", "escaped e-acute"])
+def test_a_day_file_opening_with_such_a_line_is_a_break(world: World, spelling: str) -> None:
+    """A day file's first line is judged on its own and stitched to the file before."""
+    day2 = "2025-11-04"
+    files, _ = _chain_with_spelled(6, 4, spelling, own_bytes=True,
+                                   day_of=lambda seq: DAY1 if seq < 4 else day2)
+    _write_files(world, files)
+    assert_broken(world, 4, f"{day2}.jsonl:1", EDITED)
+
+
+@pytest.mark.parametrize("spelling", ["members swapped", "float 1.0e0", "space after a colon"])
+def test_such_a_line_is_a_break_in_a_merge_too(world: World, spelling: str) -> None:
+    """A clock jump: seq 2 and 3 in the earlier day's file, the rest in the later one's;
+    the files are followed at once, in seq order."""
+    later = "2025-11-04"
+    files, _ = _chain_with_spelled(5, 3, spelling, own_bytes=True,
+                                   day_of=lambda seq: DAY1 if seq in (2, 3) else later)
+    _write_files(world, files)
+    assert_broken(world, 3, f"{FILE1}:2", EDITED)
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+@pytest.mark.parametrize(("n", "at"), [(6, 3), (2000, 1500)], ids=["first-batch", "later-batch"])
+def test_a_line_in_another_spelling_hashed_canonically_verifies(
+        world: World, spelling: str, n: int, at: int) -> None:
+    files, head = _chain_with_spelled(n, at, spelling, own_bytes=False)
+    _write_files(world, files)
+    res = verify(world)
+    assert (res.returncode, res.stdout, res.stderr) == (0, ok_text(n, 1, n, head), "")
+    code, out = verify_json(world)
+    assert (code, out["ok"], out["entry_count"], out["head_hash"]) == (0, True, n, head)
+
+
+def test_a_large_canonical_ledger_of_every_kind_of_value_verifies(world: World) -> None:
+    """2,500 canonical lines through several batches, with what the proof of canonical
+    form must take as it lies: floats (each as float.__repr__ spells it), nested objects
+    and lists, escapes canonical JSON makes, non-ASCII text."""
+    floats = [0.1, 1e-05, 1e16, 2.5, -0.0, 123456.789, 5e-324, 0.0]
+    prev, lines = ZERO_HASH, []
+    for seq in range(1, 2501):
+        at = f"{DAY1}T11:{seq // 60 % 60:02d}:{seq % 60:02d}Z"
+        obj: dict[str, Any] = {"v": 1, **decided(seq, at)}
+        if seq % 3 == 0:
+            obj.update(type="closed", outcome="failed", cost_usd=floats[seq % len(floats)],
+                       exit_code=-seq, reason='quote " back\\slash \x01 tab\t é ✓ \u2028',
+                       tokens={"input": seq, "output": 2 * seq, "cache_read": 0},
+                       models=[{"model": "m", "provider": "p", "output_tokens": seq}],
+                       errors={"Timeout": 2, "E": 1})
+        elif seq % 3 == 1:
+            obj["cost_usd"] = seq
+        raw, prev = seal(obj, seq, prev)
+        lines.append(raw)
+    world.ledger.mkdir(parents=True, mode=0o700)
+    write_day_file(world.ledger / FILE1, lines)
+    res = verify(world)
+    assert (res.returncode, res.stdout, res.stderr) == (0, ok_text(2500, 1, 2500, prev), "")
+
+
 def test_a_line_padded_past_16_kib_breaks_the_chain(world: World) -> None:
     """Spaces keep the hashed value, so the line re-encodes to its hash; but past 16 KiB
     every reader skips it, and the run they fold is not the one that was hashed."""

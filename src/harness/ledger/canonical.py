@@ -158,3 +158,18 @@ def proven(decoder: msgspec.json.Decoder[Any], texts: Sequence[bytes | msgspec.R
         pass
     return None
 
+
+_number: Final = msgspec.json.Decoder(int | float)
+
+
+def numbers_proven(texts: Sequence[bytes | msgspec.Raw]) -> bool:
+    """Whether each of `texts` is a JSON number spelled canonically: an integer as `int`
+    spells it (so no -0), a float as `float.__repr__` does (what both encoders write). For
+    numbers alone, quicker than `proven`, which calls `canonical_float` per float. The same
+    count of values and equal bytes line the texts up with the spellings, as in `proven`."""
+    data = b"\n".join([*texts, b""])  # one copy, newline-terminated
+    try:
+        values = _number.decode_lines(data)
+    except PROOF_ERRORS:
+        return False
+    return len(values) == len(texts) and "\n".join(map(repr, values)).encode() + b"\n" == data

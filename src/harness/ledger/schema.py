@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from types import GenericAlias
 from typing import Any
 
 import msgspec
@@ -247,7 +248,7 @@ def _cap(v: Any, cuts: Cuts) -> Any:
 
 _SCALARS = (_S, _I, _B, _T, _N)
 # The only fields whose values may be floats: top-level numbers (nested values are ints).
-_FLOATS = tuple(k for k, t in RECORD_FIELDS.items() if t == _N)
+NUMBER_FIELDS = tuple(k for k, t in RECORD_FIELDS.items() if t == _N)
 
 
 def ready_to_encode(out: dict[str, Any]) -> dict[str, Any]:
@@ -255,11 +256,41 @@ def ready_to_encode(out: dict[str, Any]) -> dict[str, Any]:
     it: what `canonical.prepare` does, without walking the line. The schema already
     checked every key and value, so only a float needs its stdlib spelling; this runs on
     every append, where the walk cost more than the two encodings it serves."""
-    for k in _FLOATS:
+    for k in NUMBER_FIELDS:
         v = out.get(k)
         if type(v) is float:
             out = {**out, k: msgspec.Raw(float.__repr__(v).encode("ascii"))}
     return out
+
+
+# What msgspec decodes each kind of value into for `sealed_line_type`: types it encodes
+# back in their canonical spelling, but a number, whose float msgspec spells otherwise.
+_PROOF_TYPES: dict[str, Any] = {_S: str, _T: str, _I: int, _B: bool, _N: msgspec.Raw}
+
+
+def _proof_struct(name: str, fields: dict[str, Any], required: tuple[str, ...] = ()) -> Any:
+    return msgspec.defstruct(
+        name,
+        [(k, t) if k in required else (k, t | msgspec.UnsetType, msgspec.UNSET)
+         for k, t in sorted(fields.items())],
+        kw_only=True, forbid_unknown_fields=True, omit_defaults=True, gc=False)
+
+
+def sealed_line_type() -> Any:
+    """A msgspec type for the lines the writer seals (the envelope, `prepare_line`'s record
+    fields, the chain fields), and no other, that verify's canonical proof decodes them
+    into: members in sorted order, each of a type msgspec encodes in its canonical spelling,
+    but a number, kept as its raw text (`NUMBER_FIELDS`) for the caller to prove; seq, prev
+    and hash are required. (`canonical.proven` is the proof.)"""
+    nested = {k: _proof_struct(f"_Sealed_{k}", {f: _PROOF_TYPES[t] for f, t in spec.items()})
+              for k, spec in _NESTED.items()}
+    kinds = {"models": GenericAlias(list, nested["models"]),
+             "sessions": GenericAlias(list, nested["sessions"]),
+             "tokens": nested["tokens"], "mismatch": nested["mismatch"],
+             "errors": dict[str, int], **_PROOF_TYPES}
+    fields = {k: kinds[t] for k, t in RECORD_FIELDS.items()}
+    fields.update(v=int, seq=int, type=str, at=str, harness=str, run_id=int, prev=str, hash=str)
+    return _proof_struct("_SealedLine", fields, required=("seq", "prev", "hash"))
 
 
 def stored_text(s: str) -> str:

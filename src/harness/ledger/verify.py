@@ -6,8 +6,10 @@ chain is followed in seq order from ``CHAIN`` (the pruned tail) or from genesis;
 torn fragments (an unterminated tail, or an unparseable line a crash left inside
 a file) are reported, not failures; an edited, removed, duplicated or reordered
 complete line, or one without ``prev``/``hash``, is a break, named by seq and
-file:line. Lines on disk are hashed as they lie and re-encoded only when that
-does not match (a line that is not canonical).
+file:line. A line's bytes are hashed as they lie only once the line is proven to be
+canonical JSON (`canonical.proven`: decoded and re-encoded to the same bytes, a batch at
+a time); any other line is re-encoded, and only that hash counts. A line in another
+spelling sealed over its own bytes is a break, as it is for every other verifier of §4.
 """
 
 from __future__ import annotations
@@ -19,13 +21,16 @@ import heapq
 import itertools
 import json
 import multiprocessing
+import operator
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
-from .chain import ZERO_HASH, hash_of_line_bytes, hash_of_object, link_to
+from .canonical import numbers_proven, proof_decoder, proven
+from .chain import ZERO_HASH, hash_of_line_bytes, hash_of_object, hashes_as_they_lie, link_to
 from .dayfiles import (
     CHAIN_FILE,
     UNREADABLE,
@@ -39,6 +44,7 @@ from .dayfiles import (
 )
 from .files import open_regular
 from .reader import MAX_DEPTH, SHORT_LINE, readable
+from .schema import NUMBER_FIELDS, sealed_line_type
 from .writer import MAX_LINE
 
 
@@ -50,6 +56,13 @@ class _Link(msgspec.Struct):
 
 _link = msgspec.json.Decoder(_Link)
 _any = msgspec.json.Decoder()
+# The canonical proof's decoders: the lines the writer seals (typed, so cheap), and any
+# JSON value (a line of another shape, a number member).
+_sealed = proof_decoder(sealed_line_type())
+_values = proof_decoder()
+_numbers = [operator.attrgetter(k) for k in NUMBER_FIELDS]  # kept as raw text by _sealed
+_seq, _prev, _hash = (operator.attrgetter(k) for k in ("seq", "prev", "hash"))
+_BATCH = 1024  # lines proven and checked at once on the fast path
 
 
 @dataclass
@@ -218,10 +231,11 @@ def _lines(path: str, name: str, frags: _Fragments, fc: FileCheck | None = None,
 
     With `fc` (`check_file`'s), the common line is checked here: once the caller has
     taken a line of the chain (one past `skip`, CHAIN's seq), a line that links to the
-    line before it (seq one more, prev its hash) and whose hash holds as it lies is
-    counted in `fc.lines` and not yielded; the last of such a run comes as (0, b"", its
-    link), so the caller's chain state follows. This is verify's hot loop (a million
-    lines a run), so it does per line only what the common line needs."""
+    line before it (seq one more, prev its hash), is proven canonical and whose hash
+    holds as it lies is counted in `fc.lines` and not yielded; the last of such a run
+    comes as (0, b"", its link), so the caller's chain state follows. This is verify's
+    hot loop (a million lines a run): it checks _BATCH lines at a time (`_proven_run`),
+    and goes line by line only through a batch that is not all such lines."""
     decode = _link.decode
     # Until the caller has taken a chain line, it judges each: no seq equals None (a
     # number would let a forged line of that seq, prev "", through unjudged).
@@ -235,35 +249,87 @@ def _lines(path: str, name: str, frags: _Fragments, fc: FileCheck | None = None,
             continue
         n = first - 1
         run: _Link | None = None
-        for raw in lines:
-            n += 1
-            try:
-                link = decode(raw)
-            except UNREADABLE as exc:
+        k = 0
+        while k < len(lines):
+            # Until the caller has taken a line, a line at a time: the one it takes sets
+            # `expect`, and the next batch can follow it.
+            batch = lines[k : k + (1 if expect is None and fc is not None else _BATCH)]
+            k += len(batch)
+            if expect is not None and (last := _proven_run(batch, expect, head)) is not None:
+                counted.lines += len(batch)
+                n += len(batch)
+                expect, head, run = last.seq + 1, last.hash or "", last
+                continue
+            # Something in the batch is off, or merely unusual (a line in another
+            # spelling, of another shape): each line is taken or judged on its own.
+            for raw in batch:
+                n += 1
+                try:
+                    link = decode(raw)
+                except UNREADABLE as exc:
+                    if run is not None:
+                        yield 0, b"", run
+                        run = None
+                    foreign = _unreadable(raw, exc, f"{name}:{n}", frags)
+                    if foreign is not None:
+                        yield n, raw, foreign
+                    continue
+                digest = link.hash
+                if link.seq == expect and link.prev == head and digest is not None \
+                        and (len(raw) <= SHORT_LINE or readable(raw)) \
+                        and hash_of_line_bytes(raw, digest) and _canonical(raw):
+                    counted.lines += 1
+                    expect, head, run = link.seq + 1, digest, link
+                    continue
                 if run is not None:
                     yield 0, b"", run
                     run = None
-                foreign = _unreadable(raw, exc, f"{name}:{n}", frags)
-                if foreign is not None:
-                    yield n, raw, foreign
-                continue
-            digest = link.hash
-            if link.seq == expect and link.prev == head and digest is not None \
-                    and (len(raw) <= SHORT_LINE or readable(raw)) \
-                    and hash_of_line_bytes(raw, digest):
-                counted.lines += 1
-                expect, head, run = link.seq + 1, digest, link
-                continue
-            if run is not None:
-                yield 0, b"", run
-                run = None
-            yield n, raw, link
-            # The caller judged it and, had it not taken it, stopped: the next line may
-            # follow it here. A line at or before CHAIN's seq the caller only set apart.
-            if fc is not None and link.seq > skip:
-                expect, head = link.seq + 1, digest or ""
+                yield n, raw, link
+                # The caller judged it and, had it not taken it, stopped: the next line
+                # may follow it here. A line at or before CHAIN's seq the caller only
+                # set apart.
+                if fc is not None and link.seq > skip:
+                    expect, head = link.seq + 1, digest or ""
         if run is not None:
             yield 0, b"", run
+
+
+def _proven_run(lines: list[bytes], expect: int, head: str) -> _Link | None:
+    """The link of the last of `lines` when each of them is what the fast path takes one
+    by one: canonical (proven for the batch at once), readable, linked to the line before
+    it (the first to seq `expect`, prev `head`) and hashing as it lies; otherwise None,
+    having taken nothing."""
+    rows = proven(_sealed, lines)
+    if rows is None or not _numbers_proven(rows):
+        return None
+    if list(map(_seq, rows)) != list(range(expect, expect + len(rows))):
+        return None
+    hashes = list(map(_hash, rows))
+    if list(map(_prev, rows)) != [head, *hashes[:-1]]:
+        return None
+    if max(map(len, lines)) > SHORT_LINE and not all(map(readable, lines)):
+        return None
+    if hashes_as_they_lie(lines) != hashes:
+        return None
+    last = rows[-1]
+    return _Link(last.seq, last.prev, last.hash)
+
+
+def _numbers_proven(rows: list[Any]) -> bool:
+    """Whether the number members of rows `_sealed` proved, which it keeps as raw text,
+    are canonical too."""
+    texts = [x for get in _numbers for x in map(get, rows) if x]
+    return not texts or numbers_proven(texts)
+
+
+def _canonical(raw: bytes) -> bool:
+    """Whether one line is byte for byte the canonical JSON of its value, so that its hash
+    may be checked on its bytes as they lie. A line of a shape the writer does not seal is
+    proven as any JSON value."""
+    rows = proven(_sealed, [raw])
+    if rows is not None and _numbers_proven(rows):
+        return True
+    return proven(_values, [raw]) is not None
 
 
 @dataclass
@@ -348,7 +414,9 @@ def _fault(link: _Link, raw: bytes, prev_seq: int | None, prev_hash: str | None)
         # skips it: what they fold is not what was hashed, and no writer of the chain
         # makes such a line.
         return UNREAD
-    if hash_of_line_bytes(raw, digest):
+    # Its bytes hashing to the digest prove nothing unless they are the canonical ones:
+    # a line in another spelling is judged by its re-encoding alone.
+    if hash_of_line_bytes(raw, digest) and _canonical(raw):
         return None
     if not _reencoded_ok(raw, digest):
         if not is_utf8(raw):
@@ -371,7 +439,7 @@ def _link_error(seq: int, prev: str, prev_seq: int, prev_hash: str | None) -> st
 
 
 def _reencoded_ok(raw: bytes, digest: str) -> bool:
-    """The slow path, for a line that is not in canonical form: re-encode and hash."""
+    """The slow path, for a line not proven canonical: re-encode and hash."""
     try:
         obj = _any.decode(raw)
         return isinstance(obj, dict) and hash_of_object(obj) == digest
