@@ -54,6 +54,11 @@ class _Link(msgspec.Struct):
     hash: str | None = None
 
 
+class _Canonical(_Link):
+    """The chain fields of a line `_lines` proved canonical in its batch (never decoded
+    from a line, so no line can claim it): `_fault` need not prove it again."""
+
+
 _link = msgspec.json.Decoder(_Link)
 _any = msgspec.json.Decoder()
 # The canonical proof's decoders: the lines the writer seals (typed, so cheap), and any
@@ -224,7 +229,7 @@ def check_file(path: str, name: str, anchor: tuple[int, str] | None = None) -> F
 
 
 def _lines(path: str, name: str, frags: _Fragments, fc: FileCheck | None = None,
-           skip: int = 0) -> Iterator[_Item]:
+           skip: int = 0, prove: bool = False) -> Iterator[_Item]:
     """(line number, bytes, chain fields) of each line of one day file; a torn fragment
     is not part of the chain and goes to `frags`, a whole line that is not a ledger line
     comes as `_Foreign`.
@@ -235,7 +240,10 @@ def _lines(path: str, name: str, frags: _Fragments, fc: FileCheck | None = None,
     holds as it lies is counted in `fc.lines` and not yielded; the last of such a run
     comes as (0, b"", its link), so the caller's chain state follows. This is verify's
     hot loop (a million lines a run): it checks _BATCH lines at a time (`_proven_run`),
-    and goes line by line only through a batch that is not all such lines."""
+    and goes line by line only through a batch that is not all such lines.
+
+    With `prove` (and no `fc`: a merge, whose caller judges every line), a batch proven
+    canonical at once comes as `_Canonical` links, which `_fault` does not prove again."""
     decode = _link.decode
     # Until the caller has taken a chain line, it judges each: no seq equals None (a
     # number would let a forged line of that seq, prev "", through unjudged).
@@ -259,6 +267,11 @@ def _lines(path: str, name: str, frags: _Fragments, fc: FileCheck | None = None,
                 counted.lines += len(batch)
                 n += len(batch)
                 expect, head, run = last.seq + 1, last.hash or "", last
+                continue
+            if prove and (rows := _proven_rows(batch)) is not None:
+                for raw, row in zip(batch, rows, strict=True):
+                    n += 1
+                    yield n, raw, _Canonical(row.seq, row.prev, row.hash)
                 continue
             # Something in the batch is off, or merely unusual (a line in another
             # spelling, of another shape): each line is taken or judged on its own.
@@ -299,8 +312,8 @@ def _proven_run(lines: list[bytes], expect: int, head: str) -> _Link | None:
     by one: canonical (proven for the batch at once), readable, linked to the line before
     it (the first to seq `expect`, prev `head`) and hashing as it lies; otherwise None,
     having taken nothing."""
-    rows = proven(_sealed, lines)
-    if rows is None or not _numbers_proven(rows):
+    rows = _proven_rows(lines)
+    if rows is None:
         return None
     if list(map(_seq, rows)) != list(range(expect, expect + len(rows))):
         return None
@@ -313,6 +326,13 @@ def _proven_run(lines: list[bytes], expect: int, head: str) -> _Link | None:
         return None
     last = rows[-1]
     return _Link(last.seq, last.prev, last.hash)
+
+
+def _proven_rows(lines: list[bytes]) -> list[Any] | None:
+    """The chain fields of `lines` (as `_sealed` reads them) when every one of them is a
+    line the writer seals and is canonical; otherwise None."""
+    rows = proven(_sealed, lines)
+    return rows if rows is not None and _numbers_proven(rows) else None
 
 
 def _numbers_proven(rows: list[Any]) -> bool:
@@ -416,7 +436,7 @@ def _fault(link: _Link, raw: bytes, prev_seq: int | None, prev_hash: str | None)
         return UNREAD
     # Its bytes hashing to the digest prove nothing unless they are the canonical ones:
     # a line in another spelling is judged by its re-encoding alone.
-    if hash_of_line_bytes(raw, digest) and _canonical(raw):
+    if hash_of_line_bytes(raw, digest) and (type(link) is _Canonical or _canonical(raw)):
         return None
     if not _reencoded_ok(raw, digest):
         if not is_utf8(raw):
@@ -737,8 +757,8 @@ def _verify_merged(listing: Listing, anchor: tuple[int, str] | None, checks: lis
 
     def stream(fi: int) -> Iterator[tuple[int, int, int, bytes, _Link | _Foreign]]:
         frags = _Fragments([])
-        return _by_seq(fi, _lines(listing.days[fi][1], names[fi], frags), befores[fi], frags,
-                       placed)
+        return _by_seq(fi, _lines(listing.days[fi][1], names[fi], frags, prove=True),
+                       befores[fi], frags, placed)
 
     # Day files are seq-ordered inside; merging by seq also orders lines a clock jump
     # put in an earlier-named file. A file's stream starts no lower than the line before
