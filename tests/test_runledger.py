@@ -2069,3 +2069,55 @@ def test_a_parent_that_cannot_be_opened_to_sync_is_logged_and_lines_go_on(
     warned = [r.getMessage() for r in caplog.records if "cannot open" in r.getMessage()]
     assert warned == [f"cannot open {state} to sync its entries (Permission denied); a power "
                       "cut right after it gained a directory may lose that directory"]
+
+
+def _respelled_last_line(path: Path, *, hash_raw: bool) -> None:
+    """Rewrite the file's last line (its newline dropped) with its members in reverse
+    order, "hash" first: hashed over those very bytes (`hash_raw`, which no writer of
+    the chain does) or, as DESIGN §4 says, over the canonical bytes of the same value."""
+    *head, last = path.read_bytes().splitlines(keepends=True)
+    obj = json.loads(last)
+    del obj["hash"]
+    rest = ",".join(f"{json.dumps(k)}:{json.dumps(v, ensure_ascii=False)}"
+                    for k, v in sorted(obj.items(), reverse=True)).encode()
+    canon = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    digest = hashlib.sha256(b"{" + rest + b"}" if hash_raw else canon.encode()).hexdigest()
+    path.write_bytes(b"".join(head) + b'{"hash":"' + digest.encode() + b'",' + rest + b"}")
+
+
+def test_a_last_line_hashed_over_non_canonical_bytes_is_not_adopted(
+    ledger_dir: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Verify calls it a break (the hash is not over the canonical bytes): the boot must
+    # not take it as a sealed line of the chain either. Its seq is still never reissued.
+    clock = Clock(T0)
+    path = one_closed_run(ledger_dir, open_ledger, clock)
+    _respelled_last_line(path, hash_raw=True)
+
+    led = open_ledger(ledger_dir, clock=clock)
+    assert "without its newline; kept" not in caplog.text
+    assert (f"ledger: {path} holds seq 2, above the last line of every day file: the files "
+            "were edited; continuing after it") in caplog.text
+    assert led.append(decided("n", 2)) == 3
+    led.close()
+    res = verify_run_ledger(str(ledger_dir))
+    assert res.ok is False and res.error is not None
+    assert (res.error.seq, res.error.file, res.error.line) == (2, path.name, 2)
+    assert res.error.reason == "hash does not match the line's content (the line was edited)"
+
+
+def test_a_last_line_in_another_spelling_hashed_canonically_is_adopted(
+    ledger_dir: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Verify accepts it (re-encoded, its hash is right): the boot adopts it, so seq 2 is
+    # never issued twice.
+    clock = Clock(T0)
+    path = one_closed_run(ledger_dir, open_ledger, clock)
+    _respelled_last_line(path, hash_raw=False)
+
+    led = open_ledger(ledger_dir, clock=clock)
+    assert f"{path} ends in a complete line without its newline; kept" in caplog.text
+    assert led.append(decided("n", 2)) == 3
+    led.close()
+    res = verify_run_ledger(str(ledger_dir))
+    assert (res.ok, res.lines, res.torn) == (True, 3, 0)

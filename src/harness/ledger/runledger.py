@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import paths
 from ..timefmt import canon, day_start_ns, format_ns, now_ns, utc_day
-from .chain import ZERO_HASH, hash_of_line_bytes, link_to, seal_line
+from .chain import ZERO_HASH, line_verifies, link_to, seal_line
 from .dayfiles import (
     CHAIN_FILE,
     CHUNK,
@@ -233,9 +233,10 @@ class RunLedger:
             # window's pass below), not a torn fragment. One that is the next sealed line
             # was fully written: adopt it, so its seq is never issued twice.
             obj = decode_line(t.torn)
+            # Its hash is checked as verify checks it (over the canonical bytes), so a
+            # line verify would call a break is never adopted, nor one it accepts left out.
             if (obj is not None and obj["seq"] == best[0] + 1 and obj.get("prev") == best[1]
-                    and isinstance(obj.get("hash"), str)
-                    and hash_of_line_bytes(t.torn, obj["hash"])):
+                    and line_verifies(t.torn, obj)):
                 log.warning("ledger: %s ends in a complete line without its newline; kept", path)
                 best = (obj["seq"], obj["hash"])
                 head_file = path
