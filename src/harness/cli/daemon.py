@@ -36,7 +36,7 @@ from ..ledger.query import MAX_LIMIT
 from ..ledger.scrub import scrub_text
 from ..supervisor.logview import LogFollower
 from . import render
-from .output import fail, warn
+from .output import fail, warn, warn_not_durable
 
 WAIT_POLL = 0.2
 EXIT_TIMED_OUT = 124
@@ -117,6 +117,9 @@ def trigger_command(ctx: click.Context, name: str, wait: bool, over_budget: bool
             click.echo(f"{render.visible(name)}: run {run_id} {_shown(decision)}"
                        + (" until the live run ends" if decision == "queued" else ""),
                        err=True)
+        # A skip's record, or a replaced run's, the disk has not taken yet; the wait
+        # below speaks of its own run's record itself.
+        warn_not_durable(data, but=(name, run_id) if wait else None)
         if not wait:
             click.echo(str(run_id))
             return 0
@@ -315,8 +318,10 @@ def _lifecycle(op: str, doc: str) -> click.Command:
     def command(ctx: click.Context, name: str) -> None:
         data = _call(ctx, lambda c: reply_object(c.request(op, name=name), op, action=str))
         click.echo(_describe(name, data))
-        if data.get("durable") is False:
-            # The stop is done; only its record waits for the disk (REQ-6's bound passed).
+        # The stop is done; only its records wait for the disk (REQ-6's bound passed).
+        if "not_durable" in data:
+            warn_not_durable(data)
+        elif data.get("durable") is False:  # a daemon that names only the run it stopped
             warn(f"{render.visible(name)} run {_shown(data.get('run_id'))}'s closed line "
                  "is not on disk yet: the ledger's disk is failing; the line stays queued "
                  "and is written once the disk takes it")

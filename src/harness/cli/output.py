@@ -33,6 +33,20 @@ def warn(message: str) -> None:
     click.echo(f"harness: {one_line(message)}", err=True)
 
 
+def warn_not_durable(reply: object, *, but: tuple[str, int] | None = None) -> None:
+    """One line on stderr for each record a daemon's reply says is not on disk yet
+    (``not_durable``: the op did its job, REQ-6's 2 s bound passed with the line still
+    queued in the daemon); the command goes on and succeeds. `but`: the (harness, run id)
+    the command waits for and speaks of itself."""
+    entries = reply.get("not_durable") if isinstance(reply, dict) else None
+    for e in entries if isinstance(entries, list) else []:
+        if not isinstance(e, dict) or (e.get("harness"), e.get("run_id")) == but:
+            continue
+        warn(f"{named(str(e.get('harness')))} run {named(str(e.get('run_id')))}'s "
+             f"{named(str(e.get('line')))} line is not on disk yet: the ledger's disk is "
+             "failing; the line stays queued and is written once the disk takes it")
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     warn(message)
     sys.exit(code)

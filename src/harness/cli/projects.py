@@ -41,7 +41,7 @@ from ..config.load import (
     unregister_project,
 )
 from ..control.client import Client, DaemonError, DaemonLost, DaemonUnreachable, reply_object
-from .output import fail, named, report
+from .output import fail, named, report, warn_not_durable
 
 EXIT_BAD_CONFIG = 2
 
@@ -104,6 +104,7 @@ def reload_command(ctx: click.Context, as_json: bool) -> None:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
     else:
         click.echo(describe_reload(data))
+    warn_not_durable(data)  # applied; only records of what it stopped wait for the disk
 
 
 def _after_change(ctx: click.Context, later: str) -> None:
@@ -118,6 +119,7 @@ def _after_change(ctx: click.Context, later: str) -> None:
                    f"{later} when it is reloaded or started again")
     else:
         click.echo(describe_reload(data))
+        warn_not_durable(data)
 
 
 def _registered() -> list[Project]:
