@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -59,6 +60,72 @@ hours_shutdown = "immediate"
     assert (released["trigger"], released["outcome"]) == ("release", "running")
     assert released["started_at"] >= reopen.strftime("%Y-%m-%dT%H:%M:%S")
     assert [r["run_id"] for r in runs_of(world, "worker")] == [2, 1]  # no restart between
+
+
+# A worker that takes its time to finish once told to stop: on SIGTERM it waits for the
+# test's `finish` file, as a graceful shutdown that outlasts the hours' closed minute.
+SLOW_TO_STOP = """
+import os, signal, sys, time
+root = sys.argv[1]
+def term(*_):
+    while not os.path.exists(os.path.join(root, "finish")):
+        time.sleep(0.05)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+with open(os.path.join(root, "worker.pids"), "a") as f:
+    f.write(f"{os.getpid()}\\n")
+while True:
+    time.sleep(1)
+"""
+
+
+def test_hours_that_open_while_the_graceful_close_is_still_running_release_after_it(
+        world: World, daemons: Daemons) -> None:
+    """A graceful hours close (SIGTERM, then up to 15 min to finish) is still running when
+    the hours open again. The opening found the old run live and started nothing, and
+    the end of that run, being the hours' doing, restarted nothing either: the resident
+    stayed down through its open hours until they closed and opened again. The old run
+    now finishes its close (cancelled/hours) and the release starts as it ends."""
+    now = datetime.now(UTC)
+    if now.second > 40:  # leave the daemon time to boot before the boundary
+        time.sleep(61 - now.second)
+        now = datetime.now(UTC)
+    close = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    reopen = close + timedelta(minutes=1)
+    if reopen.date() != now.date() or (close.hour == 0 and close.minute == 0):
+        pytest.skip("the windows would cross midnight")
+    worker = world.root / "worker.py"
+    worker.write_text(SLOW_TO_STOP)
+    daemons.write_config(f"""
+[harness.worker]
+argv = ["{sys.executable}", "{worker}", "{world.root}"]
+restart = "always"
+operating_hours = "TZ=UTC Mon-Sun 00:00-{_hm(close)}; Mon-Sun {_hm(reopen)}-24:00"
+hours_shutdown = "graceful"
+""")
+    daemons.start()
+    pids = world.root / "worker.pids"
+    until("run 1 up", lambda: pids.exists() and pids.read_text().strip()
+          and (r := record_of(world, "worker", 1)) and r["outcome"] == "running")
+    (first_pid,) = map(int, pids.read_text().split())
+    # A few seconds into the open hours, its close is still running: the daemon's gate,
+    # which looks every second, has seen the hours open while run 1 was live.
+    time.sleep(max(0.0, (reopen - datetime.now(UTC)).total_seconds()) + 5)
+    rec = record_of(world, "worker", 1)
+    assert rec is not None and rec["outcome"] == "running" and alive(first_pid)
+    (world.root / "finish").touch()
+    closed = until("run 1 to close", lambda: (r := record_of(world, "worker", 1))
+                   and r["outcome"] != "running" and r)
+    assert (closed["outcome"], closed["reason"], closed["exit_code"]) == (
+        "cancelled", "hours", 0)
+    released = until("the release", lambda: record_of(world, "worker", 2))
+    assert (released["trigger"], released["outcome"]) == ("release", "running")
+    assert released["started_at"] >= closed["ended_at"]  # one worker at a time
+    assert [r["run_id"] for r in runs_of(world, "worker")] == [2, 1]
+    until("run 2's process", lambda: len(pids.read_text().split()) == 2)
+    second_pid = int(pids.read_text().split()[1])
+    assert not alive(first_pid) and alive(second_pid)
+    assert states_of(world)["worker"] == "running"
 
 
 def test_booted_outside_hours_nothing_starts_until_an_operator_starts_it(

@@ -21,7 +21,8 @@ Invariants:
 - a resident is restarted only when its process ended on its own and its policy says so: a
   run the Manager ended (operator, hours, reload, shutdown) never triggers a restart; an
   operator-stopped resident stays down until `start`, an hours-closed one until its hours
-  open (trigger ``release``);
+  open (trigger ``release``) -- or, when they open while its close is still running,
+  until that run has ended;
 - an operator's stop is saved in state.json before the run is stopped, and forgotten
   before a `start` or `restart` spawns: an ``unless-stopped`` resident an operator stopped
   stays down across daemon restarts (a crash or a kill of the daemon included) until
@@ -273,8 +274,9 @@ class Manager:
         # (they run until the operator stops them or the hours open and close again).
         self._closed: set[str] = set()
         self._override: set[str] = set()
-        # (name, run_id) of runs the Manager itself is ending: their end is not a crash.
-        self._ending: set[tuple[str, int]] = set()
+        # (name, run_id) of runs the Manager itself is ending, and who ended it last
+        # (hours, operator, restart, reload, shutdown): their end is not a crash.
+        self._ending: dict[tuple[str, int], str] = {}
         # Which harnesses' runs could not create their logs, said once per episode: this
         # daemon's memory, not the process's.
         self._log_failures = LogFailures()
@@ -372,7 +374,7 @@ class Manager:
         runs = [r for r in self._live.values() if r.started]
         for run in runs:
             if run.run_id is not None:
-                self._ending.add((run.spec.name, run.run_id))
+                self._ending[(run.spec.name, run.run_id)] = "shutdown"
         results = await asyncio.gather(*(r.stop("shutdown", self.grace) for r in runs),
                                        return_exceptions=True)
         for run, res in zip(runs, results, strict=True):
@@ -794,7 +796,7 @@ class Manager:
         run_id = await self._start_claimed(name, run)
         if self._stopping:
             # The shutdown began while this run was starting and did not see it live.
-            self._ending.add((name, run_id))
+            self._ending[(name, run_id)] = "shutdown"
             await run.stop("shutdown")
             return run_id
         self._id_retry.pop(name, None)
@@ -811,8 +813,14 @@ class Manager:
         finally:
             self._release(name, run)
         key = (name, run.run_id if run.run_id is not None else -1)
-        if key in self._ending:
-            self._ending.discard(key)
+        ender = self._ending.pop(key, None)
+        if ender == "hours":
+            # Its hours may have opened again while it was ending (a graceful close
+            # takes up to HOURS_GRACE): the opening found it still live and started
+            # nothing, so the release is due now. Nothing starts while they are closed.
+            await self._restart_now(name, "release")
+            return
+        if ender is not None:
             return
         outcome = rec.get("outcome")
         log.info("harness %s: resident run %s ended %s", name, run.run_id, outcome)
@@ -848,7 +856,10 @@ class Manager:
                 cfg = self.config.harness.get(name)
                 if (name in self._held or name in self._live or self._stopping
                         or cfg is None or cfg.kind != "resident"
-                        or (name in self._closed and name not in self._override)):
+                        or (name in self._closed and name not in self._override)
+                        # A release follows the hours, which start only what `enabled`
+                        # lets autostart (an operator's start outlives them: _override).
+                        or (trigger == "release" and not cfg.enabled)):
                     return
                 await self._spawn_resident(name, trigger, nowait=trigger == "restart")
         except StateError as exc:
@@ -906,7 +917,7 @@ class Manager:
             run = self._live.get(name)
             if run is None or run.run_id is None:
                 return
-            self._ending.add((name, run.run_id))
+            self._ending[(name, run.run_id)] = "hours"
         grace = 0.0 if cfg.hours_shutdown == "immediate" else HOURS_GRACE
         log.info("harness %s: operating hours closed; stopping run %s (%s)", name,
                  run.run_id, cfg.hours_shutdown)
@@ -920,8 +931,15 @@ class Manager:
             async with self._lock(name):
                 self._closed.discard(name)
                 self._override.discard(name)
-                if (not cfg.enabled or name in self._held or self._stopping
-                        or name in self._live):
+                if not cfg.enabled or name in self._held or self._stopping:
+                    return
+                live = self._live.get(name)
+                if live is not None:
+                    if self._ending.get((name, live.run_id or -1)) == "hours":
+                        # Its watcher starts the release once it has ended.
+                        log.info("harness %s: operating hours open; run %s is still ending "
+                                 "from their close, the next starts when it has", name,
+                                 live.run_id)
                     return
                 log.info("harness %s: operating hours open", name)
                 await self._spawn_resident(name, "release")
@@ -993,7 +1011,7 @@ class Manager:
         if run is None or run.run_id is None:
             return {"name": name, "kind": kind, "action": "not_running"}
         if kind == "resident":  # only a resident's watcher consumes the mark
-            self._ending.add((name, run.run_id))
+            self._ending[(name, run.run_id)] = "operator"
         rec = await run.stop("operator")
         out = {"name": name, "kind": kind, "action": "stopped", "run_id": run.run_id,
                "outcome": rec.get("outcome"), "reason": rec.get("reason")}
@@ -1020,7 +1038,7 @@ class Manager:
         run = self._live.get(name)
         if run is not None and run.run_id is not None:
             old = run.run_id
-            self._ending.add((name, old))
+            self._ending[(name, old)] = "restart"
             await run.stop("restart")
         new = await self._spawn_resident(name, "manual")
         # No word on the replaced run's closed line: the new run's opened line, synced
@@ -1077,7 +1095,7 @@ class Manager:
         """Stop `name`'s live `run` cancelled/reload; the caller holds its lock. Returns
         its closed line's word when that is not on disk yet."""
         assert run.run_id is not None
-        self._ending.add((name, run.run_id))
+        self._ending[(name, run.run_id)] = "reload"
         await run.stop("reload")
         return [_queued_line(name, run.run_id, "closed")] if run.close_queued else []
 
