@@ -14,6 +14,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from harness.ledger.canonical import canonical
 from harness.ledger.errors import LedgerUnavailable, LineRejected
 from harness.ledger.faillog import FailureLog
 from harness.ledger.runledger import RunLedger
@@ -23,6 +24,7 @@ from harness.ledger.scrub import (
     ScrubLog,
     _names_a_credential,
     _one_pass,
+    json_might_hold_secret,
     scrub_message,
     scrub_text,
     scrub_value,
@@ -445,6 +447,54 @@ def test_an_inserted_key_never_survives(before: str, after: str, body: str) -> N
     out, n = scrub_text(f"{before} sk-ant-{body} {after}")
     assert n >= 1
     assert body not in out
+
+
+# -- the gate in front of scrub_value, for canonical JSON text ----------------------------
+
+# Names the credential rule of scrub_value hides a string under, and names it does not.
+KEY_NAMES = ["pass", "password", "passwd", "pwd", "token", "api_key", "GITHUB_TOKEN",
+             "secret", "Authorization", "cookie", "private_key", "sig", "//host",
+             "max_tokens", "token_count", "note", "deps", "harness"]
+json_keys = st.one_of(st.sampled_from(KEY_NAMES), any_text)
+json_values = st.recursive(
+    st.one_of(any_text, st.integers(), st.booleans(), st.none()),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(json_keys, inner, max_size=4)),
+    max_leaves=12,
+)
+
+
+@given(json_values)
+def test_the_json_gate_never_hides_what_scrub_value_finds(value: object) -> None:
+    # It may only say "nothing here" of a value in which scrub_value replaces nothing.
+    try:
+        text = canonical(value).decode("utf-8")
+    except ValueError:
+        assume(False)  # a lone surrogate: no canonical JSON to ask about
+    if scrub_value(value)[1]:
+        assert json_might_hold_secret(text)
+
+
+@pytest.mark.parametrize("value", [
+    {"pass": "hunter2"},  # neither string alone is a secret: the pair is
+    {"env": {"password": "hunter2", "user": "bob"}},
+    ["ok", {"argv": ["deploy", f"--token={BODY}"]}],
+    {"note": f"two lines\n{ANTHROPIC}"},  # escaped in JSON: the gate cannot look inside
+    {ANTHROPIC: 1},
+    [f"Authorization: Bearer {BODY}"],
+], ids=["pass-pair", "nested-password", "flag-in-a-list", "escaped", "key", "bearer"])
+def test_the_json_gate_opens_for_a_secret_in_any_place(value: object) -> None:
+    assert scrub_value(value)[1] == 1
+    assert json_might_hold_secret(canonical(value).decode("utf-8")) is True
+
+
+def test_the_json_gate_stays_shut_on_a_clean_goal_payload() -> None:
+    # What keeps a clean chain cheap. (A gate, not a judge: "max_tokens" opens it, and
+    # scrub_value then finds nothing.)
+    value = {"commit": "0a" * 20, "deps": ["t1", "t2"], "harness": "worker", "run_id": 7,
+             "note": "step 12 of the plan", "ratio": 0.5, "done": True}
+    assert scrub_value(value) == (value, 0)
+    assert json_might_hold_secret(canonical(value).decode("utf-8")) is False
 
 
 # -- errors quote what they refuse, scrubbed ------------------------------------------------

@@ -1530,3 +1530,104 @@ def test_resume_refuses_an_id_the_writer_would_refuse_as_a_secret(
     assert "Zx9" not in out
     assert snapshot(repo) == before
     assert signals(repo) == {}
+
+
+# -- secrets never become portable: anchor and fetch refuse a chain holding one ---------------
+
+CLEAN: list[tuple[str, str | None, dict[str, Any]]] = [
+    ("run.open", None, {"goal": "ship it"}), ("task.scheduled", "t1", {"deps": []})]
+HELD: list[tuple[str, tuple[str, str, dict[str, Any]]]] = [
+    ("payload.log", ("task.completed", "t1", {"log": f"deployed with {API_KEY} ok"})),
+    ("payload.argv[1]", ("task.completed", "t1", {"argv": ["deploy", "--token=s3cr3tvalue"]})),
+    # neither string is a secret alone: the value is one under a credential's name
+    ("payload.env.password", ("task.completed", "t1", {"env": {"password": "hunter2"}})),
+    ("payload['my env'].token", ("task.completed", "t1", {"my env": {"token": "hunter2"}})),
+    ("a key of payload.headers", ("task.completed", "t1", {"headers": {API_KEY: "x"}})),
+    ("task_id", ("task.started", API_KEY, {})),
+    ("kind", (API_KEY, "t1", {})),
+]
+
+
+def anchor_refusal(seq: int, where: str) -> str:
+    return (f"harness: refusing to anchor run {RUN}: entry {seq} (000000.jsonl:{seq}) holds a "
+            f"secret in {where} (the secret scrubber would rewrite it). An anchor is published "
+            "for other machines to fetch, and a work ledger never carries a secret in "
+            "cleartext: rewrite the chain from that entry with the value redacted, then "
+            "anchor it")
+
+
+def no_secret_in(out: str) -> None:
+    for secret in ("Zx9", "s3cr3t", "hunter2"):
+        assert secret not in out
+
+
+@pytest.mark.parametrize(("where", "event"), HELD, ids=[w for w, _ in HELD])
+def test_anchor_refuses_a_chain_holding_a_secret_and_writes_nothing(
+        world: World, repo: Path, where: str, event: tuple[str, str, dict[str, Any]]) -> None:
+    """The spec's "Secrets never become portable": the writer scrubs every payload string
+    and refuses an id that holds a secret, but a ledger sealed by another hand can hold
+    one in clear and still verify. Anchor would publish it to a ref that gets pushed: it
+    refuses (exit 2, a dry run too) naming the entry and the field's path, never what it
+    holds, and writes nothing, not even an object or the checked-tree cache."""
+    sealed_ledger(repo, [*CLEAN, event])
+    assert cli(world, repo, "ledger", "verify", RUN).returncode == 0
+    before = snapshot(repo)
+    out = ""
+    for args in (["anchor", RUN], ["anchor", RUN, "--dry-run"], ["anchor", RUN, "--json"]):
+        res = cli(world, repo, "ledger", *args)
+        assert (res.returncode, res.stdout, err_line(res)) == (
+            2, "", anchor_refusal(3, where)), args
+        out += res.stdout + res.stderr
+    no_secret_in(out)
+    assert snapshot(repo) == before
+    assert REF not in refs(repo)
+
+
+def test_anchor_refuses_a_secret_appended_after_a_clean_anchor(world: World,
+                                                                repo: Path) -> None:
+    """A re-anchor walks only the entries after the anchor it has checked: those are
+    searched for secrets too, and the ref stays where it was."""
+    sealed_ledger(repo, CLEAN)
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    anchored = git(repo, "rev-parse", REF).stdout.strip()
+    sealed_ledger(repo, [*CLEAN, ("task.completed", "t1", {"env": {"password": "hunter2"}})])
+    before = snapshot(repo)
+    res = cli(world, repo, "ledger", "anchor", RUN)
+    assert (res.returncode, res.stdout, err_line(res)) == (
+        2, "", anchor_refusal(3, "payload.env.password"))
+    no_secret_in(res.stderr)
+    assert snapshot(repo) == before
+    assert git(repo, "rev-parse", REF).stdout.strip() == anchored
+
+
+def test_fetch_refuses_an_anchor_holding_a_secret(world: World, repo: Path,
+                                                  tmp_path: Path) -> None:
+    """An anchor that carries a secret in clear (made by another tool or an older harness,
+    and pushed) is refused as it arrives, as the spec's fetch "verifies the anchored chain
+    before a byte is written locally": exit 2, a dry run too, naming the entry by chunk
+    file and line and the field's path; no local ledger is written, no side ref set."""
+    sealed_ledger(repo, [*CLEAN, ("task.completed", "t1", {"log": f"deployed with {API_KEY}"})])
+    data = ledger_path(repo).read_bytes()
+    head = json.loads(data.splitlines()[-1])["entry_hash"]
+    meta = ref_canonical({"run_id": RUN, "head_hash": head, "entry_count": 3,
+                          "chunk_count": 1, "format_version": 1}) + b"\n"
+    g = Git.open(repo)
+    chunk, meta_id = g.write_blobs([data, meta])
+    tree = g.mktree([("LEDGER.json", meta_id), ("chunk-000000.jsonl", chunk)])
+    g.update_ref(REF, g.commit_tree(tree, [], "forged\n"), None)
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(origin))
+    git(repo, "push", "-q", str(origin), "main", f"{REF}:{REF}")
+    b = tmp_path / "b"
+    git(tmp_path, "clone", "-q", str(origin), str(b))
+    refusal = (f"harness: origin {REF} is not a work-ledger anchor: entry 3 "
+               "(chunk-000000.jsonl:3) holds a secret in payload.log (the secret scrubber "
+               "would rewrite it), which a work ledger never carries in cleartext")
+    out = ""
+    for args in (["fetch", RUN, "--dry-run"], ["fetch", RUN]):
+        res = cli(world, b, "ledger", *args)
+        assert (res.returncode, res.stdout, err_line(res)) == (2, "", refusal), args
+        out += res.stdout + res.stderr
+    no_secret_in(out)
+    assert not ledger_path(b).parent.exists()
+    assert REF not in refs(b)

@@ -17,7 +17,7 @@ import pytest
 from harness import audit
 from harness.ledger.canonical import canonical
 from harness.ledger.files import FaultyFiles
-from harness.worklog import Divergence, NoLedger, VerificationFailed, WorkLedgerError
+from harness.worklog import Divergence, NoLedger, VerificationFailed, WorkLedgerError, rows
 from harness.worklog import anchor as anc
 from harness.worklog.git import Git, RefMoved
 from harness.worklog.resume import survey
@@ -387,6 +387,57 @@ def test_an_anchor_an_older_harness_spelled_non_canonically_is_anchored_anew(
     assert git("rev-parse", f"{REF}^", cwd=repo) == forged
     again = anc.anchor(repo, RUN)
     assert (again.status, again.commit) == ("unchanged", res.commit)
+
+
+def test_a_secret_deep_in_a_long_chain_is_named_by_its_file_and_line(
+        hosts: tuple[Path, Path]) -> None:
+    """A chain sealed by the writer's own row code but without its scrubber, one payload
+    deep in it holding a password: anchor refuses it naming the entry by its segment
+    file and line, and fetch refuses an anchor of it naming the chunk file and line;
+    neither names the secret, and neither writes a ref or a ledger."""
+    a, b = hosts
+    lines, prev = [], GENESIS
+    for seq in range(1, 2101):
+        payload: dict[str, Any] = {"n": seq}
+        if seq == 1500:
+            payload["env"] = {"user": "bob", "password": "hunter2"}
+        row, line = rows.make_row(seq=seq, ts_ns=seq * 10**9, kind="task.completed",
+                                  task_id=f"t{seq}", payload=payload,
+                                  payload_bytes=canonical(payload), prev_hash=prev,
+                                  redactions=0)
+        lines.append(line)
+        prev = row["entry_hash"]
+    d = ledger_file(a).parent
+    d.mkdir(parents=True)
+    (d / "000000.jsonl").write_bytes(_blob(lines[:1000]))
+    (d / "000001.jsonl").write_bytes(_blob(lines[1000:]))
+    assert verify_dir(d).ok
+    held = ("entry 1500 ({where}) holds a secret in payload.env.password (the secret "
+            "scrubber would rewrite it)")
+    with pytest.raises(VerificationFailed) as ei:
+        anc.anchor(a, RUN)
+    assert str(ei.value) == (
+        f"refusing to anchor run {RUN}: {held.format(where='000001.jsonl:500')}. An anchor "
+        "is published for other machines to fetch, and a work ledger never carries a "
+        "secret in cleartext: rewrite the chain from that entry with the value redacted, "
+        "then anchor it")
+    assert ei.value.exit_code == 2
+    assert Git.open(a).resolve(REF) is None
+
+    _forge(a, {"chunk-000000.jsonl": _blob(lines[:1000]),
+               "chunk-000001.jsonl": _blob(lines[1000:2000]),
+               "chunk-000002.jsonl": _blob(lines[2000:]),
+               "LEDGER.json": _meta(lines, chunk_count=3)})
+    push(a)
+    with pytest.raises(VerificationFailed) as ei:
+        anc.fetch(b, RUN)
+    assert str(ei.value) == (
+        f"origin {REF} is not a work-ledger anchor: "
+        f"{held.format(where='chunk-000001.jsonl:500')}, which a work ledger never carries "
+        "in cleartext")
+    assert "hunter2" not in str(ei.value)
+    assert Git.open(b).resolve(REF) is None
+    assert not ledger_file(b).parent.exists()
 
 
 def test_torn_tail_is_excluded(repo: Path) -> None:

@@ -24,6 +24,11 @@ Invariants:
   prove canonical are re-encoded, and the local ledger is never rewritten. Chunk
   boundaries are fixed from the start of the chain, so a re-anchor reuses every full
   chunk's blob and writes only what is new.
+* Secrets never become portable: a chain holding what the writer never records (a
+  payload string or key the secret scrubber would rewrite, a kind or task id it would
+  refuse; `rows.find_secret`) is never anchored, and an anchor holding one is no anchor
+  to fetch, compare or resume from (`read_anchor` refuses it). Each refusal names the
+  entry and the field's path, never what it holds.
 * Refs move only by compare-and-swap; two chains that disagree are never merged:
   divergence is an error (exit 3) naming the fork entry and both heads. Fetch compares
   the fetched chain with the local ledger and with the local side ref, and writes
@@ -100,9 +105,10 @@ _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 _META_KEYS: Final = frozenset(("run_id", "head_hash", "entry_count", "chunk_count",
                                "format_version"))
 # Trees checked on this host, by id: a tree id names its content exactly, so a tree whose
-# chain verified, in canonical lines, passes for ever, and a re-anchor need not walk the
-# whole chain again. (An earlier memo, "harness-verified-anchors", recorded trees checked
-# for the chain alone: its entries vouch for less, so they are not read.)
+# chain verified, in canonical lines, with no secret in any, passes for ever, and a
+# re-anchor need not walk the whole chain again. (An earlier memo,
+# "harness-verified-anchors", recorded trees checked for the chain alone: its entries
+# vouch for less, so they are not read.)
 _MEMO_NAME: Final = "harness-checked-anchors"
 
 Relation = (
@@ -422,7 +428,9 @@ def _chunk_lines(ref: str, index: int, blob: bytes, last: bool) -> list[bytes]:
 def read_anchor(git: Git, ref: str, commit: str, run_id: str, *,
                 remember: bool = True, shape: _Tree | None = None) -> AnchoredChain:
     """Read every line of the anchor at `commit` and verify it; `VerificationFailed` if
-    it is not a well-formed anchor of `run_id` whose chain verifies. With remember=False
+    it is not a well-formed anchor of `run_id` whose chain verifies, or if a line holds
+    what the writer never records (a secret: the spec's "Secrets never become
+    portable" holds for what arrives as much as for what leaves). With remember=False
     nothing is written (not even the verified-tree cache): for dry runs. `shape` is
     `_read_tree` of the same `commit` when the caller has already read it."""
     tree, chunk_ids, meta_id, _ = shape if shape is not None else _read_tree(git, ref, commit)
@@ -441,6 +449,10 @@ def read_anchor(git: Git, ref: str, commit: str, run_id: str, *,
         raise _not_anchor(ref, f"its chain does not verify: {v.describe()}")
     assert v.unproven is not None  # verify_lines keeps them
     canon = verify.canonical_lines(lines, v.unproven)
+    where = _secret_in(canon, 0, [(k * CHUNK_LINES, chunk_name(k))
+                                  for k in range(len(chunk_ids))])
+    if where is not None:
+        raise _not_anchor(ref, f"{where}, which a work ledger never carries in cleartext")
     if remember and canon is lines:
         _memo_add(git, tree, head, count)
     return AnchoredChain(ref, commit, tree, head, count, chunk_ids, lines, canon is lines)
@@ -452,8 +464,8 @@ def anchored_prefix(
 ) -> tuple[AnchoredChain, bool] | None:
     """The anchor at `commit` if its chain is byte for byte a prefix of `lines`, found by
     comparing blob ids and reading only LEDGER.json and the last chunk; with whether its
-    tree is one this host has checked (its chain verified, in canonical lines). None
-    when it is not such a prefix. Writes nothing.
+    tree is one this host has checked (its chain verified, in canonical lines, none
+    holding a secret). None when it is not such a prefix. Writes nothing.
     `local_ids` are the blob ids of `chunk_blobs(lines)`; `shape` as for `read_anchor`."""
     tree, chunk_ids, meta_id, _ = shape if shape is not None else _read_tree(git, ref, commit)
     k = len(chunk_ids)
@@ -499,6 +511,23 @@ def _verify_from(lines: list[bytes], start: int, prev_hash: str) -> verify.WorkV
     return verify.verify_continuation(lines, start, prev_hash)
 
 
+def _secret_in(lines: list[bytes], start: int,
+               starts: Sequence[tuple[int, str]]) -> str | None:
+    """Where the first of the verified, canonical `lines[start:]` that holds what the
+    writer never records is, as a message says it ("entry 3 (000000.jsonl:3) holds a
+    secret in payload.token (…)"); None when none does. `starts` places a line in its
+    file as `LedgerRead.starts` does."""
+    found = rows.find_secret(lines, start)
+    if found is None:
+        return None
+    i, where = found
+    # The seqs of a verified chain run 1, 2, …: the row at index i is entry i + 1.
+    at = verify.WorkVerify(ok=False, entry_count=i, head_hash="", error_seq=i + 1,
+                           error_line=i + 1).place(starts)
+    return (f"entry {i + 1} ({at.error_file}:{at.error_line}) holds a secret in {where} "
+            "(the secret scrubber would rewrite it)")
+
+
 def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = False
            ) -> AnchorResult:
     """Publish the verified local chain of `run_id` to ``refs/harness/work-ledger/<run-id>``.
@@ -521,7 +550,7 @@ def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = Fals
     found = (anchored_prefix(git, ref, old, run_id, local, ids, shape=shape)
              if old is not None else None)
     # An anchor this host has checked whose lines are byte for byte a prefix of the local
-    # ones: those are verified and canonical, and only the lines after them are
+    # ones: those are verified, canonical and clean, and only the lines after them are
     # walked. This is what keeps a re-anchor's cost proportional to what is new.
     done = found[0] if found is not None and found[1] else None
     start = done.entry_count if done is not None else 0
@@ -537,13 +566,20 @@ def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = Fals
             ids[k] = git.blob_id(chunks[k])
         found = (anchored_prefix(git, ref, old, run_id, lines, ids, shape=shape)
                  if old is not None else None)
+    where = _secret_in(lines, start, starts)
+    if where is not None:
+        raise VerificationFailed(
+            f"refusing to anchor run {run_id}: {where}. An anchor is published for other "
+            "machines to fetch, and a work ledger never carries a secret in cleartext: "
+            "rewrite the chain from that entry with the value redacted, then anchor it"
+        )
     head = v.head_hash
     known: list[str] = []
     if old is not None:
         if found is not None:
             chain = found[0]
             if not found[1] and not dry_run:
-                # Its lines are the local chain's, verified and canonical just now.
+                # Its lines are the local chain's, verified, canonical and clean just now.
                 _memo_add(git, chain.tree, chain.head_hash, chain.entry_count)
             relation: Relation = ("identical" if chain.entry_count == len(lines)
                                   else "local_ahead")

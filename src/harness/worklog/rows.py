@@ -18,19 +18,26 @@ Invariants:
 * Anything this module refuses raises `RowRejected` naming the field and the value
   (scrubbed, `quoted`; a value that holds a secret is not quoted at all); nothing is
   ever written for a refused row.
+* A row the writer did not write (by hand, by another tool) can verify and still hold
+  what the writer never records: a payload string the scrubber would rewrite, or a kind
+  or task id it would refuse. `secret_field` and `find_secret` find such a row by the
+  writer's own tests (`scrub_value`, `holds_secret`) and name the field by its path,
+  never by what it holds.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import msgspec
 
 from harness.ledger.canonical import canonical
-from harness.ledger.scrub import scrub_text, scrub_value
+from harness.ledger.scrub import json_might_hold_secret, scrub_text, scrub_value
 from harness.timefmt import format_ns
 
 from . import WorkLedgerError, quoted, secretless
@@ -47,10 +54,12 @@ __all__ = [
     "clean_payload",
     "encode_row",
     "entry_hash",
+    "find_secret",
     "hash_doc",
     "holds_secret",
     "ledger_dir",
     "make_row",
+    "secret_field",
     "validate_run_id",
 ]
 
@@ -141,6 +150,92 @@ def check_task_id(kind: str, task_id: object) -> str | None:
 
 
 _plain = msgspec.json.Decoder()
+_NAME_RX: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MAX_PATH: Final = 200  # characters of a field path a message shows
+
+
+def _child(path: str, key: str) -> str:
+    return f"{path}.{key}" if _NAME_RX.fullmatch(key) else f"{path}[{quoted(key, cut=True)}]"
+
+
+def _secret_at(value: object, path: str) -> str | None:
+    """The path of the first string (or key) in `value` that the scrubber would rewrite,
+    walking as `scrub_value` walks; None when there is none."""
+    if isinstance(value, str):
+        return path if holds_secret(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if holds_secret(key):
+                return f"a key of {path}"
+            found = _secret_at(item, _child(path, key))
+            if found is not None:
+                return found
+            if scrub_value({key: item})[1]:
+                return _child(path, key)  # clean alone, a secret under a credential's name
+        return None
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _secret_at(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def secret_field(kind: str, task_id: str | None, payload: object) -> str | None:
+    """Where a row holds what the writer never records: ``"kind"`` or ``"task_id"`` (an
+    id it refuses as a secret), or the path of a payload value or key the scrubber
+    would rewrite (``payload.env.API_KEY``, ``payload.argv[2]``, ``a key of payload``),
+    itself scrubbed and cut. None when the writer would have recorded the row as it is.
+    """
+    if holds_secret(kind):
+        return "kind"
+    if task_id is not None and holds_secret(task_id):
+        return "task_id"
+    if not scrub_value(payload)[1]:
+        return None
+    # The scrubber decided; the walk only names the place (should a later rule find
+    # what the walk cannot place, the whole payload is named).
+    path = secretless(_secret_at(payload, "payload") or "payload")
+    return path if len(path) <= _MAX_PATH else path[: _MAX_PATH - 1] + "…"
+
+
+class _Fields(msgspec.Struct):
+    """The fields of a row that can hold text the writer scrubs or refuses; the rest are
+    numbers, hashes and a timestamp, which verification has checked."""
+
+    kind: str
+    task_id: str | None
+    payload: msgspec.Raw
+
+
+_fields: Final = msgspec.json.Decoder(list[_Fields])
+_enc: Final = msgspec.json.Encoder()
+_SCAN: Final = 1024  # rows decoded and searched at once
+
+
+def find_secret(lines: Sequence[bytes], start: int = 0) -> tuple[int, str] | None:
+    """The first of `lines[start:]` (verified, canonical rows) that holds what the writer
+    never records, as (its index in `lines`, `secret_field`); None when none does.
+
+    A clean chain costs one search per batch of rows: the canonical JSON of their kinds,
+    task ids and payloads goes through `json_might_hold_secret`, and only rows of a batch
+    where it finds something are decoded and judged one by one by `secret_field`.
+    """
+    for at in range(start, len(lines), _SCAN):
+        batch = _fields.decode(b"[" + b",".join(lines[at : at + _SCAN]) + b"]")
+        triples = [(r.kind, r.task_id, r.payload) for r in batch]
+        if not json_might_hold_secret(_enc.encode(triples).decode("utf-8")):
+            continue
+        for i, triple in enumerate(triples):
+            if not json_might_hold_secret(_enc.encode(triple).decode("utf-8")):
+                continue
+            # The payload of a canonical row is canonical JSON; the stdlib reads any
+            # integer exactly.
+            payload = json.loads(bytes(triple[2]))
+            field = secret_field(triple[0], triple[1], payload)
+            if field is not None:
+                return at + i, field
+    return None
 
 
 def clean_payload(payload: object) -> tuple[dict[str, Any], bytes, int]:
