@@ -117,6 +117,18 @@ def test_hand_written_non_canonical_ledger_verifies(tmp_path: Path) -> None:
     assert (res.ok, res.entry_count, res.head_hash) == (True, 6, HAND_HEAD)
 
 
+def test_a_canonical_line_beside_a_hand_written_one_is_proven_canonical() -> None:
+    # A batch holding a line spelled by hand is walked line by line, and each line of it
+    # that is its row's canonical line is still proven so: only the hand-written one is
+    # unproven (re-encoded for an anchor, judged row by row). Every line of the batch
+    # was, when the walk compared a Raw payload with bytes, which never matched.
+    rows = _hand_rows()
+    lines = [ref_canonical(r) for r in rows]
+    lines[1] = json.dumps(rows[1]).encode()
+    res = verify_lines(lines)
+    assert (res.ok, res.entry_count, res.unproven) == (True, len(rows), [1])
+
+
 def test_store_appends_after_hand_written_chain(tmp_path: Path) -> None:
     _write_hand(ledger_dir(tmp_path, "hand"), ref_canonical)
     with WorkLedger(tmp_path, "hand") as wl:
