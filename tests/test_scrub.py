@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import string
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from harness.ledger.canonical import canonical
@@ -19,12 +20,13 @@ from harness.ledger.errors import LedgerUnavailable, LineRejected
 from harness.ledger.faillog import FailureLog
 from harness.ledger.runledger import RunLedger
 from harness.ledger.scrub import (
+    _PROBE,
     _TRIGGER,
     REDACTED,
     ScrubLog,
     _names_a_credential,
     _one_pass,
-    json_might_hold_secret,
+    json_secret_hint,
     scrub_message,
     scrub_text,
     scrub_value,
@@ -449,52 +451,146 @@ def test_an_inserted_key_never_survives(before: str, after: str, body: str) -> N
     assert body not in out
 
 
-# -- the gate in front of scrub_value, for canonical JSON text ----------------------------
+# -- the gate in front of scrub_value, for canonical JSON bytes ---------------------------
 
-# Names the credential rule of scrub_value hides a string under, and names it does not.
+# Names the credential rule of scrub_value hides a string under, and names it does not;
+# and keys whose probe ("KEY: v4lue") the trigger reads across the key's end.
 KEY_NAMES = ["pass", "password", "passwd", "pwd", "token", "api_key", "GITHUB_TOKEN",
              "secret", "Authorization", "cookie", "private_key", "sig", "//host",
-             "max_tokens", "token_count", "note", "deps", "harness"]
-json_keys = st.one_of(st.sampled_from(KEY_NAMES), any_text)
+             "max_tokens", "token_count", "note", "deps", "harness", "pass ", "PASS'",
+             "pass%20", "Pass\u00a0", "x pass \t", "//h", "// h", "pass'\u00a0%20"]
+# Pieces of every branch of the trigger that FRAGMENTS lacks, and UTF-8 neighbours.
+GATE_FRAGMENTS = [*FRAGMENTS, "mariadb ", "ya29.", "npm_", "xapp-", "--user ", "signature=",
+                  "SIGNATURE%3D", "hooks.slack", "glpat-", "gldt-", "gho_", "_org_", "yJ",
+                  "AKIA", "AIza", "KEY", "SECRET", "PASSPHRASE", "ZATION", "BEARER", "PWD",
+                  "COOKIE", "k-", "k_", "é", "\u00a0", "日本", "(", "//", ":/", "-", "'",
+                  "Basic: ", "bASIC ", "BaSiC\t\t", "+/+/", "dXNlcjpwYXNz"]
+gate_text = st.one_of(
+    st.text(),
+    st.lists(st.one_of(st.sampled_from(GATE_FRAGMENTS), st.text(max_size=8)),
+             max_size=24).map("".join),
+)
+json_keys = st.one_of(st.sampled_from(KEY_NAMES), gate_text)
 json_values = st.recursive(
-    st.one_of(any_text, st.integers(), st.booleans(), st.none()),
+    st.one_of(gate_text, st.integers(), st.booleans(), st.none()),
     lambda inner: st.one_of(st.lists(inner, max_size=4),
                             st.dictionaries(json_keys, inner, max_size=4)),
     max_leaves=12,
 )
+# Values around the one asked about, as a run of a ledger's payloads holds them: the
+# gate is searched from where that value starts, and must find a place inside it.
+BEFORE = b'{"note":"Authorization: Bearer x0x0x0x0x0x0"}\n["a"]\n'
+AFTER = b'\n{"url":"https://host/x","pass":"p"}'
+
+
+def hint_inside(value: object) -> bool:
+    """Whether the first place the gate finds, searching a run of values from where the
+    canonical JSON of `value` starts in it, is inside that value."""
+    try:
+        data = canonical(value)
+    except ValueError:
+        assume(False)  # a lone surrogate: no canonical JSON to ask about
+    at = json_secret_hint(BEFORE + data + AFTER, len(BEFORE))
+    return len(BEFORE) <= at < len(BEFORE) + len(data)
+
+
+# One string that each branch of the trigger matches (each case of a caseless one).
+TRIGGER_SAMPLES = [
+    "-----BEGIN", "a://b", "//h:", ":\\/", ":/\\/", *(f"gl{x}-" for x in (
+        "pat", "dt", "rt", "cbt", "ptt", "ft", "imt", "agent", "oas", "soat")),
+    "_org_", "whsec_", "GOCSPX-", "sshpass", "mysql", "mariadb", "xapp-", "hf_", "xai-",
+    "pplx-", "r8_", "lsv2_", "SG.", "_v1_", "hooks.slack", "/webhooks/", "-u", "--user",
+    "(-u", "npm_", "ya29.", "yJ", "k-", "k_", *(f"gh{x}_" for x in "pousr"), "_pat_",
+    *(f"xox{x}-" for x in "abeprs"), "AKIA", "ASIA", "AIza",
+    "key", "Ken", "KEY", "cret", "CrEt", "passw", "Passp", "zation", "ZATION", "bearer",
+    "Bearer", "basic dXNlcjp", "BASIC:\tOg+/aZ9", "bAsIc:  +/+/+/+", "Basic 0000000",
+    "pwd", "PWD", "pass=", "pass :", "pass' %20=", "Pass\u00a0%3a", "pass%3D",
+    "pass' ,", "cookie", "COOKIE", "sig=", "SIG%3d", "signature=", "Signature%3D",
+]
+
+
+@pytest.mark.parametrize("text", TRIGGER_SAMPLES)
+def test_the_json_gate_finds_each_branch_of_the_trigger(text: str) -> None:
+    assert _TRIGGER.search(text) is not None
+    for value in (text, f"ä {text} ä", {text: 0}, [0, {"k": [text]}]):
+        assert hint_inside(value), value
+
+
+@pytest.mark.parametrize("key", KEY_NAMES)
+def test_the_json_gate_reads_a_key_as_the_credential_probe_does(key: str) -> None:
+    # canonical JSON follows a key by '":' where the probe puts ": v4lue"
+    if _TRIGGER.search(key + _PROBE) is not None:
+        assert hint_inside({key: "v"})
+    if _names_a_credential(key):
+        assert scrub_value({key: "v"})[1] == 1
+
+
+@given(gate_text)
+def test_the_json_gate_finds_every_place_the_trigger_does(text: str) -> None:
+    # In a string or a key; and in a key followed by the probe `_names_a_credential`
+    # scrubs, which canonical JSON follows by '":' instead.
+    if _TRIGGER.search(text) is not None:
+        assert hint_inside(text)
+        assert hint_inside({text: 1})
+        assert hint_inside([1, {"a": {text: [text]}}])
+    if _TRIGGER.search(text + _PROBE) is not None:
+        assert hint_inside({text: "v"})
 
 
 @given(json_values)
 def test_the_json_gate_never_hides_what_scrub_value_finds(value: object) -> None:
     # It may only say "nothing here" of a value in which scrub_value replaces nothing.
-    try:
-        text = canonical(value).decode("utf-8")
-    except ValueError:
-        assume(False)  # a lone surrogate: no canonical JSON to ask about
     if scrub_value(value)[1]:
-        assert json_might_hold_secret(text)
+        assert hint_inside(value)
+
+
+PLACES = {
+    "value": lambda s: {"log": s},
+    "key": lambda s: {"headers": {s: "x"}},
+    "list": lambda s: {"argv": ["deploy", s, 3]},
+    "deep": lambda s: [{"a": [[{"b": s}]]}],
+    "alone": lambda s: s,  # as a kind or a task id is searched
+    "credential name": lambda s: {"env": {"password": s}},
+}
+
+
+@pytest.mark.parametrize("secret", [p.values[0] for p in REDACTED_CASES],
+                         ids=[p.id for p in REDACTED_CASES])
+@settings(max_examples=20, deadline=None)
+@given(place=st.sampled_from(sorted(PLACES)), before=gate_text, after=gate_text)
+def test_the_json_gate_finds_a_secret_of_each_form_in_any_place(
+        secret: str, place: str, before: str, after: str) -> None:
+    value = PLACES[place](f"{before} {secret} {after}")
+    assume(scrub_value(value)[1] > 0)  # the text around may, rarely, undo the form
+    assert hint_inside(value)
 
 
 @pytest.mark.parametrize("value", [
     {"pass": "hunter2"},  # neither string alone is a secret: the pair is
+    {"pass ": "hunter2"},  # the probe reads "pass :", across the key's end
     {"env": {"password": "hunter2", "user": "bob"}},
     ["ok", {"argv": ["deploy", f"--token={BODY}"]}],
     {"note": f"two lines\n{ANTHROPIC}"},  # escaped in JSON: the gate cannot look inside
     {ANTHROPIC: 1},
     [f"Authorization: Bearer {BODY}"],
-], ids=["pass-pair", "nested-password", "flag-in-a-list", "escaped", "key", "bearer"])
+    {"db": "mariadb -psecr3t"},
+    {"u": "https://a.example/x?sig=abc"},
+], ids=["pass-pair", "pass-space", "nested-password", "flag-in-a-list", "escaped", "key",
+        "bearer", "mysql", "sig"])
 def test_the_json_gate_opens_for_a_secret_in_any_place(value: object) -> None:
     assert scrub_value(value)[1] == 1
-    assert json_might_hold_secret(canonical(value).decode("utf-8")) is True
+    assert hint_inside(value)
 
 
 def test_the_json_gate_stays_shut_on_a_clean_goal_payload() -> None:
     # What keeps a clean chain cheap. (A gate, not a judge: "max_tokens" opens it, and
     # scrub_value then finds nothing.)
     value = {"commit": "0a" * 20, "deps": ["t1", "t2"], "harness": "worker", "run_id": 7,
-             "note": "step 12 of the plan", "ratio": 0.5, "done": True}
+             "note": "step 12 of the plan", "ratio": 0.5, "done": True, "kind": "task.started",
+             "ts": "2026-01-02T03:04:05.000000006Z", "hash": hashlib.sha256(b"x").hexdigest()}
     assert scrub_value(value) == (value, 0)
-    assert json_might_hold_secret(canonical(value).decode("utf-8")) is False
+    assert json_secret_hint(canonical(value)) == -1
+    assert json_secret_hint(b'{"max_tokens":1}') == len(b'{"max_to')
 
 
 # -- errors quote what they refuse, scrubbed ------------------------------------------------
@@ -923,6 +1019,15 @@ def test_the_word_basic_before_what_is_no_credential_stays(text: str) -> None:
     out, n = scrub_text(text)
     assert (out, n) == (text, 0)
     assert out is text
+
+
+@pytest.mark.parametrize("text", [t for t, (_, n) in BASIC_REDACTED if n])
+@pytest.mark.parametrize("place", sorted(PLACES))
+def test_the_json_gate_finds_a_standalone_basic_credential_in_any_place(
+        text: str, place: str) -> None:
+    value = PLACES[place](text)
+    assert scrub_value(value)[1] > 0
+    assert hint_inside(value)
 
 
 def test_a_basic_credential_never_reaches_the_ledger_file(tmp_path: Path) -> None:

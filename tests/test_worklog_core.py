@@ -14,25 +14,29 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.worklog import NoLedger, VerificationFailed, WorkLedgerError
+from harness.ledger.canonical import canonical
+from harness.worklog import NoLedger, VerificationFailed, WorkLedgerError, verify
 from harness.worklog.replay import replay
 from harness.worklog.rows import (
     GENESIS,
     KINDS,
     RowRejected,
+    SecretScan,
     clean_payload,
     entry_hash,
     ledger_dir,
     make_row,
+    secret_field,
     validate_run_id,
 )
 from harness.worklog.store import LedgerLocked, WorkLedger
-from harness.worklog.verify import read_chain, verify_dir, verify_lines
+from harness.worklog.verify import canonical_lines, read_chain, verify_dir, verify_lines
 from ledgertools import DirSyncs, ref_canonical
 
 # --- known answers ------------------------------------------------------------------
@@ -386,6 +390,57 @@ def test_rows_are_canonical_and_verify_for_any_payload(payloads: list[dict[str, 
         lines.append(line)
     res = verify_lines(lines)
     assert (res.ok, res.entry_count, res.head_hash) == (True, len(payloads), prev)
+
+
+
+# --- the secret scan: shown the chain as it is verified, it judges where the gate points
+
+# Assembled from parts, so that secret scanners run over this repository do not take
+# them for leaks.
+_SECRETS = ["sk-" + "ant-api03-" + "AbCdEfGhIj0123456789_-xyz", "password=" + "hunter2",
+            "ghp" + "_" + "AbCdEfGhIj0123456789QRSTUVWX", "Bearer " + "abc123def456ghi",
+            "https://u:" + "pw9@db.example/x", "-----BEGIN " + "PRIVATE KEY-----\nMIIEv",
+            "curl -u admin:" + "hunter2", "AKIA" + "IOSFODNN7EXAMPLE"]
+# What the gate points at and the writer records all the same, and plain text.
+_NOISE = ["https://example.com/x", "max_tokens", "passed", "task_id", "k-means", "a\nb",
+          "café", ""]
+_texts = st.sampled_from(_SECRETS + _NOISE) | st.text(max_size=8)
+_payloads = st.dictionaries(
+    st.sampled_from(["note", "password", "url", "argv", "max_tokens", "env"]) | _texts,
+    _texts | st.integers() | st.lists(_texts, max_size=3)
+    | st.dictionaries(st.sampled_from(["token", "user"]) | _texts, _texts, max_size=2),
+    max_size=3)
+# (kind, task id, payload, whether the line is spelled otherwise than canonically)
+_parts = st.tuples(st.sampled_from(["task.started", "goal.note"]) | _texts,
+                   st.none() | st.sampled_from(["t1", "t2"]) | _texts, _payloads,
+                   st.booleans())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_parts, min_size=1, max_size=30), st.integers(1, 8))
+def test_the_secret_scan_finds_the_first_row_the_writer_would_refuse(
+        parts: list[tuple[str, str | None, dict[str, Any], bool]], batch: int) -> None:
+    # Judged row by row by the writer's own test, the first row holding a secret is the
+    # one the scan names, whatever the batches, and whether a row's line is canonical
+    # (shown to the scan as verified) or spelled otherwise (judged by its canonical line).
+    lines, prev = [], GENESIS
+    for seq, (kind, task, payload, respelled) in enumerate(parts, 1):
+        row, line = make_row(seq=seq, ts_ns=1_764_489_600_000_000_000 + seq, kind=kind,
+                             task_id=task, payload=payload, payload_bytes=canonical(payload),
+                             prev_hash=prev, redactions=0)
+        if respelled:
+            line = json.dumps(row).encode()  # spaces, another key order: verifies all the same
+        lines.append(line)
+        prev = row["entry_hash"]
+    # (the row as the chain holds it: its payload's keys in canonical order)
+    expected = next(((i, where) for i, (kind, task, payload, _) in enumerate(parts)
+                     if (where := secret_field(kind, task, json.loads(canonical(payload))))
+                     is not None), None)
+    scan = SecretScan()
+    with mock.patch.object(verify, "_CHUNK", batch):
+        res = verify_lines(lines, observe=scan)
+    assert res.ok and res.unproven is not None
+    assert scan.first(canonical_lines(lines, res.unproven), res.unproven) == expected
 
 
 def test_hostile_lines_are_breaks_not_crashes() -> None:

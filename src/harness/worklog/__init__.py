@@ -14,13 +14,15 @@ Modules and the contracts between them:
   ``prev_hash``, ``entry_hash``, ``schema_version`` (1), ``redactions`` (only when > 0).
   ``entry_hash = sha256(canonical({"kind","payload","prev_hash","task_id"}))``; genesis
   ``prev_hash`` is 64 zeros. `validate_run_id`, `check_kind`, `entry_hash`, `GENESIS`,
-  `ledger_dir(workdir, run_id)`; `find_secret(lines)`: the first row of a chain the writer
-  did not write that holds what it never records (a secret), and the field's path.
-* `verify` — `verify_lines(lines) -> WorkVerify` over complete lines (bytes, no "\\n")
-  in order, `read_chain(dir) -> LedgerRead(lines, torn, torn_size, starts)` and
-  `verify_dir(dir)`. A torn trailing fragment is excluded exactly as writer recovery
-  excludes it. `canonical_lines(lines, result.unproven)` gives the verified rows'
-  canonical lines, re-encoding only those not already canonical.
+  `ledger_dir(workdir, run_id)`; `SecretScan`: the first row of a chain the writer did
+  not write that holds what it never records (a secret), and the field's path, found as
+  `verify` walks the chain (its ``observe``).
+* `verify` — `verify_lines(lines, observe=None) -> WorkVerify` over complete lines
+  (bytes, no "\\n") in order (`observe` is shown each run of rows proven canonical),
+  `read_chain(dir) -> LedgerRead(lines, torn, torn_size, starts)` and `verify_dir(dir)`.
+  A torn trailing fragment is excluded exactly as writer recovery excludes it.
+  `canonical_lines(lines, result.unproven)` gives the verified rows' canonical lines,
+  re-encoding only those not already canonical.
 * `store` — `WorkLedger(workdir, run_id)`: `record(kind, task_id, payload) -> row`,
   synced, under a cross-process lock; recovery on open.
 * `replay` — `replay(rows) -> State`: the projected task graph and the resume frontier.

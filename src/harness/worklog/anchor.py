@@ -26,9 +26,9 @@ Invariants:
   chunk's blob and writes only what is new.
 * Secrets never become portable: a chain holding what the writer never records (a
   payload string or key the secret scrubber would rewrite, a kind or task id it would
-  refuse; `rows.find_secret`) is never anchored, and an anchor holding one is no anchor
-  to fetch, compare or resume from (`read_anchor` refuses it). Each refusal names the
-  entry and the field's path, never what it holds.
+  refuse; `rows.SecretScan`, shown the chain as it is verified) is never anchored, and
+  an anchor holding one is no anchor to fetch, compare or resume from (`read_anchor`
+  refuses it). Each refusal names the entry and the field's path, never what it holds.
 * Refs move only by compare-and-swap; two chains that disagree are never merged:
   divergence is an error (exit 3) naming the fork entry and both heads. Fetch compares
   the fetched chain with the local ledger and with the local side ref, and writes
@@ -444,13 +444,14 @@ def read_anchor(git: Git, ref: str, commit: str, run_id: str, *,
         lines.extend(_chunk_lines(ref, i, blob, i == len(chunk_ids) - 1))
     if len(lines) != count:
         raise _not_anchor(ref, f"{META_NAME} says {count} entries, the chunks hold {len(lines)}")
-    v = verify.verify_lines(lines, expected_head=head)
+    scan = rows.SecretScan()
+    v = verify.verify_lines(lines, expected_head=head, observe=scan)
     if not v.ok:
         raise _not_anchor(ref, f"its chain does not verify: {v.describe()}")
     assert v.unproven is not None  # verify_lines keeps them
     canon = verify.canonical_lines(lines, v.unproven)
-    where = _secret_in(canon, 0, [(k * CHUNK_LINES, chunk_name(k))
-                                  for k in range(len(chunk_ids))])
+    where = _secret_in(scan, canon, v.unproven, [(k * CHUNK_LINES, chunk_name(k))
+                                                 for k in range(len(chunk_ids))])
     if where is not None:
         raise _not_anchor(ref, f"{where}, which a work ledger never carries in cleartext")
     if remember and canon is lines:
@@ -502,22 +503,25 @@ def _refuse_broken(run_id: str, v: verify.WorkVerify, action: str,
     )
 
 
-def _verify_from(lines: list[bytes], start: int, prev_hash: str) -> verify.WorkVerify:
-    """Verify `lines[start:]` as the continuation of a verified prefix ending in `prev_hash`."""
+def _verify_from(lines: list[bytes], start: int, prev_hash: str,
+                 scan: rows.SecretScan) -> verify.WorkVerify:
+    """Verify `lines[start:]` as the continuation of a verified prefix ending in
+    `prev_hash`, showing them to `scan`."""
     # Only the new lines are walked: this is what keeps a re-anchor's cost proportional
     # to what is new.
     if start == 0:
-        return verify.verify_lines(lines)
-    return verify.verify_continuation(lines, start, prev_hash)
+        return verify.verify_lines(lines, observe=scan)
+    return verify.verify_continuation(lines, start, prev_hash, observe=scan)
 
 
-def _secret_in(lines: list[bytes], start: int,
+def _secret_in(scan: rows.SecretScan, lines: list[bytes], unproven: Sequence[int],
                starts: Sequence[tuple[int, str]]) -> str | None:
-    """Where the first of the verified, canonical `lines[start:]` that holds what the
-    writer never records is, as a message says it ("entry 3 (000000.jsonl:3) holds a
-    secret in payload.token (…)"); None when none does. `starts` places a line in its
-    file as `LedgerRead.starts` does."""
-    found = rows.find_secret(lines, start)
+    """Where the first row that holds what the writer never records is, as a message says
+    it ("entry 3 (000000.jsonl:3) holds a secret in payload.token (…)"), of the rows
+    `scan` was shown while they were verified and of those it was not (`unproven`,
+    judged by their canonical lines in `lines`); None when none does. `starts` places a
+    line in its file as `LedgerRead.starts` does."""
+    found = scan.first(lines, unproven)
     if found is None:
         return None
     i, where = found
@@ -554,7 +558,8 @@ def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = Fals
     # walked. This is what keeps a re-anchor's cost proportional to what is new.
     done = found[0] if found is not None and found[1] else None
     start = done.entry_count if done is not None else 0
-    v = _verify_from(local, start, done.head_hash if done is not None else rows.GENESIS)
+    scan = rows.SecretScan()
+    v = _verify_from(local, start, done.head_hash if done is not None else rows.GENESIS, scan)
     if not v.ok:
         raise _refuse_broken(run_id, v, "anchor", starts)
     assert v.unproven is not None  # kept by verify_lines and verify_continuation
@@ -566,7 +571,7 @@ def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = Fals
             ids[k] = git.blob_id(chunks[k])
         found = (anchored_prefix(git, ref, old, run_id, lines, ids, shape=shape)
                  if old is not None else None)
-    where = _secret_in(lines, start, starts)
+    where = _secret_in(scan, lines, v.unproven, starts)
     if where is not None:
         raise VerificationFailed(
             f"refusing to anchor run {run_id}: {where}. An anchor is published for other "

@@ -20,9 +20,10 @@ Invariants:
   ever written for a refused row.
 * A row the writer did not write (by hand, by another tool) can verify and still hold
   what the writer never records: a payload string the scrubber would rewrite, or a kind
-  or task id it would refuse. `secret_field` and `find_secret` find such a row by the
+  or task id it would refuse. `secret_field` and `SecretScan` find such a row by the
   writer's own tests (`scrub_value`, `holds_secret`) and name the field by its path,
-  never by what it holds.
+  never by what it holds; `SecretScan` judges only the rows where the sound gate
+  `json_secret_hint` finds a place to look, and misses no row those tests would flag.
 """
 
 from __future__ import annotations
@@ -30,14 +31,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from bisect import bisect_right
 from collections.abc import Sequence
+from itertools import accumulate
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 
 from harness.ledger.canonical import canonical
-from harness.ledger.scrub import json_might_hold_secret, scrub_text, scrub_value
+from harness.ledger.scrub import json_secret_hint, scrub_text, scrub_value
 from harness.timefmt import format_ns
 
 from . import WorkLedgerError, quoted, secretless
@@ -49,12 +52,13 @@ __all__ = [
     "SCHEMA_VERSION",
     "TASK_KINDS",
     "RowRejected",
+    "RowText",
+    "SecretScan",
     "check_kind",
     "check_task_id",
     "clean_payload",
     "encode_row",
     "entry_hash",
-    "find_secret",
     "hash_doc",
     "holds_secret",
     "ledger_dir",
@@ -199,9 +203,21 @@ def secret_field(kind: str, task_id: str | None, payload: object) -> str | None:
     return path if len(path) <= _MAX_PATH else path[: _MAX_PATH - 1] + "…"
 
 
+class RowText(Protocol):
+    """The fields of a verified row that can hold text the writer scrubs or refuses (the
+    rest are numbers, hashes and a timestamp, which verification has checked), the
+    payload as its canonical JSON bytes."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def task_id(self) -> str | None: ...
+    @property
+    def payload(self) -> msgspec.Raw: ...
+
+
 class _Fields(msgspec.Struct):
-    """The fields of a row that can hold text the writer scrubs or refuses; the rest are
-    numbers, hashes and a timestamp, which verification has checked."""
+    """`RowText`, decoded from a canonical line."""
 
     kind: str
     task_id: str | None
@@ -210,32 +226,80 @@ class _Fields(msgspec.Struct):
 
 _fields: Final = msgspec.json.Decoder(list[_Fields])
 _enc: Final = msgspec.json.Encoder()
-_SCAN: Final = 1024  # rows decoded and searched at once
+_BATCH: Final = 1024  # rows judged apart from the walk, decoded and searched at once
 
 
-def find_secret(lines: Sequence[bytes], start: int = 0) -> tuple[int, str] | None:
-    """The first of `lines[start:]` (verified, canonical rows) that holds what the writer
-    never records, as (its index in `lines`, `secret_field`); None when none does.
+def _judge(row: RowText) -> str | None:
+    # The payload is canonical JSON; the stdlib reads any integer exactly.
+    return secret_field(row.kind, row.task_id, json.loads(bytes(row.payload)))
 
-    A clean chain costs one search per batch of rows: the canonical JSON of their kinds,
-    task ids and payloads goes through `json_might_hold_secret`, and only rows of a batch
-    where it finds something are decoded and judged one by one by `secret_field`.
-    """
-    for at in range(start, len(lines), _SCAN):
-        batch = _fields.decode(b"[" + b",".join(lines[at : at + _SCAN]) + b"]")
-        triples = [(r.kind, r.task_id, r.payload) for r in batch]
-        if not json_might_hold_secret(_enc.encode(triples).decode("utf-8")):
-            continue
-        for i, triple in enumerate(triples):
-            if not json_might_hold_secret(_enc.encode(triple).decode("utf-8")):
-                continue
-            # The payload of a canonical row is canonical JSON; the stdlib reads any
-            # integer exactly.
-            payload = json.loads(bytes(triple[2]))
-            field = secret_field(triple[0], triple[1], payload)
-            if field is not None:
-                return at + i, field
+
+def _payloads(batch: Sequence[RowText]) -> bytes:
+    return b"[" + b",".join([r.payload for r in batch]) + b"]"
+
+
+def _first_secret(batch: Sequence[RowText], payloads: bytes) -> tuple[int, str] | None:
+    """The first row of `batch` that holds what the writer never records, as (its
+    position in `batch`, `secret_field`); None when none does. `payloads` is
+    `_payloads(batch)`. Only rows in which `json_secret_hint` finds a place are judged:
+    it finds one in every row `secret_field` would name, so the rest are clean."""
+    # Each distinct kind and task id once, in a JSON array: `holds_secret` is
+    # `scrub_value` of a string.
+    ids = {r.kind for r in batch} | {r.task_id for r in batch if r.task_id is not None}
+    bad = (set() if json_secret_hint(_enc.encode(list(ids))) < 0
+           else {s for s in ids if holds_secret(s)})
+    hinted = {i for i, r in enumerate(batch) if r.kind in bad or r.task_id in bad}
+    at = json_secret_hint(payloads)
+    if at >= 0:
+        # Where each row's payload starts in `payloads` (and, last, where they end).
+        starts = list(accumulate((len(r.payload) + 1 for r in batch), initial=1))
+        while at >= 0:
+            row = bisect_right(starts, at) - 1
+            hinted.add(row)
+            # The row is judged whole: the search goes on from the next one.
+            at = json_secret_hint(payloads, starts[row + 1])
+    for i in sorted(hinted):
+        where = _judge(batch[i])
+        if where is not None:
+            return i, where
     return None
+
+
+class SecretScan:
+    """The first row of a chain that holds what the writer never records, found while
+    the chain is verified: `verify` shows it every run of rows it proves canonical, as
+    it decoded them (its ``observe``), and `first` searches the rows it could not prove.
+
+    A clean run costs one `json_secret_hint` over the payloads' own bytes, joined as
+    the walk joined them (a proven line's payload is its canonical JSON), and one over
+    the distinct kinds and task ids: not a decoding or a `scrub_value` per row.
+    """
+
+    def __init__(self) -> None:
+        self.found: tuple[int, str] | None = None
+
+    def __call__(self, first: int, batch: Sequence[RowText], payloads: bytes) -> None:
+        """Observe `batch`, the verified rows `first`, `first` + 1, … in canonical form,
+        and `payloads`, the JSON array of their payloads' bytes. Runs come in chain
+        order, so once a row is found the rest need no look."""
+        if self.found is None:
+            found = _first_secret(batch, payloads)
+            if found is not None:
+                self.found = first + found[0], found[1]
+
+    def first(self, lines: Sequence[bytes], unproven: Sequence[int]) -> tuple[int, str] | None:
+        """The first row that holds a secret, as (its index, `secret_field`), of those
+        observed and of the rows `unproven` names (`WorkVerify.unproven`, in order),
+        which were not: those are searched in their lines in `lines`, which must be
+        canonical (`verify.canonical_lines`). None when no row holds one."""
+        todo = [i for i in unproven if self.found is None or i < self.found[0]]
+        for at in range(0, len(todo), _BATCH):
+            some = todo[at : at + _BATCH]
+            batch = _fields.decode(b"[" + b",".join([lines[i] for i in some]) + b"]")
+            found = _first_secret(batch, _payloads(batch))
+            if found is not None:
+                return some[found[0]], found[1]
+        return self.found
 
 
 def clean_payload(payload: object) -> tuple[dict[str, Any], bytes, int]:

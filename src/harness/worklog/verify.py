@@ -21,7 +21,9 @@ that is not (a hand-written one, a float or an escape spelled another way) is pa
 strictly and re-encoded with `canonical` instead. Those lines are the only ones that may
 differ from their row's canonical line: `verify_lines` lists them (`WorkVerify.unproven`),
 and `canonical_lines` re-encodes just them, for what publishes the canonical form (an
-anchor) without paying for a line already in it. `verify_dir` streams: memory does not
+anchor) without paying for a line already in it. An `Observer` is shown each run of
+verified lines proven canonical as the walk decoded them, so that what reads their rows
+(anchoring's search for secrets) pays for no second decoding. `verify_dir` streams: memory does not
 grow with the ledger. Large ledgers are checked on every core, in byte ranges stitched
 link to link, with the sequential walk as the single judge of any failure.
 """
@@ -37,7 +39,7 @@ import multiprocessing
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, NamedTuple
@@ -49,11 +51,12 @@ from harness.ledger.dayfiles import CHUNK, is_whole, read_tail
 from harness.timefmt import is_rfc3339
 
 from . import NoLedger, quoted, secretless
-from .rows import GENESIS, encode_row, entry_hash
+from .rows import GENESIS, RowText, encode_row, entry_hash
 
 __all__ = [
     "SEGMENT_RX",
     "LedgerRead",
+    "Observer",
     "WorkVerify",
     "canonical_lines",
     "iter_segments",
@@ -65,6 +68,11 @@ __all__ = [
 SEGMENT_RX: Final = re.compile(r"[0-9]{6}\.jsonl")
 _BLOCK: Final = 2 << 20  # bytes read per system call while streaming (cache-sized)
 _CHUNK: Final = 1024  # lines decoded per batch on the fast path
+
+# Sees each run of verified lines proven canonical, as the walk decoded them: the index of
+# the first line, the rows (a row's payload is its line's own bytes of it), and the JSON
+# array of their payloads (b"[" + b",".join(payloads) + b"]").
+Observer = Callable[[int, Sequence[RowText], bytes], None]
 
 _FIELDS: Final = frozenset(
     ("seq", "ts", "kind", "task_id", "payload", "prev_hash", "entry_hash", "schema_version")
@@ -298,9 +306,10 @@ def _hash_reason(recomputed: str, stored: str) -> str:
 class _Walker:
     """Follows the chain through successive batches of complete lines."""
 
-    __slots__ = ("count", "failure", "line", "prev", "unproven")
+    __slots__ = ("count", "failure", "line", "observe", "prev", "unproven")
 
-    def __init__(self) -> None:
+    def __init__(self, observe: Observer | None = None) -> None:
+        self.observe = observe
         self.count = 0  # verified rows; also the seq of the last one
         self.line = 0  # complete lines consumed
         self.prev = GENESIS
@@ -354,6 +363,8 @@ class _Walker:
         ]
         if digests != hashes:
             return False
+        if self.observe is not None:
+            self.observe(self.line, rows, b"[" + b",".join([r.payload for r in rows]) + b"]")
         self.count += len(rows)
         self.prev = hashes[-1]
         self.line += len(lines)
@@ -364,10 +375,14 @@ class _Walker:
         self.line += 1
         expect = self.count + 1
         try:
-            digest = self._fast_one(raw, expect)
-            if digest is None:
+            row = self._fast_one(raw, expect)
+            if row is None:
                 digest = _slow_row(raw, expect, self.prev)
                 self.unproven.append(self.line - 1)
+            else:
+                digest = row.entry_hash
+                if self.observe is not None:
+                    self.observe(self.line - 1, [row], b"[" + bytes(row.payload) + b"]")
         except _Break as b:
             self.failure = (expect, self.line, b.reason)
             return False
@@ -375,7 +390,9 @@ class _Walker:
         self.prev = digest
         return True
 
-    def _fast_one(self, raw: bytes, expect: int) -> str | None:
+    def _fast_one(self, raw: bytes, expect: int) -> _Row | None:
+        """The row of `raw`, verified, if the line is its canonical line; None if it is
+        not (the strict path then decides)."""
         rows = proven(_rows, [raw])
         if rows is None or proven(_payloads, [rows[0].payload]) is None:
             return None
@@ -387,7 +404,7 @@ class _Walker:
         digest = _sha256(doc).hexdigest()
         if digest != r.entry_hash:
             raise _Break(_hash_reason(digest, r.entry_hash))
-        return digest
+        return r
 
     def result(self, torn: bytes | None, expected_head: str | None,
                torn_size: int = 0) -> WorkVerify:
@@ -431,20 +448,25 @@ def _batched(lines: list[bytes]) -> Iterator[list[bytes]]:
 
 
 def verify_lines(lines: list[bytes], expected_head: str | None = None, *,
-                 starts: Sequence[tuple[int, str]] = ()) -> WorkVerify:
+                 starts: Sequence[tuple[int, str]] = (),
+                 observe: Observer | None = None) -> WorkVerify:
     """Verify complete lines (bytes without "\\n") in chain order from genesis. With
-    `starts` (`LedgerRead.starts` of the lines), a break is named by file and line."""
-    walker = _Walker()
+    `starts` (`LedgerRead.starts` of the lines), a break is named by file and line.
+    `observe` is shown, in order, every run of lines verified and proven canonical (up
+    to a break); the lines it is not shown are those `WorkVerify.unproven` lists."""
+    walker = _Walker(observe)
     _run(_batched(lines), walker)
     res = walker.result(None, expected_head).place(starts)
     res.unproven = walker.unproven
     return res
 
 
-def verify_continuation(lines: list[bytes], start: int, prev_hash: str) -> WorkVerify:
+def verify_continuation(lines: list[bytes], start: int, prev_hash: str, *,
+                        observe: Observer | None = None) -> WorkVerify:
     """Verify `lines[start:]` as the continuation of an already verified prefix of `start`
-    entries whose last entry_hash is `prev_hash`: the cost is what is new, not the chain."""
-    walker = _Walker()
+    entries whose last entry_hash is `prev_hash`: the cost is what is new, not the chain.
+    `observe` as for `verify_lines`, from line `start` on."""
+    walker = _Walker(observe)
     walker.count = walker.line = start
     walker.prev = prev_hash
     _run(_batched(lines[start:]), walker)
