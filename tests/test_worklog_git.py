@@ -8,6 +8,7 @@ import json
 import os
 import stat
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -438,6 +439,59 @@ def test_a_secret_deep_in_a_long_chain_is_named_by_its_file_and_line(
     assert "hunter2" not in str(ei.value)
     assert Git.open(b).resolve(REF) is None
     assert not ledger_file(b).parent.exists()
+
+
+
+def test_a_payload_too_deep_to_search_is_refused_not_a_crash(repo: Path) -> None:
+    """A payload nested deeper than the scrubber can walk (it recurses; the verifier
+    reads it in C) can verify, but cannot be shown to hold no secret: anchor refuses it,
+    naming the entry, rather than failing with a RecursionError."""
+    clean = {"n": 1}
+    first, line1 = rows.make_row(seq=1, ts_ns=10**9, kind="goal.note", task_id=None,
+                                 payload=clean, payload_bytes=canonical(clean),
+                                 prev_hash=GENESIS, redactions=0)
+
+    def chain(depth: int) -> list[bytes]:
+        deep = b'{"a":' + b"[" * depth + b'"password=x"' + b"]" * depth + b"}"
+        _, line2 = rows.make_row(seq=2, ts_ns=2 * 10**9, kind="goal.note", task_id=None,
+                                 payload={}, payload_bytes=deep,
+                                 prev_hash=first["entry_hash"], redactions=0)
+        return [line1, line2]
+
+    def anchor_at(depth: int) -> BaseException | None:
+        write_ledger(repo, chain(depth))
+        try:
+            anc.anchor(repo, RUN, dry_run=True)
+        except BaseException as exc:
+            return exc
+        return None
+
+    def unverified(exc: BaseException | None) -> bool:
+        return isinstance(exc, VerificationFailed) and "does not verify" in str(exc)
+
+    out: list[BaseException | None] = []
+
+    def run() -> None:
+        # On a thread of its own, the stack is as shallow and as deep each time: the
+        # deepest payload anchor's verifier takes is one its scrubber cannot walk.
+        low, high = 1, 5000  # verifies at low, not at high
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (low, mid) if unverified(anchor_at(mid)) else (mid, high)
+        out.append(anchor_at(low))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(timeout=120)
+    [exc] = out
+    assert isinstance(exc, VerificationFailed), repr(exc)
+    assert str(exc) == (
+        f"refusing to anchor run {RUN}: entry 2 (000000.jsonl:2) holds a payload nested too "
+        "deeply to search for a secret (it cannot be shown to hold none). An anchor is "
+        "published for other machines to fetch, and a work ledger never carries a secret "
+        "in cleartext: rewrite the chain from that entry with the value redacted, then "
+        "anchor it")
+    assert Git.open(repo).resolve(REF) is None
 
 
 def test_torn_tail_is_excluded(repo: Path) -> None:

@@ -528,8 +528,9 @@ def _secret_in(scan: rows.SecretScan, lines: list[bytes], unproven: Sequence[int
     # The seqs of a verified chain run 1, 2, …: the row at index i is entry i + 1.
     at = verify.WorkVerify(ok=False, entry_count=i, head_hash="", error_seq=i + 1,
                            error_line=i + 1).place(starts)
-    return (f"entry {i + 1} ({at.error_file}:{at.error_line}) holds a secret in {where} "
-            "(the secret scrubber would rewrite it)")
+    what = (f"{where} for a secret (it cannot be shown to hold none)" if where == rows.TOO_DEEP
+            else f"a secret in {where} (the secret scrubber would rewrite it)")
+    return f"entry {i + 1} ({at.error_file}:{at.error_line}) holds {what}"
 
 
 def anchor(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = False

@@ -51,6 +51,7 @@ __all__ = [
     "RUN_KINDS",
     "SCHEMA_VERSION",
     "TASK_KINDS",
+    "TOO_DEEP",
     "RowRejected",
     "RowText",
     "SecretScan",
@@ -229,9 +230,19 @@ _enc: Final = msgspec.json.Encoder()
 _BATCH: Final = 1024  # rows judged apart from the walk, decoded and searched at once
 
 
+# What `SecretScan` names in place of a field when a payload is nested deeper than the
+# stdlib's reader and the scrubber can walk (both recurse; the verifier does not): only
+# a chain written by hand holds one (the writer's own scrubbing fails on it), and it
+# cannot be shown to hold no secret.
+TOO_DEEP: Final = "a payload nested too deeply to search"
+
+
 def _judge(row: RowText) -> str | None:
-    # The payload is canonical JSON; the stdlib reads any integer exactly.
-    return secret_field(row.kind, row.task_id, json.loads(bytes(row.payload)))
+    try:
+        # The payload is canonical JSON; the stdlib reads any integer exactly.
+        return secret_field(row.kind, row.task_id, json.loads(bytes(row.payload)))
+    except RecursionError:
+        return TOO_DEEP
 
 
 def _payloads(batch: Sequence[RowText]) -> bytes:
@@ -288,10 +299,11 @@ class SecretScan:
                 self.found = first + found[0], found[1]
 
     def first(self, lines: Sequence[bytes], unproven: Sequence[int]) -> tuple[int, str] | None:
-        """The first row that holds a secret, as (its index, `secret_field`), of those
-        observed and of the rows `unproven` names (`WorkVerify.unproven`, in order),
-        which were not: those are searched in their lines in `lines`, which must be
-        canonical (`verify.canonical_lines`). None when no row holds one."""
+        """The first row that holds a secret, as (its index, `secret_field` or
+        `TOO_DEEP`), of those observed and of the rows `unproven` names
+        (`WorkVerify.unproven`, in order), which were not: those are searched in their
+        lines in `lines`, which must be canonical (`verify.canonical_lines`). None when
+        no row holds one."""
         todo = [i for i in unproven if self.found is None or i < self.found[0]]
         for at in range(0, len(todo), _BATCH):
             some = todo[at : at + _BATCH]
