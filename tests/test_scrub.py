@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import logging
+import re
 import string
 import subprocess
 import sys
@@ -20,8 +21,10 @@ from harness.ledger.errors import LedgerUnavailable, LineRejected
 from harness.ledger.faillog import FailureLog
 from harness.ledger.runledger import RunLedger
 from harness.ledger.scrub import (
+    _CASELESS_FRAGMENTS,
     _PROBE,
     _TRIGGER,
+    _TRIGGER_BRANCHES,
     REDACTED,
     ScrubLog,
     _names_a_credential,
@@ -494,7 +497,15 @@ def hint_inside(value: object) -> bool:
     return len(BEFORE) <= at < len(BEFORE) + len(data)
 
 
-# One string that each branch of the trigger matches (each case of a caseless one).
+# Every branch of the trigger on its own, from the tables it is built from: each
+# case-sensitive one, and each alternative of a caseless fragment, in each case.
+TRIGGER_BRANCHES = [
+    *_TRIGGER_BRANCHES,
+    *(f"{case}(?i:{alt})" for first, alts in _CASELESS_FRAGMENTS
+      for case in (first, first.upper()) for alt in alts),
+]
+# Strings that one branch of the trigger matches (and no other), some of each branch;
+# the JSON gate must find each, so that none is found only by chance.
 TRIGGER_SAMPLES = [
     "-----BEGIN", "a://b", "//h:", ":\\/", ":/\\/", *(f"gl{x}-" for x in (
         "pat", "dt", "rt", "cbt", "ptt", "ft", "imt", "agent", "oas", "soat")),
@@ -503,15 +514,38 @@ TRIGGER_SAMPLES = [
     "(-u", "npm_", "ya29.", "yJ", "k-", "k_", *(f"gh{x}_" for x in "pousr"), "_pat_",
     *(f"xox{x}-" for x in "abeprs"), "AKIA", "ASIA", "AIza",
     "key", "Ken", "KEY", "cret", "CrEt", "passw", "Passp", "zation", "ZATION", "bearer",
-    "Bearer", "basic dXNlcjp", "BASIC:\tOg+/aZ9", "bAsIc:  +/+/+/+", "Basic 0000000",
-    "pwd", "PWD", "pass=", "pass :", "pass' %20=", "Pass\u00a0%3a", "pass%3D",
-    "pass' ,", "cookie", "COOKIE", "sig=", "SIG%3d", "signature=", "Signature%3D",
+    "Bearer", "basic dXNlcjp", "bAsIc:  +/+/+/+", "Basic 0000000", "BASIC:\tOg+/aZ9",
+    "BaSiC: Og+/aZ9", "pwd", "PWD", "pass=", "pass :", "pass' %20=", "Pass\u00a0%3a",
+    "pass%3D", "PASS=", "pass' ,", 'pass" ,', "Pass' ,", "cookie", "COOKIE", "sig=", "SIG%3d",
+    "signature=", "Signature%3D",
 ]
+
+
+def test_the_trigger_is_built_from_its_tables_alone() -> None:
+    # So that TRIGGER_BRANCHES is every branch it has: one written into the pattern
+    # some other way would escape the tests below.
+    caseless = [f"{first}(?i:{'|'.join(alts)})" for first, alts in _CASELESS_FRAGMENTS]
+    assert _TRIGGER.pattern == "|".join(
+        [*_TRIGGER_BRANCHES, *caseless, *(b[0].upper() + b[1:] for b in caseless)])
+
+
+@pytest.mark.parametrize("branch", TRIGGER_BRANCHES)
+def test_each_branch_of_the_trigger_has_a_sample_the_gate_must_find(branch: str) -> None:
+    # The JSON gate (scrub._GATE_BRANCHES) is written apart from the trigger, and a branch
+    # of the trigger it lacked would let through a value that scrub_value rewrites. A
+    # sample JSON escapes a character of does not count (the gate finds every escape,
+    # whatever its branches), but for the two branches that hold a backslash themselves.
+    rx = re.compile(branch, re.ASCII)
+    found = [m for m in map(rx.search, TRIGGER_SAMPLES) if m is not None]
+    assert [m for m in found
+            if canonical(m.string) == b'"' + m.string.encode() + b'"' or "\\" in m.group()], (
+        f"TRIGGER_SAMPLES holds no sample of {branch!r} that JSON writes as it is")
 
 
 @pytest.mark.parametrize("text", TRIGGER_SAMPLES)
 def test_the_json_gate_finds_each_branch_of_the_trigger(text: str) -> None:
-    assert _TRIGGER.search(text) is not None
+    # One branch alone matches it: the gate's place in it is that branch's to find.
+    assert len([b for b in TRIGGER_BRANCHES if re.search(b, text, re.ASCII)]) == 1
     for value in (text, f"ä {text} ä", {text: 0}, [0, {"k": [text]}]):
         assert hint_inside(value), value
 
