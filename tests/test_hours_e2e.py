@@ -29,16 +29,24 @@ def _hm(at: datetime) -> str:
     return f"{at.hour:02d}:{at.minute:02d}"
 
 
-def test_hours_close_the_resident_and_release_it_when_they_open(
-        world: World, daemons: Daemons) -> None:
+def _next_minute() -> datetime:
+    """The next minute boundary, at least 20 s away (the daemon boots before it); the
+    test is skipped when it or the minute after it would cross midnight."""
     now = datetime.now(UTC)
-    if now.second > 40:  # leave the daemon time to boot before the boundary
+    if now.second > 40:
         time.sleep(61 - now.second)
         now = datetime.now(UTC)
-    close = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
-    reopen = close + timedelta(minutes=1)
-    if reopen.date() != now.date() or (close.hour == 0 and close.minute == 0):
+    boundary = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    after = boundary + timedelta(minutes=1)
+    if after.date() != now.date() or (boundary.hour == 0 and boundary.minute == 0):
         pytest.skip("the windows would cross midnight")
+    return boundary
+
+
+def test_hours_close_the_resident_and_release_it_when_they_open(
+        world: World, daemons: Daemons) -> None:
+    close = _next_minute()
+    reopen = close + timedelta(minutes=1)
     daemons.write_config(f"""
 [harness.worker]
 argv = ["sleep", "600"]
@@ -86,14 +94,8 @@ def test_hours_that_open_while_the_graceful_close_is_still_running_release_after
     the end of that run, being the hours' doing, restarted nothing either: the resident
     stayed down through its open hours until they closed and opened again. The old run
     now finishes its close (cancelled/hours) and the release starts as it ends."""
-    now = datetime.now(UTC)
-    if now.second > 40:  # leave the daemon time to boot before the boundary
-        time.sleep(61 - now.second)
-        now = datetime.now(UTC)
-    close = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    close = _next_minute()
     reopen = close + timedelta(minutes=1)
-    if reopen.date() != now.date() or (close.hour == 0 and close.minute == 0):
-        pytest.skip("the windows would cross midnight")
     worker = world.root / "worker.py"
     worker.write_text(SLOW_TO_STOP)
     daemons.write_config(f"""
@@ -160,13 +162,7 @@ def test_a_reload_during_the_release_closes_the_run_it_started(
     stayed `running` with no process and nobody to close them, and the changed resident
     got a second `running` record beside the orphaned one. The start now runs to its end
     first, and the reload stops the run it produced (cancelled/reload)."""
-    now = datetime.now(UTC)
-    if now.second > 40:  # leave the daemon time to boot before the boundary
-        time.sleep(61 - now.second)
-        now = datetime.now(UTC)
-    opens = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
-    if opens.date() != now.date() or (opens.hour == 0 and opens.minute == 0):
-        pytest.skip("the window would cross midnight")
+    opens = _next_minute()
 
     def resident(name: str, note: str = "") -> str:
         return f"""
