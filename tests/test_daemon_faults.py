@@ -1048,6 +1048,45 @@ argv = ["sh", "-c", "echo $$ > {pidfile}; exec sleep 1000"]
     verify_ok(world)
 
 
+def test_a_replace_of_a_queued_firing_on_a_slow_disk_starts_and_says_what_is_not_on_disk(
+        world: World, fd: FaultDaemons) -> None:
+    """A reload switches `job` from queue to replace while run 2 is held behind live run
+    1; the next trigger replaces both, and the held firing's decided line outlasts the
+    sync bound. The trigger used to fail `unavailable` with run 1 still running and no
+    new run; it starts run 3 now, and says which records are not on disk yet."""
+    _, pids = _queued_behind_a_live_run(world, fd)
+    pidfile = world.root / "job.pid"
+    fd.write_config(f"""
+[harness.job]
+kind = "oneshot"
+on_overlap = "replace"
+argv = ["sh", "-c", "echo $$ > {pidfile}; exec sleep 1000"]
+
+[harness.other]
+kind = "oneshot"
+argv = ["true"]
+""")
+    res = world.harness("reload")
+    assert res.returncode == 0, res.stderr
+    fd.faults(sync={"delay": 3.0, "times": 1})
+    res = world.harness("trigger", "job")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "3\n"
+    warnings = res.stderr.splitlines()
+    assert _not_on_disk("job", 2, "decided") in warnings
+    assert set(warnings) <= {_not_on_disk("job", 2, "decided"),
+                             _not_on_disk("job", 1, "closed")}
+    assert not alive(pids["job"])
+    until("all three records", lambda: len(_records(world, "job")) == 3
+          and _records(world, "job")[1][2] != "running", LONG)
+    assert _records(world, "job") == [(3, "manual", "running", None, False),
+                                      (2, "manual", "replaced", None, True),
+                                      (1, "manual", "replaced", None, True)]
+    assert alive(_sleep_pid(pidfile))  # run 3's, the pid file rewritten
+    seqs_in_order(world)
+    verify_ok(world)
+
+
 # -- REQ-13: the legacy import at a real first boot --------------------------------------
 
 LEGACY_OUTCOMES = ["success", "failed", "timed_out", "skipped", "success", "interrupted",
