@@ -843,6 +843,21 @@ def test_a_shutdown_after_an_unwaited_restart_closes_only_the_restart(
 # -- a queued firing's record on a slow or failing disk (REQ-6, REQ-7, REQ-20) -----------
 
 
+def _job_and_other(world: World, on_overlap: str) -> str:
+    """The config of one-shots `job` (writing its pid to job.pid, then sleeping) and
+    `other`."""
+    return f"""
+[harness.job]
+kind = "oneshot"
+on_overlap = "{on_overlap}"
+argv = ["sh", "-c", "echo $$ > {world.root / 'job.pid'}; exec sleep 1000"]
+
+[harness.other]
+kind = "oneshot"
+argv = ["true"]
+"""
+
+
 def _queued_behind_a_live_run(world: World, fd: FaultDaemons, *, resident: bool = False,
                               faults: tuple[str, ...] = ()) -> tuple[subprocess.Popen[str],
                                                                      dict[str, int]]:
@@ -850,16 +865,7 @@ def _queued_behind_a_live_run(world: World, fd: FaultDaemons, *, resident: bool 
     queued behind it, and (`resident`) whose resident `worker` runs too; returns the
     daemon and the pid of each live run's process."""
     pidfile = {n: world.root / f"{n}.pid" for n in ("job", "worker")}
-    config = f"""
-[harness.job]
-kind = "oneshot"
-on_overlap = "queue"
-argv = ["sh", "-c", "echo $$ > {pidfile['job']}; exec sleep 1000"]
-
-[harness.other]
-kind = "oneshot"
-argv = ["true"]
-"""
+    config = _job_and_other(world, "queue")
     if resident:
         config += f"""
 [harness.worker]
@@ -891,6 +897,16 @@ def _records(world: World, name: str) -> list[tuple[int, str, str, str | None, b
 def _not_on_disk(name: str, run_id: int, line: str) -> str:
     return (f"harness: {name} run {run_id}'s {line} line is not on disk yet: the ledger's "
             "disk is failing; the line stays queued and is written once the disk takes it")
+
+
+def _says_run_2_not_on_disk(stderr: str) -> None:
+    """The warnings of an op that closed `_queued_behind_a_live_run`'s held run 2 on a
+    slow disk: run 2's decided line is not on disk, and run 1's closed line may have
+    queued behind it too, or landed in time; nothing else is said."""
+    warnings = stderr.splitlines()
+    assert _not_on_disk("job", 2, "decided") in warnings
+    assert set(warnings) <= {_not_on_disk("job", 2, "decided"),
+                             _not_on_disk("job", 1, "closed")}
 
 
 def _held_entries(world: World) -> dict[str, int]:
@@ -979,10 +995,7 @@ def test_stop_with_a_queued_firing_whose_record_outlasts_the_sync_bound_still_st
     assert res.returncode == 0, res.stderr
     assert res.stdout == "job: stopped run 1 (cancelled/operator)\n"
     # Run 1's closed line may queue behind the slow sync too, or land in time.
-    warnings = res.stderr.splitlines()
-    assert _not_on_disk("job", 2, "decided") in warnings
-    assert set(warnings) <= {_not_on_disk("job", 2, "decided"),
-                             _not_on_disk("job", 1, "closed")}
+    _says_run_2_not_on_disk(res.stderr)
     assert not alive(pids["job"])
     assert states_of(world) == {"job": "armed", "other": "armed"}
     until("both records", lambda: [r[2] for r in _records(world, "job")] == [
@@ -1006,10 +1019,7 @@ def test_a_reload_removing_a_harness_with_a_queued_firing_on_a_slow_disk_stops_i
     res = world.harness("reload")
     assert res.returncode == 0, res.stderr
     assert res.stdout == "reloaded: removed job; 1 unchanged\n"
-    warnings = res.stderr.splitlines()
-    assert _not_on_disk("job", 2, "decided") in warnings
-    assert set(warnings) <= {_not_on_disk("job", 2, "decided"),
-                             _not_on_disk("job", 1, "closed")}
+    _says_run_2_not_on_disk(res.stderr)
     assert not alive(pids["job"])
     assert states_of(world) == {"other": "armed"}
     until("both records", lambda: [r[2] for r in _records(world, "job")] == [
@@ -1056,26 +1066,14 @@ def test_a_replace_of_a_queued_firing_on_a_slow_disk_starts_and_says_what_is_not
     new run; it starts run 3 now, and says which records are not on disk yet."""
     _, pids = _queued_behind_a_live_run(world, fd)
     pidfile = world.root / "job.pid"
-    fd.write_config(f"""
-[harness.job]
-kind = "oneshot"
-on_overlap = "replace"
-argv = ["sh", "-c", "echo $$ > {pidfile}; exec sleep 1000"]
-
-[harness.other]
-kind = "oneshot"
-argv = ["true"]
-""")
+    fd.write_config(_job_and_other(world, "replace"))
     res = world.harness("reload")
     assert res.returncode == 0, res.stderr
     fd.faults(sync={"delay": 3.0, "times": 1})
     res = world.harness("trigger", "job")
     assert res.returncode == 0, res.stderr
     assert res.stdout == "3\n"
-    warnings = res.stderr.splitlines()
-    assert _not_on_disk("job", 2, "decided") in warnings
-    assert set(warnings) <= {_not_on_disk("job", 2, "decided"),
-                             _not_on_disk("job", 1, "closed")}
+    _says_run_2_not_on_disk(res.stderr)
     assert not alive(pids["job"])
     until("all three records", lambda: len(_records(world, "job")) == 3
           and _records(world, "job")[1][2] != "running", LONG)
