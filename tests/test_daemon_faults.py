@@ -909,10 +909,10 @@ def _says_run_2_not_on_disk(stderr: str) -> None:
                              _not_on_disk("job", 1, "closed")}
 
 
-def _held_entries(world: World) -> dict[str, int]:
-    """The held firings state.json names: {harness: run_id}."""
+def _held_entries(world: World) -> dict[str, list[int]]:
+    """The held firings state.json names: {harness: [run_id, ...]}."""
     doc = json.loads((world.state / "state.json").read_text())
-    return {h: e["run_id"] for h, e in doc.get("held", {}).items()}
+    return {h: [e["run_id"] for e in entries] for h, entries in doc.get("held", {}).items()}
 
 
 def test_a_shutdown_whose_queued_firings_record_outlasts_the_sync_bound_closes_every_record(
@@ -937,7 +937,7 @@ def test_a_shutdown_whose_queued_firings_record_outlasts_the_sync_bound_closes_e
                                       (1, "manual", "interrupted", "shutdown", True)]
     assert _records(world, "worker") == [(1, "autostart", "interrupted", "shutdown", True)]
     assert line_of(world.ledger, "decided", "job", 2) is not None
-    assert _held_entries(world) == {"job": 2}
+    assert _held_entries(world) == {"job": [2]}
 
     proc = fd.start()
     until("worker run 2", lambda: record_of(world, "worker", 2))
@@ -968,7 +968,7 @@ def test_a_shutdown_on_a_failing_disk_with_a_queued_firing_stops_the_runs_before
     assert "run worker/1: closed line not yet durable" in err
     assert "they are lost" in err
     assert [p for p in pids.values() if alive(p)] == []
-    assert _held_entries(world) == {"job": 2}
+    assert _held_entries(world) == {"job": [2]}
 
     proc = fd.start()  # a healthy disk
     until("worker run 2", lambda: record_of(world, "worker", 2))
@@ -1081,6 +1081,50 @@ def test_a_replace_of_a_queued_firing_on_a_slow_disk_starts_and_says_what_is_not
                                       (2, "manual", "replaced", None, True),
                                       (1, "manual", "replaced", None, True)]
     assert alive(_sleep_pid(pidfile))  # run 3's, the pid file rewritten
+    seqs_in_order(world)
+    verify_ok(world)
+
+
+def test_a_later_queued_firing_keeps_an_earlier_ones_entry_whose_record_is_not_on_disk(
+        world: World, fd: FaultDaemons) -> None:
+    """Run 2 is held behind run 1; the disk's writes hang from then on. `harness stop job`
+    cancels run 2, whose decided line stays queued, so state.json keeps run 2's entry for
+    the next boot. Run 3 starts, run 4 is held behind it, and the daemon is SIGKILLed with
+    every one of those lines still queued. Run 4's entry used to replace run 2's (one
+    entry per harness): after the boot run 2, a run id the client was told, had no record
+    at all. Each firing keeps its own entry now, and the boot records both."""
+    proc, pids = _queued_behind_a_live_run(world, fd)
+    pidfile = world.root / "job.pid"
+    # Writes hang: a line merely written but not synced would survive the SIGKILL.
+    fd.faults(write={"hang": True})
+    res = world.harness("stop", "job")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "job: stopped run 1 (cancelled/operator)\n"
+    assert sorted(res.stderr.splitlines()) == [_not_on_disk("job", 1, "closed"),
+                                               _not_on_disk("job", 2, "decided")]
+    assert not alive(pids["job"])
+    # Admitted with its opened line still queued (an unbudgeted one-shot, REQ-6).
+    assert request(fd, "trigger", name="job") == {"decision": "started", "run_id": 3}
+    until("run 3's sleep", lambda: pidfile.read_text().strip() != str(pids["job"])
+          and comm(int(pidfile.read_text())) == "sleep")
+    assert request(fd, "trigger", name="job") == {"decision": "queued", "run_id": 4}
+    assert _held_entries(world) == {"job": [2, 4]}
+    proc.kill()
+    proc.wait(timeout=LONG)
+
+    fd.start()  # a healthy disk
+    fd.booted()
+    err = fd.stderr()
+    for run_id in (2, 4):
+        assert (f"run job/{run_id}: the queued firing was lost with the daemon; closed as "
+                "interrupted (daemon_crash)") in err
+    # Run 3's opened line was queued behind run 2's decided line and went with the
+    # daemon: no entry in state.json stands for a run that was started.
+    assert [r for r in _records(world, "job") if r[0] != 3] == [
+        (4, "manual", "interrupted", "daemon_crash", False),
+        (2, "manual", "interrupted", "daemon_crash", False),
+        (1, "manual", "interrupted", "daemon_crash", False)]
+    assert _held_entries(world) == {}
     seqs_in_order(world)
     verify_ok(world)
 

@@ -707,3 +707,35 @@ def test_a_held_firing_the_disk_refuses_waits_for_the_next_boot(
     assert [(o["harness"], o["run_id"], o["type"]) for o in all_lines(ledger_dir)] == [
         ("a", 4, "decided"), ("b", 9, "decided")]
     assert settle_held(led2, StateFile(str(state_path)), NOW) == []  # a boot after: nothing
+
+
+def test_every_held_firing_of_one_harness_gets_its_record(
+        tmp_path: Path, open_ledger: OpenLedger) -> None:
+    """Two firings of `job` named in state.json when the daemon died: run 2, dropped
+    with its decided line still queued (the line landed after all), and run 4, held.
+    Only run 4 is written, and both entries go. A previous version's entry (one object
+    per name) is settled as before."""
+    state_path = tmp_path / "state.json"
+    at = "2026-06-05T10:00:00.000000000Z"
+    two = {"run_id": 2, "trigger": "manual", "window": None, "at": at}
+    four = {"run_id": 4, "trigger": "manual", "window": None, "at": at}
+    old = {"run_id": 9, "trigger": "schedule", "window": "2026-06-05T09:00:00Z", "at": at}
+    write_state(state_path, {"runs": {"job": {"last_run_id": 4}, "b": {"last_run_id": 9}},
+                             "held": {"job": [two, four], "b": old}})
+    ledger_dir = tmp_path / "ledger"
+    seed(ledger_dir, [{"type": "decided", "harness": "job", "run_id": 2,
+                       "at": format_ns(NOW - HOUR), "kind": "oneshot", "trigger": "manual",
+                       "started_at": format_ns(NOW - HOUR), "outcome": "cancelled",
+                       "reason": "operator", "ended_at": format_ns(NOW - HOUR)}])
+    led = open_ledger(ledger_dir, clock=Clock(NOW))
+    written = settle_held(led, StateFile(str(state_path)), NOW)
+    assert [strip(r) for r in written] == [
+        {"harness": "job", "run_id": 4, "kind": "oneshot", "trigger": "manual",
+         "started_at": at, "outcome": "interrupted", "reason": "daemon_crash"},
+        {"harness": "b", "run_id": 9, "kind": "oneshot", "trigger": "schedule",
+         "started_at": at, "outcome": "interrupted", "reason": "daemon_crash",
+         "window": "2026-06-05T09:00:00.000000000Z"}]
+    rec2 = led.get("job", 2)
+    assert rec2 is not None and (rec2["outcome"], rec2["reason"]) == ("cancelled", "operator")
+    assert json.loads(state_path.read_text()) == {
+        "runs": {"job": {"last_run_id": 4}, "b": {"last_run_id": 9}}}

@@ -238,6 +238,39 @@ def test_an_operator_stop_is_kept_beside_the_counters(tmp_path: Path) -> None:
     assert StateFile(str(p)).stopped() == frozenset()
 
 
+def test_each_held_firing_keeps_its_own_entry_and_is_forgotten_alone(tmp_path: Path) -> None:
+    """A firing held while an earlier one of the same harness is still named (its decided
+    line not on disk yet) goes beside it, never over it, and forgetting one run id leaves
+    the other. A file written by the previous version (one entry object per name) reads
+    as that one entry, unchanged until the table is written, then in lists."""
+    p = tmp_path / "state.json"
+    at = "2026-06-05T10:00:00.000000000Z"
+    old = {"run_id": 2, "trigger": "manual", "window": None, "at": at}
+    write_json(p, {"runs": {"job": {"last_run_id": 2}, "b": {"last_run_id": 7}},
+                   "held": {"job": old, "b": [{"run_id": 7, "trigger": "schedule"}]}})
+    sf = StateFile(str(p))
+    assert sf.held() == [("job", old), ("b", {"run_id": 7, "trigger": "schedule"})]
+    inode = p.stat().st_ino
+    sf.forget_held([("job", 3), ("b", 2)])  # no such firing: not rewritten
+    assert p.stat().st_ino == inode
+    assert json.loads(p.read_text())["held"]["job"] == old
+
+    four = {"trigger": "schedule", "window": at, "at": at}
+    assert RunIds(sf, None, str(tmp_path / "jobs")).next("job", four) == 3
+    sf.set_last_run_id("job", 4, four)
+    assert json.loads(p.read_text()) == {
+        "runs": {"job": {"last_run_id": 4}, "b": {"last_run_id": 7}},
+        "held": {"job": [old, {**four, "run_id": 3}, {**four, "run_id": 4}],
+                 "b": [{"run_id": 7, "trigger": "schedule"}]}}
+    sf.forget_held([("job", 3)])
+    sf.forget_held([("job", 2), ("b", 7)])
+    assert json.loads(p.read_text())["held"] == {"job": [{**four, "run_id": 4}]}
+    assert StateFile(str(p)).held() == [("job", {**four, "run_id": 4})]
+    sf.forget_held([("job", 4)])
+    assert json.loads(p.read_text()) == {
+        "runs": {"job": {"last_run_id": 4}, "b": {"last_run_id": 7}}}
+
+
 def test_new_file_is_0600_even_with_open_umask(tmp_path: Path) -> None:
     p = tmp_path / "sub" / "state.json"
     old = os.umask(0)

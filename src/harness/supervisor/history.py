@@ -18,8 +18,8 @@ resident's own-exit closed line and its restart's opened line queued): a run is 
 once, never over its own end, and a run whose opened line is still queued is closed too.
 
 `settle_held` (at boot, before any start) gives each firing an ``on_overlap = "queue"``
-one-shot held when the daemon died its record: the client was told its run id, so the
-id never goes without one.
+one-shot held when the daemon died, or dropped with its decided line still queued, its
+record: the client was told its run id, so the id never goes without one.
 """
 
 from __future__ import annotations
@@ -375,18 +375,21 @@ def _held_line(harness: Any, entry: Any, now: int) -> dict[str, Any]:
 
 def settle_held(ledger: RunLedger, state: StateFile, now: int) -> list[dict[str, Any]]:
     """Record every firing state.json says was held when the daemon died and the ledger
-    has no record of, as interrupted/daemon_crash (at boot, before any start); return the
-    records written. An entry whose record exists (the daemon died after writing it) or
-    that cannot be read (logged) is dropped; one whose line the disk refused stays for
-    the next boot."""
+    has no record of, as interrupted/daemon_crash (at boot, before any start), each
+    entry of a harness on its own; return the records written. An entry whose record
+    exists (the daemon died after writing it) is dropped, as is one that cannot be read
+    (logged) unless another stays; one whose line the disk refused stays for the next
+    boot."""
     written: list[dict[str, Any]] = []
-    kept: dict[str, int] = {}
-    for harness, entry in state.held().items():
+    done: list[tuple[str, int]] = []  # entries settled: recorded now or before, or refused
+    kept = False
+    for harness, entry in state.held():
         try:
             line = _held_line(harness, entry, now)
         except ValueError as exc:
             log.warning("%s: held firing %s: %s", state.path, harness, exc)
             continue
+        done.append((harness, line["run_id"]))
         if ledger.get(harness, line["run_id"]) is not None:
             continue
         try:
@@ -396,13 +399,13 @@ def settle_held(ledger: RunLedger, state: StateFile, now: int) -> list[dict[str,
             continue
         except LedgerError as exc:
             log.error("cannot record the queued run %s/%d: %s", harness, line["run_id"], exc)
-            kept[harness] = line["run_id"]
+            done.pop()
+            kept = True
             continue
         written.append(ledger.get(harness, line["run_id"]) or line)
     try:
-        state.forget_held({h: e["run_id"] for h, e in state.held().items()
-                           if type(e) is dict and kept.get(h) != e.get("run_id")}
-                          if kept else None)
+        # All of them when none is kept: an entry that cannot be read goes too.
+        state.forget_held(done if kept else None)
     except StateError as exc:
         # The records are written: the next boot finds them and only drops the entries.
         log.error("%s", exc)

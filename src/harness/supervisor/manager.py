@@ -757,7 +757,7 @@ class Manager:
         """Forget the held firing's entry in state.json once its record is written. A
         failure costs nothing durable: the boot after finds the record and only drops it."""
         try:
-            await asyncio.to_thread(self.ids.state.forget_held, {name: run_id})
+            await asyncio.to_thread(self.ids.state.forget_held, [(name, run_id)])
         except StateError as exc:
             log.warning("harness %s: the queued run %d is recorded, but state.json still "
                         "names it: %s", name, run_id, exc)

@@ -11,10 +11,15 @@ write leaves only ``"runs"``. ``"stopped"`` names the residents an operator stop
 (`harness stop`) and has not started since: the operator's wish, not a run fact, so it is
 not in the ledger (a stop of a resident with no live run writes no record, and retention
 may prune the one that did); the Manager reads it at boot (``unless-stopped``).
-``"held"`` (``{NAME: {"run_id": N, "trigger": T, "window": W, "at": A}}``) names the
-firings an ``on_overlap = "queue"`` one-shot holds: a client was told their run id, and
-only memory holds them until their record is written, so a daemon killed meanwhile leaves
-the next boot this to record them by (`history.settle_held`).
+``"held"`` (``{NAME: [{"run_id": N, "trigger": T, "window": W, "at": A}, ...]}``) names the
+firings an ``on_overlap = "queue"`` one-shot held whose record is not known to be on disk:
+a client was told their run id, and only memory holds them until their record is written,
+so a daemon killed meanwhile leaves the next boot this to record them by
+(`history.settle_held`). A harness holds one firing at a time, but a dropped one whose
+decided line the disk has not taken yet keeps its entry beside the next one's, so the list
+has an entry per firing, oldest first, and each is forgotten alone (`forget_held`). The
+previous version wrote one entry object per name (``{NAME: {...}}``): it is read as a list
+of that one entry, and the next write of the table leaves lists only.
 Invariants: the file on disk is always a whole, valid JSON document (it is replaced by
 rename, never rewritten in place) and mode 0600; top-level keys this module does not
 know, and keys of an entry other than its record list, survive every rewrite; updates of
@@ -36,6 +41,7 @@ import json
 import os
 import re
 import threading
+from collections.abc import Collection
 from typing import Any, Protocol
 
 from ..ledger.files import (
@@ -191,10 +197,19 @@ class StateFile:
         """Whether an entry still holds a pre-ledger record list (its import is due)."""
         return any(LIST_KEY in e for e in self.entries().values())
 
-    def held(self) -> dict[str, Any]:
-        """The held firings as written (`history.settle_held` judges each entry)."""
-        held = self.load().get(HELD_KEY, {})
-        return held if type(held) is dict else {}
+    def held(self) -> list[tuple[str, Any]]:
+        """Every held firing as written, (harness, entry), each harness's oldest first
+        (`history.settle_held` judges each entry)."""
+        return [(name, entry) for name, entries in self._held_table().items()
+                for entry in entries]
+
+    def _held_table(self) -> dict[str, list[Any]]:
+        """The ``held`` table with each harness's entries as a list (the previous
+        version's single entry object is a list of one); empty when it is no object."""
+        table = self.load().get(HELD_KEY, {})
+        if type(table) is not dict:
+            return {}
+        return {name: list(v) if type(v) is list else [v] for name, v in table.items()}
 
     # -- writing -------------------------------------------------------------------
 
@@ -202,14 +217,16 @@ class StateFile:
                         held: dict[str, Any] | None = None) -> None:
         """Persist `value` as `harness`'s counter (durable when this returns); with
         `held`, in the same write, the firing held under that id (its trigger, window
-        and time)."""
+        and time), beside any earlier firing of `harness` still held."""
         with self._update:
             doc = dict(self.load())
             table = dict(self.entries())
             table[harness] = {**table.get(harness, {}), "last_run_id": value}
             doc[RUNS_KEY] = table
             if held is not None:
-                doc[HELD_KEY] = {**self.held(), harness: {**held, "run_id": value}}
+                firings = self._held_table()
+                firings[harness] = [*firings.get(harness, []), {**held, "run_id": value}]
+                doc[HELD_KEY] = firings
             self.save(doc)
 
     def drop_lists(self, floors: dict[str, int]) -> None:
@@ -226,18 +243,23 @@ class StateFile:
             doc[RUNS_KEY] = table
             self.save(doc)
 
-    def forget_held(self, harnesses: dict[str, int] | None = None) -> None:
-        """Drop the held firings `harnesses` names ({harness: run_id}; an entry for
-        another run id stays), or all of them; no write when nothing changes."""
+    def forget_held(self, firings: Collection[tuple[str, int]] | None = None) -> None:
+        """Drop the held firings `firings` names ((harness, run_id) pairs; every other
+        entry stays, another run id's of the same harness too), or all of them; no write
+        when nothing changes."""
         with self._update:
             doc = dict(self.load())
             if HELD_KEY not in doc:
                 return
-            held = self.held()
-            keep = {} if harnesses is None else {
-                h: e for h, e in held.items()
-                if not (type(e) is dict and harnesses.get(h) == e.get("run_id"))}
-            if harnesses is not None and keep == held:
+            if firings is None:
+                del doc[HELD_KEY]
+                self.save(doc)
+                return
+            gone = set(firings)
+            table = self._held_table()
+            keep = {name: kept for name, entries in table.items()
+                    if (kept := [e for e in entries if not _held_in(name, e, gone)])}
+            if keep == table:
                 return
             if keep:
                 doc[HELD_KEY] = keep
@@ -286,6 +308,13 @@ class StateFile:
             self._data = None
             raise StateError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
         self._data = doc
+
+
+def _held_in(name: str, entry: Any, firings: set[tuple[str, int]]) -> bool:
+    """Whether held `entry` of `name` is one of `firings` (a malformed one is none)."""
+    if type(entry) is not dict or type(run_id := entry.get("run_id")) is not int:
+        return False
+    return (name, run_id) in firings
 
 
 def highest_log_id(jobs_dir: str, harness: str) -> int:
