@@ -10,20 +10,35 @@ with `bad_config` naming the file and key, and the last good config stays in for
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import select
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from conftest import World
-from daemons import Daemons, alive, record_of, runs_of, states_of, until
+from daemons import (
+    DEADLINE,
+    STUBBORN,
+    Daemons,
+    alive,
+    record_of,
+    runs_of,
+    states_of,
+    stubborn_pid,
+    until,
+)
 from harness.control.client import Client, DaemonError
 
 
@@ -220,6 +235,98 @@ argv = ["sh", "-c", "{up('s')}"]
         pid = _pid(pids[n])
         assert pid != old.get(n) and alive(pid)
     assert not pids["s"].exists() or not alive(int(pids["s"].read_text()))
+
+
+@contextlib.contextmanager
+def _reloading(daemons: Daemons, begun: Callable[[], bool]) -> Iterator[socket.socket]:
+    """A client of the documented protocol that has asked for `reload`, once `begun()`
+    says the reload is under way; its connection is closed on the way out."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(str(daemons.socket))
+        s.sendall(b'{"op": "hello", "proto": "1.0"}\n')
+        assert json.loads(s.makefile("rb").readline())["ok"] is True
+        s.sendall(b'{"id": 1, "op": "reload"}\n')
+        until("the reload to begin", begun)
+        yield s
+
+
+def _slow_and_changed(daemons: Daemons, tmp_path: Path
+                      ) -> tuple[dict[str, Path], int, int, Callable[[], bool]]:
+    """A daemon running resident `slow` (its run ignores SIGTERM, so its stop waits out
+    the grace) and resident `chg`, and a config on disk that removes `slow`, changes
+    `chg` and adds resident `new`. Returns the pid files, the pids of slow's and chg's
+    runs, and a probe saying when a reload has put that config in force: it then stops
+    `slow` first, and the rest is still to do while `slow` is alive."""
+    pids = {n: tmp_path / f"{n}.pid" for n in ("slow", "chg", "new")}
+    daemons.pidfiles += pids.values()
+    daemons.write_config(f"""
+[harness.slow]
+argv = ["sh", "-c", "echo $$ > {pids['slow']}; {STUBBORN}"]
+""" + _resident("chg", pids["chg"]))
+    daemons.start()
+    slow = stubborn_pid(pids["slow"])
+    chg = _pid(pids["chg"])
+    pids["chg"].unlink()
+    daemons.write_config(_resident("chg", pids["chg"], "# v2") + _resident("new", pids["new"]))
+
+    def begun() -> bool:
+        with Client(str(daemons.socket)) as c:
+            return {h["name"] for h in c.request("list")["harnesses"]} == {"chg", "new"}
+    return pids, slow, chg, begun
+
+
+def _records(world: World, *names: str) -> list[tuple[str, int, str, str, str | None]]:
+    return [(n, r["run_id"], r["trigger"], r["outcome"], r.get("reason"))
+            for n in names for r in runs_of(world, n)]
+
+
+def test_a_reload_whose_client_goes_away_is_still_applied_whole(
+        world: World, daemons: Daemons, tmp_path: Path) -> None:
+    """A reload removes `slow`, changes resident `chg` and adds resident `new`; its
+    client goes away while `slow` is being stopped. The reload used to be cancelled with
+    the request there, half-applied and silently: the new config in force (`slow` gone
+    from `list`), yet `chg` still on its run of the old config and `new` never started.
+    A reload runs to its end now whoever asked for it, as a reload of systemd or nginx
+    does once it has begun."""
+    pids, slow, chg, begun = _slow_and_changed(daemons, tmp_path)
+    with _reloading(daemons, begun) as s:
+        # Gone with a reply unread: the daemon reads ECONNRESET on the connection (Linux
+        # tells a peer that closes with data unread so), as when a client dies.
+        s.sendall(b'{"id": 2, "op": "list"}\n')
+        readable, _, _ = select.select([s], [], [], DEADLINE)
+        assert readable == [s], "the list reply never came"
+    assert alive(slow)  # the client went while the rest was still to do
+    until("new's first run", lambda: record_of(world, "new", 1))
+    until("chg's run under the new config", lambda: record_of(world, "chg", 2))
+    assert _records(world, "slow", "chg", "new") == [
+        ("slow", 1, "autostart", "cancelled", "reload"),
+        ("chg", 2, "autostart", "running", None), ("chg", 1, "autostart", "cancelled", "reload"),
+        ("new", 1, "autostart", "running", None)]
+    assert not alive(slow) and not alive(chg)
+    assert alive(_pid(pids["chg"])) and alive(_pid(pids["new"]))
+    assert states_of(world) == {"chg": "running", "new": "running"}
+    assert "reload: 1 added, 1 removed, 1 changed, 0 unchanged" in daemons.stderr()
+
+
+def test_a_shutdown_during_a_reload_lets_it_finish_starting_nothing(
+        world: World, daemons: Daemons, tmp_path: Path) -> None:
+    """SIGTERM while a reload waits out `slow`'s grace: the reload goes on past the
+    shutdown's start, and what it has left to start (chg's run under the new config,
+    `new`) is not started, since the shutdown would only stop it; every record closes,
+    and the daemon exits 0 with nothing logged as failed."""
+    _, slow, chg, begun = _slow_and_changed(daemons, tmp_path)
+    proc = daemons.procs[-1]
+    with _reloading(daemons, begun):
+        assert alive(slow)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, daemons.stderr()
+    err = daemons.stderr()
+    assert " ERROR " not in err and "Traceback" not in err, err
+    assert "reload: 1 added, 1 removed, 1 changed, 0 unchanged" in err
+    assert not alive(slow) and not alive(chg)
+    assert _records(world, "slow", "chg", "new") == [
+        ("slow", 1, "autostart", "cancelled", "reload"),
+        ("chg", 1, "autostart", "interrupted", "shutdown")]
 
 
 TOO_LONG = "must be at most 1000000d (about 2,700 years), got"

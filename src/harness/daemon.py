@@ -13,10 +13,11 @@ ones an operator stopped), the prune at each UTC midnight (housekeeping.py) and 
 requests.
 SIGHUP, like the `reload` op, loads the config again and applies it through the
 Manager; a config that fails to load leaves the running one in force (one during the
-boot reloads once it is done). Shutdown on SIGTERM/SIGINT: stop accepting, stop live
-runs (residents too, without restarting them), close anything still open, drain the
-ledger. One during the boot lets the crash recovery finish (an orphan's kill, its grace
-included) and skips the rest of the boot.
+boot reloads once it is done), and one that loads is applied whole (`Reloader`).
+Shutdown on SIGTERM/SIGINT: stop accepting, stop live runs (residents too, without
+restarting them), close anything still open, drain the ledger. One during the boot lets
+the crash recovery finish (an orphan's kill, its grace included) and skips the rest of
+the boot.
 
 Invariants: no run starts before reconciliation; once reconciliation is done, every
 process an earlier daemon of the state directory spawned is stopped before any run
@@ -55,7 +56,7 @@ from .supervisor.history import (
     reconcile,
     settle_held,
 )
-from .supervisor.manager import Manager, NotResident, UnknownHarness
+from .supervisor.manager import Manager, NotResident, ReloadIncomplete, UnknownHarness
 from .supervisor.orphans import kill_orphans
 from .supervisor.state import RunIds, StateError, StateFile
 from .timefmt import format_ns
@@ -165,9 +166,14 @@ def _handlers(manager: Manager, ledger: RunLedger, info: dict[str, Any],
 class Reloader:
     """One config reload at a time, from the `reload` op or SIGHUP (REQ-19).
 
-    A config that fails to load changes nothing: the last good one stays in force. The
-    [ledger] limits are read by the next prune from the Manager's config, so they apply
-    then, without reopening the ledger.
+    A config that fails to load changes nothing: the last good one stays in force
+    (``bad_config``). One that loads is put in force and applied whole, as a systemd or
+    nginx reload is once begun (`Manager.reload`): a client that goes away meanwhile does
+    not cut it short. A harness whose step failed leaves the rest applied and the new
+    config in force, which is also what the next boot reads from the file; the reply is
+    ``incomplete``, naming each such harness and its error. ``unavailable``: the daemon
+    is shutting down, and nothing was changed. The [ledger] limits are read by the next
+    prune from the Manager's config, so they apply then, without reopening the ledger.
     """
 
     def __init__(self, manager: Manager, config_path: str | None) -> None:
@@ -189,6 +195,8 @@ class Reloader:
                 return await self.manager.reload(new)
             except RuntimeError as exc:
                 raise OpError("unavailable", str(exc)) from None
+            except ReloadIncomplete as exc:
+                raise OpError("incomplete", str(exc)) from None
 
     def on_sighup(self) -> None:
         task = asyncio.get_running_loop().create_task(self._quiet())

@@ -7,7 +7,9 @@ config the project would join before registering it; `up` and `down` then ask a 
 daemon to `reload`, and a stopped daemon simply reads the registry at its next start.
 
 Exit codes: `reload` 0 applied, 2 the daemon refused the new config (``bad_config``: it
-keeps the last good one), 1 the daemon cannot be reached or failed otherwise. `up` 0
+keeps the last good one), 1 the daemon cannot be reached or failed otherwise (among
+them ``incomplete``: the new config is in force, but a harness it names could not be
+fully applied). `up` 0
 registered (whether or not a daemon was running), 2 the config with the project in it does
 not load, or a bad ``--name`` (the registry is then unchanged), 1 the directory cannot be
 registered (no harness.toml, name taken, registry unreadable) or the running daemon's
@@ -64,6 +66,8 @@ def _request_reload(ctx: click.Context) -> dict[str, Any] | DaemonUnreachable:
                        "one:", err=True)
             report(str(exc))
             sys.exit(EXIT_BAD_CONFIG)
+        if exc.code == "incomplete":
+            fail(f"reload incomplete: {exc}")  # applied, but for what it names
         fail(f"reload failed: {exc} ({exc.code})")
     except DaemonLost as exc:
         fail(f"lost the daemon during the reload ({exc})")

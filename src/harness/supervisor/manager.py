@@ -31,6 +31,10 @@ Invariants:
 - a reload undoes no operator's action: a changed resident that was up (started by an
   operator while disabled or outside its hours included) is started again under the new
   config, and one an operator stopped stays down;
+- a reload, once begun, is applied to every harness it changes, one reload at a time,
+  whoever asked for it goes away meanwhile; a harness whose step failed is named, and
+  the new config stays in force (`ReloadIncomplete`); nothing is armed once the shutdown
+  has begun;
 - a start (run id, opened line, spawn, its watcher) is not cut in half by a cancellation:
   a reload or shutdown cancelling the ticker, hours gate, restart or request in it waits
   for it, then finds the run live and stops it, so no id goes without a record and no
@@ -125,6 +129,29 @@ class _Undecided(Exception):
     def __init__(self, done: datetime, cause: StateError) -> None:
         super().__init__(str(cause))
         self.done = done
+
+
+class StepFailed(NamedTuple):
+    """A harness a reload could not fully apply: what it was doing, and the error."""
+
+    harness: str
+    step: str
+    error: str
+
+
+class ReloadIncomplete(Exception):
+    """A reload put its config in force, but the steps of `failed` did not complete;
+    `applied` is what its reply says of the rest."""
+
+    def __init__(self, applied: dict[str, Any], failed: list[StepFailed]) -> None:
+        self.applied = applied
+        self.failed = failed
+        super().__init__(f"the new config is in force, but {self.describe(failed)}")
+
+    @staticmethod
+    def describe(failed: list[StepFailed]) -> str:
+        steps = "; ".join(f"{f.harness}: {f.step} failed: {f.error}" for f in failed)
+        return f"{len(failed)} harness(es) could not be fully applied ({steps})"
 
 
 class UnknownHarness(KeyError):
@@ -283,6 +310,9 @@ class Manager:
         # One lifecycle change per harness at a time, so no op sees another's half-started
         # run; held across run.start() and run.stop().
         self._locks: dict[str, asyncio.Lock] = {}
+        # One reload at a time, held by the reload's own task: a caller that went away
+        # must not let the next reload diff against a config half applied.
+        self._reloading = asyncio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -321,6 +351,8 @@ class Manager:
         (which governs autostart, not an operator's start), and outside its hours too if
         an operator started it there (`_override`).
         """
+        if self._stopping:
+            return  # a reload the shutdown overtook: nothing is armed after its disarm
         hours = cfg.parsed_hours()
         if hours is not None:
             if not hours.is_open(datetime.now(UTC)):
@@ -345,7 +377,7 @@ class Manager:
 
     def _arm_ticker(self, name: str, cfg: HarnessConfig, *, resume: bool) -> None:
         sched = cfg.parsed_schedule() if cfg.kind == "oneshot" else None
-        if sched is None:
+        if sched is None or self._stopping:  # see _arm_resident
             return
         self._tickers[name] = _task(self._tick(name, sched, resume=resume), f"ticker:{name}")
 
@@ -1059,37 +1091,79 @@ class Manager:
         `enabled` says and outside its hours too if an operator started it there; a changed
         resident that was down starts only if `enabled` and its hours say so, and one an
         operator stopped stays stopped. A harness that changes kind is removed and added.
+
+        Once begun, a reload is applied whole, in a task of its own: a caller cancelled
+        meanwhile (a control client that went away) is let go at once, and the next reload
+        waits for this one. Each harness is applied on its own, so a step that fails (a
+        bug: each step absorbs the disk's failures itself) is logged and costs only that
+        harness; `new` stays in force and `ReloadIncomplete` names what was not done.
+        RuntimeError: the daemon is shutting down, and nothing was changed.
         """
         if self._stopping:
             raise RuntimeError("the daemon is shutting down")
-        old = self.config
-        added, removed, changed, unchanged = diff_configs(old, new)
-        for name in sorted(changed):
-            if old.harness[name].kind != new.harness[name].kind:
-                changed.discard(name)
-                removed.add(name)
-                added.add(name)
-        self.config = new
-        # Before the first await: no ticker or gate of a removed harness may wake up to a
-        # config that no longer has it.
-        disarmed = [t for name in removed for t in self._disarm(name)]
-        await asyncio.gather(*disarmed, return_exceptions=True)
-        queued: list[dict[str, Any]] = []  # records this reload ended, not on disk yet
-        for name in sorted(removed):
-            queued += await self._remove(name)
-        for name in sorted(changed):
-            queued += await self._change(name, old.harness[name], new.harness[name])
-        for name in sorted(added):
-            cfg = new.harness[name]
-            if cfg.kind == "oneshot":
-                if self._started:
-                    self._arm_ticker(name, cfg, resume=True)
-            else:
-                await self._arm_resident(name, cfg, "autostart")
-        log.info("reload: %d added, %d removed, %d changed, %d unchanged", len(added),
-                 len(removed), len(changed), len(unchanged))
-        return _with_queued({"added": sorted(added), "removed": sorted(removed),
-                            "changed": sorted(changed), "unchanged": len(unchanged)}, queued)
+        applied = await asyncio.shield(self._watch(self._apply(new)))
+        if applied is None:
+            raise RuntimeError("the daemon is shutting down")
+        out, failed = applied
+        if failed:
+            raise ReloadIncomplete(out, failed)
+        return out
+
+    async def _apply(self, new: Config
+                     ) -> tuple[dict[str, Any], builtins.list[StepFailed]] | None:
+        """`reload`'s work: (its reply, the harnesses whose step failed); None when the
+        shutdown began before it could start. Never raises for one harness's failure,
+        since no one may be left to retrieve it."""
+        async with self._reloading:
+            if self._stopping:
+                return None
+            old = self.config
+            added, removed, changed, unchanged = diff_configs(old, new)
+            for name in sorted(changed):
+                if old.harness[name].kind != new.harness[name].kind:
+                    changed.discard(name)
+                    removed.add(name)
+                    added.add(name)
+            self.config = new
+            # Before the first await: no ticker or gate of a removed harness may wake up to
+            # a config that no longer has it.
+            disarmed = [t for name in removed for t in self._disarm(name)]
+            await asyncio.gather(*disarmed, return_exceptions=True)
+            queued: builtins.list[dict[str, Any]] = []  # records it ended, not on disk yet
+            failed: builtins.list[StepFailed] = []
+
+            async def step(name: str, what: str,
+                           work: Coroutine[Any, Any, builtins.list[dict[str, Any]]]) -> None:
+                try:
+                    queued.extend(await work)
+                except Exception as exc:
+                    _log_failure(f"reload: harness {name}: {what} failed", exc)
+                    failed.append(StepFailed(name, what, str(exc) or type(exc).__name__))
+
+            for name in sorted(removed):
+                await step(name, "removing it", self._remove(name))
+            for name in sorted(changed):
+                await step(name, "applying its change",
+                           self._change(name, old.harness[name], new.harness[name]))
+            for name in sorted(added):
+                await step(name, "adding it", self._add(name, new.harness[name]))
+            log.info("reload: %d added, %d removed, %d changed, %d unchanged", len(added),
+                     len(removed), len(changed), len(unchanged))
+            if failed:
+                log.error("reload: the new config is in force, but %s",
+                          ReloadIncomplete.describe(failed))
+            return _with_queued({"added": sorted(added), "removed": sorted(removed),
+                                "changed": sorted(changed), "unchanged": len(unchanged)},
+                               queued), failed
+
+    async def _add(self, name: str, cfg: HarnessConfig) -> builtins.list[dict[str, Any]]:
+        """Arm added harness `name`: a one-shot's schedule, a resident's autostart."""
+        if cfg.kind == "oneshot":
+            if self._started:
+                self._arm_ticker(name, cfg, resume=True)
+        else:
+            await self._arm_resident(name, cfg, "autostart")
+        return []
 
     async def _stop_for_reload(self, name: str, run: Run) -> list[dict[str, Any]]:
         """Stop `name`'s live `run` cancelled/reload; the caller holds its lock. Returns
@@ -1203,5 +1277,5 @@ class Manager:
         return out
 
 
-__all__ = ["Decision", "Manager", "NotResident", "UnknownHarness", "decide_windows",
-           "next_delay", "unbudgeted"]
+__all__ = ["Decision", "Manager", "NotResident", "ReloadIncomplete", "StepFailed",
+           "UnknownHarness", "decide_windows", "next_delay", "unbudgeted"]
