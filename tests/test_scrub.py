@@ -1091,6 +1091,56 @@ def test_a_basic_credential_never_reaches_the_ledger_file(tmp_path: Path) -> Non
     assert (res.ok, res.lines) == (True, 2)
 
 
+# An Authorization header's auth-params are quoted (RFC 9110 §11.4): the value once
+# stopped at the first quote, so Digest's response hash and OAuth 1.0's signature reached
+# the ledger behind "[REDACTED]". The closing quote of a string around the header still
+# ends it, after a padded credential too.
+DIGEST = ('Digest username="bob", realm="api", nonce="dcd98b7102dd2f0e", qop=auth, '
+          'nc=00000001, cnonce="0a4f113b", response="6629fae49393a05397450978507c4ef1"')
+OAUTH1 = ('OAuth oauth_consumer_key="xvz1evFS4wEEPTGEFPHBog", oauth_nonce="kYjzVBB8Y0", '
+          'oauth_signature="tnnArxj06cWHq44gCs1OSKk%2FjLY%3D", oauth_token="370773112-Gmx"')
+QUOTED_PARAM_SECRETS = ("6629fae49393a05397450978507c4ef1", "0a4f113b", "dcd98b7102dd2f0e",
+                        "tnnArxj06cWHq44gCs1OSKk", "xvz1evFS4wEEPTGEFPHBog", "370773112")
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    (f"Authorization: {DIGEST}", "Authorization: Digest [REDACTED]"),
+    (f"401 after Authorization: {DIGEST}\nretrying", "401 after Authorization: Digest "
+     "[REDACTED]\nretrying"),
+    (f"curl -H 'Authorization: {DIGEST}' -X GET", "curl -H 'Authorization: Digest "
+     "[REDACTED]' -X GET"),
+    ('{"auth": "Authorization: ' + DIGEST.replace('"', '\\"') + '", "n": 1}',
+     '{"auth": "Authorization: Digest [REDACTED]", "n": 1}'),
+    (f"Authorization: {OAUTH1}", "Authorization: OAuth [REDACTED]"),
+    ('Cookie: theme="dark blue"; sid=9f8e7d6c', "Cookie: [REDACTED]"),
+    ('[("Authorization", "Basic dXNlcjpwYXNzd29yZA=="), ("Accept", "json")]',
+     '[("Authorization", "Basic [REDACTED]"), ("Accept", "json")]'),
+    ('["Authorization: Basic dXNlcjpwYXNzd29yZA=", "next"]',
+     '["Authorization: Basic [REDACTED]", "next"]'),
+])
+def test_quoted_auth_params_are_part_of_the_header(text: str, want: str) -> None:
+    assert scrub_text(text) == (want, 1)
+
+
+def test_a_digest_header_never_reaches_the_ledger_file(tmp_path: Path) -> None:
+    led = RunLedger(str(tmp_path / "ledger"))
+    try:
+        led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "failed",
+                    "reason": f"401 with Authorization: {DIGEST}",
+                    "errors": {f"HTTPError: Authorization: {OAUTH1}": 1},
+                    "sessions": [{"id": "s1", "adapter": "claude",
+                                  "trace_id": f"Authorization: {DIGEST}"}]})
+    finally:
+        led.close()
+    data = b"".join(p.read_bytes() for p in (tmp_path / "ledger").glob("*.jsonl"))
+    for secret in QUOTED_PARAM_SECRETS:
+        assert secret.encode() not in data
+    line = json.loads(data)
+    assert line["reason"] == "401 with Authorization: Digest [REDACTED]"
+    assert line["errors"] == {"HTTPError: Authorization: OAuth [REDACTED]": 1}
+    assert line["sessions"][0]["trace_id"] == "Authorization: Digest [REDACTED]"
+
+
 # Text a writer may be handed (a work-ledger payload runs to 1 MiB) in which every few
 # characters could open a form. Scrubbing must stay linear: with a form that rescans the
 # rest of the text from each of those starts, half a MiB took tens of minutes.

@@ -134,10 +134,19 @@ _SEP = (rf"""(?:(?:\\?["'])?{_SPACE}*{_ASSIGN}{_SPACE}*"""
 _SCHEME_WORD = r"(?:(?i:bearer|basic|token)[ \t]+)?"
 
 
+# A quoted auth-param (RFC 9110 §11.4: Digest's response="…", OAuth 1.0's
+# oauth_signature="…") or cookie value is part of the header, not its end: a '"' (or a
+# JSON-escaped one) right after "=" runs to its closing quote when that is followed by
+# what ends a parameter. The closing quote of a string around the header, after a padded
+# credential ("Basic dXNl=", "x"), is followed by the next string's text instead.
+_QUOTED_PARAM = (r"""=(?:"[^"\r\n\\]*"|\\"[^"\r\n\\]*\\")"""
+                 r"""(?=[ \t,;)\r\n"']|\\["']|$)""")
+
+
 def _header_value(name: str) -> str:
     """A header's value, to the end of the header (its line or its closing quote), as the
     secret group `s_<name>`."""
-    return rf"""(?P<s_{name}>(?:[^\r\n"'\\]|\\(?!["']))+)"""
+    return rf"""(?P<s_{name}>(?:{_QUOTED_PARAM}|[^\r\n"'\\]|\\(?!["']))+)"""
 
 
 # The scheme must start a word: without the lookbehind, a long run of letters would be
