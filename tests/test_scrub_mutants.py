@@ -1,0 +1,52 @@
+"""Mutation-test survivors of the secret scrubber (`harness.ledger.scrub`): exact answers
+for the credential spellings and URL shapes the other tests leave unpinned."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.ledger.scrub import scrub_text
+
+# -- harness.ledger.scrub ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    # the "_" or "-" between the words is optional in every credential name
+    ("AccessKey=s3cr3tvalue", "AccessKey=[REDACTED]"),
+    ("accesskey: s3cr3t", "accesskey: [REDACTED]"),
+    ("privatekey=s3cr3tvalue", "privatekey=[REDACTED]"),
+    ("PrivateKey: abc", "PrivateKey: [REDACTED]"),
+    # each MySQL client, not only "mysql" itself
+    ("mysqladmin -u root -ps3cr3t status", "mysqladmin -u root -p[REDACTED] status"),
+    ("mysqldump -u root -ps3cr3t db", "mysqldump -u root -p[REDACTED] db"),
+    ("mariadb-dump -u root -ps3cr3t db", "mariadb-dump -u root -p[REDACTED] db"),
+])
+def test_each_spelling_of_a_credential_name_and_client_is_redacted(
+        text: str, want: str) -> None:
+    assert scrub_text(text) == (want, 1)
+
+
+def test_an_unquoted_value_in_a_json_string_leaves_the_escaped_quote_after_it() -> None:
+    """The backslash of '\\"' is the JSON string's, not the password's: kept, the line
+    stays valid JSON-in-a-string."""
+    text = '{\\"cmd\\": \\"psql --password=hunter2\\", \\"n\\": 1}'
+    assert scrub_text(text) == ('{\\"cmd\\": \\"psql --password=[REDACTED]\\", \\"n\\": 1}', 1)
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    # an "@" then a "/" then another "@": the first host may be the password's tail
+    ("https://u:pw@/x@host", "https://u:[REDACTED]@host"),
+    # a one-character password after a user holding "@" (RFC 3986 broken)
+    ("https://bob@corp:x@host/", "https://bob@corp:[REDACTED]@host/"),
+])
+def test_a_url_password_that_breaks_rfc_3986_is_redacted_to_the_last_at(
+        text: str, want: str) -> None:
+    assert scrub_text(text) == (want, 1)
+
+
+@pytest.mark.parametrize("text", [
+    "https://averylongloginnamehere@host/x",
+    "https://averylongloginname_here.x@host/",
+])
+def test_a_long_login_name_with_no_digit_or_capital_is_no_token(text: str) -> None:
+    assert scrub_text(text) == (text, 0)
