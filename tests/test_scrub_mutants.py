@@ -20,6 +20,10 @@ from harness.ledger.scrub import scrub_text
     ("mysqladmin -u root -ps3cr3t status", "mysqladmin -u root -p[REDACTED] status"),
     ("mysqldump -u root -ps3cr3t db", "mysqldump -u root -p[REDACTED] db"),
     ("mariadb-dump -u root -ps3cr3t db", "mariadb-dump -u root -p[REDACTED] db"),
+    # each of OpenAI's prefixed key kinds (the "-" after the kind ends a bare sk- body)
+    ("key sk-" + "admin-" + "AbCdEfGhIj0123456789xyz", "key [REDACTED]"),
+    ("key sk-" + "svcacct-" + "AbCdEfGhIj0123456789xyz", "key [REDACTED]"),
+    ("key sk-" + "None-" + "AbCdEfGhIj0123456789xyz", "key [REDACTED]"),
 ])
 def test_each_spelling_of_a_credential_name_and_client_is_redacted(
         text: str, want: str) -> None:
