@@ -1141,6 +1141,31 @@ def test_a_digest_header_never_reaches_the_ledger_file(tmp_path: Path) -> None:
     assert line["sessions"][0]["trace_id"] == "Authorization: Digest [REDACTED]"
 
 
+# Azure API Management's key header (and its config names) once reached the ledger
+# whole: "Subscription-Key" is no name any other rule knew.
+APIM_KEY = "0123456789abcdef" + "fedcba9876543210"
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    (f"Ocp-Apim-Subscription-Key: {APIM_KEY}", "Ocp-Apim-Subscription-Key: [REDACTED]"),
+    (f"subscription_key={APIM_KEY}", "subscription_key=[REDACTED]"),
+    (f"AZURE_SUBSCRIPTION_KEY={APIM_KEY}", "AZURE_SUBSCRIPTION_KEY=[REDACTED]"),
+])
+def test_a_subscription_key_is_redacted(text: str, want: str, tmp_path: Path) -> None:
+    assert scrub_text(text) == (want, 1)
+    assert scrub_text("subscription key renewed") == ("subscription key renewed", 0)
+    led = RunLedger(str(tmp_path / "ledger"))
+    try:
+        led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "failed",
+                    "reason": f"401 with {text}", "errors": {f"HTTPError: {text}": 1}})
+    finally:
+        led.close()
+    data = b"".join(p.read_bytes() for p in (tmp_path / "ledger").glob("*.jsonl"))
+    assert APIM_KEY.encode() not in data
+    line = json.loads(data)
+    assert (line["reason"], line["errors"]) == (f"401 with {want}", {f"HTTPError: {want}": 1})
+
+
 # Text a writer may be handed (a work-ledger payload runs to 1 MiB) in which every few
 # characters could open a form. Scrubbing must stay linear: with a form that rescans the
 # rest of the text from each of those starts, half a MiB took tens of minutes.

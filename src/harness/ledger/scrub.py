@@ -213,7 +213,8 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     _credential_key("kv_p", _key("p", r"assw(?:or)?d|assphrase|rivate[_-]?key")),
     # "pwd" and "pass" alone only as a word of their own: "bypass=1" is a setting.
     _credential_key("kv_pw", r"[Pp](?<![A-Za-z][Pp])(?i:wd|ass)"),
-    _credential_key("kv_s", _key("s", r"ecret(?:[_-]?key)?")),
+    # Azure API Management's Ocp-Apim-Subscription-Key header, and its config names
+    _credential_key("kv_s", _key("s", r"ecret(?:[_-]?key)?|ubscription[_-]?key")),
     _credential_key("kv_t", _key("t", r"oken")),
     # An environment variable named for a key (ENCRYPTION_KEY=, SIGNING_KEY=): upper
     # case and a bare "=", as a shell assigns it; a constant in code ("REGISTRY_KEY =
