@@ -24,6 +24,9 @@ from harness.ledger.scrub import scrub_text
     ("key sk-" + "admin-" + "AbCdEfGhIj0123456789xyz", "key [REDACTED]"),
     ("key sk-" + "svcacct-" + "AbCdEfGhIj0123456789xyz", "key [REDACTED]"),
     ("key sk-" + "None-" + "AbCdEfGhIj0123456789xyz", "key [REDACTED]"),
+    # Stripe's restricted keys and test-mode keys, not only its live secret keys
+    ("stripe rk" + "_live_" + "51H8aBcDeFgHiJkLmNoPqRsTu", "stripe [REDACTED]"),
+    ("stripe sk" + "_test_" + "4eC39HqLyjWDarjtT1zdp7dc", "stripe [REDACTED]"),
 ])
 def test_each_spelling_of_a_credential_name_and_client_is_redacted(
         text: str, want: str) -> None:
