@@ -1141,6 +1141,60 @@ def test_a_digest_header_never_reaches_the_ledger_file(tmp_path: Path) -> None:
     assert line["sessions"][0]["trace_id"] == "Authorization: Digest [REDACTED]"
 
 
+# Text that begins inside a private key block (the tail of a cut output, the second of
+# two fields a block was split over) once kept its key material: only a BEGIN line opened
+# the form. And an encrypted JWT (JWE: header, encrypted key, IV, ciphertext, tag) has
+# no "eyJ" payload, so it went whole.
+KEY_LINES = ("MIIEowIBAAKCAQEAx1y2z3" + BODY + "\n" + "b3BlbnNzaC1rZXktdjEAAAAA" + BODY)
+JWE = ("eyJhbGciOiJkaXIiLCJlbmMiOiJBMjU2R0NNIn0" + ".." + "Xq3bQ9fK2pTz7VbN" + "."
+       + "Qm9vYmFyQmF6UXV4eFl6enkxMjM0" + "." + "Hd8s9Kq2mZp4Rt6Uv8Wx0Y")
+
+
+@pytest.mark.parametrize(("text", "want", "count"), [
+    (f"{KEY_LINES}\n-----END RSA PRIVATE KEY-----", "[REDACTED]", 1),
+    (f"ssh-add: {KEY_LINES}\\n-----END OPENSSH PRIVATE KEY----- (exit 1)",
+     "[REDACTED] (exit 1)", 1),
+    (f"{KEY_LINES}\n-----END PGP PRIVATE KEY BLOCK-----\n-----BEGIN PRIVATE KEY-----\n"
+     f"{KEY_LINES}", "[REDACTED]\n[REDACTED]", 2),
+    (f"a {KEY_LINES} -----END PRIVATE KEY----- b {KEY_LINES} -----END EC PRIVATE KEY----- c",
+     "[REDACTED] c", 1),
+    (f"session {JWE} expired", "session [REDACTED] expired", 1),
+    (f"id_token={JWE}", "id_token=[REDACTED]", 1),
+])
+def test_a_key_block_s_tail_and_an_encrypted_jwt_are_redacted(
+        text: str, want: str, count: int) -> None:
+    assert scrub_text(text) == (want, count)
+    assert scrub_text(want) == (want, 0)
+
+
+@pytest.mark.parametrize("text", [
+    "-----END CERTIFICATE----- then more", "eyJhbGciOi.a.b.c.d", "version eyJ1.2.3.4",
+    "see eyJhbGciOiJIUzI1NiJ9 in the docs",
+])
+def test_a_certificate_s_end_and_short_dotted_words_stay(text: str) -> None:
+    assert scrub_text(text) == (text, 0)
+
+
+def test_a_key_block_s_tail_and_a_jwe_never_reach_the_ledger_file(tmp_path: Path) -> None:
+    led = RunLedger(str(tmp_path / "ledger"))
+    try:
+        led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "failed",
+                    "reason": f"{KEY_LINES}\n-----END RSA PRIVATE KEY-----",
+                    "errors": {f"-----BEGIN RSA PRIVATE KEY-----\n{KEY_LINES[:40]}": 1,
+                               f"{KEY_LINES[40:]}\n-----END RSA PRIVATE KEY-----": 1},
+                    "sessions": [{"id": "s1", "adapter": "claude", "trace_id": JWE}]})
+    finally:
+        led.close()
+    data = b"".join(p.read_bytes() for p in (tmp_path / "ledger").glob("*.jsonl"))
+    for secret in ("MIIEowIBAAKCAQEAx1y2z3", "b3BlbnNzaC1rZXktdjEAAAAA", BODY,
+                   "Xq3bQ9fK2pTz7VbN", "Qm9vYmFyQmF6UXV4eFl6enkxMjM0"):
+        assert secret.encode() not in data
+    line = json.loads(data)
+    assert line["reason"] == "[REDACTED]"
+    assert line["errors"] == {"[REDACTED]": 2}
+    assert line["sessions"][0]["trace_id"] == "[REDACTED]"
+
+
 # Azure API Management's key header (and its config names) once reached the ledger
 # whole: "Subscription-Key" is no name any other rule knew.
 APIM_KEY = "0123456789abcdef" + "fedcba9876543210"
@@ -1171,7 +1225,8 @@ def test_a_subscription_key_is_redacted(text: str, want: str, tmp_path: Path) ->
 # rest of the text from each of those starts, half a MiB took tens of minutes.
 ADVERSARIAL = ["(-u", "eyJ_", "a://x:", "a://x:y/", "a://@:", "mysql -u ", "mysql ",
                "sshpass -p ", "password=&a", "pass := ", "X_KEY=", "//a:", "a:/\\/",
-               "basic Og", "Basic Og+/", "basic dXNlcjpw "]
+               "basic Og", "Basic Og+/", "basic dXNlcjpw ", "eyJab.c", "eyJabcd..x.",
+               "Authorization: a=\"", "Cookie: =\"", "-----END PRIVATE KEY-----x"]
 
 
 def test_scrubbing_adversarial_text_takes_linear_time(tmp_path: Path) -> None:

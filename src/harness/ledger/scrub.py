@@ -4,7 +4,8 @@ It owns the list of secret forms the ledger recognises (vendor API keys and toke
 ``key=value`` credential assignments and ``--flag value`` credentials, Authorization,
 Bearer, Basic and Cookie values, passwords and tokens in URL userinfo (also where it breaks
 RFC 3986) and credential query parameters, passwords on sshpass and MySQL command lines,
-webhook URLs, PEM private keys, JWTs) and the rule for redacting each: the
+webhook URLs, PEM private keys (their tail too, where the text began inside one),
+JWTs signed or encrypted) and the rule for redacting each: the
 secret itself becomes ``[REDACTED]`` while harmless context (the key name, the URL
 scheme and user, the word ``Bearer`` or ``Basic``) stays, so a redacted line still says
 what it was.
@@ -293,7 +294,10 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     (
         "jwt",
         r"eyJ(?<![A-Za-z0-9-]eyJ)(?:(?!_eyJ)" + _TOK + r"){4,}+"
-        r"\.eyJ" + _TOK + r"{4,}(?:\." + _TOK + r"*)?",
+        r"\.(?:eyJ" + _TOK + r"{4,}(?:\." + _TOK + r"*)?"
+        # an encrypted JWT (JWE, RFC 7516): an encrypted key (empty for "dir"), an IV,
+        # the ciphertext and a tag, none of them JSON
+        r"|" + _TOK + r"*\." + _TOK + r"{8,}\." + _TOK + r"{2,}\." + _TOK + r"{8,})",
     ),
     # Prefixed OpenAI/Anthropic keys are unmistakable; a bare "sk-" needs a long run of
     # alphanumerics holding a digit, so that kebab-case names ("sk-drain",
@@ -427,8 +431,28 @@ def _is_user_pass(word: str) -> bool:
     return ":" in text and text.isprintable()
 
 
+# The END line of a private key block whose BEGIN line is not before it in the text: the
+# text began inside the block (the tail of a cut output, the second of two fields it was
+# split over), and what comes before the END line is key material. Searched for apart
+# from _SECRET_RX: a branch anchored at the text's start would cost that pattern the
+# first-character set it skips ahead with.
+_PEM_END: Final = re.compile(r"-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----")
+_PEM_BEGIN: Final = re.compile(r"-----BEGIN[ A-Z0-9]*PRIVATE KEY")
+
+
+def _pem_tail(s: str) -> tuple[str, int]:
+    """`s` with the text up to the last END line before any BEGIN line redacted."""
+    if "-----END" not in s:  # nearly every text: a substring test, not two searches
+        return s, 0
+    begin = _PEM_BEGIN.search(s)
+    last = -1
+    for m in _PEM_END.finditer(s, 0, len(s) if begin is None else begin.start()):
+        last = m.end()
+    return (s, 0) if last < 0 else (REDACTED + s[last:], 1)
+
+
 def _one_pass(s: str) -> tuple[str, int]:
-    hits = 0
+    s, hits = _pem_tail(s)
 
     def replace(m: re.Match[str]) -> str:
         nonlocal hits
