@@ -141,7 +141,7 @@ _SCHEME_WORD = r"(?:(?i:bearer|basic|token)[ \t]+)?"
 # what ends a parameter. The closing quote of a string around the header, after a padded
 # credential ("Basic dXNl=", "x"), is followed by the next string's text instead.
 _QUOTED_PARAM = (r"""=(?:"[^"\r\n\\]*"|\\"[^"\r\n\\]*\\")"""
-                 r"""(?=[ \t,;)\r\n"']|\\["']|$)""")
+                 r"""(?=[ \t,;)\r\n"']|$)""")
 
 
 def _header_value(name: str) -> str:
