@@ -57,3 +57,26 @@ def test_a_url_password_that_breaks_rfc_3986_is_redacted_to_the_last_at(
 ])
 def test_a_long_login_name_with_no_digit_or_capital_is_no_token(text: str) -> None:
     assert scrub_text(text) == (text, 0)
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    # a backslash is part of an unquoted value: its tail would stay
+    ("password=ab\\cd ok", "password=[REDACTED] ok"),
+    # each case of the percent-encoded ":" and "="
+    ("password%3As3cr3t", "password%3A[REDACTED]"),
+    ("password%3as3cr3t", "password%3a[REDACTED]"),
+    ("password%3Ds3cr3t", "password%3D[REDACTED]"),
+    ("password%3ds3cr3t", "password%3d[REDACTED]"),
+    # the scheme word before a credential is context, whatever the key's name
+    ("X-Auth-Token: token s3cr3tvalue", "X-Auth-Token: token [REDACTED]"),
+])
+def test_each_separator_and_value_character_of_an_assignment(text: str, want: str) -> None:
+    assert scrub_text(text) == (want, 1)
+
+
+@pytest.mark.parametrize("text", ["check 'password', then retry", "('token', 42)"])
+def test_a_comma_after_a_quoted_name_is_a_separator_only_before_a_quote(text: str) -> None:
+    """The pair form ('authorization', 'Basic …') takes a comma as a separator; a word
+    or a number after it is the sentence's, or a count."""
+    assert scrub_text(text) == (text, 0)
+
