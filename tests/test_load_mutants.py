@@ -45,3 +45,12 @@ def test_the_window_pass_of_files_with_no_readable_line_names_no_file(
     q = tmp_path / "2026-11-02.jsonl"
     q.write_bytes(b"")
     assert load_files(Index(window_ns=DAY), [str(p), str(q)]) == Loaded(skipped=1)
+
+
+def test_the_window_pass_passes_over_a_file_gone_since_the_listing(tmp_path: Path) -> None:
+    """A prune may delete a day file between the listing and the read: the pass reads
+    the files still there."""
+    p = tmp_path / "2026-11-02.jsonl"
+    p.write_bytes(_line(5, 1, 300) + b"\n")
+    got = load_files(Index(window_ns=DAY), [str(tmp_path / "2026-11-01.jsonl"), str(p)])
+    assert got == Loaded(skipped=0, top_seq=5, top_path=str(p))
