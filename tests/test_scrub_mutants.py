@@ -3,6 +3,10 @@ for the credential spellings and URL shapes the other tests leave unpinned."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from harness.ledger.scrub import scrub_text
@@ -79,4 +83,24 @@ def test_a_comma_after_a_quoted_name_is_a_separator_only_before_a_quote(text: st
     """The pair form ('authorization', 'Basic …') takes a comma as a separator; a word
     or a number after it is the sentence's, or a count."""
     assert scrub_text(text) == (text, 0)
+
+
+@pytest.mark.parametrize("text", ["BYPASS=1", "ByPass: on", "CompassPass=north"])
+def test_pass_inside_a_word_is_no_credential_in_any_case(text: str) -> None:
+    assert scrub_text(text) == (text, 0)
+
+
+def test_a_long_word_before_a_scheme_is_read_once(tmp_path: Path) -> None:
+    """A URL's scheme starts a word: read from every letter of a 512 KiB word with no
+    userinfo after its "://", the search took quadratic time (minutes here; this takes
+    a fraction of a second)."""
+    script = tmp_path / "long_word.py"
+    script.write_text(
+        "from harness.ledger.scrub import scrub_text\n"
+        "out, n = scrub_text('a' * 524280 + ':// token=s3cr3t')\n"
+        "print(out[-20:], n)\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=240, check=True)
+    assert out.stdout == ":// token=[REDACTED] 1\n"
 
