@@ -56,6 +56,15 @@ def test_a_url_password_that_breaks_rfc_3986_is_redacted_to_the_last_at(
 
 
 @pytest.mark.parametrize("text", [
+    "use sk-" + "preprocessingpipelinecache", "sk-" + "abcdefghijklmnopqrstuvwx",
+])
+def test_a_bare_sk_word_with_no_digit_is_no_key(text: str) -> None:
+    """OpenAI's unprefixed keys hold digits; a long all-letter word after "sk-" is a
+    name."""
+    assert scrub_text(text) == (text, 0)
+
+
+@pytest.mark.parametrize("text", [
     "https://averylongloginnamehere@host/x",
     "https://averylongloginname_here.x@host/",
 ])
