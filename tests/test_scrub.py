@@ -1195,6 +1195,36 @@ def test_a_key_block_s_tail_and_a_jwe_never_reach_the_ledger_file(tmp_path: Path
     assert line["sessions"][0]["trace_id"] == "[REDACTED]"
 
 
+# The AWS CLI sets a credential by name with its value as the next word: the secret key
+# reached the ledger whole (only AKIA ids and "name=value" forms were known).
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYEXAMPLEKEY"
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    (f"aws configure set aws_secret_access_key {AWS_SECRET}",
+     "aws configure set aws_secret_access_key [REDACTED]"),
+    (f"aws configure set aws_session_token '{AWS_SECRET} x' --profile ci",
+     "aws configure set aws_session_token '[REDACTED]' --profile ci"),
+])
+def test_an_aws_cli_credential_set_by_name_is_redacted(
+        text: str, want: str, tmp_path: Path) -> None:
+    assert scrub_text(text) == (want, 1)
+    for clean in ("aws configure get aws_secret_access_key --profile dev",
+                  "unset aws_secret_access_key"):
+        assert scrub_text(clean) == (clean, 0)
+    led = RunLedger(str(tmp_path / "ledger"))
+    try:
+        led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "failed",
+                    "reason": f"setup: {text}", "errors": {f"CalledProcessError: {text}": 1}})
+    finally:
+        led.close()
+    data = b"".join(p.read_bytes() for p in (tmp_path / "ledger").glob("*.jsonl"))
+    assert AWS_SECRET.encode() not in data
+    line = json.loads(data)
+    assert (line["reason"], line["errors"]) == (f"setup: {want}",
+                                                {f"CalledProcessError: {want}": 1})
+
+
 # Azure API Management's key header (and its config names) once reached the ledger
 # whole: "Subscription-Key" is no name any other rule knew.
 APIM_KEY = "0123456789abcdef" + "fedcba9876543210"

@@ -3,7 +3,8 @@
 It owns the list of secret forms the ledger recognises (vendor API keys and tokens,
 ``key=value`` credential assignments and ``--flag value`` credentials, Authorization,
 Bearer, Basic and Cookie values, passwords and tokens in URL userinfo (also where it breaks
-RFC 3986) and credential query parameters, passwords on sshpass and MySQL command lines,
+RFC 3986) and credential query parameters, passwords on sshpass and MySQL command lines
+and AWS CLI credentials set by name,
 webhook URLs, PEM private keys (their tail too, where the text began inside one),
 JWTs signed or encrypted) and the rule for redacting each: the
 secret itself becomes ``[REDACTED]`` while harmless context (the key name, the URL
@@ -233,6 +234,10 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         _FLAG + r"-?(?i:api[_-]?key|access[_-]?key|passw(?:or)?d|secret|client[_-]?secret"
         r"|token|auth[_-]?token|access[_-]?token)[ \t]+" + _argument("flag"),
     ),
+    # "aws configure set aws_secret_access_key VALUE": the AWS CLI's names, unmistakable,
+    # take their value as the next word.
+    ("aws_set", r"a(?<![A-Za-z0-9_]a)ws_(?i:secret_access_key|session_token)[ \t]+"
+     + _argument("aws_set")),
     # sshpass's "-p PASSWORD" (or glued), and the MySQL clients' "-pPASSWORD" (always
     # glued: "-p" alone prompts), looked for in the rest of that command's line only.
     ("sshpass", r"s(?<![A-Za-z0-9_-]s)shpass[ \t]+-p[ \t]*" + _argument("sshpass")),
