@@ -1,5 +1,6 @@
 """Mutation-test survivors of how the writer's failures reach the log
-(`harness.ledger.faillog`): the file an episode's last line names."""
+(`harness.ledger.faillog`): the file an episode's last line names, the pace and content
+of the repeat counts, a new episode told afresh, and durations under a second."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from harness.ledger.errors import LedgerUnavailable
 from harness.ledger.faillog import FailureLog
 
+E, W = logging.ERROR, logging.WARNING
 P = "/srv/ledger/2026-12-01.jsonl"
 Q = "/srv/ledger/2026-12-02.jsonl"
 
@@ -38,3 +40,61 @@ def test_an_episode_of_hangs_alone_ends_naming_the_file_that_hung(
                     f"ledger: writing {P} again after 1 failure(s) in 1.0s",
                     f"ledger: gave up on {Q} after 1 failure(s) in 12.0s; "
                     "1 line(s) still queued"]
+
+
+def _told(caplog: pytest.LogCaptureFixture, name: str) -> tuple[FailureLog,
+                                                                list[tuple[int, str]]]:
+    logger = logging.getLogger(f"test.faillog_mutants.{name}")
+    caplog.set_level(logging.DEBUG, logger=logger.name)
+    lines: list[tuple[int, str]] = []
+
+    class Lines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append((record.levelno, record.getMessage()))
+
+    logger.addHandler(Lines())
+    return FailureLog(logger, every=10.0), lines
+
+
+def _eio(seq: int) -> LedgerUnavailable:
+    return LedgerUnavailable(f"ledger write of {P} failed: EIO", harness="a", run_id=1,
+                             seq=seq)
+
+
+FIRST = f"ledger write of {P} failed: EIO (harness=a run_id=1 seq=5)"
+
+
+def test_repeats_are_counted_once_per_interval_with_the_latest_queue(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A failure repeated every second for 25 s: told in full, then a count at 10 s and at
+    20 s (not at every repeat once the first interval passed), each with the queue as
+    the latest repeat left it."""
+    fl, lines = _told(caplog, "pace")
+    for i in range(26):
+        fl.failed(_eio(5), P, 1 + i, now=100.0 + i)
+    assert lines == [
+        (E, f"{FIRST}; 1 line(s) queued, retrying in order"),
+        (E, f"{FIRST}: 10 more time(s) in 10.0s, 11 failure(s) so far; 11 line(s) queued, "
+            "retrying in order"),
+        (E, f"{FIRST}: 10 more time(s) in 10.0s, 21 failure(s) so far; 21 line(s) queued, "
+            "retrying in order"),
+    ]
+
+
+def test_a_new_episode_tells_its_first_failure_in_full(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """After a recovery, the same failure again opens a new episode: told in full, not
+    taken for a repeat of the episode that ended. Durations under a second, and a clock
+    stepped back, are told as they are (no less than 0.0s)."""
+    fl, lines = _told(caplog, "afresh")
+    fl.failed(_eio(5), P, 1, now=100.0)
+    fl.recovered(now=100.4)
+    fl.failed(_eio(5), P, 1, now=200.0)
+    fl.recovered(now=199.0)
+    assert lines == [
+        (E, f"{FIRST}; 1 line(s) queued, retrying in order"),
+        (W, f"ledger: writing {P} again after 1 failure(s) in 0.4s"),
+        (E, f"{FIRST}; 1 line(s) queued, retrying in order"),
+        (W, f"ledger: writing {P} again after 1 failure(s) in 0.0s"),
+    ]
+
