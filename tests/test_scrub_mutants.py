@@ -24,6 +24,10 @@ from harness.ledger.scrub import scrub_text
     ("mysqladmin -u root -ps3cr3t status", "mysqladmin -u root -p[REDACTED] status"),
     ("mysqldump -u root -ps3cr3t db", "mysqldump -u root -p[REDACTED] db"),
     ("mariadb-dump -u root -ps3cr3t db", "mariadb-dump -u root -p[REDACTED] db"),
+    ("mysqlimport -u root -ps3cr3t db f.csv", "mysqlimport -u root -p[REDACTED] db f.csv"),
+    ("mysqlshow -u root -ps3cr3t", "mysqlshow -u root -p[REDACTED]"),
+    ("mysqlcheck -u root -ps3cr3t db", "mysqlcheck -u root -p[REDACTED] db"),
+    ("mariadb-admin -u root -ps3cr3t ping", "mariadb-admin -u root -p[REDACTED] ping"),
     # each of OpenAI's prefixed key kinds (the "-" after the kind ends a bare sk- body)
     ("key sk-" + "admin-" + "AbCdEfGhIj0123456789xyz", "key [REDACTED]"),
     ("key sk-" + "svcacct-" + "AbCdEfGhIj0123456789xyz", "key [REDACTED]"),
@@ -112,4 +116,10 @@ def test_a_long_word_before_a_scheme_is_read_once(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          timeout=240, check=True)
     assert out.stdout == ":// token=[REDACTED] 1\n"
+
+
+@pytest.mark.parametrize("prefix", ["glpat", "gldt", "glrt", "glcbt", "glptt", "glft", "glimt",
+                                    "glagent", "gloas", "glsoat"])
+def test_each_gitlab_token_prefix_is_redacted(prefix: str) -> None:
+    assert scrub_text(f"token {prefix}-" + "AbCdEfGhIj0123456789xyz") == ("token [REDACTED]", 1)
 
