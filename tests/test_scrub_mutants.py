@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.ledger.scrub import scrub_text
+from harness.ledger.canonical import canonical
+from harness.ledger.scrub import json_secret_hint, scrub_text, scrub_value
 
 # -- harness.ledger.scrub ---------------------------------------------------------------
 
@@ -122,4 +123,28 @@ def test_a_long_word_before_a_scheme_is_read_once(tmp_path: Path) -> None:
                                     "glagent", "gloas", "glsoat"])
 def test_each_gitlab_token_prefix_is_redacted(prefix: str) -> None:
     assert scrub_text(f"token {prefix}-" + "AbCdEfGhIj0123456789xyz") == ("token [REDACTED]", 1)
+
+
+@pytest.mark.parametrize("kind", ["xoxa", "xoxb", "xoxe", "xoxp", "xoxr", "xoxs"])
+def test_each_slack_token_kind_is_redacted(kind: str) -> None:
+    assert scrub_text(f"slack {kind}-" + "1234567890-AbCdEfGhIj") == ("slack [REDACTED]", 1)
+
+
+@pytest.mark.parametrize(("value", "at"), [
+    # a key the credential probe reads as "pass", spaces spelled %20 and in any case
+    ({"pass%20": "hunter2"}, b"pass%20"),
+    ({"PASS%20%20": "hunter2"}, b"PASS%20"),
+    ({"pWD": "hunter2"}, b"pWD"),
+    # the "_" group's branches whose fragment opens after the "_"
+    ({"x": "github_pat_11ABCDEFG0_" + "AbCdEfGhIj0123456789" * 2}, b"_pat_"),
+    ({"x": "api_org_" + "AbCdEfGhIj0123456789" * 2}, b"_org_"),
+    ({"x": "dop_v1_" + "0a1b2c3d4e" * 5}, b"_v1_"),
+])
+def test_the_json_gate_opens_where_each_of_these_secrets_starts(
+        value: dict[str, str], at: bytes) -> None:
+    """The gate in front of `scrub_value` (anchor, fetch) must find every value the
+    scrubber would change: here at the fragment each opens with."""
+    assert scrub_value(value)[1] == 1
+    data = canonical(value)
+    assert json_secret_hint(data) == data.index(at)
 
