@@ -909,10 +909,11 @@ def _says_run_2_not_on_disk(stderr: str) -> None:
                              _not_on_disk("job", 1, "closed")}
 
 
-def _held_entries(world: World) -> dict[str, list[int]]:
-    """The held firings state.json names: {harness: [run_id, ...]}."""
+def _held_entries(world: World, table: str = "held") -> dict[str, list[int]]:
+    """The held firings (or the run ids of `table`) state.json names: {harness: [run_id,
+    ...]}."""
     doc = json.loads((world.state / "state.json").read_text())
-    return {h: [e["run_id"] for e in entries] for h, entries in doc.get("held", {}).items()}
+    return {h: [e["run_id"] for e in entries] for h, entries in doc.get(table, {}).items()}
 
 
 def test_a_shutdown_whose_queued_firings_record_outlasts_the_sync_bound_closes_every_record(
@@ -1092,7 +1093,9 @@ def test_a_later_queued_firing_keeps_an_earlier_ones_entry_whose_record_is_not_o
     the next boot. Run 3 starts, run 4 is held behind it, and the daemon is SIGKILLed with
     every one of those lines still queued. Run 4's entry used to replace run 2's (one
     entry per harness): after the boot run 2, a run id the client was told, had no record
-    at all. Each firing keeps its own entry now, and the boot records both."""
+    at all. Each firing keeps its own entry now, and the boot records both. Run 3, started
+    with its opened line queued (REQ-6), had no record either: it is named in state.json
+    from the write of its id, and the boot, finding its process, records that it ran."""
     proc, pids = _queued_behind_a_live_run(world, fd)
     pidfile = world.root / "job.pid"
     # Writes hang: a line merely written but not synced would survive the SIGKILL.
@@ -1109,6 +1112,7 @@ def test_a_later_queued_firing_keeps_an_earlier_ones_entry_whose_record_is_not_o
           and comm(int(pidfile.read_text())) == "sleep")
     assert request(fd, "trigger", name="job") == {"decision": "queued", "run_id": 4}
     assert _held_entries(world) == {"job": [2, 4]}
+    assert _held_entries(world, "issued") == {"job": [3]}  # run 1's went with run 2's id
     proc.kill()
     proc.wait(timeout=LONG)
 
@@ -1119,12 +1123,81 @@ def test_a_later_queued_firing_keeps_an_earlier_ones_entry_whose_record_is_not_o
         assert (f"run job/{run_id}: the queued firing was lost with the daemon; closed as "
                 "interrupted (daemon_crash)") in err
     # Run 3's opened line was queued behind run 2's decided line and went with the
-    # daemon: no entry in state.json stands for a run that was started.
-    assert [r for r in _records(world, "job") if r[0] != 3] == [
-        (4, "manual", "interrupted", "daemon_crash", False),
+    # daemon; state.json names it from the write of its id, and its process outlived
+    # the daemon: it ran, and reads as any run a crash cut short.
+    assert ("run job/3: its opened line was lost with the daemon, but its process outlived "
+            "it; recorded, to be closed as interrupted (daemon_crash)") in err
+    assert sorted(_records(world, "job")) == [
+        (1, "manual", "interrupted", "daemon_crash", False),
         (2, "manual", "interrupted", "daemon_crash", False),
-        (1, "manual", "interrupted", "daemon_crash", False)]
+        (3, "manual", "interrupted", "daemon_crash", False),
+        (4, "manual", "interrupted", "daemon_crash", False)]
     assert _held_entries(world) == {}
+    assert "issued" not in json.loads((world.state / "state.json").read_text())
+    seqs_in_order(world)
+    verify_ok(world)
+
+
+def test_a_one_shot_started_past_the_sync_bound_and_lost_with_the_daemon_has_its_record(
+        world: World, fd: FaultDaemons) -> None:
+    """The disk's writes hang. `job` (under no budget) is triggered: its opened line
+    outlasts REQ-6's 2 s bound, so it starts anyway and the client is told run 1. A
+    second trigger is skipped as run 2, its decided line queued too. The daemon is
+    SIGKILLed with both lines unwritten. Neither run had any record after the next boot,
+    though run 1's process ran (that boot stopped it). Each id is named in state.json by
+    the write that persisted it; the boot records run 1, whose process it found, as a run
+    a crash cut short (no start or end time: neither is known), and run 2, of which
+    nothing ran, as a decided interrupted/daemon_crash at the time it was fired."""
+    pidfile = world.root / "job.pid"
+    fd.write_config(_job_and_other(world, "skip"))
+    proc = fd.start_faulty()
+    fd.booted()
+    fd.faults(write={"hang": True})  # a line merely written would survive the SIGKILL
+    assert request(fd, "trigger", name="job") == {"decision": "started", "run_id": 1}
+    orphan = _sleep_pid(pidfile)
+    res = world.harness("trigger", "job")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "2\n"
+    assert res.stderr.splitlines() == ["job: run 2 skipped", _not_on_disk("job", 2, "decided")]
+    state = json.loads((world.state / "state.json").read_text())
+    issued = state["issued"]["job"]
+    assert [{k: v for k, v in e.items() if k != "at"} for e in issued] == [
+        {"run_id": n, "trigger": "manual", "window": None, "kind": "oneshot"} for n in (1, 2)]
+    assert all_lines(world.ledger) == []
+    proc.kill()
+    proc.wait(timeout=LONG)
+    assert alive(orphan)
+
+    fd.start()  # a healthy disk
+    fd.booted()
+    assert not alive(orphan)
+    err = fd.stderr()
+    assert ("WARNING harness.supervisor: run job/1: its opened line was lost with the "
+            "daemon, but its process outlived it; recorded, to be closed as interrupted "
+            "(daemon_crash)") in err
+    assert "WARNING harness.daemon: run job/1: closed as interrupted (daemon_crash)" in err
+    assert ("WARNING harness.supervisor: run job/2: its record was lost with the daemon, and "
+            "no process of it outlived it; closed as interrupted (daemon_crash)") in err
+    assert (f"run job/1: its process group {orphan} outlived the crashed daemon; "
+            "stopping it") in err
+    log = str(world.state / "jobs" / "job" / "1.log")
+    assert sorted(runs_of(world, "job"), key=lambda r: r["run_id"]) == [
+        {"harness": "job", "run_id": 1, "seq": 1, "kind": "oneshot", "trigger": "manual",
+         "outcome": "interrupted", "reason": "daemon_crash", "log": log},
+        {"harness": "job", "run_id": 2, "seq": 2, "kind": "oneshot", "trigger": "manual",
+         "started_at": format_ns(parse_ns(issued[1]["at"])), "outcome": "interrupted",
+         "reason": "daemon_crash"}]
+    assert [(x["run_id"], x["type"]) for x in all_lines(world.ledger)] == [
+        (1, "opened"), (2, "decided"), (1, "closed")]
+    # Its log, closed like any crashed one-shot's (compressed), says what happened.
+    packed = read_log(log)
+    assert packed is not None and not Path(log).exists()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z " + re.escape(CRASH_NOTE)
+                        + f"\nharness: stopped the orphaned process group {orphan} left by "
+                        r"the crashed daemon \(SIGTERM\)\n", packed.decode()), packed
+    assert "issued" not in json.loads((world.state / "state.json").read_text())
+    # Ids go on above both.
+    assert request(fd, "trigger", name="job")["run_id"] == 3
     seqs_in_order(world)
     verify_ok(world)
 
@@ -1241,21 +1314,24 @@ argv = ["true"]
     imported = [x for x in lines if x.get("imported")]
     assert len(imported) == 41
 
-    # A second boot imports nothing and rewrites nothing.
-    state_before = state.read_text()
+    # A second boot imports nothing and writes no line; of state.json it only drops the
+    # entry of the last run id handed out, whose record is on disk.
+    state_before = json.loads(state.read_text())
+    assert [e["run_id"] for e in state_before.pop("issued")["weekly"]] == [4]
     proc = fd.start()
     fd.booted()
     assert "ledger import" not in fd.stderr()
     assert "daemon_crash" not in fd.stderr()
     assert all_lines(world.ledger) == lines
-    assert state.read_text() == state_before
+    assert json.loads(state.read_text()) == state_before
     res = world.harness("trigger", "nightly", "--wait")
     assert res.returncode == 0
     assert [r["run_id"] for r in runs_of(world, "nightly")][:3] == [27, 26, 25]
     assert len([x for x in all_lines(world.ledger) if x.get("imported")]) == 41
-    assert json.loads(state.read_text()) == {
-        "runs": {"nightly": {"last_run_id": 27}, "weekly": {"last_run_id": 4}},
-        "other_key": {"kept": True}}
+    doc = json.loads(state.read_text())
+    assert [e["run_id"] for e in doc.pop("issued")["nightly"]] == [27]
+    assert doc == {"runs": {"nightly": {"last_run_id": 27}, "weekly": {"last_run_id": 4}},
+                   "other_key": {"kept": True}}
     seqs_in_order(world)
     verify_ok(world)
     proc.send_signal(signal.SIGTERM)

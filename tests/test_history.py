@@ -29,7 +29,7 @@ from harness.supervisor.history import (
     close_open_on_shutdown,
     import_legacy,
     reconcile,
-    settle_held,
+    settle_firings,
 )
 from harness.supervisor.state import RunIds, StateFile
 from harness.timefmt import format_ns, parse_ns
@@ -688,14 +688,14 @@ def test_a_held_firing_the_disk_refuses_waits_for_the_next_boot(
     full.inject("write", errno=errno.ENOSPC)
     led = open_ledger(ledger_dir, clock=Clock(NOW), files=full, retry_min=0.01,
                       retry_max=0.05)
-    assert settle_held(led, StateFile(str(state_path)), NOW) == []
+    assert settle_firings(led, StateFile(str(state_path)), NOW) == []
     assert json.loads(state_path.read_text())["held"] == held
     with pytest.raises(LedgerUnavailable):  # the daemon dies with both lines queued
         led.close(timeout=0.2)
     assert all_lines(ledger_dir) == []
 
     led2 = open_ledger(ledger_dir, clock=Clock(NOW))
-    written = settle_held(led2, StateFile(str(state_path)), NOW)
+    written = settle_firings(led2, StateFile(str(state_path)), NOW)
     assert [strip(r) for r in written] == [
         {"harness": "a", "run_id": 4, "kind": "oneshot", "trigger": "manual",
          "started_at": at, "outcome": "interrupted", "reason": "daemon_crash"},
@@ -706,7 +706,7 @@ def test_a_held_firing_the_disk_refuses_waits_for_the_next_boot(
         "runs": {"a": {"last_run_id": 4}, "b": {"last_run_id": 9}}}
     assert [(o["harness"], o["run_id"], o["type"]) for o in all_lines(ledger_dir)] == [
         ("a", 4, "decided"), ("b", 9, "decided")]
-    assert settle_held(led2, StateFile(str(state_path)), NOW) == []  # a boot after: nothing
+    assert settle_firings(led2, StateFile(str(state_path)), NOW) == []  # a boot after: nothing
 
 
 def test_every_held_firing_of_one_harness_gets_its_record(
@@ -728,7 +728,7 @@ def test_every_held_firing_of_one_harness_gets_its_record(
                        "started_at": format_ns(NOW - HOUR), "outcome": "cancelled",
                        "reason": "operator", "ended_at": format_ns(NOW - HOUR)}])
     led = open_ledger(ledger_dir, clock=Clock(NOW))
-    written = settle_held(led, StateFile(str(state_path)), NOW)
+    written = settle_firings(led, StateFile(str(state_path)), NOW)
     assert [strip(r) for r in written] == [
         {"harness": "job", "run_id": 4, "kind": "oneshot", "trigger": "manual",
          "started_at": at, "outcome": "interrupted", "reason": "daemon_crash"},
@@ -739,3 +739,91 @@ def test_every_held_firing_of_one_harness_gets_its_record(
     assert rec2 is not None and (rec2["outcome"], rec2["reason"]) == ("cancelled", "operator")
     assert json.loads(state_path.read_text()) == {
         "runs": {"job": {"last_run_id": 4}, "b": {"last_run_id": 9}}}
+
+
+def test_every_issued_run_id_without_a_record_gets_one_saying_only_what_is_known(
+        tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture) -> None:
+    """The run ids a killed daemon handed out with no record on disk, as state.json names
+    them. A run whose process outlived the daemon (`ran`: the boot found it) ran: it gets
+    an opened line, with its log when the file is there and no started_at (the entry's
+    time is its id's, not its process's), which `reconcile` closes interrupted/
+    daemon_crash as any crashed run; a held firing started so too. Any other gets a
+    decided line at its entry's time. One whose record exists is only dropped, as is one
+    that cannot be read; then state.json names none."""
+    at = "2026-06-15T11:00:00.000000000Z"
+    window = "2026-06-15T10:00:00.000000000Z"
+    (tmp_path / "jobs" / "job").mkdir(parents=True)
+    log5 = tmp_path / "jobs" / "job" / "5.log"
+    log5.write_text("hello\n")
+
+    def entry(run_id: int, trigger: str, kind: str, w: str | None = None) -> dict[str, Any]:
+        return {"run_id": run_id, "trigger": trigger, "window": w, "at": at, "kind": kind}
+
+    state_path = tmp_path / "state.json"
+    write_state(state_path, {
+        "runs": {"job": {"last_run_id": 7}, "worker": {"last_run_id": 3}},
+        "held": {"job": [{"run_id": 7, "trigger": "manual", "window": None, "at": at}]},
+        "issued": {"job": [entry(5, "manual", "oneshot"),
+                           entry(6, "schedule", "oneshot", window)],
+                   "worker": [entry(2, "autostart", "resident"),
+                              entry(3, "restart", "resident")],
+                   "bad": [entry(1, "manual", "daemon")]}})
+    ledger_dir = tmp_path / "ledger"
+    seed(ledger_dir, [opened("worker", 2, NOW - HOUR, kind="resident", trigger="autostart")])
+    led = open_ledger(ledger_dir, clock=Clock(NOW))
+    ran = {("job", 5), ("job", 7), ("worker", 3), ("other", 9)}
+    written = settle_firings(led, StateFile(str(state_path)), NOW, ran)
+    now = format_ns(NOW)
+    assert [(r["harness"], r["run_id"], r["outcome"]) for r in written] == [
+        ("job", 7, "running"), ("job", 5, "running"), ("job", 6, "interrupted"),
+        ("worker", 3, "running")]
+    assert [strip(o) for o in all_lines(ledger_dir)][1:] == [
+        {"v": 1, "type": "opened", "at": now, "harness": "job", "run_id": 7,
+         "kind": "oneshot", "trigger": "manual", "outcome": "running"},
+        {"v": 1, "type": "opened", "at": now, "harness": "job", "run_id": 5,
+         "kind": "oneshot", "trigger": "manual", "outcome": "running", "log": str(log5)},
+        {"v": 1, "type": "decided", "at": now, "harness": "job", "run_id": 6,
+         "kind": "oneshot", "trigger": "schedule", "started_at": at, "window": window,
+         "outcome": "interrupted", "reason": "daemon_crash"},
+        {"v": 1, "type": "opened", "at": now, "harness": "worker", "run_id": 3,
+         "kind": "resident", "trigger": "restart", "outcome": "running"}]
+    assert json.loads(state_path.read_text()) == {
+        "runs": {"job": {"last_run_id": 7}, "worker": {"last_run_id": 3}}}
+    assert f"{state_path}: run id issued to bad: kind must be one of oneshot, resident, got " \
+        "'daemon'" in caplog.text
+
+    closed_now = {(r["harness"], r["run_id"]) for r in reconcile(led, NOW)}
+    assert closed_now == {("worker", 2), ("job", 7), ("job", 5), ("worker", 3)}
+    rec5 = led.get("job", 5)
+    assert rec5 is not None and strip(rec5) == {
+        "harness": "job", "run_id": 5, "kind": "oneshot", "trigger": "manual",
+        "outcome": "interrupted", "reason": "daemon_crash", "log": str(log5)}
+    assert log5.read_text() == f"hello\n{now} harness: {CRASH_NOTE}\n"
+    # A boot after finds nothing to do.
+    assert settle_firings(led, StateFile(str(state_path)), NOW, ran) == []
+
+
+def test_issued_run_ids_the_disk_refuses_wait_for_the_next_boot(
+        tmp_path: Path, open_ledger: OpenLedger) -> None:
+    """On a disk that takes no write, no entry is settled, and state.json is not even
+    rewritten; its entries are recorded by the boot after, on a disk that takes them."""
+    at = "2026-06-15T11:00:00.000000000Z"
+    state_path = tmp_path / "state.json"
+    doc = {"runs": {"job": {"last_run_id": 2}},
+           "issued": {"job": [{"run_id": n, "trigger": "manual", "window": None, "at": at,
+                               "kind": "oneshot"} for n in (1, 2)]}}
+    write_state(state_path, doc)
+    ledger_dir = tmp_path / "ledger"
+    full = FaultyFiles()
+    full.inject("write", errno=errno.ENOSPC)
+    led = open_ledger(ledger_dir, clock=Clock(NOW), files=full, retry_min=0.01,
+                      retry_max=0.05)
+    before = state_path.stat().st_ino
+    assert settle_firings(led, StateFile(str(state_path)), NOW, {("job", 2)}) == []
+    assert state_path.stat().st_ino == before and json.loads(state_path.read_text()) == doc
+    with pytest.raises(LedgerUnavailable):
+        led.close(timeout=0.2)
+    led2 = open_ledger(ledger_dir, clock=Clock(NOW))
+    assert [(r["run_id"], r["outcome"]) for r in settle_firings(
+        led2, StateFile(str(state_path)), NOW)] == [(1, "interrupted"), (2, "interrupted")]
+    assert json.loads(state_path.read_text()) == {"runs": {"job": {"last_run_id": 2}}}

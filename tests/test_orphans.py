@@ -410,8 +410,11 @@ def test_b_a_restart_whose_opened_line_died_queued_with_the_daemon_is_stopped_at
         world: World, fd: FaultDaemons) -> None:
     """(b) REQ-6's exception: an unbudgeted resident exits on its own and is restarted at
     once, its closed line and the restart's opened line queued behind a disk that takes
-    no write. The daemon is SIGKILLed with both still queued: run 2 has no record at all,
-    and its process is stopped by the next boot all the same."""
+    no write. The daemon is SIGKILLed with both still queued. Run 2 used to have no record
+    at all, though its process ran (stopped by the next boot all the same). state.json
+    names it since the write that persisted its id, and the boot finds its process: it
+    reads interrupted/daemon_crash, as any run a crash cut short, with what is known of
+    it (no start or end time)."""
     gate, pidfile = world.root / "go", world.root / "res.pid"
     fd.write_config(f"""
 [harness.res]
@@ -437,14 +440,28 @@ done; exit 3; fi; echo $$ > {pidfile}; exec sleep 1000']
     fd.start()
     fd.booted()
     assert not alive(orphan)
+    err = fd.stderr()
+    assert ("WARNING harness.supervisor: run res/2: its opened line was lost with the daemon, "
+            "but its process outlived it; recorded, to be closed as interrupted "
+            "(daemon_crash)") in err
+    assert "WARNING harness.daemon: run res/2: closed as interrupted (daemon_crash)" in err
     assert (f"WARNING harness.supervisor: run res/2: its process group {orphan} outlived the "
-            "daemon that started it, and the ledger has no record of that run; stopping it"
-            ) in fd.stderr()
+            "crashed daemon; stopping it") in err
     new = _up(world, "res", 3, pidfile)
     assert new != orphan
-    # Run 1's own end died queued too: its record is the crash's. Run 2 has none.
+    # Run 1's own end died queued too: its record is the crash's.
     assert _records(world, "res") == [(3, "running", None, "autostart"),
+                                      (2, "interrupted", "daemon_crash", "restart"),
                                       (1, "interrupted", "daemon_crash", "autostart")]
+    assert record_of(world, "res", 2) == {
+        "harness": "res", "run_id": 2, "seq": 2, "kind": "resident", "trigger": "restart",
+        "outcome": "interrupted", "reason": "daemon_crash",
+        "log": str(world.state / "logs" / "res.log")}
+    # The shared durable log says it of each crashed run, then names the stopped group.
+    text = (world.state / "logs" / "res.log").read_text()
+    note = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z harness: " + re.escape(CRASH_NOTE) + "\n"
+    assert re.fullmatch(note * 2 + f"harness: stopped the orphaned process group {orphan} "
+                        r"left by the crashed daemon \(SIGTERM\)\n", text), text
 
 
 def test_c_an_orphan_whose_boot_was_killed_mid_sweep_is_stopped_by_the_next_boot(

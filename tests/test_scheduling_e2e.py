@@ -234,9 +234,10 @@ def _state(world: World) -> dict[str, Any]:
     return doc
 
 
-def _held_entry(world: World) -> dict[str, Any]:
-    """state.json's held firings, each one's time checked and taken out."""
-    held: dict[str, Any] = _state(world)["held"]
+def _held_entry(world: World, key: str = "held") -> dict[str, Any]:
+    """state.json's held firings (or its table `key`), each one's time checked and taken
+    out; empty when there is no such table."""
+    held: dict[str, Any] = _state(world).get(key, {})
     for entry in (e for entries in held.values() for e in entries):
         at = datetime.fromisoformat(entry.pop("at"))
         assert abs((datetime.now(UTC) - at).total_seconds()) < 600
@@ -250,10 +251,15 @@ def test_queue_holds_one_firing_and_skips_the_rest(world: World, daemons: Daemon
     daemons.start()
     with Client(str(daemons.socket)) as c:
         assert _fire(c, "q") == {"decision": "started", "run_id": 1}
+        # Every id is named with the write that persists it, until its record is on disk.
+        assert _held_entry(world, "issued") == {"q": [{"run_id": 1, "trigger": "manual",
+                                                       "window": None, "kind": "oneshot"}]}
         assert _fire(c, "q") == {"decision": "queued", "run_id": 2}
-        # Persisted with its id: the next boot records it if this daemon dies first.
+        # Persisted with its id: the next boot records it if this daemon dies first. Run
+        # 1's entry went in the same write: its opened line is on disk.
         assert _held_entry(world) == {"q": [{"run_id": 2, "trigger": "manual",
                                              "window": None}]}
+        assert "issued" not in _state(world)
         assert _fire(c, "q") == {"decision": "skipped", "run_id": 3}
         assert c.request("jobs")["jobs"][0]["queued"] == 2
     skipped = record_of(world, "q", 3)
@@ -270,8 +276,12 @@ def test_queue_holds_one_firing_and_skips_the_rest(world: World, daemons: Daemon
     one, two = record_of(world, "q", 1), record_of(world, "q", 2)
     assert one is not None and two is not None
     assert two["started_at"] >= one["ended_at"]
-    # Its record written, state.json no longer names it.
-    assert _state(world) == {"runs": {"q": {"last_run_id": 3}}}
+    # Its record written, state.json no longer names it; the skip's entry goes with the
+    # next allocation (or boot), not with a write of its own.
+    assert _held_entry(world, "issued") == {"q": [{"run_id": 3, "trigger": "manual",
+                                                   "window": None, "kind": "oneshot"}]}
+    assert _state(world).keys() == {"runs", "issued"}
+    assert _state(world)["runs"] == {"q": {"last_run_id": 3}}
 
 
 def test_the_queued_run_is_held_in_the_daemons_memory(world: World, daemons: Daemons,

@@ -15,14 +15,19 @@ from typing import Any
 import pytest
 
 from conftest import World
-from harness.supervisor.state import RunIds, StateError, StateFile, highest_log_id
+from harness.supervisor.state import RunIds, StateError, StateFile, highest_log_id, issued_entry
+from ledgertools import OpenLedger
 
 
 class FakeLedger:
-    """Only what the allocator asks a ledger: its highest run id per harness."""
+    """Only what the allocator asks a ledger: its highest run id per harness, and whether
+    a run is recorded (never, here)."""
 
     def __init__(self, ids: dict[str, int]) -> None:
         self.ids = ids
+
+    def recorded(self, harness: str, run_id: int) -> bool:
+        return False
 
     def max_run_id(self, harness: str) -> int:
         return self.ids.get(harness, 0)
@@ -251,24 +256,74 @@ def test_each_held_firing_keeps_its_own_entry_and_is_forgotten_alone(tmp_path: P
     sf = StateFile(str(p))
     assert sf.held() == [("job", old), ("b", {"run_id": 7, "trigger": "schedule"})]
     inode = p.stat().st_ino
-    sf.forget_held([("job", 3), ("b", 2)])  # no such firing: not rewritten
+    sf.forget_firings([("job", 3), ("b", 2)])  # no such firing: not rewritten
     assert p.stat().st_ino == inode
     assert json.loads(p.read_text())["held"]["job"] == old
 
     four = {"trigger": "schedule", "window": at, "at": at}
-    assert RunIds(sf, None, str(tmp_path / "jobs")).next("job", four) == 3
-    sf.set_last_run_id("job", 4, four)
+    assert RunIds(sf, None, str(tmp_path / "jobs")).next("job", four, held=True) == 3
+    sf.set_last_run_id("job", 4, four, held=True)
     assert json.loads(p.read_text()) == {
         "runs": {"job": {"last_run_id": 4}, "b": {"last_run_id": 7}},
         "held": {"job": [old, {**four, "run_id": 3}, {**four, "run_id": 4}],
                  "b": [{"run_id": 7, "trigger": "schedule"}]}}
-    sf.forget_held([("job", 3)])
-    sf.forget_held([("job", 2), ("b", 7)])
+    sf.forget_firings([("job", 3)])
+    sf.forget_firings([("job", 2), ("b", 7)])
     assert json.loads(p.read_text())["held"] == {"job": [{**four, "run_id": 4}]}
     assert StateFile(str(p)).held() == [("job", {**four, "run_id": 4})]
-    sf.forget_held([("job", 4)])
+    sf.forget_firings([("job", 4)])
     assert json.loads(p.read_text()) == {
         "runs": {"job": {"last_run_id": 4}, "b": {"last_run_id": 7}}}
+
+
+def test_each_run_id_is_named_from_the_write_that_persists_it_until_its_record_is_on_disk(
+        tmp_path: Path, open_ledger: OpenLedger) -> None:
+    """Every id the allocator hands out is named in ``issued`` (a held firing's in
+    ``held``) by the very write that persists it, and stays while the ledger has not
+    committed its record, beside the later ids of its harness. Each later allocation, of
+    any harness, drops in that same write every entry whose record is committed: no
+    write of its own. An entry that cannot be read stays (the boot judges it). A file
+    without the tables gains none from an allocation that names no firing."""
+    at = "2026-06-05T10:00:00.000000000Z"
+    p = tmp_path / "state.json"
+    bad = {"run_id": "x"}
+    write_json(p, {"paused": ["y"], "issued": {"z": [bad]}})
+    led = open_ledger(tmp_path / "ledger")
+    sf = StateFile(str(p))
+    ids = RunIds(sf, led, str(tmp_path / "jobs"))
+
+    def issued(run_id: int, trigger: str = "manual", kind: str = "oneshot"
+               ) -> dict[str, Any]:
+        return {**issued_entry(trigger, None, at, kind), "run_id": run_id}
+
+    def line(typ: str, harness: str, run_id: int) -> None:
+        led.append({"type": typ, "harness": harness, "run_id": run_id, "at": at,
+                    "kind": "oneshot", "trigger": "manual",
+                    "outcome": "running" if typ == "opened" else "skipped"}, sync=True)
+
+    assert ids.next("a", issued_entry("manual", None, at, "oneshot")) == 1
+    assert ids.next("w", issued_entry("autostart", None, at, "resident")) == 1
+    doc = json.loads(p.read_text())
+    assert doc["issued"] == {"z": [bad], "a": [issued(1)], "w": [issued(1, "autostart",
+                                                                           "resident")]}
+    line("opened", "a", 1)  # a/1's record is on disk; w/1's opened line is not yet
+    assert ids.next("w", issued_entry("restart", None, at, "resident")) == 2
+    assert json.loads(p.read_text())["issued"] == {
+        "z": [bad], "w": [issued(1, "autostart", "resident"), issued(2, "restart", "resident")]}
+    held = {"trigger": "manual", "window": None, "at": at}
+    assert ids.next("a", held, held=True) == 2
+    line("opened", "w", 1)
+    line("opened", "w", 2)
+    line("decided", "a", 2)
+    assert ids.next("a", issued_entry("manual", None, at, "oneshot")) == 3
+    assert json.loads(p.read_text()) == {
+        "paused": ["y"], "runs": {"a": {"last_run_id": 3}, "w": {"last_run_id": 2}},
+        "issued": {"z": [bad], "a": [issued(3)]}}
+
+    plain = tmp_path / "plain.json"
+    write_json(plain, {"runs": {"n": {"last_run_id": 4}}})
+    assert RunIds(StateFile(str(plain)), led, str(tmp_path / "jobs")).next("n") == 5
+    assert json.loads(plain.read_text()) == {"runs": {"n": {"last_run_id": 5}}}
 
 
 def test_new_file_is_0600_even_with_open_umask(tmp_path: Path) -> None:

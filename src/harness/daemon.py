@@ -4,13 +4,14 @@ Owns the daemon's lifecycle order. Signal handlers first, before any boot work. 
 load the config (a bad one ends the process with exit 2 before anything is created);
 take the control socket (`--socket`, HARNESS_SOCKET or the XDG default; its directory
 created 0700 when missing), whose lock makes this the only daemon (requests wait until
-the boot is done); open the ledger, import the legacy history, close what a crash left
-open (REQ-7, before any run starts) and stop every process an earlier daemon of the
-state directory left running (orphans.py), prune, remove the temporary files of
-state.json's and the logs' replacements that a killed daemon left half made, then start
-the Manager (schedules armed, enabled residents autostarted but for the unless-stopped
-ones an operator stopped), the prune at each UTC midnight (housekeeping.py) and answer
-requests.
+the boot is done); open the ledger, import the legacy history, remove the temporary files
+of state.json's and the logs' replacements that a killed daemon left half made, give
+every run id state.json names without a record its record (`history.settle_firings`: a
+run whose process outlived the daemon as opened, closed by the next step), close what a
+crash left open (REQ-7, before any run starts) and stop every process an earlier daemon
+of the state directory left running (orphans.py), prune, then start the Manager
+(schedules armed, enabled residents autostarted but for the unless-stopped ones an
+operator stopped), the prune at each UTC midnight (housekeeping.py) and answer requests.
 SIGHUP, like the `reload` op, loads the config again and applies it through the
 Manager; a config that fails to load leaves the running one in force (one during the
 boot reloads once it is done), and one that loads is applied whole (`Reloader`).
@@ -19,12 +20,14 @@ restarting them), close anything still open, drain the ledger. One during the bo
 the crash recovery finish (an orphan's kill, its grace included) and skips the rest of
 the boot.
 
-Invariants: no run starts before reconciliation; once reconciliation is done, every
-process an earlier daemon of the state directory spawned is stopped before any run
-starts, whatever signal comes; every record opened by this process is closed before
-`main` returns 0; the socket this daemon serves is the HARNESS_SOCKET of every run it
-starts, and its state directory (procs.state_marker) the HARNESS_STATE_DIR; logs never
-carry an env_file value (only names, ids, outcomes and paths are logged).
+Invariants: no run starts before reconciliation; every run id an earlier daemon handed
+out has a record once it is done (unless the disk refuses the line: then the next boot);
+once reconciliation is done, every process an earlier daemon of the state directory
+spawned is stopped before any run starts, whatever signal comes; every record opened by
+this process is closed before `main` returns 0; the socket this daemon serves is the
+HARNESS_SOCKET of every run it starts, and its state directory (procs.state_marker) the
+HARNESS_STATE_DIR; logs never carry an env_file value (only names, ids, outcomes and
+paths are logged).
 """
 
 from __future__ import annotations
@@ -54,10 +57,10 @@ from .supervisor.history import (
     close_open_on_shutdown,
     import_legacy,
     reconcile,
-    settle_held,
+    settle_firings,
 )
 from .supervisor.manager import Manager, NotResident, ReloadIncomplete, UnknownHarness
-from .supervisor.orphans import kill_orphans
+from .supervisor.orphans import find_orphans, kill_orphans
 from .supervisor.state import RunIds, StateError, StateFile
 from .timefmt import format_ns
 
@@ -384,6 +387,21 @@ async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: Contr
     imported = await asyncio.to_thread(import_legacy, ledger, state_path)
     if imported.ran:
         log.info("ledger import: %d legacy run(s), %d line(s)", imported.records, imported.lines)
+    # The processes an earlier daemon left running: stopped below, and first the proof
+    # that a run whose opened line that daemon lost did run.
+    found = await asyncio.to_thread(find_orphans, ledger.state_dir, server.path)
+    state = StateFile(state_path)
+    try:
+        await asyncio.to_thread(state.load)
+    except StateError:
+        pass  # said, and the boot ended, once the crash recovery below is done
+    else:
+        await asyncio.to_thread(clear_leftovers, state, jobs_dir)
+        # Every run id handed out gets its record, before the pass below closes what is
+        # open (a run that ran included) and before any start; crash recovery, so not
+        # skipped by a SIGTERM meanwhile (the next boot would find no process of it).
+        await asyncio.to_thread(settle_firings, ledger, state, ledger.clock(),
+                                {(o.harness, o.run_id) for o in found})
     # REQ-7: every record a crash left open is closed before anything can start a run.
     # Not skipped by a SIGTERM meanwhile: the shutdown would close them as its own.
     crashed = await asyncio.to_thread(reconcile, ledger, ledger.clock())
@@ -394,8 +412,8 @@ async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: Contr
     # them before any run starts (no twins), whatever the ledger says of their runs (a
     # closed line the disk refused, an opened line lost with the daemon, a boot killed
     # during this very step), a SIGTERM meanwhile or not: their records say they ended.
-    orphans = await asyncio.to_thread(kill_orphans, ledger.state_dir, server.path, crashed,
-                                      ledger.get)
+    orphans = await asyncio.to_thread(lambda: kill_orphans(
+        ledger.state_dir, server.path, crashed, ledger.get, found=found))
     # A one-shot's per-run log is closed now, like any other run's (a resident's durable
     # log goes on): compressed only here, once no orphan can still be writing to it (one
     # a boot killed during the sweep left plain, too). The file is the record's log file,
@@ -412,17 +430,11 @@ async def _serve(config: Config, cfg_file: str, ledger: RunLedger, server: Contr
         pruned = await asyncio.to_thread(ledger.prune)
         if pruned.deleted:
             log.info("ledger: pruned %d day file(s)", len(pruned.deleted))
-        state = StateFile(state_path)
         try:
             state.load()
         except StateError as exc:
             _say("%s", exc)
             return 1
-        await asyncio.to_thread(clear_leftovers, state, jobs_dir)
-        lost = await asyncio.to_thread(settle_held, ledger, state, ledger.clock())
-        for rec in lost:
-            log.warning("run %s/%s: the queued firing was lost with the daemon; closed as "
-                        "interrupted (daemon_crash)", rec["harness"], rec["run_id"])
         ids = RunIds(state, ledger, jobs_dir)
         manager = Manager(config, ledger, ids, jobs_dir)
     loop = asyncio.get_running_loop()

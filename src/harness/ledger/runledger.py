@@ -526,6 +526,12 @@ class RunLedger:
             r = self._index.get(harness, run_id)
             return r.to_json(probe=LogProbe(self.state_dir)) if r is not None else None
 
+    def recorded(self, harness: str, run_id: int) -> bool:
+        """Whether the run has a committed record that memory holds (`get` without the
+        fold: cheap enough for the run-id allocator's every call)."""
+        with self._lock:
+            return self._index.get(harness, run_id) is not None
+
     def open_records(self, *, queued: bool = False) -> list[dict[str, Any]]:
         """The records still open, in seq order: by the committed lines (what queries see),
         or with `queued`, by every line already queued as well, committed or not.

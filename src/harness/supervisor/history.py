@@ -17,15 +17,21 @@ counts every line already queued, committed or not (REQ-6's no-wait exception le
 resident's own-exit closed line and its restart's opened line queued): a run is closed
 once, never over its own end, and a run whose opened line is still queued is closed too.
 
-`settle_held` (at boot, before any start) gives each firing an ``on_overlap = "queue"``
-one-shot held when the daemon died, or dropped with its decided line still queued, its
-record: the client was told its run id, so the id never goes without one.
+`settle_firings` (at boot, before `reconcile` and any start) gives every run id state.json
+names and the ledger has no record of its record: a firing an ``on_overlap = "queue"``
+one-shot held when the daemon died, or dropped with its decided line still queued, and
+a run admitted with its opened line still queued (REQ-6) or killed between its id and
+its opened line. A client may have been told the id, and a process may have run under it:
+one found still running gets an opened line that `reconcile` closes as any crashed run,
+interrupted/daemon_crash; any other a decided line, interrupted/daemon_crash. Invariant,
+with `StateFile`'s: every run id handed out has a record after the next boot.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +39,9 @@ from .. import paths
 from ..ledger.dayfiles import IMPORTED_FILE
 from ..ledger.errors import LedgerError, LineRejected
 from ..ledger.files import atomic_write
-from ..ledger.logref import log_file
+from ..ledger.logref import layout_paths, log_file
 from ..ledger.runledger import RunLedger
-from ..ledger.schema import OUTCOMES, prepare_line
+from ..ledger.schema import KINDS, OUTCOMES, prepare_line
 from ..ledger.scrub import Scrubbed, scrub_text
 from ..timefmt import format_ns, is_rfc3339, parse_ns
 from .state import LIST_KEY, MAX_RUN_ID, StateError, StateFile
@@ -347,13 +353,15 @@ def close_open_on_shutdown(ledger: RunLedger, now: int) -> list[dict[str, Any]]:
     return _close_all(ledger, {"reason": "shutdown"}, now, with_end=True)
 
 
-# -- firings held when the daemon died ---------------------------------------------------
+# -- run ids handed out whose record the daemon died without -------------------------
 
-def _held_line(harness: Any, entry: Any, now: int) -> dict[str, Any]:
-    """The decided line recording one held firing; ValueError saying what is wrong."""
+def _entry_fields(harness: Any, entry: Any) -> tuple[int, str, str, str | None, str]:
+    """(run_id, trigger, at, window, kind) of one ``held`` or ``issued`` entry, times
+    canonical; ValueError saying what is wrong. A held entry has no kind: a one-shot's."""
     if type(harness) is not str or type(entry) is not dict:
         raise ValueError(f"not a harness name and an object: {harness!r:.60}: {entry!r:.60}")
     run_id, trigger, window, at = (entry.get(k) for k in ("run_id", "trigger", "window", "at"))
+    kind = entry.get("kind", "oneshot")
     if not is_rfc3339(at):
         raise ValueError(f"at is not an RFC 3339 time: {at!r:.60}")
     if type(run_id) is not int or not 0 < run_id < MAX_RUN_ID:
@@ -362,50 +370,99 @@ def _held_line(harness: Any, entry: Any, now: int) -> dict[str, Any]:
         raise ValueError(f"trigger must be a string, got {trigger!r:.60}")
     if window is not None and not is_rfc3339(window):
         raise ValueError(f"window is not an RFC 3339 time: {window!r:.60}")
-    # Decided: it started no process. No ended_at, like every record a crash ended:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r:.60}")
+    return (run_id, trigger, format_ns(parse_ns(at)),
+            None if window is None else format_ns(parse_ns(window)), kind)
+
+
+def _lost_line(harness: str, entry: Any, now: int) -> dict[str, Any]:
+    """The decided line recording a firing nothing shows a process of; ValueError."""
+    run_id, trigger, at, window, kind = _entry_fields(harness, entry)
+    # Decided: no process of it is known. No ended_at, like every record a crash ended:
     # nobody saw when the daemon died.
     line: dict[str, Any] = {"type": "decided", "harness": harness, "run_id": run_id,
-                            "at": format_ns(now), "kind": "oneshot", "trigger": trigger,
-                            "started_at": format_ns(parse_ns(at)), "outcome": "interrupted",
+                            "at": format_ns(now), "kind": kind, "trigger": trigger,
+                            "started_at": at, "outcome": "interrupted",
                             "reason": "daemon_crash"}
     if window is not None:
-        line["window"] = format_ns(parse_ns(window))
+        line["window"] = window
     return line
 
 
-def settle_held(ledger: RunLedger, state: StateFile, now: int) -> list[dict[str, Any]]:
-    """Record every firing state.json says was held when the daemon died and the ledger
-    has no record of, as interrupted/daemon_crash (at boot, before any start), each
-    entry of a harness on its own; return the records written. An entry whose record
-    exists (the daemon died after writing it) is dropped, as is one that cannot be read
-    (logged) unless another stays; one whose line the disk refused stays for the next
-    boot."""
+def _ran_line(harness: str, entry: Any, now: int, state_dir: str) -> dict[str, Any]:
+    """The opened line of a run whose process outlived the daemon that lost its opened
+    line; `reconcile` then closes it as it closes any run a crash left open. No
+    started_at: the entry's time is when the id was handed out, not when the process
+    began. Its log is named when the file is there (a one-shot's per-run log, or a
+    resident's durable log); ValueError."""
+    run_id, trigger, _at, window, kind = _entry_fields(harness, entry)
+    line: dict[str, Any] = {"type": "opened", "harness": harness, "run_id": run_id,
+                            "at": format_ns(now), "kind": kind, "trigger": trigger,
+                            "outcome": "running"}
+    if window is not None:
+        line["window"] = window
+    path = layout_paths(harness, run_id, kind, state_dir)[0]
+    if os.path.isfile(path):
+        line["log"] = paths.as_text(path)
+    return line
+
+
+def settle_firings(ledger: RunLedger, state: StateFile, now: int,
+                   ran: Collection[tuple[str, int]] = ()) -> list[dict[str, Any]]:
+    """Give every run id state.json names (``held`` and ``issued`` entries) and the ledger
+    has no record of its record (at boot, before `reconcile` and any start); return the
+    lines written. `ran` is the (harness, run_id) of every process an earlier daemon left
+    running (`orphans.find_orphans`): such a run gets an opened line, which `reconcile`
+    closes interrupted/daemon_crash; any other a decided line, interrupted/daemon_crash.
+    Each entry is settled on its own. An entry whose record exists (the daemon died after
+    writing it) is dropped, as is one that cannot be read (logged) unless another stays;
+    one whose line the disk refused stays for the next boot."""
     written: list[dict[str, Any]] = []
     done: list[tuple[str, int]] = []  # entries settled: recorded now or before, or refused
     kept = False
-    for harness, entry in state.held():
-        try:
-            line = _held_line(harness, entry, now)
-        except ValueError as exc:
-            log.warning("%s: held firing %s: %s", state.path, harness, exc)
-            continue
-        done.append((harness, line["run_id"]))
-        if ledger.get(harness, line["run_id"]) is not None:
-            continue
-        try:
-            ledger.append(line, sync=True)
-        except LineRejected as exc:  # a hand-edited entry the schema refuses
-            log.warning("%s: held firing %s: %s", state.path, harness, exc)
-            continue
-        except LedgerError as exc:
-            log.error("cannot record the queued run %s/%d: %s", harness, line["run_id"], exc)
-            done.pop()
-            kept = True
-            continue
-        written.append(ledger.get(harness, line["run_id"]) or line)
+    ran = set(ran)
+    for table, held in ((state.held(), True), (state.issued(), False)):
+        for harness, entry in table:
+            try:
+                started = (harness, entry.get("run_id") if type(entry) is dict else None) in ran
+                line = (_ran_line(harness, entry, now, ledger.state_dir) if started
+                        else _lost_line(harness, entry, now))
+            except ValueError as exc:
+                log.warning("%s: %s %s: %s", state.path,
+                            "held firing" if held else "run id issued to", harness, exc)
+                continue
+            key = (harness, line["run_id"])
+            if key in done:
+                continue  # named twice (held, then issued): one record
+            done.append(key)
+            if ledger.get(*key) is not None:
+                continue
+            try:
+                ledger.append(line, sync=True)
+            except LineRejected as exc:  # a hand-edited entry the schema refuses
+                log.warning("%s: run id %d of %s: %s", state.path, key[1], harness, exc)
+                continue
+            except LedgerError as exc:
+                log.error("cannot record the run %s/%d: %s", harness, key[1], exc)
+                done.pop()
+                kept = True
+                continue
+            if started:
+                log.warning("run %s/%d: its opened line was lost with the daemon, but its "
+                            "process outlived it; recorded, to be closed as interrupted "
+                            "(daemon_crash)", harness, key[1])
+            elif held:
+                log.warning("run %s/%d: the queued firing was lost with the daemon; closed "
+                            "as interrupted (daemon_crash)", harness, key[1])
+            else:
+                log.warning("run %s/%d: its record was lost with the daemon, and no process "
+                            "of it outlived it; closed as interrupted (daemon_crash)",
+                            harness, key[1])
+            written.append(ledger.get(*key) or line)
     try:
         # All of them when none is kept: an entry that cannot be read goes too.
-        state.forget_held(done if kept else None)
+        state.forget_firings(done if kept else None)
     except StateError as exc:
         # The records are written: the next boot finds them and only drops the entries.
         log.error("%s", exc)

@@ -40,6 +40,11 @@ Invariants:
   for it, then finds the run live and stops it, so no id goes without a record and no
   opened line without its closed one;
 - `shutdown` leaves no live run and no held firing without a closed record;
+- every run id handed out is named in state.json from the write that persists it (``held``
+  for a held firing, ``issued`` for a start, a skip or missed windows) until its record
+  is on disk, and such an entry costs no write of its own (a later allocation drops it):
+  a run admitted with its opened line queued (REQ-6) and lost with a killed daemon still
+  has a record after the next boot;
 - a record the disk does not take within REQ-6's 2 s bound (a held firing's decided
   line, a stopped run's closed line) never keeps a stop, reload, replace or shutdown from
   stopping the live run: the line stays queued in the writer, a held firing stays in
@@ -66,7 +71,7 @@ from ..ledger.runledger import RunLedger
 from ..ledger.schema import FAILURE_OUTCOMES
 from ..timefmt import format_ns, parse_ns
 from .runner import DEFAULT_GRACE, LogFailures, Run, RunSpec
-from .state import RunIds, StateError
+from .state import RunIds, StateError, issued_entry
 
 log = logging.getLogger("harness.manager")
 T = TypeVar("T")
@@ -533,7 +538,8 @@ class Manager:
 
     async def _missed(self, name: str, first: datetime, last: datetime, count: int) -> None:
         """Give the missed windows a run id and its decided line (one `_unbroken` step)."""
-        run_id = await asyncio.to_thread(self.ids.next, name)
+        run_id = await asyncio.to_thread(self.ids.next, name,
+                                         self._issued("schedule", _rfc3339(last)))
         try:
             # Not durable yet (logged): queued, written in order once the disk takes it.
             # The due window still fires either way (it used to be dropped with no
@@ -732,6 +738,10 @@ class Manager:
             return False
         return True
 
+    def _issued(self, trigger: str, window: str | None) -> dict[str, Any]:
+        """The ``issued`` entry of a one-shot firing decided now (a skip, missed windows)."""
+        return issued_entry(trigger, window, format_ns(self.ledger.clock()), "oneshot")
+
     async def _skip(self, name: str, trigger: str, reason: str,
                     window: str | None = None) -> tuple[int, bool]:
         """(the skip's run id, whether its record is on disk)."""
@@ -743,7 +753,7 @@ class Manager:
                          window: str | None) -> tuple[int, bool]:
         """The run id of a skip and its decided line (one `_unbroken` step: a request
         cancelled by the shutdown must not leave the id without its record)."""
-        run_id = await asyncio.to_thread(self.ids.next, name)
+        run_id = await asyncio.to_thread(self.ids.next, name, self._issued(trigger, window))
         return run_id, await self._decided(name, run_id, trigger, "skipped", reason,
                                            window=window)
 
@@ -752,7 +762,7 @@ class Manager:
         """Hold a firing behind the live run: its run id at once (one `_unbroken` step),
         persisted with the firing, so a boot after a crash can record it."""
         held = {"trigger": trigger, "window": window, "at": format_ns(self.ledger.clock())}
-        run_id = await asyncio.to_thread(self.ids.next, name, held)
+        run_id = await asyncio.to_thread(self.ids.next, name, held, held=True)
         self._held_firing[name] = Held(run_id, trigger, window, override)
         if self._stopping:
             # The shutdown began while the id was being persisted, and may have closed
@@ -768,7 +778,7 @@ class Manager:
         stop, a reload, a replace, the shutdown), which a record the disk is slow to take
         must not prevent. A line not on disk yet keeps the firing's entry in state.json,
         so if the line never lands (the daemon stops with it still queued) the next
-        boot's `history.settle_held` records the firing; once it lands, that boot only
+        boot's `history.settle_firings` records the firing; once it lands, that boot only
         drops the entry.
         """
         held = self._held_firing.pop(name, None)
@@ -789,7 +799,7 @@ class Manager:
         """Forget the held firing's entry in state.json once its record is written. A
         failure costs nothing durable: the boot after finds the record and only drops it."""
         try:
-            await asyncio.to_thread(self.ids.state.forget_held, [(name, run_id)])
+            await asyncio.to_thread(self.ids.state.forget_firings, [(name, run_id)])
         except StateError as exc:
             log.warning("harness %s: the queued run %d is recorded, but state.json still "
                         "names it: %s", name, run_id, exc)

@@ -9,9 +9,11 @@ daemon, whatever the ledger says of its run — the record closed by this boot's
 (the daemon was killed), closed before it (a boot killed during this very sweep; a helper
 that left its run's group and outlived the run), still open (the closed line could not be
 synced: a full disk), or missing (an opened line the daemon died with still queued, under
-REQ-6's exception). `kill_orphans`, called before any run starts, stops them all, so a
-resident never runs twice. A run spawned by a daemon from before the marker is found by the
-socket that daemon served, which must be this one's.
+REQ-6's exception, and no entry in state.json to record the run by: the boot records a
+run that has one before this sweep, `history.settle_firings`). `kill_orphans`, called
+before any run starts, stops them all, so a resident never runs twice. A run spawned by a
+daemon from before the marker is found by the socket that daemon served, which must be
+this one's.
 
 `find_orphans` finds them by the marker (procs.find_marked) and groups them by process
 group: a descendant that left its run's group (setsid) is a group of its own.
@@ -96,8 +98,8 @@ def _say(o: Orphan) -> None:
 
 
 def kill_orphans(state: str, socket_path: str, crashed: Iterable[Mapping[str, Any]] = (),
-                 record: Lookup | None = None, *,
-                 grace: float = DEFAULT_GRACE) -> list[Orphan]:
+                 record: Lookup | None = None, *, grace: float = DEFAULT_GRACE,
+                 found: list[Orphan] | None = None) -> list[Orphan]:
     """Stop every process group an earlier daemon of state directory `state` left running
     (`find_orphans`); return them.
 
@@ -105,10 +107,11 @@ def kill_orphans(state: str, socket_path: str, crashed: Iterable[Mapping[str, An
     ``run_id``, ``log``); `record` looks up any other run's record (the ledger's `get`;
     None: no other is known). `state` also finds a log path the ledger stored cut. Each
     group gets SIGTERM; what is still running after `grace` gets SIGKILL. Blocking: the
-    daemon calls it in a thread, before any run can start.
+    daemon calls it in a thread, before any run can start. `found`: the groups a
+    `find_orphans` of this boot found (none has been spawned since), not looked for again.
     """
     closed = {(r["harness"], r["run_id"]): r for r in crashed}
-    orphans = find_orphans(state, socket_path)
+    orphans = find_orphans(state, socket_path) if found is None else found
     live = []
     for o in orphans:
         key = (o.harness, o.run_id)

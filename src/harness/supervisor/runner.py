@@ -56,7 +56,7 @@ from .procs import (
     signal_group,
     state_marker,
 )
-from .state import RunIds
+from .state import RunIds, issued_entry
 
 if TYPE_CHECKING:
     from ..config.model import HarnessConfig
@@ -262,8 +262,14 @@ class Run:
         if self._task is not None:
             raise RuntimeError("a Run is started once")
         name = self.spec.name
+        # A preallocated id's firing is named in state.json already (held); a new one is
+        # named with its allocation, so a crash before its opened line is on disk still
+        # leaves the next boot what to record it by (`history.settle_firings`).
         self.run_id = (self.preallocated if self.preallocated is not None
-                       else await asyncio.to_thread(self.ids.next, name))
+                       else await asyncio.to_thread(
+                           self.ids.next, name,
+                           issued_entry(self.trigger, self.window,
+                                        format_ns(self.ledger.clock()), self.kind)))
         resident = self.kind == "resident"
         path = (resident_log_path(name) if resident
                 else logs.run_log_path(self.jobs_dir, name, self.run_id))

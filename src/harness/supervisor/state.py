@@ -15,11 +15,20 @@ may prune the one that did); the Manager reads it at boot (``unless-stopped``).
 firings an ``on_overlap = "queue"`` one-shot held whose record is not known to be on disk:
 a client was told their run id, and only memory holds them until their record is written,
 so a daemon killed meanwhile leaves the next boot this to record them by
-(`history.settle_held`). A harness holds one firing at a time, but a dropped one whose
+(`history.settle_firings`). A harness holds one firing at a time, but a dropped one whose
 decided line the disk has not taken yet keeps its entry beside the next one's, so the list
-has an entry per firing, oldest first, and each is forgotten alone (`forget_held`). The
+has an entry per firing, oldest first, and each is forgotten alone (`forget_firings`). The
 previous version wrote one entry object per name (``{NAME: {...}}``): it is read as a list
 of that one entry, and the next write of the table leaves lists only.
+``"issued"`` (``{NAME: [{"run_id": N, "trigger": T, "window": W, "at": A, "kind": K},
+...]}``) names every other run id handed out (a start, a skip, a missed window) whose
+record is not known to be on disk: the allocator writes the entry in the very write that
+persists the id (no write of its own), and drops every entry, of any harness, whose
+record the ledger has committed at each later allocation, so on a healthy disk it holds
+about one entry. A run admitted with its opened line still queued (REQ-6: a harness under
+no budget past the sync bound, a resident's own-exit restart) has a client told its id
+and a process running, and only this entry says so if the daemon dies first: the next
+boot records it (`history.settle_firings`). A file without the key has no such entry.
 Invariants: the file on disk is always a whole, valid JSON document (it is replaced by
 rename, never rewritten in place) and mode 0600; top-level keys this module does not
 know, and keys of an entry other than its record list, survive every rewrite; updates of
@@ -30,8 +39,10 @@ is not an id, is a `StateError` naming it (the daemon does not boot), since read
 as 0 could hand out an id already used — while a record list is the import's to judge:
 a malformed one costs only that history, reported by the import.
 
-`RunIds` hands out run ids. Invariant: an id is persisted as ``last_run_id`` before it is
-returned, and the first id handed out per harness per process is above everything
+`RunIds` hands out run ids. Invariants: an id is persisted as ``last_run_id`` before it is
+returned, in one write with its firing's ``held`` or ``issued`` entry, which stays until
+its record is on disk, so every run id handed out has a record after the next boot at the
+latest; and the first id handed out per harness per process is above everything
 already used — state.json's counters, the ledger's records and the per-run logs on disk.
 """
 
@@ -41,7 +52,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
 from ..ledger.files import (
@@ -56,6 +67,8 @@ RUNS_KEY = "runs"  # the per-harness table: {NAME: {"last_run_id": N}}
 LIST_KEY = "runs"  # in an entry: the pre-ledger record list, until its import
 PREVIOUS_KEY = "harnesses"  # the previous version's counter table, moved on the next write
 HELD_KEY = "held"
+ISSUED_KEY = "issued"
+FIRING_KEYS = (HELD_KEY, ISSUED_KEY)  # the tables of run ids whose record may be missing
 STOPPED_KEY = "stopped"
 _LOG_NAME = re.compile(r"(\d+)\.log(?:\.zst)?\Z")
 
@@ -64,8 +77,14 @@ class StateError(Exception):
     """state.json cannot be read or written; the message names the path and the problem."""
 
 
-class _MaxRunIds(Protocol):
+class _Ledger(Protocol):
     def max_run_id(self, harness: str) -> int: ...
+
+    def recorded(self, harness: str, run_id: int) -> bool: ...
+
+
+# Whether the ledger has committed a record of (harness, run_id).
+Recorded = Callable[[str, int], bool]
 
 
 # A run id is a ledger integer (64-bit signed): the highest a counter may hold leaves
@@ -199,14 +218,23 @@ class StateFile:
 
     def held(self) -> list[tuple[str, Any]]:
         """Every held firing as written, (harness, entry), each harness's oldest first
-        (`history.settle_held` judges each entry)."""
-        return [(name, entry) for name, entries in self._held_table().items()
+        (`history.settle_firings` judges each entry)."""
+        return self._firings(HELD_KEY)
+
+    def issued(self) -> list[tuple[str, Any]]:
+        """Every ``issued`` entry as written, (harness, entry), each harness's oldest
+        first (`history.settle_firings` judges each entry)."""
+        return self._firings(ISSUED_KEY)
+
+    def _firings(self, key: str) -> list[tuple[str, Any]]:
+        return [(name, entry) for name, entries in self._table(key).items()
                 for entry in entries]
 
-    def _held_table(self) -> dict[str, list[Any]]:
-        """The ``held`` table with each harness's entries as a list (the previous
-        version's single entry object is a list of one); empty when it is no object."""
-        table = self.load().get(HELD_KEY, {})
+    def _table(self, key: str) -> dict[str, list[Any]]:
+        """Firing table `key` with each harness's entries as a list (the previous
+        version's single held entry object is a list of one); empty when it is no
+        object."""
+        table = self.load().get(key, {})
         if type(table) is not dict:
             return {}
         return {name: list(v) if type(v) is list else [v] for name, v in table.items()}
@@ -214,19 +242,32 @@ class StateFile:
     # -- writing -------------------------------------------------------------------
 
     def set_last_run_id(self, harness: str, value: int,
-                        held: dict[str, Any] | None = None) -> None:
+                        firing: dict[str, Any] | None = None, *, held: bool = False,
+                        recorded: Recorded | None = None) -> None:
         """Persist `value` as `harness`'s counter (durable when this returns); with
-        `held`, in the same write, the firing held under that id (its trigger, window
-        and time), beside any earlier firing of `harness` still held."""
+        `firing`, in the same write, the entry of the firing given that id (its trigger,
+        window, time and kind): in ``held`` (`held`, a firing held behind a live run) or
+        ``issued``, beside any earlier entry of `harness`. With `recorded`, the same
+        write drops every entry, of any harness, whose record it says is committed."""
         with self._update:
             doc = dict(self.load())
             table = dict(self.entries())
             table[harness] = {**table.get(harness, {}), "last_run_id": value}
             doc[RUNS_KEY] = table
-            if held is not None:
-                firings = self._held_table()
-                firings[harness] = [*firings.get(harness, []), {**held, "run_id": value}]
-                doc[HELD_KEY] = firings
+            for key in FIRING_KEYS:
+                add = firing is not None and (key == HELD_KEY) == held
+                if key not in doc and not add:
+                    continue
+                firings = self._table(key)
+                if recorded is not None:
+                    firings = _unrecorded(firings, recorded)
+                if add:
+                    assert firing is not None
+                    firings[harness] = [*firings.get(harness, []), {**firing, "run_id": value}]
+                if firings:
+                    doc[key] = firings
+                else:
+                    doc.pop(key, None)
             self.save(doc)
 
     def drop_lists(self, floors: dict[str, int]) -> None:
@@ -243,29 +284,32 @@ class StateFile:
             doc[RUNS_KEY] = table
             self.save(doc)
 
-    def forget_held(self, firings: Collection[tuple[str, int]] | None = None) -> None:
-        """Drop the held firings `firings` names ((harness, run_id) pairs; every other
-        entry stays, another run id's of the same harness too), or all of them; no write
-        when nothing changes."""
+    def forget_firings(self, firings: Collection[tuple[str, int]] | None = None) -> None:
+        """Drop the ``held`` and ``issued`` entries `firings` names ((harness, run_id)
+        pairs; every other entry stays, another run id's of the same harness too), or all
+        of them; no write when nothing changes."""
         with self._update:
             doc = dict(self.load())
-            if HELD_KEY not in doc:
-                return
-            if firings is None:
-                del doc[HELD_KEY]
+            changed = False
+            for key in FIRING_KEYS:
+                if key not in doc:
+                    continue
+                if firings is None:
+                    keep: dict[str, list[Any]] = {}
+                else:
+                    gone = set(firings)
+                    table = self._table(key)
+                    keep = {name: kept for name, entries in table.items()
+                            if (kept := [e for e in entries if not _held_in(name, e, gone)])}
+                    if keep == table:
+                        continue
+                changed = True
+                if keep:
+                    doc[key] = keep
+                else:
+                    del doc[key]
+            if changed:
                 self.save(doc)
-                return
-            gone = set(firings)
-            table = self._held_table()
-            keep = {name: kept for name, entries in table.items()
-                    if (kept := [e for e in entries if not _held_in(name, e, gone)])}
-            if keep == table:
-                return
-            if keep:
-                doc[HELD_KEY] = keep
-            else:
-                del doc[HELD_KEY]
-            self.save(doc)
 
     def set_stopped(self, harness: str, stopped: bool) -> None:
         """Persist whether an operator holds `harness` stopped (durable when this
@@ -311,10 +355,26 @@ class StateFile:
 
 
 def _held_in(name: str, entry: Any, firings: set[tuple[str, int]]) -> bool:
-    """Whether held `entry` of `name` is one of `firings` (a malformed one is none)."""
+    """Whether firing `entry` of `name` is one of `firings` (a malformed one is none)."""
     if type(entry) is not dict or type(run_id := entry.get("run_id")) is not int:
         return False
     return (name, run_id) in firings
+
+
+def _unrecorded(table: dict[str, list[Any]], recorded: Recorded) -> dict[str, list[Any]]:
+    """`table` without the entries whose record is committed; a malformed entry stays
+    (the boot's `history.settle_firings` judges it)."""
+    def on_disk(name: str, entry: Any) -> bool:
+        run_id = entry.get("run_id") if type(entry) is dict else None
+        return type(run_id) is int and recorded(name, run_id)
+
+    return {name: kept for name, entries in table.items()
+            if (kept := [e for e in entries if not on_disk(name, e)])}
+
+
+def issued_entry(trigger: str, window: str | None, at: str, kind: str) -> dict[str, Any]:
+    """The ``issued`` entry of a firing given a run id (`RunIds.next` adds the id)."""
+    return {"trigger": trigger, "window": window, "at": at, "kind": kind}
 
 
 def highest_log_id(jobs_dir: str, harness: str) -> int:
@@ -336,7 +396,7 @@ def highest_log_id(jobs_dir: str, harness: str) -> int:
 class RunIds:
     """The per-harness run-id allocator; one per daemon."""
 
-    def __init__(self, state: StateFile, ledger: _MaxRunIds | None, jobs_dir: str) -> None:
+    def __init__(self, state: StateFile, ledger: _Ledger | None, jobs_dir: str) -> None:
         self.state = state
         self.ledger = ledger
         self.jobs_dir = jobs_dir
@@ -350,9 +410,12 @@ class RunIds:
             floor = max(floor, self.ledger.max_run_id(harness))
         return floor
 
-    def next(self, harness: str, held: dict[str, Any] | None = None) -> int:
-        """A fresh id for `harness`, persisted before it is returned (with `held`, the
-        firing held under it: `StateFile.set_last_run_id`); StateError if it cannot be."""
+    def next(self, harness: str, firing: dict[str, Any] | None = None, *,
+             held: bool = False) -> int:
+        """A fresh id for `harness`, persisted before it is returned with `firing`'s entry
+        (`held`: a firing held behind a live run) in the same write, which also drops the
+        entries whose record the ledger has committed (`StateFile.set_last_run_id`);
+        StateError if it cannot be."""
         with self._lock:
             last = self._last.get(harness)
             if last is None:
@@ -362,7 +425,9 @@ class RunIds:
             if n > MAX_RUN_ID:  # the ledger's max_run_id: only an edited line holds such
                 raise StateError(f"{harness}: no run id is left after {last}, the highest "
                                  "in use (state.json, the ledger or its run logs)")
-            self.state.set_last_run_id(harness, n, held)
+            self.state.set_last_run_id(
+                harness, n, firing, held=held,
+                recorded=None if self.ledger is None else self.ledger.recorded)
             self._last[harness] = n
             return n
 
