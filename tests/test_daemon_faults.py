@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import signal
 import subprocess
@@ -1134,6 +1135,45 @@ def test_a_later_queued_firing_keeps_an_earlier_ones_entry_whose_record_is_not_o
         (4, "manual", "interrupted", "daemon_crash", False)]
     assert _held_entries(world) == {}
     assert "issued" not in json.loads((world.state / "state.json").read_text())
+    seqs_in_order(world)
+    verify_ok(world)
+
+
+def test_a_queued_firing_started_past_the_sync_bound_keeps_its_entry_until_it_is_recorded(
+        world: World, fd: FaultDaemons) -> None:
+    """Run 2 is held behind run 1; the disk's writes hang from then on. Run 1's process
+    ends, and the reaper starts run 2 under its held id, its opened line past REQ-6's
+    bound (started anyway). Its entry in state.json used to be forgotten as soon as it
+    had started, so the daemon, SIGKILLed, left run 2 with no record though its process
+    ran. The entry now stays until the record is on disk (a later allocation drops it),
+    and the boot, finding run 2's process, records that it ran."""
+    proc, pids = _queued_behind_a_live_run(world, fd)
+    pidfile = world.root / "job.pid"
+    fd.faults(write={"hang": True})
+    os.kill(pids["job"], signal.SIGTERM)  # run 1 ends on its own: the reaper starts run 2
+    until("run 2's sleep", lambda: pidfile.read_text().strip() != str(pids["job"])
+          and comm(int(pidfile.read_text())) == "sleep", LONG)
+    second = int(pidfile.read_text())
+    # Taken once the reaper has let go of the harness: after it forgot (or kept) run 2.
+    assert request(fd, "trigger", name="job") == {"decision": "queued", "run_id": 3}
+    assert _held_entries(world) == {"job": [2, 3]}
+    proc.kill()
+    proc.wait(timeout=LONG)
+    assert alive(second)
+
+    fd.start()  # a healthy disk
+    fd.booted()
+    assert not alive(second)
+    err = fd.stderr()
+    assert ("run job/2: its opened line was lost with the daemon, but its process outlived "
+            "it; recorded, to be closed as interrupted (daemon_crash)") in err
+    assert sorted(_records(world, "job")) == [
+        (1, "manual", "interrupted", "daemon_crash", False),
+        (2, "manual", "interrupted", "daemon_crash", False),
+        (3, "manual", "interrupted", "daemon_crash", False)]
+    rec2 = record_of(world, "job", 2)
+    assert rec2 is not None and "started_at" not in rec2
+    assert _held_entries(world) == {}
     seqs_in_order(world)
     verify_ok(world)
 

@@ -44,7 +44,7 @@ Invariants:
   for a held firing, ``issued`` for a start, a skip or missed windows) until its record
   is on disk, and such an entry costs no write of its own (a later allocation drops it):
   a run admitted with its opened line queued (REQ-6) and lost with a killed daemon still
-  has a record after the next boot;
+  has a record after the next boot, as does a held firing started so;
 - a record the disk does not take within REQ-6's 2 s bound (a held firing's decided
   line, a stopped run's closed line) never keeps a stop, reload, replace or shutdown from
   stopping the live run: the line stays queued in the writer, a held firing stays in
@@ -712,7 +712,11 @@ class Manager:
                 _log_failure(f"harness {name}: the queued run {held.run_id} could not be "
                              "started", exc)
                 return
-            await self._unhold(name, held.run_id)
+            # Its entry stays while the opened line is queued (REQ-6: admitted anyway):
+            # it ran, and the boot after a crash records it so; the next allocation drops
+            # it once the line lands.
+            if await asyncio.to_thread(self.ledger.recorded, name, held.run_id):
+                await self._unhold(name, held.run_id)
 
     async def _decided(self, name: str, run_id: int, trigger: str, outcome: str,
                        reason: str | None, **fields: Any) -> bool:

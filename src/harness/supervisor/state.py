@@ -15,11 +15,13 @@ may prune the one that did); the Manager reads it at boot (``unless-stopped``).
 firings an ``on_overlap = "queue"`` one-shot held whose record is not known to be on disk:
 a client was told their run id, and only memory holds them until their record is written,
 so a daemon killed meanwhile leaves the next boot this to record them by
-(`history.settle_firings`). A harness holds one firing at a time, but a dropped one whose
-decided line the disk has not taken yet keeps its entry beside the next one's, so the list
-has an entry per firing, oldest first, and each is forgotten alone (`forget_firings`). The
-previous version wrote one entry object per name (``{NAME: {...}}``): it is read as a list
-of that one entry, and the next write of the table leaves lists only.
+(`history.settle_firings`); one started with its opened line still queued (REQ-6) keeps
+its entry until that line is on disk. A harness holds one firing at a time, but a dropped
+one whose decided line the disk has not taken yet keeps its entry beside the next one's,
+so the list has an entry per firing, oldest first, and each is forgotten alone
+(`forget_firings`). The previous version wrote one entry object per name (``{NAME:
+{...}}``): it is read as a list of that one entry, and the next write of the table leaves
+lists only.
 ``"issued"`` (``{NAME: [{"run_id": N, "trigger": T, "window": W, "at": A, "kind": K},
 ...]}``) names every other run id handed out (a start, a skip, a missed window) whose
 record is not known to be on disk: the allocator writes the entry in the very write that
