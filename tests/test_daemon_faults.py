@@ -1186,8 +1186,9 @@ def test_a_one_shot_started_past_the_sync_bound_and_lost_with_the_daemon_has_its
     SIGKILLed with both lines unwritten. Neither run had any record after the next boot,
     though run 1's process ran (that boot stopped it). Each id is named in state.json by
     the write that persisted it; the boot records run 1, whose process it found, as a run
-    a crash cut short (no start or end time: neither is known), and run 2, of which
-    nothing ran, as a decided interrupted/daemon_crash at the time it was fired."""
+    a crash cut short (no start or end time: neither is known), and run 2 as what its
+    client was told, skipped/overlap, at the time it was fired (it used to read
+    interrupted/daemon_crash)."""
     pidfile = world.root / "job.pid"
     fd.write_config(_job_and_other(world, "skip"))
     proc = fd.start_faulty()
@@ -1202,7 +1203,9 @@ def test_a_one_shot_started_past_the_sync_bound_and_lost_with_the_daemon_has_its
     state = json.loads((world.state / "state.json").read_text())
     issued = state["issued"]["job"]
     assert [{k: v for k, v in e.items() if k != "at"} for e in issued] == [
-        {"run_id": n, "trigger": "manual", "window": None, "kind": "oneshot"} for n in (1, 2)]
+        {"run_id": 1, "trigger": "manual", "window": None, "kind": "oneshot"},
+        {"run_id": 2, "trigger": "manual", "window": None, "kind": "oneshot",
+         "decided": {"outcome": "skipped", "reason": "overlap"}}]
     assert all_lines(world.ledger) == []
     proc.kill()
     proc.wait(timeout=LONG)
@@ -1217,7 +1220,7 @@ def test_a_one_shot_started_past_the_sync_bound_and_lost_with_the_daemon_has_its
             "(daemon_crash)") in err
     assert "WARNING harness.daemon: run job/1: closed as interrupted (daemon_crash)" in err
     assert ("WARNING harness.supervisor: run job/2: its record was lost with the daemon, and "
-            "no process of it outlived it; closed as interrupted (daemon_crash)") in err
+            "no process of it outlived it; recorded as skipped") in err
     assert (f"run job/1: its process group {orphan} outlived the crashed daemon; "
             "stopping it") in err
     log = str(world.state / "jobs" / "job" / "1.log")
@@ -1225,8 +1228,8 @@ def test_a_one_shot_started_past_the_sync_bound_and_lost_with_the_daemon_has_its
         {"harness": "job", "run_id": 1, "seq": 1, "kind": "oneshot", "trigger": "manual",
          "outcome": "interrupted", "reason": "daemon_crash", "log": log},
         {"harness": "job", "run_id": 2, "seq": 2, "kind": "oneshot", "trigger": "manual",
-         "started_at": format_ns(parse_ns(issued[1]["at"])), "outcome": "interrupted",
-         "reason": "daemon_crash"}]
+         "started_at": format_ns(parse_ns(issued[1]["at"])), "outcome": "skipped",
+         "reason": "overlap"}]
     assert [(x["run_id"], x["type"]) for x in all_lines(world.ledger)] == [
         (1, "opened"), (2, "decided"), (1, "closed")]
     # Its log, closed like any crashed one-shot's (compressed), says what happened.

@@ -827,3 +827,50 @@ def test_issued_run_ids_the_disk_refuses_wait_for_the_next_boot(
     assert [(r["run_id"], r["outcome"]) for r in settle_firings(
         led2, StateFile(str(state_path)), NOW)] == [(1, "interrupted"), (2, "interrupted")]
     assert json.loads(state_path.read_text()) == {"runs": {"job": {"last_run_id": 2}}}
+
+
+def test_a_lost_skip_or_miss_is_recorded_as_its_client_was_told(
+        tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture) -> None:
+    """A skip and a run of missed windows are decided before their id is handed out, and
+    their entries carry the decision: a boot that finds no record writes the decided line
+    they would have had (skipped/overlap; missed with its first window and count), not a
+    crash the client was never told of. A decision that is not a skip's or a miss's (a
+    hand edit: another outcome, an extra field, a count of 0, a bad time) is recorded as
+    the crash, since a line the schema refused would leave the id with no record."""
+    at = "2026-06-15T11:00:00.000000000Z"
+    first, last = "2026-06-15T08:00:00Z", "2026-06-15T10:00:00.000000000Z"
+
+    def entry(run_id: int, decided: Any, w: str | None = None) -> dict[str, Any]:
+        return {"run_id": run_id, "trigger": "schedule", "window": w, "at": at,
+                "kind": "oneshot", "decided": decided}
+
+    state_path = tmp_path / "state.json"
+    write_state(state_path, {"runs": {"job": {"last_run_id": 8}}, "issued": {"job": [
+        entry(1, {"outcome": "skipped", "reason": "overlap"}, last),
+        entry(2, {"outcome": "missed", "first_window": first, "windows": 3}, last),
+        entry(3, {"outcome": "succeeded", "reason": "overlap"}),
+        entry(4, {"outcome": "skipped", "reason": "overlap", "exit_code": 0}),
+        entry(5, {"outcome": "missed", "first_window": first, "windows": 0}),
+        entry(6, {"outcome": "missed", "first_window": "yesterday", "windows": 2}),
+        entry(7, {"outcome": "skipped", "reason": 7}),
+        entry(8, "skipped")]}})
+    ledger_dir = tmp_path / "ledger"
+    led = open_ledger(ledger_dir, clock=Clock(NOW))
+    written = settle_firings(led, StateFile(str(state_path)), NOW)
+    assert [(r["run_id"], r["outcome"], r.get("reason")) for r in written] == [
+        (1, "skipped", "overlap"), (2, "missed", None)] + [
+        (n, "interrupted", "daemon_crash") for n in range(3, 9)]
+    now = format_ns(NOW)
+    assert [strip(o) for o in all_lines(ledger_dir)][:2] == [
+        {"v": 1, "type": "decided", "at": now, "harness": "job", "run_id": 1,
+         "kind": "oneshot", "trigger": "schedule", "started_at": at, "window": last,
+         "outcome": "skipped", "reason": "overlap"},
+        {"v": 1, "type": "decided", "at": now, "harness": "job", "run_id": 2,
+         "kind": "oneshot", "trigger": "schedule", "started_at": at, "window": last,
+         "outcome": "missed", "first_window": "2026-06-15T08:00:00.000000000Z",
+         "windows": 3}]
+    assert "run job/1: its record was lost with the daemon, and no process of it " \
+        "outlived it; recorded as skipped" in caplog.text
+    assert "run job/3: its record was lost with the daemon, and no process of it " \
+        "outlived it; recorded as interrupted (daemon_crash)" in caplog.text
+    assert json.loads(state_path.read_text()) == {"runs": {"job": {"last_run_id": 8}}}

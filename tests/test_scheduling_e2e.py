@@ -278,8 +278,9 @@ def test_queue_holds_one_firing_and_skips_the_rest(world: World, daemons: Daemon
     assert two["started_at"] >= one["ended_at"]
     # Its record written, state.json no longer names it; the skip's entry goes with the
     # next allocation (or boot), not with a write of its own.
-    assert _held_entry(world, "issued") == {"q": [{"run_id": 3, "trigger": "manual",
-                                                   "window": None, "kind": "oneshot"}]}
+    assert _held_entry(world, "issued") == {"q": [{
+        "run_id": 3, "trigger": "manual", "window": None, "kind": "oneshot",
+        "decided": {"outcome": "skipped", "reason": "overlap"}}]}
     assert _state(world).keys() == {"runs", "issued"}
     assert _state(world)["runs"] == {"q": {"last_run_id": 3}}
 

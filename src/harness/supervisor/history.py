@@ -383,11 +383,31 @@ def _lost_line(harness: str, entry: Any, now: int) -> dict[str, Any]:
     # nobody saw when the daemon died.
     line: dict[str, Any] = {"type": "decided", "harness": harness, "run_id": run_id,
                             "at": format_ns(now), "kind": kind, "trigger": trigger,
-                            "started_at": at, "outcome": "interrupted",
-                            "reason": "daemon_crash"}
+                            "started_at": at,
+                            **(_decision(entry) or {"outcome": "interrupted",
+                                                    "reason": "daemon_crash"})}
     if window is not None:
         line["window"] = window
     return line
+
+
+def _decision(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The decided line's fields an entry carries (a skip's or missed windows', decided
+    before the id was handed out: what the client was told), or None when it carries
+    none or they are not a skip's or a miss's (a hand edit: the crash is recorded
+    instead, since a field the schema refuses would leave the id with no record)."""
+    d = entry.get("decided")
+    if type(d) is not dict:
+        return None
+    outcome, reason = d.get("outcome"), d.get("reason")
+    if outcome == "skipped" and type(reason) is str and set(d) == {"outcome", "reason"}:
+        return {"outcome": outcome, "reason": reason}
+    first, windows = d.get("first_window"), d.get("windows")
+    if (outcome == "missed" and set(d) == {"outcome", "first_window", "windows"}
+            and is_rfc3339(first) and type(windows) is int and 0 < windows < MAX_RUN_ID):
+        return {"outcome": outcome, "first_window": format_ns(parse_ns(first)),
+                "windows": windows}
+    return None
 
 
 def _ran_line(harness: str, entry: Any, now: int, state_dir: str) -> dict[str, Any]:
@@ -456,9 +476,10 @@ def settle_firings(ledger: RunLedger, state: StateFile, now: int,
                 log.warning("run %s/%d: the queued firing was lost with the daemon; closed "
                             "as interrupted (daemon_crash)", harness, key[1])
             else:
+                told = line["outcome"] if line["outcome"] != "interrupted" else \
+                    "interrupted (daemon_crash)"
                 log.warning("run %s/%d: its record was lost with the daemon, and no process "
-                            "of it outlived it; closed as interrupted (daemon_crash)",
-                            harness, key[1])
+                            "of it outlived it; recorded as %s", harness, key[1], told)
             written.append(ledger.get(*key) or line)
     try:
         # All of them when none is kept: an entry that cannot be read goes too.

@@ -538,8 +538,9 @@ class Manager:
 
     async def _missed(self, name: str, first: datetime, last: datetime, count: int) -> None:
         """Give the missed windows a run id and its decided line (one `_unbroken` step)."""
+        missed = {"outcome": "missed", "first_window": _rfc3339(first), "windows": count}
         run_id = await asyncio.to_thread(self.ids.next, name,
-                                         self._issued("schedule", _rfc3339(last)))
+                                         self._issued("schedule", _rfc3339(last), missed))
         try:
             # Not durable yet (logged): queued, written in order once the disk takes it.
             # The due window still fires either way (it used to be dropped with no
@@ -742,9 +743,12 @@ class Manager:
             return False
         return True
 
-    def _issued(self, trigger: str, window: str | None) -> dict[str, Any]:
-        """The ``issued`` entry of a one-shot firing decided now (a skip, missed windows)."""
-        return issued_entry(trigger, window, format_ns(self.ledger.clock()), "oneshot")
+    def _issued(self, trigger: str, window: str | None, decided: dict[str, Any]
+                ) -> dict[str, Any]:
+        """The ``issued`` entry of a one-shot firing decided now (a skip, missed windows),
+        with its decided line's fields."""
+        return issued_entry(trigger, window, format_ns(self.ledger.clock()), "oneshot",
+                            decided)
 
     async def _skip(self, name: str, trigger: str, reason: str,
                     window: str | None = None) -> tuple[int, bool]:
@@ -757,7 +761,9 @@ class Manager:
                          window: str | None) -> tuple[int, bool]:
         """The run id of a skip and its decided line (one `_unbroken` step: a request
         cancelled by the shutdown must not leave the id without its record)."""
-        run_id = await asyncio.to_thread(self.ids.next, name, self._issued(trigger, window))
+        run_id = await asyncio.to_thread(
+            self.ids.next, name,
+            self._issued(trigger, window, {"outcome": "skipped", "reason": reason}))
         return run_id, await self._decided(name, run_id, trigger, "skipped", reason,
                                            window=window)
 

@@ -27,7 +27,9 @@ lists only.
 record is not known to be on disk: the allocator writes the entry in the very write that
 persists the id (no write of its own), and drops every entry, of any harness, whose
 record the ledger has committed at each later allocation, so on a healthy disk it holds
-about one entry. A run admitted with its opened line still queued (REQ-6: a harness under
+about one entry. A firing decided before its id is handed out (a skip, missed windows)
+has its decided line's fields under ``"decided"``, so the boot records what its client
+was told. A run admitted with its opened line still queued (REQ-6: a harness under
 no budget past the sync bound, a resident's own-exit restart) has a client told its id
 and a process running, and only this entry says so if the daemon dies first: the next
 boot records it (`history.settle_firings`). A file without the key has no such entry.
@@ -374,9 +376,16 @@ def _unrecorded(table: dict[str, list[Any]], recorded: Recorded) -> dict[str, li
             if (kept := [e for e in entries if not on_disk(name, e)])}
 
 
-def issued_entry(trigger: str, window: str | None, at: str, kind: str) -> dict[str, Any]:
-    """The ``issued`` entry of a firing given a run id (`RunIds.next` adds the id)."""
-    return {"trigger": trigger, "window": window, "at": at, "kind": kind}
+def issued_entry(trigger: str, window: str | None, at: str, kind: str,
+                 decided: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``issued`` entry of a firing given a run id (`RunIds.next` adds the id). A
+    firing decided before its id is handed out (a skip, missed windows) carries the
+    decided line's own fields (`decided`: outcome, reason, first_window, windows), so a
+    boot that records it says what the client was told, not that the daemon crashed."""
+    entry: dict[str, Any] = {"trigger": trigger, "window": window, "at": at, "kind": kind}
+    if decided is not None:
+        entry["decided"] = decided
+    return entry
 
 
 def highest_log_id(jobs_dir: str, harness: str) -> int:
