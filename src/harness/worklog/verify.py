@@ -375,6 +375,8 @@ class _Walker:
         self.line += 1
         expect = self.count + 1
         try:
+            if raw == _OVERLONG:
+                raise _Break(f"a line longer than {CHUNK} bytes: no ledger row is that long")
             row = self._fast_one(raw, expect)
             if row is None:
                 digest = _slow_row(raw, expect, self.prev)
@@ -498,8 +500,9 @@ def iter_segments(directory: str | Path) -> list[Path]:
 
 
 # What a complete line past CHUNK bytes is judged as: its last bytes alone could read as
-# a valid row, and it is none.
-_OVERLONG: Final = b"\0"
+# a valid row, and it is none. No line read from a file holds a newline, so this one
+# stands for nothing else.
+_OVERLONG: Final = b"\n"
 
 
 class _Stream:
@@ -547,7 +550,9 @@ class _Stream:
                     # A segment that ends unterminated while a later one continues the
                     # chain is interior damage, not a crash tail, and a last row that
                     # only lacks its newline is whole: both are judged like any line.
-                    yield [rest]
+                    # One past CHUNK bytes is judged as a complete line that long is:
+                    # its last CHUNK bytes alone may read as a row it is not.
+                    yield [rest if size == len(rest) else _OVERLONG]
 
 
 class LedgerRead(NamedTuple):
@@ -647,7 +652,9 @@ def _check_range(job: tuple[str, int, int]) -> _Span:
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    if not lines:
+    # A line past CHUNK bytes is a break to the sequential walk (`_Stream`), whatever it
+    # holds: leave it to that walk to name, rather than pass it here as a row.
+    if not lines or max(map(len, lines)) > CHUNK:
         return None
     try:
         head = _plain.decode(lines[0])

@@ -1,0 +1,103 @@
+"""Mutation-found gaps in the work ledger's core: chain verification
+(`harness.worklog.verify`), the row contract (`harness.worklog.rows`) and the writer
+(`harness.worklog.store`). Each test pins a behaviour no other test held exactly; those
+under "defects" failed before the fix they name.
+
+The work ledger's verifier hashes a slice of each canonical line rather than re-encoding
+the row; the first tests hold that slice to the contract's document byte for byte, with
+forged rows whose entry_hash is the hash of a document one byte off at each edge."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.ledger.dayfiles import CHUNK
+from harness.worklog.rows import GENESIS, entry_hash
+from harness.worklog.verify import PARALLEL_BYTES, read_chain, verify_dir, verify_lines
+from ledgertools import ref_canonical
+
+TS = "2026-11-30T08:00:00.000000000Z"
+
+
+def _row(seq: int, prev: str, kind: str, task_id: str | None, payload: dict[str, Any],
+         digest: str | None = None) -> tuple[bytes, str]:
+    """A canonical line (stdlib-encoded) and its entry_hash; `digest` forges the hash."""
+    h = digest if digest is not None else entry_hash(kind, task_id, payload, prev)
+    line = ref_canonical({"seq": seq, "ts": TS, "kind": kind, "task_id": task_id,
+                          "payload": payload, "prev_hash": prev, "entry_hash": h,
+                          "schema_version": 1})
+    return line, h
+
+
+def _chain(n: int, blob: dict[int, str] | None = None) -> list[bytes]:
+    prev, out = GENESIS, []
+    for seq in range(1, n + 1):
+        line, prev = _row(seq, prev, "goal.tick", None,
+                          {"i": seq, "blob": (blob or {}).get(seq, "b")})
+        out.append(line)
+    return out
+
+
+# -- defects ---------------------------------------------------------------------------
+
+def test_a_line_past_chunk_bytes_is_a_break_on_both_walks(tmp_path: Path) -> None:
+    """A complete row longer than CHUNK bytes is a break to the sequential walk; the
+    parallel walk (automatic on a ledger of 32 MiB or more) judged the whole line and
+    passed it, so `harness ledger verify` said ok (exit 0) of a chain that anchor,
+    resume and a small ledger's verify call broken. Both name it, and why."""
+    d = tmp_path / "long"
+    d.mkdir()
+    lines = _chain(8, {4: "x" * (CHUNK + 10)})
+    (d / "000000.jsonl").write_bytes(b"".join(x + b"\n" for x in lines))
+    want = (False, 4, "000000.jsonl", 4, 3,
+            f"a line longer than {CHUNK} bytes: no ledger row is that long")
+    for parallel in (False, True):
+        res = verify_dir(d, parallel=parallel)
+        assert (res.ok, res.error_seq, res.error_file, res.error_line, res.entry_count,
+                res.reason) == want, parallel
+
+
+def test_a_segment_ending_in_a_long_run_without_newline_is_a_break(tmp_path: Path) -> None:
+    """An interior segment that ends unterminated is judged like a line; when that run
+    is longer than CHUNK bytes, only its last CHUNK bytes were judged, so a row exactly
+    CHUNK bytes long with bytes glued before it verified, garbage and all."""
+    d = tmp_path / "glued"
+    d.mkdir()
+    probe = _chain(2, {2: ""})[1]
+    lines = _chain(3, {2: "x" * (CHUNK - len(probe))})
+    assert len(lines[1]) == CHUNK
+    (d / "000000.jsonl").write_bytes(lines[0] + b"\nNOT A ROW " + lines[1])
+    (d / "000001.jsonl").write_bytes(lines[2] + b"\n")
+    for parallel in (False, True):
+        res = verify_dir(d, parallel=parallel)
+        assert (res.ok, res.error_seq, res.error_file, res.error_line, res.entry_count) == (
+            False, 2, "000000.jsonl", 2, 1), parallel
+        assert res.reason == f"a line longer than {CHUNK} bytes: no ledger row is that long"
+    assert not verify_lines(read_chain(d).lines).ok
+    # The row alone, unterminated at the end of its segment, is a row.
+    (d / "000000.jsonl").write_bytes(lines[0] + b"\n" + lines[1])
+    res = verify_dir(d)
+    assert (res.ok, res.entry_count) == (True, 3)
+
+
+def test_cli_exit_code_for_a_line_past_chunk_bytes(tmp_path: Path) -> None:
+    """Through the real CLI, on a ledger large enough (32 MiB) that `verify` walks it on
+    every core when the machine has more than one: exit 2 and the place, in JSON."""
+    d = tmp_path / ".harness" / "runtime" / "ledger" / "long"
+    d.mkdir(parents=True)
+    big = {seq: "y" * (CHUNK - 400) for seq in range(1, 10)}
+    big[5] = "y" * (CHUNK + 1)
+    lines = _chain(10, big)
+    (d / "000000.jsonl").write_bytes(b"".join(x + b"\n" for x in lines))
+    assert (d / "000000.jsonl").stat().st_size >= PARALLEL_BYTES
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "ledger", "verify", "long",
+                           "--workdir", str(tmp_path), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    assert (out["ok"], out["seq"], out["file"], out["line"], out["entry_count"]) == (
+        False, 5, "000000.jsonl", 5, 4)
