@@ -9,11 +9,14 @@ forged rows whose entry_hash is the hash of a document one byte off at each edge
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from harness.ledger.dayfiles import CHUNK
 from harness.worklog.rows import GENESIS, entry_hash
@@ -40,6 +43,46 @@ def _chain(n: int, blob: dict[int, str] | None = None) -> list[bytes]:
                           {"i": seq, "blob": (blob or {}).get(seq, "b")})
         out.append(line)
     return out
+
+
+# -- verify: the hashed slice of a canonical line ------------------------------------
+
+def _near_misses(line: bytes) -> list[bytes]:
+    """The documents a slice of `line` one byte off at any edge would hash: the members
+    "kind" … "prev_hash" and "task_id", each edge moved one byte either way."""
+    a = len(b'{"entry_hash":"') + 64 + len(b'",')
+    b = line.rindex(b',"prev_hash":"') + len(b',"prev_hash":"') + 64 + 1
+    c = line.rindex(b',"task_id":')
+    e = line.rindex(b',"ts":"')
+    right = b"{" + line[a:b] + line[c:e] + b"}"
+    docs = []
+    for edge in range(4):
+        for step in (-1, 1):
+            cut = [a, b, c, e]
+            cut[edge] += step
+            docs.append(b"{" + line[cut[0]:cut[1]] + line[cut[2]:cut[3]] + b"}")
+    assert right not in docs and len(set(docs)) == 8
+    return docs
+
+
+@pytest.mark.parametrize("task_id", [None, "t-1"])
+@pytest.mark.parametrize("miss", range(8))
+def test_an_entry_hash_of_a_document_one_byte_off_is_a_break(task_id: str | None,
+                                                               miss: int) -> None:
+    """Every row's entry_hash is the sha256 of its hashed document with the same edge of
+    the slice moved by one byte, each row linking to the one before: a chain a verifier
+    hashing that slice would pass whole. The first row is a break."""
+    kind = "goal.tick" if task_id is None else "task.started"
+    prev, lines = GENESIS, []
+    for seq in range(1, 4):
+        payload = {"attempt": seq}
+        probe, _ = _row(seq, prev, kind, task_id, payload, digest="f" * 64)
+        forged = hashlib.sha256(_near_misses(probe)[miss]).hexdigest()
+        line, prev = _row(seq, prev, kind, task_id, payload, digest=forged)
+        lines.append(line)
+    res = verify_lines(lines)
+    assert (res.ok, res.error_seq, res.error_line, res.entry_count) == (False, 1, 1, 0)
+    assert (res.reason or "").startswith("entry_hash mismatch")
 
 
 # -- defects ---------------------------------------------------------------------------
@@ -101,3 +144,53 @@ def test_cli_exit_code_for_a_line_past_chunk_bytes(tmp_path: Path) -> None:
     out = json.loads(proc.stdout)
     assert (out["ok"], out["seq"], out["file"], out["line"], out["entry_count"]) == (
         False, 5, "000000.jsonl", 5, 4)
+
+
+# -- verify: the strict path (lines not in canonical form) -----------------------------
+
+def _loose(line: bytes) -> bytes:
+    """The row of `line` as json.dumps spells it by default (spaces): a line a person or
+    another tool may write, which verify must check by the contract's letter."""
+    return json.dumps(json.loads(line)).encode()
+
+
+def test_a_hand_spelled_chain_with_a_row_removed_duplicated_or_reordered_breaks() -> None:
+    """Each hand-spelled row hashes right on its own; only the seq and prev_hash links
+    tell that the chain around it was changed."""
+    lines = [_loose(x) for x in _chain(5)]
+    assert verify_lines(lines).ok and verify_lines(lines).unproven == [0, 1, 2, 3, 4]
+    cases = {
+        "removed": ([*lines[:2], *lines[3:]], 3, "seq mismatch (expected 3, got 4)"),
+        "duplicated": ([*lines[:3], lines[2], *lines[3:]], 4, "seq mismatch (expected 4, got 3)"),
+        "reordered": ([*lines[:2], lines[3], lines[2], lines[4]], 3,
+                      "seq mismatch (expected 3, got 4)"),
+    }
+    for name, (changed, seq, reason) in cases.items():
+        res = verify_lines(changed)
+        assert (res.ok, res.error_seq, res.error_line, res.entry_count) == (
+            False, seq, seq, seq - 1), name
+        assert (res.reason or "").startswith(reason), (name, res.reason)
+    # Renumbered so the seqs run on: the prev_hash link still tells.
+    rows = [json.loads(x) for x in lines]
+    del rows[2]
+    for seq, row in enumerate(rows, 1):
+        row["seq"] = seq
+    res = verify_lines([json.dumps(r).encode() for r in rows])
+    assert (res.ok, res.error_seq, res.error_line) == (False, 3, 3)
+    assert (res.reason or "").startswith("prev_hash mismatch")
+
+
+@pytest.mark.parametrize("ts", ["yesterday", "2026-11-30 08:00:00", "2026-02-30T08:00:00Z", ""])
+def test_a_hand_spelled_row_whose_ts_is_no_rfc3339_time_breaks(ts: str) -> None:
+    """ts is metadata outside the hash, so only its own check can refuse it: on the
+    strict path as on the canonical one."""
+    rows = [json.loads(x) for x in _chain(3)]
+    rows[1]["ts"] = ts
+    for spell in (json.dumps, ref_canonical):
+        res = verify_lines([_bytes(spell(r)) for r in rows])
+        assert (res.ok, res.error_seq, res.error_line, res.entry_count) == (False, 2, 2, 1)
+        assert res.reason == f"ts {ts!r} is not an RFC 3339 time", res.reason
+
+
+def _bytes(text: str | bytes) -> bytes:
+    return text.encode() if isinstance(text, str) else text
