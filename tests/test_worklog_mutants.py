@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import World
 from harness.ledger.dayfiles import CHUNK
 from harness.worklog.rows import GENESIS, entry_hash
 from harness.worklog.verify import PARALLEL_BYTES, read_chain, verify_dir, verify_lines
@@ -127,7 +126,7 @@ def test_a_segment_ending_in_a_long_run_without_newline_is_a_break(tmp_path: Pat
     assert (res.ok, res.entry_count) == (True, 3)
 
 
-def test_cli_exit_code_for_a_line_past_chunk_bytes(tmp_path: Path) -> None:
+def test_cli_exit_code_for_a_line_past_chunk_bytes(world: World, tmp_path: Path) -> None:
     """Through the real CLI, on a ledger large enough (32 MiB) that `verify` walks it on
     every core when the machine has more than one: exit 2 and the place, in JSON."""
     d = tmp_path / ".harness" / "runtime" / "ledger" / "long"
@@ -137,9 +136,7 @@ def test_cli_exit_code_for_a_line_past_chunk_bytes(tmp_path: Path) -> None:
     lines = _chain(10, big)
     (d / "000000.jsonl").write_bytes(b"".join(x + b"\n" for x in lines))
     assert (d / "000000.jsonl").stat().st_size >= PARALLEL_BYTES
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "ledger", "verify", "long",
-                           "--workdir", str(tmp_path), "--json"],
-                          capture_output=True, text=True, timeout=300)
+    proc = world.harness("ledger", "verify", "long", "--workdir", str(tmp_path), "--json")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     out = json.loads(proc.stdout)
     assert (out["ok"], out["seq"], out["file"], out["line"], out["entry_count"]) == (
@@ -194,3 +191,53 @@ def test_a_hand_spelled_row_whose_ts_is_no_rfc3339_time_breaks(ts: str) -> None:
 
 def _bytes(text: str | bytes) -> bytes:
     return text.encode() if isinstance(text, str) else text
+
+
+@pytest.mark.parametrize("content", [b"", b'{"seq":1,"ts":"2026'])
+@pytest.mark.parametrize("head", ["a" * 64, GENESIS])
+def test_no_entry_is_no_ledger_whatever_head_is_expected(world: World, tmp_path: Path,
+                                                         content: bytes, head: str) -> None:
+    """An empty segment (or one holding only a crash's fragment) is no ledger: exit 1,
+    as without --expected-head and as for a missing directory. A head other than genesis
+    was reported as a broken chain "at entry 0 (line 0)", exit 2."""
+    d = tmp_path / ".harness" / "runtime" / "ledger" / "empty"
+    d.mkdir(parents=True)
+    (d / "000000.jsonl").write_bytes(content)
+    proc = world.harness("ledger", "verify", "empty", "--workdir", str(tmp_path),
+                         "--expected-head", head)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.startswith(f"harness: no work ledger at {d} (no entries")
+    proc = world.harness("ledger", "verify", "empty", "--workdir", str(tmp_path),
+                         "--expected-head", head, "--json")
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert (data["ok"], data["entry_count"], data["seq"], data["line"], data["exit_code"]) == (
+        False, 0, None, None, 1)
+
+
+@pytest.mark.parametrize(("field", "value", "reason"), [
+    ("task_id", 5, "task_id must be a string or null, got 5"),
+    ("task_id", ["t1"], "task_id must be a string or null, got ['t1']"),
+    ("task_id", False, "task_id must be a string or null, got False"),
+    ("kind", 7, "kind must be a string, got 7"),
+    ("kind", None, "kind must be a string, got None"),
+    ("payload", [1, 2], "payload must be an object, got [1, 2]"),
+    ("payload", "text", "payload must be an object, got 'text'"),
+    ("payload", None, "payload must be an object, got None"),
+])
+def test_a_row_of_the_wrong_shape_breaks_though_its_hash_is_right(
+        field: str, value: Any, reason: str) -> None:
+    """Row 2's field has a type the contract does not allow, and its entry_hash is the
+    right hash of the row as it stands (stdlib-computed): only the shape check can tell,
+    in either spelling of the line."""
+    rows = [json.loads(x) for x in _chain(3)]
+    rows[1][field] = value
+    doc = {k: rows[1][k] for k in ("kind", "payload", "prev_hash", "task_id")}
+    rows[1]["entry_hash"] = hashlib.sha256(ref_canonical(doc)).hexdigest()
+    rows[2]["prev_hash"] = rows[1]["entry_hash"]
+    doc = {k: rows[2][k] for k in ("kind", "payload", "prev_hash", "task_id")}
+    rows[2]["entry_hash"] = hashlib.sha256(ref_canonical(doc)).hexdigest()
+    for spell in (json.dumps, ref_canonical):
+        res = verify_lines([_bytes(spell(r)) for r in rows])
+        assert (res.ok, res.error_seq, res.error_line, res.entry_count) == (False, 2, 2, 1)
+        assert res.reason == reason

@@ -156,9 +156,11 @@ def _verify_work_ledger(run_id: str, expected_head: str | None, as_json: bool,
 
     try:
         directory, res = check()
-        if res.ok and res.entry_count == 0:
+        if res.entry_count == 0 and (res.ok or res.error_seq == 0):
             # An empty segment, or one holding only a crash's fragment of the first row:
-            # no entry to verify, which anchor and resume also call no ledger.
+            # no entry to verify, which anchor and resume also call no ledger. With
+            # --expected-head the walk reports a head mismatch at entry 0 instead; that
+            # is still no ledger, as it is when the directory is missing.
             torn = (f"; only a torn fragment of {res.torn_size} bytes"
                     if res.torn_tail is not None else "")
             raise NoLedger(f"no work ledger at {secretless(directory)} (no entries{torn})")
