@@ -241,3 +241,94 @@ def test_a_row_of_the_wrong_shape_breaks_though_its_hash_is_right(
         res = verify_lines([_bytes(spell(r)) for r in rows])
         assert (res.ok, res.error_seq, res.error_line, res.entry_count) == (False, 2, 2, 1)
         assert res.reason == reason
+
+
+def test_nan_in_a_row_is_refused_by_name() -> None:
+    """NaN is no JSON value: the line is unparseable, said so, whatever the hash."""
+    line = _chain(1)[0].replace(b'"i":1', b'"i":NaN')
+    res = verify_lines([line])
+    assert (res.ok, res.error_seq, res.reason) == (
+        False, 1, "not a parseable ledger row (NaN is not JSON)")
+
+
+@pytest.mark.parametrize("count", [-1, 0])
+def test_redactions_below_one_breaks_in_canonical_form(count: int) -> None:
+    """redactions is a positive count when present; the line is otherwise canonical
+    and its hash right (redactions is not hashed)."""
+    rows = [json.loads(x) for x in _chain(3)]
+    rows[1]["redactions"] = count
+    res = verify_lines([ref_canonical(r) for r in rows])
+    assert (res.ok, res.error_seq, res.error_line, res.entry_count) == (False, 2, 2, 1)
+    assert res.reason == f"redactions must be a positive integer when present, got {count}"
+
+
+# -- verify: segments, long runs, the parallel walk's stitching -------------------------
+
+def test_only_segment_files_are_read(tmp_path: Path) -> None:
+    """Names that only look like segments (another separator, a suffix, a directory)
+    are not part of the chain."""
+    d = tmp_path / "strays"
+    d.mkdir()
+    lines = _chain(3)
+    (d / "000000.jsonl").write_bytes(b"".join(x + b"\n" for x in lines))
+    (d / "000001xjsonl").write_bytes(b"junk\n")
+    (d / "000001.jsonl.bak").write_bytes(b"junk\n")
+    (d / "000002.jsonl").mkdir()
+    res = verify_dir(d)
+    assert (res.ok, res.entry_count, res.head_hash) == (True, 3, json.loads(lines[2])[
+        "entry_hash"])
+
+
+def test_rows_of_exactly_chunk_bytes_are_rows_and_a_longer_tail_is_torn(
+        tmp_path: Path) -> None:
+    """A complete row of exactly CHUNK bytes is a row. An unterminated run longer than
+    CHUNK at the end of the ledger is a torn tail, all of it, even when its last CHUNK
+    bytes would read as a row."""
+    d = tmp_path / "edge"
+    d.mkdir()
+    probe = _chain(2, {2: ""})[1]
+    lines = _chain(3, {2: "x" * (CHUNK - len(probe))})
+    assert len(lines[1]) == CHUNK
+    seg = d / "000000.jsonl"
+    seg.write_bytes(b"".join(x + b"\n" for x in lines))
+    res = verify_dir(d)
+    assert (res.ok, res.entry_count, res.torn_tail) == (True, 3, None)
+    seg.write_bytes(lines[0] + b"\n" + b"Z" * 10 + lines[1])
+    res = verify_dir(d)
+    assert (res.ok, res.entry_count, res.torn_tail, res.torn_size) == (
+        True, 1, lines[1], CHUNK + 10)
+    assert read_chain(d).lines == [lines[0]]
+
+
+def _rechained(lines: list[bytes], at: int, change: str) -> list[bytes]:
+    """`lines` with row `at` (0-based) broken at its link, every row after it rehashed
+    so that the chain links again from there: only row `at`'s link tells."""
+    rows = [json.loads(x) for x in lines]
+    if change == "prev":
+        rows[at]["prev_hash"] = "e" * 64
+    else:
+        for r in rows[at:]:
+            r["seq"] += 1
+    for i in range(at, len(rows)):
+        if i > at:
+            rows[i]["prev_hash"] = rows[i - 1]["entry_hash"]
+        doc = {k: rows[i][k] for k in ("kind", "payload", "prev_hash", "task_id")}
+        rows[i]["entry_hash"] = hashlib.sha256(ref_canonical(doc)).hexdigest()
+    return [ref_canonical(r) for r in rows]
+
+
+@pytest.mark.parametrize("change", ["prev", "seq"])
+def test_the_parallel_walk_checks_the_link_where_its_ranges_meet(tmp_path: Path,
+                                                                  change: str) -> None:
+    """Each range of the parallel walk trusts its first row's link and the stitching
+    checks it. A break at any row (so at the first row of some range, however many
+    ranges there are) is found, and named as the sequential walk names it."""
+    d = tmp_path / "stitch"
+    d.mkdir()
+    good = _chain(24)
+    for at in range(1, 24):
+        (d / "000000.jsonl").write_bytes(b"".join(x + b"\n" for x in _rechained(good, at,
+                                                                                change)))
+        par, seq = verify_dir(d, parallel=True), verify_dir(d, parallel=False)
+        assert par == seq, at
+        assert (seq.ok, seq.error_seq, seq.error_line) == (False, at + 1, at + 1), at
