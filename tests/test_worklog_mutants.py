@@ -18,7 +18,8 @@ import pytest
 
 from conftest import World
 from harness.ledger.dayfiles import CHUNK
-from harness.worklog.rows import GENESIS, entry_hash
+from harness.worklog.rows import GENESIS, RowRejected, entry_hash, ledger_dir, secret_field
+from harness.worklog.store import WorkLedger
 from harness.worklog.verify import PARALLEL_BYTES, read_chain, verify_dir, verify_lines
 from ledgertools import ref_canonical
 
@@ -322,13 +323,81 @@ def test_the_parallel_walk_checks_the_link_where_its_ranges_meet(tmp_path: Path,
                                                                   change: str) -> None:
     """Each range of the parallel walk trusts its first row's link and the stitching
     checks it. A break at any row (so at the first row of some range, however many
-    ranges there are) is found, and named as the sequential walk names it."""
+    ranges there are, and inside the last one, which holds the small rows at the end)
+    is found, and named as the sequential walk names it."""
     d = tmp_path / "stitch"
     d.mkdir()
-    good = _chain(24)
+    good = _chain(24, {seq: "x" * 2000 for seq in range(1, 17)})
     for at in range(1, 24):
         (d / "000000.jsonl").write_bytes(b"".join(x + b"\n" for x in _rechained(good, at,
                                                                                 change)))
         par, seq = verify_dir(d, parallel=True), verify_dir(d, parallel=False)
         assert par == seq, at
         assert (seq.ok, seq.error_seq, seq.error_line) == (False, at + 1, at + 1), at
+
+
+def test_a_break_on_the_last_line_of_a_segment_is_named_in_that_segment(
+        tmp_path: Path) -> None:
+    """Lines read from every segment first (as anchor and resume read them), then
+    verified: a break on a segment's last line is that segment's, not line 0 of the next.
+    A head mismatch with an empty segment after the last row is the last row's."""
+    d = tmp_path / "edges"
+    d.mkdir()
+    lines = _chain(6)
+    broken = [*lines[:3], lines[3].replace(b'"i":4', b'"i":5'), *lines[4:]]
+    (d / "000000.jsonl").write_bytes(b"".join(x + b"\n" for x in broken[:4]))
+    (d / "000001.jsonl").write_bytes(b"".join(x + b"\n" for x in broken[4:]))
+    read = read_chain(d)
+    res = verify_lines(read.lines, starts=read.starts)
+    assert (res.error_seq, res.error_file, res.error_line) == (4, "000000.jsonl", 4)
+    (d / "000000.jsonl").write_bytes(b"".join(x + b"\n" for x in lines))
+    (d / "000001.jsonl").write_bytes(b"")
+    for res in (verify_dir(d, expected_head="a" * 64),
+                verify_lines(read_chain(d).lines, "a" * 64, starts=read_chain(d).starts)):
+        assert (res.ok, res.error_seq, res.error_file, res.error_line) == (
+            False, 6, "000000.jsonl", 6)
+
+
+# -- rows: what the writer refuses, and what a chain it did not write may hold ----------
+
+LOWER_SECRET = "sk-ant-api03-" + "zx9" * 12  # a valid kind by its letters
+
+
+def test_the_writer_refuses_ids_and_accepts_the_longest_task_id(tmp_path: Path) -> None:
+    """Refused: a kind not starting with a letter, a kind or task id holding a secret
+    (never echoed), a task id holding DEL or a C1 control. Accepted: a 128-character
+    task id. A refusal consumes no seq."""
+    with WorkLedger(tmp_path, "ids") as wl:
+        wl.record("run.open", None, {})
+        refused: list[tuple[str, str | None, str]] = [
+            ("1goal.tick", None, "is not a valid kind"),
+            (LOWER_SECRET, None, "kind looks like it holds a secret; refusing to record it"),
+            ("task.started", LOWER_SECRET,
+             "task_id looks like it holds a secret; refusing to record it"),
+            ("task.started", "a\x7fb", "contains a control character"),
+            ("task.started", "a\x85b", "contains a control character"),
+            ("task.started", "a\x9fb", "contains a control character"),
+        ]
+        for kind, task_id, message in refused:
+            with pytest.raises(RowRejected) as ei:
+                wl.record(kind, task_id, {})
+            assert message in str(ei.value), (kind, task_id, str(ei.value))
+            assert LOWER_SECRET not in str(ei.value)
+        row = wl.record("task.started", "t" * 128, {})
+        assert (row["seq"], row["task_id"]) == (2, "t" * 128)
+        assert wl.record("task.started", "a\xa0b", {})["seq"] == 3  # past C1: text
+    assert LOWER_SECRET.encode() not in (ledger_dir(tmp_path, "ids") / "000000.jsonl").read_bytes()
+
+
+def test_secret_field_names_the_id_that_holds_a_secret() -> None:
+    assert secret_field(LOWER_SECRET, None, {}) == "kind"
+    assert secret_field("task.started", LOWER_SECRET, {}) == "task_id"
+    assert secret_field("task.started", "t1", {"env": {"API_KEY": "hunter2hunter2"}}) == (
+        "payload.env.API_KEY")
+    assert secret_field("task.started", "t1", {"argv": ["x", LOWER_SECRET]}) == (
+        "payload.argv[1]")
+    assert secret_field("task.started", "t1", {"a b": [LOWER_SECRET]}) == (
+        "payload['a b'][0]")
+    assert secret_field("task.started", "t1", {"ok": {LOWER_SECRET: 1}}) == (
+        "a key of payload.ok")
+    assert secret_field("task.started", "t1", {"argv": ["x"]}) is None
