@@ -20,7 +20,14 @@ from conftest import World
 from harness.ledger.dayfiles import CHUNK
 from harness.worklog.rows import GENESIS, RowRejected, entry_hash, ledger_dir, secret_field
 from harness.worklog.store import WorkLedger
-from harness.worklog.verify import PARALLEL_BYTES, read_chain, verify_dir, verify_lines
+from harness.worklog.verify import (
+    PARALLEL_BYTES,
+    canonical_lines,
+    read_chain,
+    verify_continuation,
+    verify_dir,
+    verify_lines,
+)
 from ledgertools import ref_canonical
 
 TS = "2026-11-30T08:00:00.000000000Z"
@@ -401,3 +408,36 @@ def test_secret_field_names_the_id_that_holds_a_secret() -> None:
     assert secret_field("task.started", "t1", {"ok": {LOWER_SECRET: 1}}) == (
         "a key of payload.ok")
     assert secret_field("task.started", "t1", {"argv": ["x"]}) is None
+    # A path past 200 characters is cut there, visibly.
+    assert secret_field("task.started", "t1", {"k" * 300: LOWER_SECRET}) == (
+        "payload." + "k" * 191 + "…")
+
+
+def test_many_segments_are_read_in_name_order_whatever_the_directory_order(
+        tmp_path: Path) -> None:
+    """Twelve segments of one row each, created last name first: read in name order
+    (the order a directory lists them in is the file system's, not the chain's)."""
+    d = tmp_path / "many"
+    d.mkdir()
+    lines = _chain(12)
+    for i in reversed(range(12)):
+        (d / f"{i:06d}.jsonl").write_bytes(lines[i] + b"\n")
+    res = verify_dir(d)
+    assert (res.ok, res.entry_count) == (True, 12)
+    assert read_chain(d).lines == lines
+
+
+def test_a_continuation_counts_lines_from_the_start_of_the_chain() -> None:
+    """Verifying only what follows an already verified prefix: the lines it could not
+    prove canonical, the rows it shows an observer and a break are all numbered in the
+    whole chain, as anchoring uses them."""
+    lines = _chain(6)
+    loose = [*lines[:4], _loose(lines[4]), lines[5]]
+    head4 = json.loads(lines[3])["entry_hash"]
+    seen: list[int] = []
+    res = verify_continuation(loose, 4, head4, observe=lambda first, rows, _: seen.append(first))
+    assert (res.ok, res.entry_count, res.unproven, seen) == (True, 6, [4], [5])
+    assert canonical_lines(loose, res.unproven) == lines
+    broken = [*lines[:5], lines[5].replace(b'"i":6', b'"i":7')]
+    res = verify_continuation(broken, 4, head4)
+    assert (res.ok, res.error_seq, res.error_line, res.entry_count) == (False, 6, 6, 5)
