@@ -9,8 +9,11 @@ forged rows whose entry_hash is the hash of a document one byte off at each edge
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ import pytest
 from conftest import World
 from harness.ledger.dayfiles import CHUNK
 from harness.worklog.rows import GENESIS, RowRejected, entry_hash, ledger_dir, secret_field
-from harness.worklog.store import WorkLedger
+from harness.worklog.store import LedgerLocked, WorkLedger
 from harness.worklog.verify import (
     PARALLEL_BYTES,
     canonical_lines,
@@ -441,3 +444,41 @@ def test_a_continuation_counts_lines_from_the_start_of_the_chain() -> None:
     broken = [*lines[:5], lines[5].replace(b'"i":6', b'"i":7')]
     res = verify_continuation(broken, 4, head4)
     assert (res.ok, res.error_seq, res.error_line, res.entry_count) == (False, 6, 6, 5)
+
+
+# -- store: the writer's lock and its holder ---------------------------------------------
+
+@pytest.mark.parametrize("content", [b"not json at all", b"[1, 2]", b'"a string"'])
+def test_a_lock_whose_identity_cannot_be_read_is_still_refused_by_name(
+        tmp_path: Path, content: bytes) -> None:
+    """Another open file description holds the lock and its file holds no identity: the
+    refusal says so (rather than "has not recorded its pid yet", or a traceback)."""
+    d = ledger_dir(tmp_path, "held")
+    d.mkdir(parents=True)
+    (d / ".lock").write_bytes(content)
+    fd = os.open(d / ".lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(LedgerLocked) as ei:
+            WorkLedger(tmp_path, "held")
+        assert str(ei.value) == (f"work ledger 'held' is held by another process (its identity "
+                                 f"in {d / '.lock'} cannot be read); only one writer may hold "
+                                 "a run")
+        assert ei.value.holder == {} and ei.value.exit_code == 2
+        (d / ".lock").write_bytes(b"")
+        with pytest.raises(LedgerLocked, match="it has not recorded its pid yet"):
+            WorkLedger(tmp_path, "held")
+    finally:
+        os.close(fd)
+
+
+def test_the_holder_is_recorded_in_a_private_lock_file_and_rows_start_empty(
+        tmp_path: Path) -> None:
+    with WorkLedger(tmp_path, "fresh") as wl:
+        lock = wl.dir / ".lock"
+        assert stat.S_IMODE(lock.stat().st_mode) == 0o600
+        assert json.loads(lock.read_bytes())["pid"] == os.getpid()
+        assert wl.rows() == [] and wl.head == (0, GENESIS)
+        row = wl.record("run.open", None, {"n": 1})
+        assert wl.rows() == [row]
+    assert lock.read_bytes() == b""
