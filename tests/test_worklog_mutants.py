@@ -21,8 +21,17 @@ import pytest
 
 from conftest import World
 from harness.ledger.dayfiles import CHUNK
-from harness.worklog.rows import GENESIS, RowRejected, entry_hash, ledger_dir, secret_field
-from harness.worklog.store import LedgerLocked, WorkLedger
+from harness.ledger.files import FileLayer
+from harness.worklog import VerificationFailed
+from harness.worklog.rows import (
+    GENESIS,
+    RowRejected,
+    SecretScan,
+    entry_hash,
+    ledger_dir,
+    secret_field,
+)
+from harness.worklog.store import LedgerLocked, WorkLedger, cut_torn_tail
 from harness.worklog.verify import (
     PARALLEL_BYTES,
     canonical_lines,
@@ -482,3 +491,77 @@ def test_the_holder_is_recorded_in_a_private_lock_file_and_rows_start_empty(
         row = wl.record("run.open", None, {"n": 1})
         assert wl.rows() == [row]
     assert lock.read_bytes() == b""
+
+
+def test_a_torn_tail_longer_than_chunk_is_cut_whole_on_open(tmp_path: Path) -> None:
+    """A crash can leave megabytes of zeroed blocks after the last row: recovery cuts
+    all of them (not only the last CHUNK bytes it kept to compare), so the next row
+    follows the last verified one directly."""
+    d = ledger_dir(tmp_path, "zeros")
+    d.mkdir(parents=True)
+    lines = _chain(2)
+    seg = d / "000000.jsonl"
+    seg.write_bytes(b"".join(x + b"\n" for x in lines) + b"\0" * (CHUNK + 4096))
+    res = verify_dir(d)
+    assert (res.ok, res.entry_count, res.torn_size) == (True, 2, CHUNK + 4096)
+    with WorkLedger(tmp_path, "zeros") as wl:
+        assert wl.recovered_tail == b"\0" * CHUNK
+        row = wl.record("goal.tick", None, {"i": 3})
+    assert seg.read_bytes() == b"".join(x + b"\n" for x in [*lines, ref_canonical(row)])
+    assert verify_dir(d).entry_count == 3
+
+
+class _Ops(FileLayer):
+    """The real file layer, noting the writes, truncations and syncs it makes, in order."""
+
+    def __init__(self) -> None:
+        self.ops: list[str] = []
+
+    def write(self, fd: int, data: bytes) -> int:
+        self.ops.append("write")
+        return super().write(fd, data)
+
+    def truncate(self, fd: int, size: int) -> None:
+        self.ops.append(f"truncate {size}")
+        super().truncate(fd, size)
+
+    def sync(self, fd: int) -> None:
+        self.ops.append("sync")
+        super().sync(fd)
+
+
+def test_the_cut_of_a_torn_tail_is_synced_before_the_first_append(tmp_path: Path) -> None:
+    d = ledger_dir(tmp_path, "cut")
+    d.mkdir(parents=True)
+    lines = _chain(2)
+    kept = b"".join(x + b"\n" for x in lines)
+    (d / "000000.jsonl").write_bytes(kept + lines[0][:30])
+    layer = _Ops()
+    with WorkLedger(tmp_path, "cut", files=layer) as wl:
+        assert layer.ops[:2] == [f"truncate {len(kept)}", "sync"]
+        wl.record("goal.tick", None, {"i": 3})
+    assert layer.ops[2] == "write"
+
+
+def test_cutting_a_torn_tail_refuses_when_the_file_no_longer_ends_in_it(
+        tmp_path: Path) -> None:
+    """What was read as the fragment must still be the file's end, or nothing is cut."""
+    seg = tmp_path / "000000.jsonl"
+    body = b"".join(x + b"\n" for x in _chain(2))
+    seg.write_bytes(body + b"FRAGMENT")
+    for torn, size in ((b"FRAGMENX", 8), (b"FRAGMENT", len(body) + 100), (b"FRAGMENT", 7)):
+        with pytest.raises(VerificationFailed, match="changed while its torn tail was being cut"):
+            cut_torn_tail(seg, torn, size)
+        assert seg.read_bytes() == body + b"FRAGMENT"
+    assert cut_torn_tail(seg, b"MENT", 8) == len(body)
+    assert seg.read_bytes() == body
+
+
+def test_the_secret_scan_names_the_first_of_two_far_apart_in_one_batch() -> None:
+    """Rows 4 and 1001 of one batch of 1,024 hold a secret: the scan names row 4, the
+    first in the chain (whatever order a set of their indices would list them in)."""
+    lines = _chain(1024, {4: LOWER_SECRET, 1001: LOWER_SECRET})
+    scan = SecretScan()
+    res = verify_lines(lines, observe=scan)
+    assert res.ok and res.unproven == []
+    assert scan.first(lines, res.unproven) == (3, "payload.blob")
