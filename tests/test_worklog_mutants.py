@@ -565,3 +565,35 @@ def test_the_secret_scan_names_the_first_of_two_far_apart_in_one_batch() -> None
     res = verify_lines(lines, observe=scan)
     assert res.ok and res.unproven == []
     assert scan.first(lines, res.unproven) == (3, "payload.blob")
+
+
+def test_a_run_id_holding_a_secret_is_refused_unechoed(tmp_path: Path) -> None:
+    with pytest.raises(RowRejected) as ei:
+        WorkLedger(tmp_path, LOWER_SECRET)
+    assert str(ei.value).startswith("run id looks like it holds a secret")
+    assert LOWER_SECRET not in str(ei.value)
+    assert not (tmp_path / ".harness").exists()
+
+
+def test_the_row_returned_is_the_row_read_back_with_one_redaction(tmp_path: Path) -> None:
+    with WorkLedger(tmp_path, "one") as wl:
+        row = wl.record("goal.note", None, {"auth": "token=abcdef123456"})
+        assert row["redactions"] == 1
+        assert wl.rows() == [row]
+
+
+def test_the_writer_continues_in_the_last_segment(tmp_path: Path) -> None:
+    """A ledger already in two segments (by another writer, or by hand): new rows go to
+    the last one, after the head, never into an earlier segment."""
+    d = ledger_dir(tmp_path, "two")
+    d.mkdir(parents=True)
+    lines = _chain(4)
+    (d / "000000.jsonl").write_bytes(b"".join(x + b"\n" for x in lines[:2]))
+    (d / "000001.jsonl").write_bytes(b"".join(x + b"\n" for x in lines[2:]))
+    with WorkLedger(tmp_path, "two") as wl:
+        assert wl.segment == d / "000001.jsonl"
+        row = wl.record("goal.tick", None, {"i": 5})
+    assert (d / "000000.jsonl").read_bytes() == b"".join(x + b"\n" for x in lines[:2])
+    assert (d / "000001.jsonl").read_bytes() == b"".join(
+        x + b"\n" for x in [*lines[2:], ref_canonical(row)])
+    assert (verify_dir(d).ok, verify_dir(d).entry_count) == (True, 5)
