@@ -597,3 +597,18 @@ def test_the_writer_continues_in_the_last_segment(tmp_path: Path) -> None:
     assert (d / "000001.jsonl").read_bytes() == b"".join(
         x + b"\n" for x in [*lines[2:], ref_canonical(row)])
     assert (verify_dir(d).ok, verify_dir(d).entry_count) == (True, 5)
+
+
+def test_a_refused_open_releases_the_lock(tmp_path: Path) -> None:
+    """Opening a broken chain is refused; once it is repaired, the next open (in the
+    same process) takes the lock: the refusal did not keep it."""
+    d = ledger_dir(tmp_path, "mend")
+    d.mkdir(parents=True)
+    lines = _chain(3)
+    seg = d / "000000.jsonl"
+    seg.write_bytes(b"".join(x + b"\n" for x in [lines[0], lines[2], lines[1]]))
+    with pytest.raises(VerificationFailed, match=r"entry 2 \(000000\.jsonl:2\)"):
+        WorkLedger(tmp_path, "mend")
+    seg.write_bytes(b"".join(x + b"\n" for x in lines))
+    with WorkLedger(tmp_path, "mend") as wl:
+        assert wl.head == (3, json.loads(lines[2])["entry_hash"])
