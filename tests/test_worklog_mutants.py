@@ -589,9 +589,10 @@ def test_the_writer_continues_in_the_last_segment(tmp_path: Path) -> None:
     d.mkdir(parents=True)
     lines = _chain(4)
     (d / "000000.jsonl").write_bytes(b"".join(x + b"\n" for x in lines[:2]))
-    (d / "000001.jsonl").write_bytes(b"".join(x + b"\n" for x in lines[2:]))
+    # ... with a torn tail there, which is what recovery cuts.
+    (d / "000001.jsonl").write_bytes(b"".join(x + b"\n" for x in lines[2:]) + lines[0][:9])
     with WorkLedger(tmp_path, "two") as wl:
-        assert wl.segment == d / "000001.jsonl"
+        assert (wl.segment, wl.recovered_tail) == (d / "000001.jsonl", lines[0][:9])
         row = wl.record("goal.tick", None, {"i": 5})
     assert (d / "000000.jsonl").read_bytes() == b"".join(x + b"\n" for x in lines[:2])
     assert (d / "000001.jsonl").read_bytes() == b"".join(
