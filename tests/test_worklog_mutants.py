@@ -23,6 +23,7 @@ from conftest import World
 from harness.ledger.dayfiles import CHUNK
 from harness.ledger.files import FileLayer
 from harness.worklog import VerificationFailed
+from harness.worklog.replay import replay
 from harness.worklog.rows import (
     GENESIS,
     RowRejected,
@@ -613,3 +614,25 @@ def test_a_refused_open_releases_the_lock(tmp_path: Path) -> None:
     seg.write_bytes(b"".join(x + b"\n" for x in lines))
     with WorkLedger(tmp_path, "mend") as wl:
         assert wl.head == (3, json.loads(lines[2])["entry_hash"])
+
+
+# -- replay ----------------------------------------------------------------------------
+
+def test_a_later_schedule_replaces_the_deps_and_names_each_once(tmp_path: Path) -> None:
+    """The last task.scheduled row of a task says its deps: an empty list, or a value
+    that is no list, means none (so the task is ready); a dep named twice counts once."""
+    with WorkLedger(tmp_path, "deps") as wl:
+        wl.record("run.open", None, {})
+        wl.record("task.scheduled", "a", {"deps": []})
+        wl.record("task.scheduled", "b", {"deps": ["a", "a", 7, "z"]})
+        wl.record("task.scheduled", "c", {"deps": ["z"]})
+        wl.record("task.scheduled", "d", {"deps": ["z"]})
+        first = replay(wl.rows()).to_json()
+        wl.record("task.scheduled", "c", {"deps": []})
+        wl.record("task.scheduled", "d", {"deps": "z"})
+        wl.record("task.scheduled", "a", {"note": "no deps key: deps kept"})
+        later = replay(wl.rows()).to_json()
+    assert [t["deps"] for t in first["tasks"]] == [[], ["a", "z"], ["z"], ["z"]]
+    assert first["frontier"] == ["a"]
+    assert [t["deps"] for t in later["tasks"]] == [[], ["a", "z"], [], []]
+    assert later["frontier"] == ["a", "c", "d"]
