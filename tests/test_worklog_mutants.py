@@ -636,3 +636,21 @@ def test_a_later_schedule_replaces_the_deps_and_names_each_once(tmp_path: Path) 
     assert first["frontier"] == ["a"]
     assert [t["deps"] for t in later["tasks"]] == [[], ["a", "z"], [], []]
     assert later["frontier"] == ["a", "c", "d"]
+
+
+def test_a_task_row_without_a_task_id_is_carried_not_dropped() -> None:
+    """A chain written by hand may hold a task.* row with a null task_id (the writer
+    refuses one): replay counts and carries it like a row of an unknown kind."""
+    rows: list[dict[str, Any]] = [
+        {"seq": 1, "kind": "run.open", "task_id": None, "payload": {}, "entry_hash": "h1"},
+        {"seq": 2, "kind": "task.started", "task_id": None, "payload": {"x": 1},
+         "entry_hash": "h2"},
+        {"seq": 3, "kind": "run.resumed", "task_id": None, "payload": {}, "entry_hash": "h3"},
+        {"seq": 4, "kind": "run.closed", "task_id": None, "payload": {}, "entry_hash": "h4"},
+    ]
+    st = replay(rows)
+    j = st.to_json()
+    assert (j["unknown_kinds"], j["tasks"], j["entry_count"], j["head_seq"], j["head_hash"]) == (
+        {"task.started": 1}, [], 4, 4, "h4")
+    assert (j["opened"], j["prior_resumes"], j["closed"]) == (True, 1, True)
+    assert st.unknown == [rows[1]]
