@@ -654,3 +654,7 @@ def test_a_task_row_without_a_task_id_is_carried_not_dropped() -> None:
         {"task.started": 1}, [], 4, 4, "h4")
     assert (j["opened"], j["prior_resumes"], j["closed"]) == (True, 1, True)
     assert st.unknown == [rows[1]]
+    # Unknown kinds are listed by name, not in the order the chain first holds them.
+    later = [{"seq": 5, "kind": k, "task_id": None, "payload": {}} for k in ("goal.z", "goal.a")]
+    assert list(replay(rows + later).to_json()["unknown_kinds"]) == [
+        "goal.a", "goal.z", "task.started"]
