@@ -636,6 +636,8 @@ def test_a_later_schedule_replaces_the_deps_and_names_each_once(tmp_path: Path) 
     assert first["frontier"] == ["a"]
     assert [t["deps"] for t in later["tasks"]] == [[], ["a", "z"], [], []]
     assert later["frontier"] == ["a", "c", "d"]
+    assert [(t["task_id"], t["first_seq"], t["last_seq"]) for t in later["tasks"]] == [
+        ("a", 2, 8), ("b", 3, 3), ("c", 4, 6), ("d", 5, 7)]
 
 
 def test_a_task_row_without_a_task_id_is_carried_not_dropped() -> None:
