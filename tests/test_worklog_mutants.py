@@ -1,7 +1,9 @@
 """Mutation-found gaps in the work ledger's core: chain verification
-(`harness.worklog.verify`), the row contract (`harness.worklog.rows`) and the writer
-(`harness.worklog.store`). Each test pins a behaviour no other test held exactly; those
-under "defects" failed before the fix they name.
+(`harness.worklog.verify`), the row contract (`harness.worklog.rows`), the writer
+(`harness.worklog.store`) and the projection (`harness.worklog.replay`). Each test pins
+a behaviour no other test held exactly; those under "defects" failed before the fix
+they name (verify's handling of lines past CHUNK bytes, `ledger verify`'s exit code for
+a ledger with no entry).
 
 The work ledger's verifier hashes a slice of each canonical line rather than re-encoding
 the row; the first tests hold that slice to the contract's document byte for byte, with
@@ -164,6 +166,28 @@ def test_cli_exit_code_for_a_line_past_chunk_bytes(world: World, tmp_path: Path)
         False, 5, "000000.jsonl", 5, 4)
 
 
+@pytest.mark.parametrize("content", [b"", b'{"seq":1,"ts":"2026'])
+@pytest.mark.parametrize("head", ["a" * 64, GENESIS])
+def test_no_entry_is_no_ledger_whatever_head_is_expected(world: World, tmp_path: Path,
+                                                         content: bytes, head: str) -> None:
+    """An empty segment (or one holding only a crash's fragment) is no ledger: exit 1,
+    as without --expected-head and as for a missing directory. A head other than genesis
+    was reported as a broken chain "at entry 0 (line 0)", exit 2."""
+    d = tmp_path / ".harness" / "runtime" / "ledger" / "empty"
+    d.mkdir(parents=True)
+    (d / "000000.jsonl").write_bytes(content)
+    proc = world.harness("ledger", "verify", "empty", "--workdir", str(tmp_path),
+                         "--expected-head", head)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.startswith(f"harness: no work ledger at {d} (no entries")
+    proc = world.harness("ledger", "verify", "empty", "--workdir", str(tmp_path),
+                         "--expected-head", head, "--json")
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert (data["ok"], data["entry_count"], data["seq"], data["line"], data["exit_code"]) == (
+        False, 0, None, None, 1)
+
+
 # -- verify: the strict path (lines not in canonical form) -----------------------------
 
 def _loose(line: bytes) -> bytes:
@@ -212,28 +236,6 @@ def test_a_hand_spelled_row_whose_ts_is_no_rfc3339_time_breaks(ts: str) -> None:
 
 def _bytes(text: str | bytes) -> bytes:
     return text.encode() if isinstance(text, str) else text
-
-
-@pytest.mark.parametrize("content", [b"", b'{"seq":1,"ts":"2026'])
-@pytest.mark.parametrize("head", ["a" * 64, GENESIS])
-def test_no_entry_is_no_ledger_whatever_head_is_expected(world: World, tmp_path: Path,
-                                                         content: bytes, head: str) -> None:
-    """An empty segment (or one holding only a crash's fragment) is no ledger: exit 1,
-    as without --expected-head and as for a missing directory. A head other than genesis
-    was reported as a broken chain "at entry 0 (line 0)", exit 2."""
-    d = tmp_path / ".harness" / "runtime" / "ledger" / "empty"
-    d.mkdir(parents=True)
-    (d / "000000.jsonl").write_bytes(content)
-    proc = world.harness("ledger", "verify", "empty", "--workdir", str(tmp_path),
-                         "--expected-head", head)
-    assert proc.returncode == 1, proc.stderr
-    assert proc.stderr.startswith(f"harness: no work ledger at {d} (no entries")
-    proc = world.harness("ledger", "verify", "empty", "--workdir", str(tmp_path),
-                         "--expected-head", head, "--json")
-    assert proc.returncode == 1, proc.stderr
-    data = json.loads(proc.stdout)
-    assert (data["ok"], data["entry_count"], data["seq"], data["line"], data["exit_code"]) == (
-        False, 0, None, None, 1)
 
 
 @pytest.mark.parametrize(("field", "value", "reason"), [
@@ -378,6 +380,36 @@ def test_a_break_on_the_last_line_of_a_segment_is_named_in_that_segment(
             False, 6, "000000.jsonl", 6)
 
 
+def test_many_segments_are_read_in_name_order_whatever_the_directory_order(
+        tmp_path: Path) -> None:
+    """Twelve segments of one row each, created last name first: read in name order
+    (the order a directory lists them in is the file system's, not the chain's)."""
+    d = tmp_path / "many"
+    d.mkdir()
+    lines = _chain(12)
+    for i in reversed(range(12)):
+        (d / f"{i:06d}.jsonl").write_bytes(lines[i] + b"\n")
+    res = verify_dir(d)
+    assert (res.ok, res.entry_count) == (True, 12)
+    assert read_chain(d).lines == lines
+
+
+def test_a_continuation_counts_lines_from_the_start_of_the_chain() -> None:
+    """Verifying only what follows an already verified prefix: the lines it could not
+    prove canonical, the rows it shows an observer and a break are all numbered in the
+    whole chain, as anchoring uses them."""
+    lines = _chain(6)
+    loose = [*lines[:4], _loose(lines[4]), lines[5]]
+    head4 = json.loads(lines[3])["entry_hash"]
+    seen: list[int] = []
+    res = verify_continuation(loose, 4, head4, observe=lambda first, rows, _: seen.append(first))
+    assert (res.ok, res.entry_count, res.unproven, seen) == (True, 6, [4], [5])
+    assert canonical_lines(loose, res.unproven) == lines
+    broken = [*lines[:5], lines[5].replace(b'"i":6', b'"i":7')]
+    res = verify_continuation(broken, 4, head4)
+    assert (res.ok, res.error_seq, res.error_line, res.entry_count) == (False, 6, 6, 5)
+
+
 # -- rows: what the writer refuses, and what a chain it did not write may hold ----------
 
 LOWER_SECRET = "sk-ant-api03-" + "zx9" * 12  # a valid kind by its letters
@@ -426,37 +458,25 @@ def test_secret_field_names_the_id_that_holds_a_secret() -> None:
         "payload." + "k" * 191 + "…")
 
 
-def test_many_segments_are_read_in_name_order_whatever_the_directory_order(
-        tmp_path: Path) -> None:
-    """Twelve segments of one row each, created last name first: read in name order
-    (the order a directory lists them in is the file system's, not the chain's)."""
-    d = tmp_path / "many"
-    d.mkdir()
-    lines = _chain(12)
-    for i in reversed(range(12)):
-        (d / f"{i:06d}.jsonl").write_bytes(lines[i] + b"\n")
-    res = verify_dir(d)
-    assert (res.ok, res.entry_count) == (True, 12)
-    assert read_chain(d).lines == lines
+def test_the_secret_scan_names_the_first_of_two_far_apart_in_one_batch() -> None:
+    """Rows 4 and 1001 of one batch of 1,024 hold a secret: the scan names row 4, the
+    first in the chain (whatever order a set of their indices would list them in)."""
+    lines = _chain(1024, {4: LOWER_SECRET, 1001: LOWER_SECRET})
+    scan = SecretScan()
+    res = verify_lines(lines, observe=scan)
+    assert res.ok and res.unproven == []
+    assert scan.first(lines, res.unproven) == (3, "payload.blob")
 
 
-def test_a_continuation_counts_lines_from_the_start_of_the_chain() -> None:
-    """Verifying only what follows an already verified prefix: the lines it could not
-    prove canonical, the rows it shows an observer and a break are all numbered in the
-    whole chain, as anchoring uses them."""
-    lines = _chain(6)
-    loose = [*lines[:4], _loose(lines[4]), lines[5]]
-    head4 = json.loads(lines[3])["entry_hash"]
-    seen: list[int] = []
-    res = verify_continuation(loose, 4, head4, observe=lambda first, rows, _: seen.append(first))
-    assert (res.ok, res.entry_count, res.unproven, seen) == (True, 6, [4], [5])
-    assert canonical_lines(loose, res.unproven) == lines
-    broken = [*lines[:5], lines[5].replace(b'"i":6', b'"i":7')]
-    res = verify_continuation(broken, 4, head4)
-    assert (res.ok, res.error_seq, res.error_line, res.entry_count) == (False, 6, 6, 5)
+def test_a_run_id_holding_a_secret_is_refused_unechoed(tmp_path: Path) -> None:
+    with pytest.raises(RowRejected) as ei:
+        WorkLedger(tmp_path, LOWER_SECRET)
+    assert str(ei.value).startswith("run id looks like it holds a secret")
+    assert LOWER_SECRET not in str(ei.value)
+    assert not (tmp_path / ".harness").exists()
 
 
-# -- store: the writer's lock and its holder ---------------------------------------------
+# -- store: the lock, recovery on open, appending -------------------------------------
 
 @pytest.mark.parametrize("content", [b"not json at all", b"[1, 2]", b'"a string"'])
 def test_a_lock_whose_identity_cannot_be_read_is_still_refused_by_name(
@@ -556,24 +576,6 @@ def test_cutting_a_torn_tail_refuses_when_the_file_no_longer_ends_in_it(
         assert seg.read_bytes() == body + b"FRAGMENT"
     assert cut_torn_tail(seg, b"MENT", 8) == len(body)
     assert seg.read_bytes() == body
-
-
-def test_the_secret_scan_names_the_first_of_two_far_apart_in_one_batch() -> None:
-    """Rows 4 and 1001 of one batch of 1,024 hold a secret: the scan names row 4, the
-    first in the chain (whatever order a set of their indices would list them in)."""
-    lines = _chain(1024, {4: LOWER_SECRET, 1001: LOWER_SECRET})
-    scan = SecretScan()
-    res = verify_lines(lines, observe=scan)
-    assert res.ok and res.unproven == []
-    assert scan.first(lines, res.unproven) == (3, "payload.blob")
-
-
-def test_a_run_id_holding_a_secret_is_refused_unechoed(tmp_path: Path) -> None:
-    with pytest.raises(RowRejected) as ei:
-        WorkLedger(tmp_path, LOWER_SECRET)
-    assert str(ei.value).startswith("run id looks like it holds a secret")
-    assert LOWER_SECRET not in str(ei.value)
-    assert not (tmp_path / ".harness").exists()
 
 
 def test_the_row_returned_is_the_row_read_back_with_one_redaction(tmp_path: Path) -> None:
