@@ -182,6 +182,69 @@ def _key(first: str, rest: str) -> str:
     return f"[{first}{first.upper()}](?i:{rest})"
 
 
+# Vendors' keys and tokens, as one rule: a class of their first letters, then a branch
+# on their second, where each checks its first letter behind it (and that it opens a
+# word, where it must). Each is its first letter (or letters) and its branch, which
+# opens with its second. As rules of their own they cost every place of a scanned
+# string a test each; as one, a test, and one for each second letter where a first
+# letter stands.
+_VENDOR_KEYS: Final[tuple[tuple[str, str], ...]] = (
+    # Prefixed OpenAI/Anthropic keys are unmistakable; a bare "sk-" needs a long run of
+    # alphanumerics holding a digit, so that kebab-case names ("sk-drain",
+    # "sk-nightly-build-2025-10-01") stay readable. No key starts mid-identifier
+    # ("task-…", "mask_…").
+    ("s", r"k-(?<=sk-)(?:(?:ant|proj|svcacct|admin|None|or)-" + _TOK + r"{20,}"
+     r"|(?<![A-Za-z0-9_-]sk-)(?=[A-Za-z]*[0-9])[A-Za-z0-9]{20,}" + _TOK + r"*)"),
+    # Stripe
+    ("sr", r"k_(?<=[sr]k_)(?<![A-Za-z0-9_][sr]k_)(?:live|test)_[A-Za-z0-9]{16,}"),
+    # GitHub
+    ("g", r"h(?<=gh)(?<![A-Za-z0-9]gh)[pousr]_[A-Za-z0-9]{20,}"),
+    ("g", r"i(?<=gi)(?<![A-Za-z0-9]gi)thub_pat_[A-Za-z0-9_]{20,}"),
+    # GitLab
+    ("g", r"l(?<=gl)(?:pat|dt|rt|cbt|ptt|ft|imt|agent|oas|soat)-" + _TOK + r"{20,}"),
+    ("w", r"h(?<=wh)sec_[A-Za-z0-9+/]{24,}={0,2}"),  # Stripe's webhooks
+    ("G", r"O(?<=GO)CSPX-" + _TOK + r"{24,}"),  # Google's OAuth clients
+    # Model and platform vendors' keys: a fixed prefix and a long random body; a name
+    # such as "hf_model_cache" is no key (too short, and "_" is no part of a body).
+    # Hugging Face's bodies are 34 letters, often with no digit at all.
+    ("h", r"f(?<=hf)(?<![A-Za-z0-9_]hf)_[A-Za-z0-9]{30,}"),
+    ("a", r"p(?<=ap)(?<![A-Za-z0-9_]ap)i_org_[A-Za-z0-9]{30,}"),  # Hugging Face's orgs
+    ("g", r"s(?<=gs)(?<![A-Za-z0-9_]gs)k_[A-Za-z0-9]{40,}"),  # Groq
+    ("x", r"a(?<=xa)(?<![A-Za-z0-9_-]xa)i-[A-Za-z0-9]{40,}"),  # xAI
+    ("p", r"p(?<=pp)(?<![A-Za-z0-9_-]pp)lx-[A-Za-z0-9]{40,}"),  # Perplexity
+    ("r", r"8(?<=r8)(?<![A-Za-z0-9_]r8)_[A-Za-z0-9]{30,}"),  # Replicate
+    ("l", r"s(?<=ls)(?<![A-Za-z0-9_]ls)v2_(?:pt|sk)_[A-Za-z0-9_]{20,}"),  # LangSmith
+    # SendGrid
+    ("S", r"G(?<=SG)(?<![A-Za-z0-9_-]SG)\." + _TOK + r"{16,}\." + _TOK + r"{16,}"),
+    ("d", r"o(?<=do)(?<![A-Za-z0-9_]do)[opr]_v1_[0-9a-f]{40,}"),  # DigitalOcean
+    ("x", r"o(?<=xo)(?<![A-Za-z0-9_-]xo)x[abeprs]-[A-Za-z0-9-]{15,}"),  # Slack
+    ("x", r"a(?<=xa)pp-[0-9]+-[A-Za-z0-9-]{10,}"),  # Slack's apps
+    ("n", r"p(?<=np)m_[A-Za-z0-9]{36}"),  # npm
+    ("y", r"a(?<=ya)29\." + _TOK + r"{20,}"),  # Google's OAuth access tokens
+    ("A", r"[KS](?<=A[KS])(?<![A-Za-z0-9]A[KS])IA[A-Z0-9]{16}(?![A-Z0-9])"),  # AWS
+    ("A", r"I(?<=AI)(?<![A-Za-z0-9_-]AI)za" + _TOK + r"{35,}"),  # Google
+)
+
+
+def _vendor_rule() -> str:
+    """_VENDOR_KEYS as one pattern: the class of their first letters, then one branch
+    for each second letter (a class "[KS]" is a letter of its own), holding its keys'
+    branches in their order. Two keys whose first two letters differ never match at
+    the same place, so only that order matters."""
+    by_second: dict[str, list[str]] = {}
+    for _, branch in _VENDOR_KEYS:
+        second = branch[: branch.index("]") + 1] if branch[0] == "[" else branch[0]
+        assert second[0] == "[" or second.isalnum(), branch
+        by_second.setdefault(second, []).append(branch[len(second):])
+    firsts = "".join(sorted({c for first, _ in _VENDOR_KEYS for c in first}))
+    return f"[{firsts}](?:" + "|".join(
+        second + (rests[0] if len(rests) == 1 else f"(?:{'|'.join(rests)})")
+        for second, rests in by_second.items()) + ")"
+
+
+_VENDOR_RULE: Final = _vendor_rule()
+
+
 # Authorization schemes (RFC 9110 and the registry, and the ones vendors use): a word
 # after "Authorization:" that is none of these is the credential itself.
 _SCHEMES: Final = ("aws4-hmac-sha256", "basic", "bearer", "digest", "dpop", "gnap", "hoba",
@@ -304,41 +367,9 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         # the ciphertext and a tag, none of them JSON
         r"|" + _TOK + r"*\." + _TOK + r"{8,}\." + _TOK + r"{2,}\." + _TOK + r"{8,})",
     ),
-    # Prefixed OpenAI/Anthropic keys are unmistakable; a bare "sk-" needs a long run of
-    # alphanumerics holding a digit, so that kebab-case names ("sk-drain",
-    # "sk-nightly-build-2025-10-01") stay readable. No key starts mid-identifier
-    # ("task-…", "mask_…").
-    (
-        "sk",
-        r"sk-(?:(?:ant|proj|svcacct|admin|None|or)-" + _TOK + r"{20,}"
-        r"|(?<![A-Za-z0-9_-]sk-)(?=[A-Za-z]*[0-9])[A-Za-z0-9]{20,}" + _TOK + r"*)",
-    ),
-    ("stripe", r"[sr]k_(?<![A-Za-z0-9_][sr]k_)(?:live|test)_[A-Za-z0-9]{16,}"),
-    (
-        "github",
-        r"g(?<![A-Za-z0-9]g)(?:h[pousr]_[A-Za-z0-9]{20,}|ithub_pat_[A-Za-z0-9_]{20,})",
-    ),
-    ("gitlab", r"gl(?:pat|dt|rt|cbt|ptt|ft|imt|agent|oas|soat)-" + _TOK + r"{20,}"),
-    ("stripe_webhook", r"whsec_[A-Za-z0-9+/]{24,}={0,2}"),
-    ("google_client", r"GOCSPX-" + _TOK + r"{24,}"),
-    # Model and platform vendors' keys: a fixed prefix and a long random body; a name
-    # such as "hf_model_cache" is no key (too short, and "_" is no part of a body).
-    # Hugging Face's bodies are 34 letters, often with no digit at all.
-    ("huggingface", r"h(?<![A-Za-z0-9_]h)f_[A-Za-z0-9]{30,}"),
-    ("huggingface_org", r"a(?<![A-Za-z0-9_]a)pi_org_[A-Za-z0-9]{30,}"),
-    ("groq", r"g(?<![A-Za-z0-9_]g)sk_[A-Za-z0-9]{40,}"),
-    ("xai", r"x(?<![A-Za-z0-9_-]x)ai-[A-Za-z0-9]{40,}"),
-    ("perplexity", r"p(?<![A-Za-z0-9_-]p)plx-[A-Za-z0-9]{40,}"),
-    ("replicate", r"r(?<![A-Za-z0-9_]r)8_[A-Za-z0-9]{30,}"),
-    ("langsmith", r"l(?<![A-Za-z0-9_]l)sv2_(?:pt|sk)_[A-Za-z0-9_]{20,}"),
-    ("sendgrid", r"S(?<![A-Za-z0-9_-]S)G\." + _TOK + r"{16,}\." + _TOK + r"{16,}"),
-    ("digitalocean", r"d(?<![A-Za-z0-9_]d)o[opr]_v1_[0-9a-f]{40,}"),
-    ("slack", r"x(?<![A-Za-z0-9_-]x)ox[abeprs]-[A-Za-z0-9-]{15,}"),
-    ("slack_app", r"xapp-[0-9]+-[A-Za-z0-9-]{10,}"),
-    ("npm", r"npm_[A-Za-z0-9]{36}"),
-    ("google_oauth", r"ya29\." + _TOK + r"{20,}"),
-    ("aws", r"A(?<![A-Za-z0-9]A)(?:KIA|SIA)[A-Z0-9]{16}(?![A-Z0-9])"),
-    ("google", r"A(?<![A-Za-z0-9_-]A)Iza" + _TOK + r"{35,}"),
+    # Vendors' keys and tokens: a fixed prefix and a random body, the whole match the
+    # secret (built in _VENDOR_KEYS).
+    ("vendor", _VENDOR_RULE),
     # Outside an Authorization header "bearer" is also an English word, so the value
     # must look like a token: a digit in it, or too long to be a word.
     (
