@@ -232,6 +232,39 @@ REDACTED_CASES = [
     pytest.param("pass%20=%20hunter2", "pass%20=%20[REDACTED]", id="pass-url-encoded-space"),
 ]
 
+# Forms an attack pass wrote whole into a ledger (REQ-17): each is redacted with its
+# context kept, and its secret (the third value) is nowhere in the day file.
+PW = "S3cret" + "Pw9x"
+HEX32 = "0123456789abcdef" + "fedcba9876543210"
+VAULT = "hvs." + "CAESIJ" + BODY + "klmNOPqrs"
+PYPI = "pypi" + "-AgEIcHlwaS5vcmcCJ" + BODY * 3
+FACEBOOK = "EAA" + "CEdEose0cBA" + BODY * 3
+AGE_KEY = ("AGE-SECRET" + "-KEY-1" + "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L"
+           + "QPZRY9X8GF2TVDW0S3JN54KHCE")
+VENDOR_FORMS = [
+    # HashiCorp Vault's service, batch and recovery tokens
+    pytest.param(f"vault login {VAULT}", "vault login [REDACTED]", VAULT[4:], id="vault-service"),
+    pytest.param("hvb." + "AAAAAQ" + BODY * 2, REDACTED, BODY * 2, id="vault-batch"),
+    pytest.param(f"(hvr.{BODY}xyzAB)", "([REDACTED])", BODY, id="vault-recovery"),
+    # Shopify, PyPI, Databricks, Square, Facebook, age, NVIDIA and Twilio
+    pytest.param(f"shopify shpat_{HEX32}", "shopify [REDACTED]", HEX32, id="shopify-access"),
+    pytest.param(f"shpss_{HEX32}", REDACTED, HEX32, id="shopify-secret"),
+    pytest.param(f"shpca_{HEX32}", REDACTED, HEX32, id="shopify-custom"),
+    pytest.param(f"shppa_{HEX32}", REDACTED, HEX32, id="shopify-private"),
+    pytest.param(f"twine -p {PYPI}", "twine -p [REDACTED]", BODY, id="pypi"),
+    pytest.param(f"host=x dapi{HEX32} ok", "host=x [REDACTED] ok", HEX32, id="databricks"),
+    pytest.param(f"dapi{HEX32}-2", REDACTED, HEX32, id="databricks-suffixed"),
+    pytest.param(f"sq0atp-{BODY}ab", REDACTED, BODY, id="square-access"),
+    pytest.param(f"sq0csp-{BODY * 2}abc", REDACTED, BODY, id="square-secret"),
+    pytest.param(f"fb {FACEBOOK}", "fb [REDACTED]", BODY * 3, id="facebook"),
+    pytest.param(f"({FACEBOOK[:43]})", "([REDACTED])", FACEBOOK[3:43], id="facebook-shortest"),
+    pytest.param(AGE_KEY, REDACTED, AGE_KEY[16:], id="age"),
+    pytest.param(f"key: {AGE_KEY[:40]}", "key: [REDACTED]", AGE_KEY[16:40], id="age-cut-off"),
+    pytest.param(f"nvapi-{BODY * 3}_-x", REDACTED, BODY * 3, id="nvidia"),
+    pytest.param(f"twilio SK{HEX32}", "twilio [REDACTED]", HEX32, id="twilio"),
+]
+ATTACKED_FORMS = VENDOR_FORMS
+
 
 @pytest.mark.parametrize(("text", "expected"), REDACTED_CASES)
 def test_each_form_is_redacted_with_its_context_kept(text: str, expected: str) -> None:
@@ -518,6 +551,8 @@ TRIGGER_SAMPLES = [
     "BaSiC: Og+/aZ9", "pwd", "PWD", "pass=", "pass :", "pass' %20=", "Pass\u00a0%3a",
     "pass%3D", "PASS=", "pass' ,", 'pass" ,', "Pass' ,", "cookie", "COOKIE", "sig=", "SIG%3d",
     "signature=", "Signature%3D",
+    "hvs.", "hvb.", "hvr.", "shpat_", "shpss_", "shpca_", "shppa_", "pypi-AgE", "dapi0",
+    "sq0atp-", "sq0csp-", "EAA", "nvapi-", "SK" + "0123456789abcdef" * 2,
 ]
 
 
@@ -588,8 +623,8 @@ PLACES = {
 }
 
 
-@pytest.mark.parametrize("secret", [p.values[0] for p in REDACTED_CASES],
-                         ids=[p.id for p in REDACTED_CASES])
+@pytest.mark.parametrize("secret", [p.values[0] for p in REDACTED_CASES + ATTACKED_FORMS],
+                         ids=[p.id for p in REDACTED_CASES + ATTACKED_FORMS])
 @settings(max_examples=20, deadline=None)
 @given(place=st.sampled_from(sorted(PLACES)), before=gate_text, after=gate_text)
 def test_the_json_gate_finds_a_secret_of_each_form_in_any_place(
@@ -1256,7 +1291,8 @@ def test_a_subscription_key_is_redacted(text: str, want: str, tmp_path: Path) ->
 ADVERSARIAL = ["(-u", "eyJ_", "a://x:", "a://x:y/", "a://@:", "mysql -u ", "mysql ",
                "sshpass -p ", "password=&a", "pass := ", "X_KEY=", "//a:", "a:/\\/",
                "basic Og", "Basic Og+/", "basic dXNlcjpw ", "eyJab.c", "eyJabcd..x.",
-               "Authorization: a=\"", "Cookie: =\"", "-----END PRIVATE KEY-----x"]
+               "Authorization: a=\"", "Cookie: =\"", "-----END PRIVATE KEY-----x",
+               "hvs.", "EAA1", " EAAb"]
 
 
 def test_scrubbing_adversarial_text_takes_linear_time(tmp_path: Path) -> None:
@@ -1358,3 +1394,39 @@ def test_scrub_message_scrubs_each_argument_unless_the_format_reads_as_a_secret(
     assert scrub_message(f"x password: {BODY} y") == f"x password: {REDACTED} y"
     assert scrub_message(err) == str(err)
     assert scrub_message("100%% of %s", ("x",)) == "100% of x"
+
+
+@pytest.mark.parametrize(("text", "want", "secret"), ATTACKED_FORMS)
+def test_a_form_an_attack_found_never_reaches_the_ledger_file(
+        text: str, want: str, secret: str, tmp_path: Path) -> None:
+    assert scrub_text(text) == (want, 1)
+    led = RunLedger(str(tmp_path / "ledger"))
+    try:
+        led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "failed",
+                    "reason": f"setup: {text}", "errors": {f"Error: {text}": 1}})
+    finally:
+        led.close()
+    data = b"".join(p.read_bytes() for p in (tmp_path / "ledger").glob("*.jsonl"))
+    assert secret.encode() not in data
+    line = json.loads(data)
+    assert (line["reason"], line["errors"]) == (f"setup: {want}", {f"Error: {want}": 1})
+
+
+# What the forms above must leave alone: names that open as a token does, and words
+# too short or too plain to be one.
+VENDOR_NEIGHBOURS = [
+    "hvs.reshape_to_grid_columns hvs.x",
+    "EAASY does it; EAA1 short; " + FACEBOOK[:42],
+    # an upper-case SHA-256 digest that opens so
+    "EAA" + "0123456789ABCDEF" * 3 + "0123456789ABC",
+    "SKU0123456789abcdef0123456789abcdef SK0123",
+    "dapi docs; nvapi-docs; pypi-upload; sq0atp-x; shpat_short",
+    "AGE-SECRET-KEY-1 is how it opens",
+]
+ATTACKED_FORMS_NEIGHBOURS = VENDOR_NEIGHBOURS
+
+
+@pytest.mark.parametrize("text", ATTACKED_FORMS_NEIGHBOURS)
+def test_what_the_attacked_forms_leave_alone(text: str) -> None:
+    assert scrub_text(text) == (text, 0)
+    assert scrub_text(text)[0] is text

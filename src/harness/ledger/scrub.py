@@ -2,8 +2,8 @@
 
 It owns the list of secret forms the ledger recognises (vendor API keys and tokens,
 ``key=value`` credential assignments and ``--flag value`` credentials, Authorization,
-Bearer, Basic and Cookie values, passwords and tokens in URL userinfo (also where it breaks
-RFC 3986) and credential query parameters, passwords on sshpass and MySQL command lines
+Bearer, Basic and Cookie values, passwords and tokens in URL userinfo (also where it
+breaks RFC 3986) and credential query parameters, passwords on sshpass and MySQL command lines
 and AWS CLI credentials set by name,
 webhook URLs, PEM private keys (their tail too, where the text began inside one),
 JWTs signed or encrypted) and the rule for redacting each: the
@@ -66,7 +66,9 @@ _CASELESS_FRAGMENTS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
 )
 # A command-line flag's dash, where it opens a word (not "nightly-update").
 _FLAG = r"-(?<![^\s\"'(]-)"
-# The case-sensitive branches of _TRIGGER, one alternative each (see _CASELESS_FRAGMENTS).
+# The case-sensitive branches of _TRIGGER, one alternative each (see _CASELESS_FRAGMENTS);
+# forms that open on the same letter share one, whose alternatives then each need a
+# sample in the tests as a branch does.
 _TRIGGER_BRANCHES: Final[tuple[str, ...]] = (
     "-----BEGIN",
     "://",
@@ -77,21 +79,24 @@ _TRIGGER_BRANCHES: Final[tuple[str, ...]] = (
     "_org_",  # api_org_
     "whsec_",
     "GOCSPX-",
-    "shpass",  # sshpass -p
+    # sshpass -p; Shopify's and Square's tokens. A form opening on a letter a branch
+    # opens on joins that branch: every branch is tried at each place the scan stops,
+    # so a branch more costs every clean string.
+    "s(?:hp(?:ass|at_|ss_|ca_|pa_)|q0(?:atp|csp)-)",
     "ysql",  # mysql -pPASSWORD
-    "ariadb",  # mariadb -pPASSWORD
+    "a(?:riadb|pi(?<=dapi)[0-9a-f])",  # mariadb -pPASSWORD; Databricks
     "xapp-",
-    "hf_",
+    "h(?:f_|v[sbr]\\.)",  # Hugging Face; Vault
     "xai-",
-    "plx-",  # pplx-
+    "p(?:lx-|ypi-AgE)",  # pplx-; PyPI
     "r8_",
     "lsv2_",
-    "SG\\.",
+    "S(?:G\\.|K[0-9a-f]{32})",  # SendGrid; Twilio
     "_v1_",  # dop_v1_, doo_v1_, dor_v1_
     "hooks\\.slack",
     "/webhooks/",
     _FLAG + "(?:u|-user)",  # curl -u user:password, as a word of its own
-    "npm_",
+    "n(?:pm_|vapi-)",  # npm; NVIDIA
     "ya29\\.",
     "yJ",  # eyJ, the base64 of '{"' that opens a JWT
     "k-",  # sk-
@@ -100,7 +105,7 @@ _TRIGGER_BRANCHES: Final[tuple[str, ...]] = (
     "_pat_",  # github_pat_
     "xox[abeprs]-",
     "A[KS]IA",
-    "AIza",
+    "A(?:Iza|A(?<=EAA))",  # Google; Facebook
 )
 _TRIGGER: Final = re.compile(
     "|".join(
@@ -223,6 +228,26 @@ _VENDOR_KEYS: Final[tuple[tuple[str, str], ...]] = (
     ("y", r"a(?<=ya)29\." + _TOK + r"{20,}"),  # Google's OAuth access tokens
     ("A", r"[KS](?<=A[KS])(?<![A-Za-z0-9]A[KS])IA[A-Z0-9]{16}(?![A-Z0-9])"),  # AWS
     ("A", r"I(?<=AI)(?<![A-Za-z0-9_-]AI)za" + _TOK + r"{35,}"),  # Google
+    # HashiCorp Vault's service, batch and recovery tokens; a body of lower case alone is
+    # a name ("hvs.reshape_to_grid"), not a token.
+    ("h", r"v(?<=hv)(?<![A-Za-z0-9_-]hv)[sbr]\.(?=[a-z_-]*[A-Z0-9])" + _TOK + r"{24,}"),
+    ("s", r"h(?<=sh)(?<![A-Za-z0-9_]sh)p(?:at|ss|ca|pa)_[0-9a-fA-F]{32}"),  # Shopify
+    # PyPI's API tokens are macaroons whose base64 always opens so.
+    ("p", r"y(?<=py)(?<![A-Za-z0-9_-]py)pi-AgE" + _TOK + r"{50,}"),
+    # Databricks
+    ("d", r"a(?<=da)(?<![A-Za-z0-9_-]da)pi[0-9a-f]{32}(?:-[0-9]+)?(?![A-Za-z0-9])"),
+    ("s", r"q(?<=sq)(?<![A-Za-z0-9_-]sq)0(?:atp|csp)-" + _TOK + r"{22,}"),  # Square
+    # Facebook's access tokens: "EAA" and a long alphanumeric run holding a digit and a
+    # lower-case letter, so that no word ("EAASY", an acronym) and no upper-case hex
+    # digest (as Get-FileHash prints one) is one.
+    ("E", r"A(?<=EA)(?<![A-Za-z0-9_-]EA)A(?=[A-Za-z]*[0-9])(?=[A-Z0-9]*[a-z])"
+     r"[A-Za-z0-9]{40,}"),
+    # age's secret keys: Bech32, upper case, 58 characters; the prefix is unmistakable,
+    # so a key cut short (by a string's cap) goes too.
+    ("A", r"G(?<=AG)E-SECRET-KEY-1[02-9AC-HJ-NP-Z]+"),
+    ("n", r"v(?<=nv)(?<![A-Za-z0-9_-]nv)api-" + _TOK + r"{40,}"),  # NVIDIA
+    # Twilio's API key SIDs: "SK" and 32 lower-case hex digits, nothing else around.
+    ("S", r"K(?<=SK)(?<![A-Za-z0-9_-]SK)[0-9a-f]{32}(?![A-Za-z0-9])"),
 )
 
 
@@ -630,13 +655,16 @@ def _names_a_credential(key: str) -> bool:
 # and prose (":", "a", "h", "l", "n", "r", "s", "w") is filed under a rarer byte of its
 # match. The caseless fragments' branches are _CASELESS_FRAGMENTS' own, but "sig"; the
 # rest are written by hand, so a branch added to _TRIGGER_BRANCHES (or an alternative
-# to a fragment) needs one here: tests take each branch of _TRIGGER from those tables
-# and fail until a sample of it that JSON writes as it is, and that no other branch
-# matches, is found by this gate (and they hold the gate to `scrub_value`).
+# to one of them or to a fragment) needs one here: tests take each branch of _TRIGGER
+# from those tables and fail until a sample of it that JSON writes as it is, and that
+# no other branch matches, is found by this gate (and they hold the gate to
+# `scrub_value`).
 _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"\\", b""),  # every escape, and the branches ":\/", ":/\/"
     (b"-", b"----BEGIN"),
     (b"-", rb"""(?<![^\s"'(]-)(?:u|-user)"""),  # _FLAG
+    (b"-", rb"(?<=sq0atp-)"),
+    (b"-", rb"(?<=sq0csp-)"),
     (b"/", rb"(?<=:/)/"),  # "://"
     (b"/", rb"/[^\s/?#@:]+:"),
     (b"/", b"webhooks/"),
@@ -648,6 +676,7 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"_", rb"(?<=r8_)"),
     (b"_", rb"(?<=lsv2_)"),
     (b"_", rb"(?<=npm_)"),
+    (b"_", rb"(?<=shp(?:at|ss|ca|pa)_)"),
     (b"g", b"l(?:pat|dt|rt|cbt|ptt|ft|imt|agent|oas|soat)-"),
     (b"g", b"h[pousr]_"),
     (b"G", b"OCSPX-"),
@@ -666,6 +695,12 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"k", rb"s\.slack(?<=hooks\.slack)"),
     (b"A", b"[KS]IA"),
     (b"A", b"Iza"),
+    (b"A", rb"gE(?<=pypi-AgE)"),
+    (b"A", rb"A(?<=EAA)"),
+    (b"v", rb"[sbr]\.(?<=hv[sbr]\.)"),
+    (b"v", rb"api-(?<=nvapi-)"),
+    (b"p", rb"i(?<=dapi)[0-9a-f]"),
+    (b"K", rb"(?<=SK)[0-9a-f]{32}"),
     # "sig=", "signature=" and their "%3d" forms, any case
     (b"=", rb"(?<=(?i:sig)=)"),
     (b"=", rb"(?<=(?i:signature)=)"),
@@ -684,8 +719,8 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
 
 # A look-around each match of a group passes, tried before its branches: for the groups
 # whose byte is frequent in ledgers ("deps", "run_id"), one test in place of several.
-_GATE_GUARDS: Final = {b"p": b"(?=[AaWw])", b"P": b"(?=[AaWw])",
-                       b"_": b"(?:(?=[opv])|(?<=[cf28m]_))"}
+_GATE_GUARDS: Final = {b"p": b"(?=[AaWwi])", b"P": b"(?=[AaWw])",
+                       b"_": b"(?:(?=[opv])|(?<=[cf28mast]_))"}
 
 
 def _gate_groups() -> tuple[tuple[bytes, re.Pattern[bytes]], ...]:
