@@ -263,7 +263,30 @@ VENDOR_FORMS = [
     pytest.param(f"nvapi-{BODY * 3}_-x", REDACTED, BODY * 3, id="nvidia"),
     pytest.param(f"twilio SK{HEX32}", "twilio [REDACTED]", HEX32, id="twilio"),
 ]
-ATTACKED_FORMS = VENDOR_FORMS
+COMMAND_LINE_FORMS = [
+    # a credential flag whose name opens with words of its own
+    pytest.param(f"wget --http-password {PW} https://x/f", "wget --http-password [REDACTED] https://x/f",
+                 PW, id="flag-http-password"),
+    pytest.param(f"--proxy-password '{PW} 2' -q", "--proxy-password '[REDACTED]' -q", PW,
+                 id="flag-proxy-password"),
+    pytest.param(f"migrate --db_passwd {PW}", "migrate --db_passwd [REDACTED]", PW,
+                 id="flag-db-passwd"),
+    pytest.param(f"tf -vault-token {PW}", "tf -vault-token [REDACTED]", PW, id="flag-vault-token"),
+    pytest.param(f"--webhook-secret {PW}", "--webhook-secret [REDACTED]", PW,
+                 id="flag-webhook-secret"),
+    pytest.param(f"--openai-api-key {PW}", "--openai-api-key [REDACTED]", PW,
+                 id="flag-openai-api-key"),
+    # a registry login's "-p", redis-cli's "-a"
+    pytest.param(f"docker login -u bob -p {PW} ghcr.io",
+                 "docker login -u bob -p [REDACTED] ghcr.io", PW, id="docker-login"),
+    pytest.param(f"podman login -p{PW} quay.io", "podman login -p[REDACTED] quay.io", PW,
+                 id="podman-login-glued"),
+    pytest.param(f"redis-cli -h cache -a {PW} ping", "redis-cli -h cache -a [REDACTED] ping", PW,
+                 id="redis-cli"),
+    pytest.param(f"redis-cli --pass '{PW}'", "redis-cli --pass '[REDACTED]'", PW,
+                 id="redis-cli-pass"),
+]
+ATTACKED_FORMS = VENDOR_FORMS + COMMAND_LINE_FORMS
 
 
 @pytest.mark.parametrize(("text", "expected"), REDACTED_CASES)
@@ -553,6 +576,7 @@ TRIGGER_SAMPLES = [
     "signature=", "Signature%3D",
     "hvs.", "hvb.", "hvr.", "shpat_", "shpss_", "shpca_", "shppa_", "pypi-AgE", "dapi0",
     "sq0atp-", "sq0csp-", "EAA", "nvapi-", "SK" + "0123456789abcdef" * 2,
+    "login ", "login\t", "redis-cli",
 ]
 
 
@@ -1292,7 +1316,8 @@ ADVERSARIAL = ["(-u", "eyJ_", "a://x:", "a://x:y/", "a://@:", "mysql -u ", "mysq
                "sshpass -p ", "password=&a", "pass := ", "X_KEY=", "//a:", "a:/\\/",
                "basic Og", "Basic Og+/", "basic dXNlcjpw ", "eyJab.c", "eyJabcd..x.",
                "Authorization: a=\"", "Cookie: =\"", "-----END PRIVATE KEY-----x",
-               "hvs.", "EAA1", " EAAb"]
+               "hvs.", "EAA1", " EAAb",
+               " --a-", " --a-b", "docker login ", "redis-cli "]
 
 
 def test_scrubbing_adversarial_text_takes_linear_time(tmp_path: Path) -> None:
@@ -1413,7 +1438,7 @@ def test_a_form_an_attack_found_never_reaches_the_ledger_file(
 
 
 # What the forms above must leave alone: names that open as a token does, and words
-# too short or too plain to be one.
+# too short or too plain to be one;
 VENDOR_NEIGHBOURS = [
     "hvs.reshape_to_grid_columns hvs.x",
     "EAASY does it; EAA1 short; " + FACEBOOK[:42],
@@ -1423,7 +1448,14 @@ VENDOR_NEIGHBOURS = [
     "dapi docs; nvapi-docs; pypi-upload; sq0atp-x; shpat_short",
     "AGE-SECRET-KEY-1 is how it opens",
 ]
-ATTACKED_FORMS_NEIGHBOURS = VENDOR_NEIGHBOURS
+# and ports, parents, "all", limits and switches.
+COMMAND_LINE_NEIGHBOURS = [
+    "mkdir -p /srv; docker run -p 8080:80 img; docker login -u bob --password-stdin ghcr.io",
+    "docker login ghcr.io; ls -a; redis-cli -h cache ping",
+    "--max-token 4096 --no-password mydb --password-file /run/db --token-limit 5",
+    "--num_secret 2 --min-token 1",
+]
+ATTACKED_FORMS_NEIGHBOURS = VENDOR_NEIGHBOURS + COMMAND_LINE_NEIGHBOURS
 
 
 @pytest.mark.parametrize("text", ATTACKED_FORMS_NEIGHBOURS)

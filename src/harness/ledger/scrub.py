@@ -3,8 +3,8 @@
 It owns the list of secret forms the ledger recognises (vendor API keys and tokens,
 ``key=value`` credential assignments and ``--flag value`` credentials, Authorization,
 Bearer, Basic and Cookie values, passwords and tokens in URL userinfo (also where it
-breaks RFC 3986) and credential query parameters, passwords on sshpass and MySQL command lines
-and AWS CLI credentials set by name,
+breaks RFC 3986) and credential query parameters, passwords on sshpass, MySQL, registry login and
+redis-cli command lines and AWS CLI credentials set by name,
 webhook URLs, PEM private keys (their tail too, where the text began inside one),
 JWTs signed or encrypted) and the rule for redacting each: the
 secret itself becomes ``[REDACTED]`` while harmless context (the key name, the URL
@@ -89,8 +89,8 @@ _TRIGGER_BRANCHES: Final[tuple[str, ...]] = (
     "h(?:f_|v[sbr]\\.)",  # Hugging Face; Vault
     "xai-",
     "p(?:lx-|ypi-AgE)",  # pplx-; PyPI
-    "r8_",
-    "lsv2_",
+    "r(?:8_|edis-cli)",
+    "l(?:sv2_|ogin[ \t])",  # LangSmith; docker login -p
     "S(?:G\\.|K[0-9a-f]{32})",  # SendGrid; Twilio
     "_v1_",  # dop_v1_, doo_v1_, dor_v1_
     "hooks\\.slack",
@@ -316,11 +316,29 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         r"[Cc](?<![A-Za-z][Cc])(?i:ookie)" + _SEP + r"""(?:\\?["'])?"""
         + _header_value("cookie"),
     ),
-    # A credential passed as a command-line flag's next word ("--api-key VALUE").
+    # A credential passed as a command-line flag's next word ("--api-key VALUE"), its
+    # name maybe narrowed by words before it ("--http-password", "--vault-token",
+    # "--webhook-secret"); not a limit or a count ("--max-token 4096"), nor a switch
+    # that takes no credential ("--no-password mydb").
     (
         "flag",
-        _FLAG + r"-?(?i:api[_-]?key|access[_-]?key|passw(?:or)?d|secret|client[_-]?secret"
+        _FLAG + r"-?(?!(?i:no|max|min|num)[_-])(?:[A-Za-z0-9]++[_-])*?"
+        r"(?i:api[_-]?key|access[_-]?key|passw(?:or)?d|secret|client[_-]?secret"
         r"|token|auth[_-]?token|access[_-]?token)[ \t]+" + _argument("flag"),
+    ),
+    # A container registry login's "-p PASSWORD" ("--password" is a flag above), and
+    # redis-cli's "-a PASSWORD" (or "--pass"): "-p" and "-a" alone are ports, parents
+    # and "all" in other commands, so only in the rest of that command's line.
+    (
+        "registry_login",
+        r"[dpnbs](?<![A-Za-z0-9_-][dpnbs])(?:(?<=d)ocker|(?<=p)odman|(?<=n)erdctl"
+        r"|(?<=b)uildah|(?<=s)kopeo)[ \t]+login(?P<c_registry_login>[ \t][^\r\n|;&]{0,256}?)"
+        r"(?<=[ \t])-p(?:=|[ \t]*)" + _argument("registry_login"),
+    ),
+    (
+        "redis_cli",
+        r"r(?<![A-Za-z0-9_-]r)edis-cli(?P<c_redis_cli>[ \t][^\r\n|;&]{0,256}?)"
+        r"(?<=[ \t])(?:-a|--pass)[ \t]+" + _argument("redis_cli"),
     ),
     # "aws configure set aws_secret_access_key VALUE": the AWS CLI's names, unmistakable,
     # take their value as the next word.
@@ -663,6 +681,7 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"\\", b""),  # every escape, and the branches ":\/", ":/\/"
     (b"-", b"----BEGIN"),
     (b"-", rb"""(?<![^\s"'(]-)(?:u|-user)"""),  # _FLAG
+    (b"-", rb"cli(?<=redis-cli)"),
     (b"-", rb"(?<=sq0atp-)"),
     (b"-", rb"(?<=sq0csp-)"),
     (b"/", rb"(?<=:/)/"),  # "://"
@@ -679,6 +698,7 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"_", rb"(?<=shp(?:at|ss|ca|pa)_)"),
     (b"g", b"l(?:pat|dt|rt|cbt|ptt|ft|imt|agent|oas|soat)-"),
     (b"g", b"h[pousr]_"),
+    (b"g", rb"in[ \t](?<=login[ \t])"),
     (b"G", b"OCSPX-"),
     (b"G", rb"\.(?<=SG\.)"),
     (b"x", b"app-"),
