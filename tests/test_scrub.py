@@ -286,7 +286,36 @@ COMMAND_LINE_FORMS = [
     pytest.param(f"redis-cli --pass '{PW}'", "redis-cli --pass '[REDACTED]'", PW,
                  id="redis-cli-pass"),
 ]
-ATTACKED_FORMS = VENDOR_FORMS + COMMAND_LINE_FORMS
+ENCODED_AND_COOKIE_FORMS = [
+    # "bearer" assigned with "=": any value
+    pytest.param(f"GET /feed?bearer={PW}&page=2", "GET /feed?bearer=[REDACTED]&page=2", PW,
+                 id="bearer-query"),
+    pytest.param(f"BEARER = '{PW} two'", "BEARER = '[REDACTED]'", PW, id="bearer-assigned"),
+    # a URL percent-encoded as a query parameter's value, once or twice
+    pytest.param(f"302 /login?next=https%3A%2F%2Fdeploy%3A{PW}%40git.example.com%2Fr",
+                 "302 /login?next=https%3A%2F%2Fdeploy%3A[REDACTED]%40git.example.com%2Fr",
+                 PW, id="url-encoded"),
+    pytest.param(f"u=https%253a%252f%252fbob%253a{PW}%2540x%2540host%252F",
+                 "u=https%253a%252f%252fbob%253a[REDACTED]%2540host%252F", PW,
+                 id="url-encoded-twice"),
+    # an "@" of the password, escaped in the URL: the userinfo ends at the last "@"
+    pytest.param(f"next=http%3A%2F%2Fbob%3A{PW}%2540x%40host%2Fa%40b",
+                 "next=http%3A%2F%2Fbob%3A[REDACTED]%40host%2Fa%40b", PW,
+                 id="url-encoded-escaped-at"),
+    # a session cookie outside a Cookie header, by its server's name
+    pytest.param(f"jar: sessionid={HEX32}; theme=dark", "jar: sessionid=[REDACTED]; theme=dark",
+                 HEX32, id="django-session"),
+    pytest.param(f"PHPSESSID={HEX32[:26]}", "PHPSESSID=[REDACTED]", HEX32[:26], id="php-session"),
+    pytest.param(f"?JSESSIONID={HEX32.upper()}.node0&a=1", "?JSESSIONID=[REDACTED]&a=1",
+                 HEX32.upper(), id="java-session"),
+    pytest.param(f"ASPSESSIONIDQQGGQGPC={BODY}", "ASPSESSIONIDQQGGQGPC=[REDACTED]", BODY,
+                 id="asp-session"),
+    pytest.param(f"ASP.NET_SessionId={BODY}", "ASP.NET_SessionId=[REDACTED]", BODY,
+                 id="aspnet-session"),
+    pytest.param(f"connect.sid=s%3A{BODY}.x", "connect.sid=[REDACTED]", BODY,
+                 id="express-session"),
+]
+ATTACKED_FORMS = VENDOR_FORMS + COMMAND_LINE_FORMS + ENCODED_AND_COOKIE_FORMS
 
 
 @pytest.mark.parametrize(("text", "expected"), REDACTED_CASES)
@@ -577,6 +606,8 @@ TRIGGER_SAMPLES = [
     "hvs.", "hvb.", "hvr.", "shpat_", "shpss_", "shpca_", "shppa_", "pypi-AgE", "dapi0",
     "sq0atp-", "sq0csp-", "EAA", "nvapi-", "SK" + "0123456789abcdef" * 2,
     "login ", "login\t", "redis-cli",
+    "%3A%2F%2F", "%253a%252F%2F", "sessionid=", "PHPSESSID=", "JSESSIONID=",
+    "ASPSESSIONIDQQGGQGPC=", "SessionId=", "connect.sid=",
 ]
 
 
@@ -1317,7 +1348,8 @@ ADVERSARIAL = ["(-u", "eyJ_", "a://x:", "a://x:y/", "a://@:", "mysql -u ", "mysq
                "basic Og", "Basic Og+/", "basic dXNlcjpw ", "eyJab.c", "eyJabcd..x.",
                "Authorization: a=\"", "Cookie: =\"", "-----END PRIVATE KEY-----x",
                "hvs.", "EAA1", " EAAb",
-               " --a-", " --a-b", "docker login ", "redis-cli "]
+               " --a-", " --a-b", "docker login ", "redis-cli ",
+               "%3A%2F%2Fa%3A", "%3A%2F%2F"]
 
 
 def test_scrubbing_adversarial_text_takes_linear_time(tmp_path: Path) -> None:
@@ -1448,14 +1480,28 @@ VENDOR_NEIGHBOURS = [
     "dapi docs; nvapi-docs; pypi-upload; sq0atp-x; shpat_short",
     "AGE-SECRET-KEY-1 is how it opens",
 ]
-# and ports, parents, "all", limits and switches.
+# ports, parents, "all", limits and switches;
 COMMAND_LINE_NEIGHBOURS = [
     "mkdir -p /srv; docker run -p 8080:80 img; docker login -u bob --password-stdin ghcr.io",
     "docker login ghcr.io; ls -a; redis-cli -h cache ping",
     "--max-token 4096 --no-password mydb --password-file /run/db --token-limit 5",
     "--num_secret 2 --min-token 1",
 ]
-ATTACKED_FORMS_NEIGHBOURS = VENDOR_NEIGHBOURS + COMMAND_LINE_NEIGHBOURS
+# an agent's session id (the run ledger keeps sessions[].id on purpose), a process's or a
+# database's "sid", OAuth's token_type, code naming a bearer, and an encoded URL with no
+# password.
+ENCODED_AND_COOKIE_NEIGHBOURS = [
+    "session_id=5f3c2a1e-8b7d-4c6e-9f0a-1b2c3d4e5f60 resumed",
+    '{"type":"system","session_id":"5f3c2a1e-8b7d-4c6e-9f0a-1b2c3d4e5f60"}',
+    "sessionId: ses_01HZX3 sessionID=ses_01HZX3 sid=4242 ORACLE_SID=ORCL ps -o sid=",
+    "token_type=bearer&expires_in=3600",
+    '{"token_type": "bearer", "expires_in": 3600}',
+    "self.bearer = BearerToken(request_validator, None)",
+    "next=https%3A%2F%2Fhost.example.com%3A8443%2Fpath%3Fq%3D1",
+    "next=https%3A%2F%2Fbob%40host.example.com%2F",
+]
+ATTACKED_FORMS_NEIGHBOURS = (VENDOR_NEIGHBOURS + COMMAND_LINE_NEIGHBOURS
+                             + ENCODED_AND_COOKIE_NEIGHBOURS)
 
 
 @pytest.mark.parametrize("text", ATTACKED_FORMS_NEIGHBOURS)

@@ -2,8 +2,9 @@
 
 It owns the list of secret forms the ledger recognises (vendor API keys and tokens,
 ``key=value`` credential assignments and ``--flag value`` credentials, Authorization,
-Bearer, Basic and Cookie values, passwords and tokens in URL userinfo (also where it
-breaks RFC 3986) and credential query parameters, passwords on sshpass, MySQL, registry login and
+Bearer, Basic and Cookie values and session cookies by name, passwords and tokens in URL
+userinfo (also where it breaks RFC 3986, or is percent-encoded as a parameter's value)
+and credential query parameters, passwords on sshpass, MySQL, registry login and
 redis-cli command lines and AWS CLI credentials set by name,
 webhook URLs, PEM private keys (their tail too, where the text began inside one),
 JWTs signed or encrypted) and the rule for redacting each: the
@@ -79,10 +80,10 @@ _TRIGGER_BRANCHES: Final[tuple[str, ...]] = (
     "_org_",  # api_org_
     "whsec_",
     "GOCSPX-",
-    # sshpass -p; Shopify's and Square's tokens. A form opening on a letter a branch
-    # opens on joins that branch: every branch is tried at each place the scan stops,
-    # so a branch more costs every clean string.
-    "s(?:hp(?:ass|at_|ss_|ca_|pa_)|q0(?:atp|csp)-)",
+    # sshpass -p; Shopify's and Square's tokens; Django's and Express's session cookies.
+    # A form opening on a letter a branch opens on joins that branch: every branch is
+    # tried at each place the scan stops, so a branch more costs every clean string.
+    "s(?:hp(?:ass|at_|ss_|ca_|pa_)|q0(?:atp|csp)-|essionid=|id=(?<=connect\\.sid=))",
     "ysql",  # mysql -pPASSWORD
     "a(?:riadb|pi(?<=dapi)[0-9a-f])",  # mariadb -pPASSWORD; Databricks
     "xapp-",
@@ -91,7 +92,8 @@ _TRIGGER_BRANCHES: Final[tuple[str, ...]] = (
     "p(?:lx-|ypi-AgE)",  # pplx-; PyPI
     "r(?:8_|edis-cli)",
     "l(?:sv2_|ogin[ \t])",  # LangSmith; docker login -p
-    "S(?:G\\.|K[0-9a-f]{32})",  # SendGrid; Twilio
+    # SendGrid; Twilio; the session cookies of PHP, Java, ASP and ASP.NET
+    "S(?:G\\.|K[0-9a-f]{32}|ESS(?:ION)?ID(?:[A-Z]{8})?=|essionId=)",
     "_v1_",  # dop_v1_, doo_v1_, dor_v1_
     "hooks\\.slack",
     "/webhooks/",
@@ -106,6 +108,8 @@ _TRIGGER_BRANCHES: Final[tuple[str, ...]] = (
     "xox[abeprs]-",
     "A[KS]IA",
     "A(?:Iza|A(?<=EAA))",  # Google; Facebook
+    # an encoded URL's "://", once or twice percent-encoded
+    "%(?:25)?3[Aa]%(?:25)?2[Ff]%(?:25)?2[Ff]",
 )
 _TRIGGER: Final = re.compile(
     "|".join(
@@ -306,6 +310,14 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     # Azure API Management's Ocp-Apim-Subscription-Key header, and its config names
     _credential_key("kv_s", _key("s", r"ecret(?:[_-]?key)?|ubscription[_-]?key")),
     _credential_key("kv_t", _key("t", r"oken")),
+    # "bearer=VALUE" (a query parameter, a config line) assigns a credential, whatever
+    # its shape. Only "=", since "bearer: x" is the "bearer" form below, and a JSON
+    # '"bearer", "expires_in"' (OAuth's token_type) names a scheme, not a key; with
+    # spaces around it only before a quoted value, since "self.bearer = BearerToken(…)"
+    # is code naming an object.
+    _credential_key(
+        "kv_bearer", r"[Bb](?<![A-Za-z][Bb])(?i:earer)",
+        rf"""(?:\\?["'])?(?:=|%3[Dd]|{_SPACE}+={_SPACE}*(?=\\?["']))"""),
     # An environment variable named for a key (ENCRYPTION_KEY=, SIGNING_KEY=): upper
     # case and a bare "=", as a shell assigns it; a constant in code ("REGISTRY_KEY =
     # ...", "'HAS_KEY': 1") names a key, it does not hold one.
@@ -398,6 +410,29 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     # user:password form, since "//name@" alone is as often a comment or a path.
     ("url_relative",
      r"/(?<![:/A-Za-z0-9]/)/(?P<c_url_relative>[^\s/?#@:]+):(?P<s_url_relative>[^\s/?#]+)(?=@)"),
+    # A URL percent-encoded as a query parameter's value ("?next=https%3A%2F%2Fu%3Apw%40h",
+    # once or twice): its "://", the user, an encoded ":" and the password. As in a URL
+    # itself, the password runs to the last encoded "@" of the authority (an "@" of the
+    # password, escaped or not, cannot leave a tail behind); an encoded "/", "?" or "#"
+    # ends the authority. Once or twice encoded, "%2540" may be either, so it is both.
+    (
+        "url_encoded",
+        r"%(?:25)?3[Aa]%(?:25)?2[Ff]%(?:25)?2[Ff]"
+        r"(?P<c_url_encoded>(?:[A-Za-z0-9._~!$*+=-]"
+        r"|%(?!(?:25)?(?:3[Aa]|40|2[Ff]|3[Ff]|23))[0-9A-Fa-f]{2}){0,256}+)%(?:25)?3[Aa]"
+        r"(?P<s_url_encoded>(?:[A-Za-z0-9._~!$*+=:-]"
+        r"|%(?!(?:25)?(?:2[Ff]|3[Ff]|23))[0-9A-Fa-f]{2}){1,256})(?=%(?:25)?40)",
+    ),
+    # A session cookie outside a Cookie header (a cookie jar, a redirect's query), by the
+    # names servers give it; a cookie value holds no ";", ",", space or quote (RFC 6265).
+    # Not "session_id" nor "sid": an agent's session id is an id the run ledger keeps
+    # (sessions[].id), and a "sid" is as often a process's or a database's.
+    (
+        "session_cookie",
+        r"[sPJAc](?<![A-Za-z0-9_.-][sPJAc])(?:(?<=s)essionid|(?<=P)HPSESSID|(?<=J)SESSIONID"
+        r"|(?<=A)(?:SPSESSIONID[A-Z]{8}|SP\.NET_SessionId)|(?<=c)onnect\.sid)="
+        r"(?P<s_session_cookie>[^\s;,\"'&\\]+)",
+    ),
     # Header and payload are base64url JSON objects, so both open with "eyJ"; the
     # signature may be cut off or empty (alg "none"). The header stops at an "_eyJ" (a
     # JWT after an underscore, "id_token_eyJ…", may start there): otherwise every such
@@ -726,6 +761,15 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"=", rb"(?<=(?i:signature)=)"),
     (b"%", rb"(?i:3d)(?<=(?i:sig%3d))"),
     (b"%", rb"(?i:3d)(?<=(?i:signature%3d))"),
+    # an encoded URL's "://"
+    (b"%", rb"(?:25)?3[Aa]%(?:25)?2[Ff]%(?:25)?2[Ff]"),
+    # a session cookie's name and its "="
+    (b"=", rb"(?<=sessionid=)"),
+    (b"=", rb"(?<=SESSID=)"),
+    (b"=", rb"(?<=SESSIONID=)"),
+    (b"=", rb"(?<=SESSIONID[A-Z]{8}=)"),
+    (b"=", rb"(?<=SessionId=)"),
+    (b"=", rb"(?<=connect\.sid=)"),
     # a key "pass" (a quote, spaces) read with the probe, in JSON: the quote that closes
     # the key stands between it and the ":"
     (b"p", rb"""(?i:ass)(?:'|[ \t\xc2\xa0]|%20)*":"""),
