@@ -318,6 +318,18 @@ ENCODED_AND_COOKIE_FORMS = [
 ATTACKED_FORMS = VENDOR_FORMS + COMMAND_LINE_FORMS + ENCODED_AND_COOKIE_FORMS
 
 
+def written(tmp_path: Path, *lines: dict[str, object]) -> bytes:
+    """The bytes of the day files once `lines` were appended through a real RunLedger in
+    tmp_path/ledger: what reaches the disk, where no secret may."""
+    led = RunLedger(str(tmp_path / "ledger"))
+    try:
+        for line in lines:
+            led.append(line)
+    finally:
+        led.close()
+    return b"".join(p.read_bytes() for p in sorted((tmp_path / "ledger").glob("*.jsonl")))
+
+
 @pytest.mark.parametrize(("text", "expected"), REDACTED_CASES)
 def test_each_form_is_redacted_with_its_context_kept(text: str, expected: str) -> None:
     assert scrub_text(text) == (expected, 1)
@@ -1213,16 +1225,12 @@ def test_quoted_auth_params_are_part_of_the_header(text: str, want: str) -> None
 
 
 def test_a_digest_header_never_reaches_the_ledger_file(tmp_path: Path) -> None:
-    led = RunLedger(str(tmp_path / "ledger"))
-    try:
-        led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "failed",
-                    "reason": f"401 with Authorization: {DIGEST}",
-                    "errors": {f"HTTPError: Authorization: {OAUTH1}": 1},
-                    "sessions": [{"id": "s1", "adapter": "claude",
-                                  "trace_id": f"Authorization: {DIGEST}"}]})
-    finally:
-        led.close()
-    data = b"".join(p.read_bytes() for p in (tmp_path / "ledger").glob("*.jsonl"))
+    data = written(tmp_path, {"type": "closed", "harness": "h", "run_id": 1,
+                              "outcome": "failed",
+                              "reason": f"401 with Authorization: {DIGEST}",
+                              "errors": {f"HTTPError: Authorization: {OAUTH1}": 1},
+                              "sessions": [{"id": "s1", "adapter": "claude",
+                                            "trace_id": f"Authorization: {DIGEST}"}]})
     for secret in QUOTED_PARAM_SECRETS:
         assert secret.encode() not in data
     line = json.loads(data)
@@ -1266,16 +1274,12 @@ def test_a_certificate_s_end_and_short_dotted_words_stay(text: str) -> None:
 
 
 def test_a_key_block_s_tail_and_a_jwe_never_reach_the_ledger_file(tmp_path: Path) -> None:
-    led = RunLedger(str(tmp_path / "ledger"))
-    try:
-        led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "failed",
-                    "reason": f"{KEY_LINES}\n-----END RSA PRIVATE KEY-----",
-                    "errors": {f"-----BEGIN RSA PRIVATE KEY-----\n{KEY_LINES[:40]}": 1,
-                               f"{KEY_LINES[40:]}\n-----END RSA PRIVATE KEY-----": 1},
-                    "sessions": [{"id": "s1", "adapter": "claude", "trace_id": JWE}]})
-    finally:
-        led.close()
-    data = b"".join(p.read_bytes() for p in (tmp_path / "ledger").glob("*.jsonl"))
+    data = written(tmp_path, {
+        "type": "closed", "harness": "h", "run_id": 1, "outcome": "failed",
+        "reason": f"{KEY_LINES}\n-----END RSA PRIVATE KEY-----",
+        "errors": {f"-----BEGIN RSA PRIVATE KEY-----\n{KEY_LINES[:40]}": 1,
+                   f"{KEY_LINES[40:]}\n-----END RSA PRIVATE KEY-----": 1},
+        "sessions": [{"id": "s1", "adapter": "claude", "trace_id": JWE}]})
     for secret in ("MIIEowIBAAKCAQEAx1y2z3", "b3BlbnNzaC1rZXktdjEAAAAA", BODY,
                    "Xq3bQ9fK2pTz7VbN", "Qm9vYmFyQmF6UXV4eFl6enkxMjM0"):
         assert secret.encode() not in data
@@ -1302,13 +1306,9 @@ def test_an_aws_cli_credential_set_by_name_is_redacted(
     for clean in ("aws configure get aws_secret_access_key --profile dev",
                   "unset aws_secret_access_key"):
         assert scrub_text(clean) == (clean, 0)
-    led = RunLedger(str(tmp_path / "ledger"))
-    try:
-        led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "failed",
-                    "reason": f"setup: {text}", "errors": {f"CalledProcessError: {text}": 1}})
-    finally:
-        led.close()
-    data = b"".join(p.read_bytes() for p in (tmp_path / "ledger").glob("*.jsonl"))
+    data = written(tmp_path, {"type": "closed", "harness": "h", "run_id": 1,
+                              "outcome": "failed", "reason": f"setup: {text}",
+                              "errors": {f"CalledProcessError: {text}": 1}})
     assert AWS_SECRET.encode() not in data
     line = json.loads(data)
     assert (line["reason"], line["errors"]) == (f"setup: {want}",
@@ -1328,13 +1328,9 @@ APIM_KEY = "0123456789abcdef" + "fedcba9876543210"
 def test_a_subscription_key_is_redacted(text: str, want: str, tmp_path: Path) -> None:
     assert scrub_text(text) == (want, 1)
     assert scrub_text("subscription key renewed") == ("subscription key renewed", 0)
-    led = RunLedger(str(tmp_path / "ledger"))
-    try:
-        led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "failed",
-                    "reason": f"401 with {text}", "errors": {f"HTTPError: {text}": 1}})
-    finally:
-        led.close()
-    data = b"".join(p.read_bytes() for p in (tmp_path / "ledger").glob("*.jsonl"))
+    data = written(tmp_path, {"type": "closed", "harness": "h", "run_id": 1,
+                              "outcome": "failed", "reason": f"401 with {text}",
+                              "errors": {f"HTTPError: {text}": 1}})
     assert APIM_KEY.encode() not in data
     line = json.loads(data)
     assert (line["reason"], line["errors"]) == (f"401 with {want}", {f"HTTPError: {want}": 1})
@@ -1457,13 +1453,9 @@ def test_scrub_message_scrubs_each_argument_unless_the_format_reads_as_a_secret(
 def test_a_form_an_attack_found_never_reaches_the_ledger_file(
         text: str, want: str, secret: str, tmp_path: Path) -> None:
     assert scrub_text(text) == (want, 1)
-    led = RunLedger(str(tmp_path / "ledger"))
-    try:
-        led.append({"type": "closed", "harness": "h", "run_id": 1, "outcome": "failed",
-                    "reason": f"setup: {text}", "errors": {f"Error: {text}": 1}})
-    finally:
-        led.close()
-    data = b"".join(p.read_bytes() for p in (tmp_path / "ledger").glob("*.jsonl"))
+    data = written(tmp_path, {"type": "closed", "harness": "h", "run_id": 1,
+                              "outcome": "failed", "reason": f"setup: {text}",
+                              "errors": {f"Error: {text}": 1}})
     assert secret.encode() not in data
     line = json.loads(data)
     assert (line["reason"], line["errors"]) == (f"setup: {want}", {f"Error: {want}": 1})
