@@ -91,8 +91,8 @@ class _Ledger(Protocol):
 Recorded = Callable[[str, int], bool]
 
 
-# A run id is a ledger integer (64-bit signed): the highest a counter may hold leaves
-# room for the id after it.
+# A run id is a ledger integer (64-bit signed), and this bound is none: the highest id
+# handed out, and so the highest a counter may hold, is one below it.
 MAX_RUN_ID = 2**63 - 1
 
 
@@ -433,7 +433,9 @@ class RunIds:
                 # Once per harness per process: after that every id came from here.
                 last = self.floor(harness)
             n = last + 1
-            if n > MAX_RUN_ID:  # the ledger's max_run_id: only an edited line holds such
+            # MAX_RUN_ID itself is never handed out: persisted, it is a counter the next
+            # boot refuses (`_counter`), and an entry no boot can settle.
+            if n >= MAX_RUN_ID:
                 raise StateError(f"{harness}: no run id is left after {last}, the highest "
                                  "in use (state.json, the ledger or its run logs)")
             self.state.set_last_run_id(
