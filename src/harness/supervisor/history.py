@@ -442,10 +442,15 @@ def settle_firings(ledger: RunLedger, state: StateFile, now: int,
     done: list[tuple[str, int]] = []  # entries settled: recorded now or before, or refused
     kept = False
     ran = set(ran)
+    for problem in state.unreadable_tables():
+        log.warning("%s: %s: the run ids it names cannot be recorded", state.path, problem)
     for table, held in ((state.held(), True), (state.issued(), False)):
         for harness, entry in table:
             try:
-                started = (harness, entry.get("run_id") if type(entry) is dict else None) in ran
+                # A hand-edited run id may be any JSON value, a list too: only an int is
+                # looked up (`_entry_fields` names the others).
+                run_id = entry.get("run_id") if type(entry) is dict else None
+                started = type(run_id) is int and (harness, run_id) in ran
                 line = (_ran_line(harness, entry, now, ledger.state_dir) if started
                         else _lost_line(harness, entry, now))
             except ValueError as exc:

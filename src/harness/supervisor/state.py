@@ -32,7 +32,8 @@ has its decided line's fields under ``"decided"``, so the boot records what its 
 was told. A run admitted with its opened line still queued (REQ-6: a harness under
 no budget past the sync bound, a resident's own-exit restart) has a client told its id
 and a process running, and only this entry says so if the daemon dies first: the next
-boot records it (`history.settle_firings`). A file without the key has no such entry.
+boot records it (`history.settle_firings`). A file without the key has no such entry;
+either table that is not an object names none, and the boot says so (`unreadable_tables`).
 Invariants: the file on disk is always a whole, valid JSON document (it is replaced by
 rename, never rewritten in place) and mode 0600; top-level keys this module does not
 know, and keys of an entry other than its record list, survive every rewrite; updates of
@@ -229,6 +230,13 @@ class StateFile:
         """Every ``issued`` entry as written, (harness, entry), each harness's oldest
         first (`history.settle_firings` judges each entry)."""
         return self._firings(ISSUED_KEY)
+
+    def unreadable_tables(self) -> list[str]:
+        """The problem of each firing table that is not an object (read as empty), for the
+        boot to say: the run ids it named cannot be recorded."""
+        doc = self.load()
+        return [f"{key!r} must be an object of harness names, not {_shown(doc[key])}"
+                for key in FIRING_KEYS if key in doc and type(doc[key]) is not dict]
 
     def _firings(self, key: str) -> list[tuple[str, Any]]:
         return [(name, entry) for name, entries in self._table(key).items()
