@@ -68,6 +68,44 @@ def test_a_counter_that_is_no_id_is_quoted_by_its_kind_or_cut(
                              f"9223372036854775806, not {shown}")
 
 
+@pytest.mark.parametrize(("text", "problem"), [
+    ('{"note": NaN}', "note is not a finite number (NaN)"),
+    ('{"runs": {"a": {"last_run_id": 1, "x": [0, Infinity]}}}',
+     "runs.a.x[1] is not a finite number (Infinity)"),
+    ('{"note": {"deep": -1e999}}', "note.deep is not a finite number (-Infinity)"),
+    ('{"stopped": ["a\\ud800"]}', "stopped[0] holds a lone surrogate, which UTF-8 cannot "
+     "encode"),
+    ('{"x": {"\\udfff": 1}}', "x holds a lone surrogate, which UTF-8 cannot encode"),
+], ids=["nan", "infinity", "overflow", "surrogate", "surrogate-key"])
+def test_a_value_state_json_could_not_be_written_back_with_is_refused_by_name(
+        tmp_path: Path, text: str, problem: str) -> None:
+    """Python's decoder takes NaN, Infinity, a number past a float's range and a lone
+    surrogate escape, none of which the file can be written back with: they used to be
+    read, and every write after failed ("cannot encode the state"), so no run id could be
+    handed out while the daemon ran. Refused at the read now, naming where."""
+    p = tmp_path / "state.json"
+    p.write_text(text)
+    with pytest.raises(StateError) as ei:
+        StateFile(str(p)).load()
+    assert str(ei.value) == f"{p}: {problem}"
+    assert p.read_text() == text
+
+
+def test_a_daemon_refuses_a_state_json_it_could_not_write_back(
+        world: World, daemons: Daemons) -> None:
+    """The boot stops (exit 1) with one line naming the file and the value, rather than
+    serving a daemon whose every run fails for want of a run id."""
+    daemons.write_config('[harness.job]\nkind = "oneshot"\nargv = ["true"]\n')
+    state = world.state / "state.json"
+    world.state.mkdir(parents=True, mode=0o700)
+    state.write_text('{"runs": {"job": {"last_run_id": 3}}, "note": NaN}')
+    proc = daemons.start(wait=False)
+    assert proc.wait(timeout=DEADLINE) == 1
+    err = daemons.stderr()
+    assert f"harness: {state}: note is not a finite number (NaN)\n" in err
+    assert "Traceback" not in err
+
+
 # -- malformed firing tables at boot ---------------------------------------------------
 
 

@@ -38,7 +38,8 @@ Invariants: the file on disk is always a whole, valid JSON document (it is repla
 rename, never rewritten in place) and mode 0600; top-level keys this module does not
 know, and keys of an entry other than its record list, survive every rewrite; updates of
 the file are serialised, so no thread's change overwrites another's; a corrupt file is a
-`StateError` naming the path and the JSON problem, never a traceback. Every counter is
+`StateError` naming the path and the JSON problem, never a traceback, and so is a file
+holding a value no write could carry back (NaN, an infinity, a lone surrogate). Every counter is
 judged strictly — a table or an entry that is not an object, or a ``last_run_id`` that
 is not an id, is a `StateError` naming it (the daemon does not boot), since reading it
 as 0 could hand out an id already used — while a record list is the import's to judge:
@@ -54,6 +55,7 @@ already used — state.json's counters, the ledger's records and the per-run log
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import threading
@@ -173,6 +175,8 @@ class StateFile:
         if type(doc) is not dict:
             raise StateError(f"{self.path}: the top level must be a JSON object, "
                              f"not {type(doc).__name__}")
+        if (problem := _unwritable(doc)) is not None:
+            raise StateError(f"{self.path}: {problem}")
         for key in (RUNS_KEY, PREVIOUS_KEY):
             self._check_table(doc, key)
         stopped = doc.get(STOPPED_KEY, [])
@@ -364,6 +368,39 @@ class StateFile:
             self._data = None
             raise StateError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
         self._data = doc
+
+
+def _unwritable(doc: dict[str, Any]) -> str | None:
+    """Where `doc` holds what `StateFile.save` cannot write back, and what; None when
+    nothing. Python's decoder takes NaN, Infinity and a number past a float's range (read
+    as infinite), which JSON has no words for, and a lone surrogate escape (``\\ud800``),
+    which UTF-8 cannot encode: kept (an unknown key's value is kept by every write), such
+    a value would fail every later write, so no run id could be handed out."""
+    def shown(key: str) -> str:
+        return key.encode("utf-8", "backslashreplace").decode("utf-8")
+
+    stack: list[tuple[str, Any]] = [("the top level", doc)]
+    while stack:
+        where, v = stack.pop()
+        if type(v) is float and not math.isfinite(v):
+            word = "NaN" if v != v else "Infinity" if v > 0 else "-Infinity"
+            return f"{where} is not a finite number ({word})"
+        if type(v) is str:
+            v = [v]  # judged as a key is
+        elif type(v) is list:
+            stack += reversed([(f"{where}[{i}]", x) for i, x in enumerate(v)])
+            continue
+        elif type(v) is not dict:
+            continue
+        for text in v:
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"{where} holds a lone surrogate, which UTF-8 cannot encode"
+        if type(v) is dict:
+            prefix = "" if v is doc else f"{where}."
+            stack += reversed([(prefix + shown(k), x) for k, x in v.items()])
+    return None
 
 
 def _held_in(name: str, entry: Any, firings: set[tuple[str, int]]) -> bool:
