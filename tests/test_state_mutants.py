@@ -1,15 +1,19 @@
 """Mutation-test survivors of state.json and the run-id allocator
 (`harness.supervisor.state`) and of the boot's settling of the run ids it names
-(`harness.supervisor.history.settle_firings`): the last id a counter can hold, the error
-that names a counter no id can be read from, and every malformed ``held``/``issued``
-shape a hand edit or a half upgrade can leave, which the boot names in one log line and
-never answers with a traceback. Real state files and ledgers in tmp dirs; the boot itself
-is a real daemon."""
+(`harness.supervisor.history.settle_firings`, with `import_legacy`'s result): the last id
+a counter can hold and the floors of the first one, the tables a first entry creates,
+a write that fails after its rename, the error that names a counter no id can be read
+from or a value no write could carry back, and every malformed ``held``/``issued`` shape
+a hand edit or a half upgrade can leave, which the boot names in one log line and never
+answers with a traceback. Real state files and ledgers in tmp dirs; the boot itself is
+a real daemon."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -18,8 +22,15 @@ import pytest
 
 from conftest import World
 from daemons import DEADLINE, Daemons, request, runs_of
-from harness.supervisor.history import settle_firings
-from harness.supervisor.state import MAX_RUN_ID, RunIds, StateError, StateFile
+from harness.supervisor.history import ImportResult, import_legacy, settle_firings
+from harness.supervisor.state import (
+    MAX_RUN_ID,
+    RunIds,
+    StateError,
+    StateFile,
+    highest_log_id,
+    issued_entry,
+)
 from harness.timefmt import parse_ns
 from ledgertools import Clock, OpenLedger
 
@@ -53,19 +64,201 @@ def test_the_last_id_a_counter_can_hold_is_handed_out_and_then_none(tmp_path: Pa
     assert reread.last_run_id("a") == MAX_RUN_ID - 1
 
 
+def test_the_first_entry_of_each_table_goes_into_a_file_without_it(tmp_path: Path) -> None:
+    """The steady state after a boot is a file without ``issued`` or ``held`` (the boot
+    drops them once every id has its record): the next id handed out must create the
+    table in the write that persists it, or a crash right after would leave an id with
+    no record. A firing given without `held` is an issued one."""
+    at = "2026-06-05T10:00:00.000000000Z"
+    p = tmp_path / "state.json"
+    write_json(p, {"runs": {"a": {"last_run_id": 4}}, "stopped": ["r"]})
+    sf = StateFile(str(p))
+    ids = RunIds(sf, None, str(tmp_path / "jobs"))
+    assert ids.next("a", issued_entry("manual", None, at, "oneshot")) == 5
+    entry = {"trigger": "manual", "window": None, "at": at, "kind": "oneshot"}
+    assert json.loads(p.read_text()) == {
+        "runs": {"a": {"last_run_id": 5}}, "stopped": ["r"],
+        "issued": {"a": [{**entry, "run_id": 5}]}}
+    sf.set_last_run_id("b", 1, entry)
+    held = {"trigger": "schedule", "window": None, "at": at}
+    assert ids.next("a", held, held=True) == 6
+    assert json.loads(p.read_text()) == {
+        "runs": {"a": {"last_run_id": 6}, "b": {"last_run_id": 1}}, "stopped": ["r"],
+        "issued": {"a": [{**entry, "run_id": 5}], "b": [{**entry, "run_id": 1}]},
+        "held": {"a": [{**held, "run_id": 6}]}}
+
+
+def test_a_write_that_fails_after_its_rename_leaves_the_disk_s_word(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The directory sync after the rename fails: the write is a StateError, yet the new
+    document may be on disk, so the file is read again rather than trusted from memory,
+    and the next write builds on what the disk holds."""
+    p = tmp_path / "state.json"
+    sf = StateFile(str(p))
+    sf.set_last_run_id("n", 1)
+    real = os.fsync
+
+    def no_dir_sync(fd: int) -> None:
+        if os.path.isdir(os.readlink(f"/proc/self/fd/{fd}")):
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", no_dir_sync)
+    with pytest.raises(StateError, match="cannot write: Input/output error"):
+        sf.set_last_run_id("n", 2, {"trigger": "manual", "window": None, "at": "t"})
+    monkeypatch.undo()
+    assert sf.last_run_id("n") == 2 and len(sf.issued()) == 1
+    sf.set_stopped("r", True)
+    assert json.loads(p.read_text()) == {
+        "runs": {"n": {"last_run_id": 2}}, "stopped": ["r"],
+        "issued": {"n": [{"trigger": "manual", "window": None, "at": "t", "run_id": 2}]}}
+
+
+def test_forgetting_firings_drops_only_the_ids_named(tmp_path: Path) -> None:
+    """`forget_firings` drops the (harness, run_id) pairs it is given from both tables;
+    another id of the same harness stays, and so does an entry that cannot be read (the
+    boot names it); a table left empty goes."""
+    p = tmp_path / "state.json"
+    one = {"run_id": 1, "trigger": "manual"}
+    two = {"run_id": 2, "trigger": "manual"}
+    write_json(p, {"runs": {"job": {"last_run_id": 3}},
+                   "held": {"job": [{"run_id": 3}]},
+                   "issued": {"job": ["bad", one, {"run_id": "1"}, two]}})
+    sf = StateFile(str(p))
+    sf.forget_firings([("job", 1), ("job", 3), ("other", 2)])
+    assert json.loads(p.read_text()) == {
+        "runs": {"job": {"last_run_id": 3}},
+        "issued": {"job": ["bad", {"run_id": "1"}, two]}}
+
+
+def test_a_previous_table_entry_without_a_counter_claims_no_id(tmp_path: Path) -> None:
+    """The previous version's ``harnesses`` table folded into ``runs``: an entry with no
+    counter in either table claims none, so the harness's first id is 1; its other keys
+    are kept."""
+    p = tmp_path / "state.json"
+    write_json(p, {"harnesses": {"a": {"note": "x"}}, "runs": {"b": {}}})
+    sf = StateFile(str(p))
+    assert sf.entries() == {"a": {"note": "x", "last_run_id": 0}, "b": {}}
+    ids = RunIds(sf, None, str(tmp_path / "jobs"))
+    assert (ids.next("a"), ids.next("b")) == (1, 1)
+
+
+def test_an_issued_entry_carries_what_its_client_was_told(tmp_path: Path) -> None:
+    """The entry of a firing decided before its id: trigger, window, time, kind and the
+    decided line's own fields; one given no decision carries none."""
+    at, w = "2026-06-05T10:00:00Z", "2026-06-05T09:00:00Z"
+    told = {"outcome": "skipped", "reason": "overlap"}
+    assert issued_entry("schedule", w, at, "oneshot", told) == {
+        "trigger": "schedule", "window": w, "at": at, "kind": "oneshot", "decided": told}
+    assert issued_entry("restart", None, at, "resident") == {
+        "trigger": "restart", "window": None, "at": at, "kind": "resident"}
+
+
+def test_a_nineteen_digit_log_floors_the_ids(tmp_path: Path) -> None:
+    """The widest id a ledger holds has 19 digits: such a log is one of ours, and the
+    first id handed out is above it (with no jobs dir at all, ids start at 1)."""
+    jobs = tmp_path / "jobs"
+    assert highest_log_id(str(jobs), "a") == 0
+    (jobs / "a").mkdir(parents=True)
+    (jobs / "a" / "1000000000000000000.log").write_text("")
+    assert highest_log_id(str(jobs), "a") == 10**18
+    ids = RunIds(StateFile(str(tmp_path / "state.json")), None, str(jobs))
+    assert (ids.next("a"), ids.next("b")) == (10**18 + 1, 1)
+
+
 @pytest.mark.parametrize(("value", "shown"), [
     ({"n": 7}, "an object"), ([7], "a list"), ("7" * 60, '"' + "7" * 38 + "…"),
+    ("7" * 38, '"' + "7" * 38 + '"'), ("é" * 3, '"ééé"'),
 ])
 def test_a_counter_that_is_no_id_is_quoted_by_its_kind_or_cut(
         tmp_path: Path, value: Any, shown: str) -> None:
     """The error quotes what the file holds: a container by its kind, never its contents
-    (a counter hand-edited into an object may hold anything), a long scalar cut at 40."""
+    (a counter hand-edited into an object may hold anything), a scalar as JSON, as
+    written (not \\u-escaped), cut when it runs past 40 characters."""
     p = tmp_path / "state.json"
     write_json(p, {"runs": {"n": {"last_run_id": value}}})
     with pytest.raises(StateError) as ei:
         StateFile(str(p)).load()
     assert str(ei.value) == (f"{p}: runs.n.last_run_id must be an integer from 0 to "
                              f"9223372036854775806, not {shown}")
+
+
+@pytest.mark.parametrize("text", ["", "\n  \t\n"], ids=["empty", "blank"])
+def test_an_empty_state_file_is_an_empty_state(tmp_path: Path, text: str) -> None:
+    """What a crash before the first write can leave on a filesystem without rename
+    atomicity: no history to lose, so it reads as no file does, and ids start at 1."""
+    p = tmp_path / "state.json"
+    p.write_text(text)
+    sf = StateFile(str(p))
+    assert sf.load() == {}
+    assert RunIds(sf, None, str(tmp_path / "jobs")).next("a") == 1
+    assert json.loads(p.read_text()) == {"runs": {"a": {"last_run_id": 1}}}
+
+
+def test_an_import_with_nothing_to_do_says_exactly_that(
+        tmp_path: Path, open_ledger: OpenLedger) -> None:
+    """The result of the two boots that import nothing, every field: an existing ledger
+    and no lists (nothing ran), then a marker from an earlier import (already)."""
+    (tmp_path / "ledger").mkdir(mode=0o700)
+    write_json(tmp_path / "state.json", {"runs": {"n": {"last_run_id": 3}}})
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
+    assert import_legacy(led, str(tmp_path / "state.json")) == ImportResult()
+    (tmp_path / "ledger" / ".imported").write_text("imported 0 lines\n")
+    assert import_legacy(led, str(tmp_path / "state.json")) == ImportResult(already=True)
+
+
+@pytest.mark.parametrize("key", ["held", "issued"])
+@pytest.mark.parametrize(("entry", "shown"), [
+    (5, "5"), ("job", "'job'"), (None, "None"), ([[4]], "[4]")],
+    ids=["int", "str", "null", "list"])
+def test_a_firing_entry_that_is_not_an_object_is_named_and_the_others_recorded(
+        tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture,
+        key: str, entry: Any, shown: str) -> None:
+    """An entry that is no object (the table's value for a name is read as a list of
+    entries, or as one entry) is one warning naming the path, the table and the name;
+    the name's other entries, and the other names', are still recorded."""
+    p = tmp_path / "state.json"
+    write_json(p, {"runs": {"job": {"last_run_id": 4}, "b": {"last_run_id": 2}},
+                   key: {"job": entry, "b": [{"run_id": 2, "trigger": "manual",
+                                              "window": None, "at": AT}]}})
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
+    with caplog.at_level(logging.WARNING, logger="harness.supervisor"):
+        written = settle_firings(led, StateFile(str(p)), NOW)
+    assert [(r["harness"], r["run_id"], r["outcome"]) for r in written] == [
+        ("b", 2, "interrupted")]
+    what = "held firing" if key == "held" else "run id issued to"
+    assert caplog.records[0].getMessage() == (
+        f"{p}: {what} job: not a harness name and an object: 'job': {shown}")
+    assert json.loads(p.read_text()) == {
+        "runs": {"job": {"last_run_id": 4}, "b": {"last_run_id": 2}}}
+
+
+@pytest.mark.parametrize(("fields", "problem"), [
+    ({"at": None}, "at is not an RFC 3339 time: None"),
+    ({"at": "yesterday"}, "at is not an RFC 3339 time: 'yesterday'"),
+    ({"run_id": 0}, "run_id must be an integer ≥ 1, got 0"),
+    ({"run_id": True}, "run_id must be an integer ≥ 1, got True"),
+    ({"run_id": MAX_RUN_ID}, f"run_id must be an integer ≥ 1, got {MAX_RUN_ID}"),
+    ({"trigger": 5}, "trigger must be a string, got 5"),
+    ({"window": "noon"}, "window is not an RFC 3339 time: 'noon'"),
+    ({"kind": None}, "kind must be one of oneshot, resident, got None"),
+], ids=["no-at", "bad-at", "id-0", "id-bool", "id-max", "trigger", "window", "kind"])
+def test_each_field_an_entry_cannot_be_recorded_by_is_named(
+        tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture,
+        fields: dict[str, Any], problem: str) -> None:
+    """One warning per unreadable entry, naming the path, the harness and the first field
+    at fault (times first, then the id, the trigger, the window, the kind), with its
+    value; the readable entry beside it is recorded, and the file names neither after."""
+    p = tmp_path / "state.json"
+    good = {"run_id": 1, "trigger": "manual", "window": None, "at": AT, "kind": "oneshot"}
+    write_json(p, {"runs": {"job": {"last_run_id": 2}},
+                   "issued": {"job": [{**good, "run_id": 2, **fields}, good]}})
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
+    with caplog.at_level(logging.WARNING, logger="harness.supervisor"):
+        written = settle_firings(led, StateFile(str(p)), NOW)
+    assert [(r["run_id"], r["outcome"]) for r in written] == [(1, "interrupted")]
+    assert caplog.records[0].getMessage() == f"{p}: run id issued to job: {problem}"
+    assert json.loads(p.read_text()) == {"runs": {"job": {"last_run_id": 2}}}
 
 
 @pytest.mark.parametrize(("text", "problem"), [
@@ -104,6 +297,47 @@ def test_a_daemon_refuses_a_state_json_it_could_not_write_back(
     err = daemons.stderr()
     assert f"harness: {state}: note is not a finite number (NaN)\n" in err
     assert "Traceback" not in err
+
+
+def test_a_held_firing_and_a_run_that_ran_are_recorded_as_what_they_were(
+        tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture) -> None:
+    """A held firing no process shows is a decided crash, said as the queued firing lost;
+    an issued scheduled run whose process outlived the daemon gets an opened line with
+    its window, said as a run whose opened line was lost."""
+    p = tmp_path / "state.json"
+    window = "2026-06-15T10:00:00.000000000Z"
+    write_json(p, {"runs": {"job": {"last_run_id": 2}},
+                   "held": {"job": [{"run_id": 2, "trigger": "manual", "window": None,
+                                     "at": AT}]},
+                   "issued": {"job": [{"run_id": 1, "trigger": "schedule", "window": window,
+                                       "at": AT, "kind": "oneshot"}]}})
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
+    with caplog.at_level(logging.WARNING, logger="harness.supervisor"):
+        written = settle_firings(led, StateFile(str(p)), NOW, {("job", 1)})
+    assert [(r["run_id"], r["outcome"], r.get("window")) for r in written] == [
+        (2, "interrupted", None), (1, "running", window)]
+    assert [r.getMessage() for r in caplog.records] == [
+        "run job/2: the queued firing was lost with the daemon; closed as interrupted "
+        "(daemon_crash)",
+        "run job/1: its opened line was lost with the daemon, but its process outlived it; "
+        "recorded, to be closed as interrupted (daemon_crash)"]
+
+
+def test_an_entry_the_ledger_refuses_is_named_and_not_reported_written(
+        tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture) -> None:
+    """An entry whose line the schema refuses (a hand edit: an empty harness name) is one
+    warning naming the path, the id and the refusal; it is not among the lines written,
+    and it goes from the file, as a line no later boot could write either."""
+    p = tmp_path / "state.json"
+    write_json(p, {"runs": {"job": {"last_run_id": 1}},
+                   "issued": {"": [{"run_id": 1, "trigger": "manual", "window": None,
+                                    "at": AT, "kind": "oneshot"}]}})
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
+    with caplog.at_level(logging.WARNING, logger="harness.supervisor"):
+        assert settle_firings(led, StateFile(str(p)), NOW) == []
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{p}: run id 1 of : harness must be a non-empty string, got ''"]
+    assert json.loads(p.read_text()) == {"runs": {"job": {"last_run_id": 1}}}
 
 
 # -- malformed firing tables at boot ---------------------------------------------------
@@ -173,9 +407,10 @@ def test_a_hand_edited_state_json_boots_with_its_problems_logged(
     assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
     err = daemons.stderr()
     assert "Traceback" not in err
-    assert f"{state}: held firing job: run_id must be an integer ≥ 1, got [3]" in err
-    assert (f"{state}: 'issued' must be an object of harness names, not \"job\": the run "
-            "ids it names cannot be recorded") in err
+    assert f"WARNING harness.supervisor: {state}: held firing job: run_id must be an " \
+        "integer ≥ 1, got [3]" in err
+    assert (f"WARNING harness.supervisor: {state}: 'issued' must be an object of harness "
+            "names, not \"job\": the run ids it names cannot be recorded") in err
     assert json.loads(state.read_text()) == {"runs": {"job": {"last_run_id": 3}},
                                              "stopped": []}
     assert runs_of(world, "job") == []  # no id the file could not name was made up
