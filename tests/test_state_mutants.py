@@ -1,12 +1,12 @@
 """Mutation-test survivors of state.json and the run-id allocator
-(`harness.supervisor.state`) and of the boot's settling of the run ids it names
-(`harness.supervisor.history.settle_firings`, with `import_legacy`'s result): the last id
-a counter can hold and the floors of the first one, the tables a first entry creates,
-a write that fails after its rename, the error that names a counter no id can be read
-from or a value no write could carry back, and every malformed ``held``/``issued`` shape
-a hand edit or a half upgrade can leave, which the boot names in one log line and never
-answers with a traceback. Real state files and ledgers in tmp dirs; the boot itself is
-a real daemon."""
+(`harness.supervisor.state`) and of the boot's run history (`harness.supervisor.history`:
+`settle_firings`, REQ-7's closing passes and `import_legacy`'s result): the last id a
+counter can hold and the floors of the first one, the tables a first entry creates, a
+write that fails after its rename, the error that names a counter no id can be read from
+or a value no write could carry back, every malformed ``held``/``issued`` shape a hand
+edit or a half upgrade can leave, which the boot names in one log line and never answers
+with a traceback, and what a close or an import the disk refuses says. Real state files
+and ledgers in tmp dirs; the boot itself is a real daemon."""
 
 from __future__ import annotations
 
@@ -22,7 +22,16 @@ import pytest
 
 from conftest import World
 from daemons import DEADLINE, Daemons, request, runs_of
-from harness.supervisor.history import ImportResult, import_legacy, settle_firings
+from harness.ledger.errors import LedgerUnavailable
+from harness.ledger.files import FaultyFiles
+from harness.ledger.runledger import RunLedger
+from harness.supervisor.history import (
+    ImportResult,
+    close_open_on_shutdown,
+    import_legacy,
+    reconcile,
+    settle_firings,
+)
 from harness.supervisor.state import (
     MAX_RUN_ID,
     RunIds,
@@ -31,11 +40,13 @@ from harness.supervisor.state import (
     highest_log_id,
     issued_entry,
 )
-from harness.timefmt import parse_ns
+from harness.timefmt import format_ns, parse_ns
 from ledgertools import Clock, OpenLedger
 
 NOW = parse_ns("2026-06-15T12:00:00Z")
 AT = "2026-06-15T11:00:00.000000000Z"
+SEC = 1_000_000_000
+MS = 1_000_000
 
 
 def write_json(path: Path, doc: Any) -> None:
@@ -143,6 +154,14 @@ def test_a_previous_table_entry_without_a_counter_claims_no_id(tmp_path: Path) -
     assert (ids.next("a"), ids.next("b")) == (1, 1)
 
 
+def test_a_state_dir_not_made_yet_has_nothing_left_half_made(tmp_path: Path) -> None:
+    """The boot's sweep of a killed replacement's temporary files finds none where no
+    state dir exists yet, and makes none."""
+    sf = StateFile(str(tmp_path / "state" / "state.json"))
+    assert sf.clear_leftovers() == []
+    assert not (tmp_path / "state").exists()
+
+
 def test_an_issued_entry_carries_what_its_client_was_told(tmp_path: Path) -> None:
     """The entry of a firing decided before its id: trigger, window, time, kind and the
     decided line's own fields; one given no decision carries none."""
@@ -160,6 +179,8 @@ def test_a_nineteen_digit_log_floors_the_ids(tmp_path: Path) -> None:
     jobs = tmp_path / "jobs"
     assert highest_log_id(str(jobs), "a") == 0
     (jobs / "a").mkdir(parents=True)
+    (jobs / "a" / "notes.txt").write_text("")
+    assert highest_log_id(str(jobs), "a") == 0  # a dir holding no log floors nothing
     (jobs / "a" / "1000000000000000000.log").write_text("")
     assert highest_log_id(str(jobs), "a") == 10**18
     ids = RunIds(StateFile(str(tmp_path / "state.json")), None, str(jobs))
@@ -168,7 +189,8 @@ def test_a_nineteen_digit_log_floors_the_ids(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("value", "shown"), [
     ({"n": 7}, "an object"), ([7], "a list"), ("7" * 60, '"' + "7" * 38 + "…"),
-    ("7" * 38, '"' + "7" * 38 + '"'), ("é" * 3, '"ééé"'),
+    ("7" * 38, '"' + "7" * 38 + '"'), ("7" * 39, '"' + "7" * 38 + "…"),
+    ("é" * 3, '"ééé"'),
 ])
 def test_a_counter_that_is_no_id_is_quoted_by_its_kind_or_cut(
         tmp_path: Path, value: Any, shown: str) -> None:
@@ -202,9 +224,44 @@ def test_an_import_with_nothing_to_do_says_exactly_that(
     (tmp_path / "ledger").mkdir(mode=0o700)
     write_json(tmp_path / "state.json", {"runs": {"n": {"last_run_id": 3}}})
     led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
-    assert import_legacy(led, str(tmp_path / "state.json")) == ImportResult()
+
+    def fields(res: ImportResult) -> tuple[Any, ...]:
+        return (res.ran, res.already, res.records, res.lines, res.found, res.skipped,
+                res.lists_dropped, res.error, res.state_error)
+
+    nothing = (False, False, 0, 0, 0, [], False, None, None)
+    assert fields(import_legacy(led, str(tmp_path / "state.json"))) == nothing
     (tmp_path / "ledger" / ".imported").write_text("imported 0 lines\n")
-    assert import_legacy(led, str(tmp_path / "state.json")) == ImportResult(already=True)
+    assert fields(import_legacy(led, str(tmp_path / "state.json"))) == (
+        False, True, *nothing[2:])
+
+
+def test_an_import_whose_state_save_fails_says_so_and_leaves_the_marker(
+        tmp_path: Path, open_ledger: OpenLedger, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The lines are in and the marker written, but state.json cannot be rewritten: the
+    result and one error line say so, and the lists stay for the next boot to drop."""
+    p = tmp_path / "state.json"
+    run = {"run_id": 1, "outcome": "skipped", "started_at": "2026-06-01T02:00:00Z"}
+    write_json(p, {"runs": {"n": {"last_run_id": 1, "runs": [run]}}})
+    real = os.replace
+
+    def no_state(src: Any, dst: Any) -> None:
+        if os.fspath(dst) == str(p):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", no_state)
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
+    with caplog.at_level(logging.ERROR, logger="harness.supervisor"):
+        res = import_legacy(led, str(p))
+    problem = f"{p}: cannot write: No space left on device"
+    assert (res.lines, res.lists_dropped, res.error, res.state_error) == (
+        1, False, None, problem)
+    assert [r.getMessage() for r in caplog.records if r.name == "harness.supervisor"] == [
+        f"ledger import: done, but {problem}"]
+    assert (tmp_path / "ledger" / ".imported").exists()
+    assert json.loads(p.read_text())["runs"]["n"]["runs"] == [run]
 
 
 @pytest.mark.parametrize("key", ["held", "issued"])
@@ -338,6 +395,84 @@ def test_an_entry_the_ledger_refuses_is_named_and_not_reported_written(
     assert [r.getMessage() for r in caplog.records] == [
         f"{p}: run id 1 of : harness must be a non-empty string, got ''"]
     assert json.loads(p.read_text()) == {"runs": {"job": {"last_run_id": 1}}}
+
+
+def test_an_import_raises_a_counter_below_its_list_and_names_what_it_skipped(
+        tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture) -> None:
+    """A legacy counter below a run its own list holds (a hand edit, a half-written old
+    file) is raised to that run's id: once retention prunes the imported lines and
+    keep_runs the logs, the counter is the only floor, and the ids up to it must not be
+    handed out again. Each legacy run left out is one warning naming it."""
+    p = tmp_path / "state.json"
+    run = {"run_id": 7, "trigger": "manual", "outcome": "skipped",
+           "started_at": "2026-06-01T02:00:00Z", "reason": "overlap"}
+    write_json(p, {"runs": {"n": {"last_run_id": 5, "runs": [run, {"run_id": 0}]}}})
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
+    with caplog.at_level(logging.WARNING, logger="harness.supervisor"):
+        res = import_legacy(led, str(p))
+    assert (res.records, res.lines, res.lists_dropped) == (1, 1, True)
+    assert json.loads(p.read_text()) == {"runs": {"n": {"last_run_id": 7}}}
+    assert [r.getMessage() for r in caplog.records] == [
+        "ledger import: skipped legacy run n[1]: run_id must be an integer ≥ 1, got 0"]
+
+
+def test_a_lost_miss_of_one_window_is_recorded_as_a_miss(
+        tmp_path: Path, open_ledger: OpenLedger) -> None:
+    """The smallest run of missed windows is one: its entry's decision is what the
+    client was told, not a crash."""
+    p = tmp_path / "state.json"
+    first = "2026-06-15T10:00:00.000000000Z"
+    write_json(p, {"runs": {"job": {"last_run_id": 1}}, "issued": {"job": [
+        {"run_id": 1, "trigger": "schedule", "window": first, "at": AT, "kind": "oneshot",
+         "decided": {"outcome": "missed", "first_window": first, "windows": 1}}]}})
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
+    written = settle_firings(led, StateFile(str(p)), NOW)
+    assert [(r["run_id"], r["outcome"], r.get("windows"), r.get("first_window"))
+            for r in written] == [(1, "missed", 1, first)]
+
+
+def _open_run(directory: Path, started: int) -> None:
+    led = RunLedger(str(directory))
+    try:
+        led.append({"type": "opened", "harness": "job", "run_id": 1, "at": format_ns(started),
+                    "kind": "oneshot", "trigger": "manual", "started_at": format_ns(started),
+                    "outcome": "running"}, sync=True)
+    finally:
+        led.close()
+
+
+@pytest.mark.parametrize(("started", "took"), [(NOW, 0), (NOW + 5 * SEC, 0),
+                                               (NOW - 2500 * MS, 2500)],
+                         ids=["same-instant", "clock-went-back", "ran"])
+def test_a_shutdown_closes_a_run_with_what_it_took_never_less_than_nothing(
+        tmp_path: Path, open_ledger: OpenLedger, started: int, took: int) -> None:
+    """The shutdown's closed line says how long the run took, in whole milliseconds, and
+    0 when the clock says it ended before it began; what it returns is the record as the
+    ledger folds it."""
+    _open_run(tmp_path / "ledger", started)
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
+    closed = close_open_on_shutdown(led, NOW)
+    assert closed == [led.get("job", 1)]
+    assert (closed[0]["outcome"], closed[0]["reason"], closed[0]["duration_ms"]) == (
+        "interrupted", "shutdown", took)
+
+
+def test_a_close_the_disk_refuses_is_logged_and_not_reported_closed(
+        tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture) -> None:
+    """REQ-7's pass on a disk that takes no write: the closed line stays queued for the
+    writer to retry, the failure is one error line, and the run is not among those the
+    boot reports closed (nor gains a crash note)."""
+    _open_run(tmp_path / "ledger", NOW - SEC)
+    full = FaultyFiles()
+    full.inject("write", errno=errno.ENOSPC)
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW), files=full, retry_min=0.01,
+                      retry_max=0.05, sync_timeout=0.3)
+    with caplog.at_level(logging.ERROR, logger="harness.supervisor"):
+        assert reconcile(led, NOW) == []
+    assert [r.getMessage().startswith("cannot close open run: ") for r in caplog.records
+            if r.name == "harness.supervisor"] == [True]
+    with pytest.raises(LedgerUnavailable):
+        led.close(timeout=0.2)
 
 
 # -- malformed firing tables at boot ---------------------------------------------------
