@@ -475,6 +475,31 @@ def test_a_close_the_disk_refuses_is_logged_and_not_reported_closed(
         led.close(timeout=0.2)
 
 
+def test_an_import_and_a_settling_the_disk_refuses_each_say_so(
+        tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture) -> None:
+    """On a disk that takes no write, the import's failure is one error line saying the
+    lists stay for the next boot, and each run id the boot cannot record is one error
+    line naming it: the only word a daemon's operator gets of either."""
+    p = tmp_path / "state.json"
+    run = {"run_id": 1, "outcome": "skipped", "started_at": "2026-06-01T02:00:00Z"}
+    write_json(p, {"runs": {"n": {"last_run_id": 2, "runs": [run]}}, "issued": {"n": [
+        {"run_id": 2, "trigger": "manual", "window": None, "at": AT, "kind": "oneshot"}]}})
+    full = FaultyFiles()
+    full.inject("write", errno=errno.ENOSPC)
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW), files=full, retry_min=0.01,
+                      retry_max=0.05, sync_timeout=0.3)
+    with caplog.at_level(logging.ERROR, logger="harness.supervisor"):
+        res = import_legacy(led, str(p))
+        assert settle_firings(led, StateFile(str(p)), NOW) == []
+    said = [r.getMessage() for r in caplog.records if r.name == "harness.supervisor"]
+    assert len(said) == 2 and res.error is not None
+    assert said[0] == (f"ledger import: {res.error}; state.json keeps its run lists for "
+                       "the next boot")
+    assert said[1].startswith("cannot record the run n/2: ")
+    with pytest.raises(LedgerUnavailable):
+        led.close(timeout=0.2)
+
+
 # -- malformed firing tables at boot ---------------------------------------------------
 
 
