@@ -1,0 +1,173 @@
+"""Mutation-found gaps in the work ledger's git side: anchoring (`harness.worklog.anchor`),
+resume (`harness.worklog.resume`) and the git wrapper (`harness.worklog.git`). Each test
+pins a behaviour no other test held exactly, against real repositories and real git
+processes.
+
+The races are made deterministic by letting a real ``git update-ref`` (a rival anchor,
+fetch or gc of the same run landing) move the side ref at the one moment that matters:
+after the command read the ref and before it moves it. Every ref move is a
+compare-and-swap against what was read, so the loser fails with exit 2 and the winner's
+lineage is kept; a move against a value read again at the last moment would silently
+drop it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.worklog import VerificationFailed
+from harness.worklog import anchor as anc
+from harness.worklog.git import Git, GitFailed, RefMoved
+from harness.worklog.resume import resume
+from test_worklog_git import (  # noqa: F401  (bare_env: its autouse fixture)
+    REF,
+    RUN,
+    _blob,
+    _forge,
+    _meta,
+    bare_env,
+    chain,
+    git,
+    new_repo,
+    published,
+    write_ledger,
+)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return new_repo(tmp_path / "repo")
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> tuple[Path, Path]:
+    """A bare origin, host A (with origin) and a fresh clone B of it."""
+    origin = tmp_path / "origin.git"
+    git("init", "-q", "--bare", str(origin), cwd=tmp_path)
+    a = new_repo(tmp_path / "a")
+    git("remote", "add", "origin", str(origin), cwd=a)
+    git("clone", "-q", str(origin), str(tmp_path / "b"), cwd=tmp_path)
+    return a, tmp_path / "b"
+
+
+def rival_lands(monkeypatch: pytest.MonkeyPatch, repo: Path, method: str,
+                rival: str) -> list[str]:
+    """Make `Git.<method>` end by a real git process moving REF to `rival`, once: another
+    anchor of the run landing just before this one moves the ref. Returns a list that
+    holds the commit the ref held when the rival moved it."""
+    real: Callable[..., Any] = getattr(Git, method)
+    moved: list[str] = []
+
+    def racing(self: Git, *args: Any, **kw: Any) -> Any:
+        out = real(self, *args, **kw)
+        if not moved:
+            moved.append(git("rev-parse", REF, cwd=repo))
+            git("update-ref", REF, rival, cwd=repo)
+        return out
+
+    monkeypatch.setattr(Git, method, racing)
+    return moved
+
+
+# -- compare-and-swap ------------------------------------------------------------------------
+
+
+def test_an_anchor_that_loses_the_race_for_the_ref_keeps_the_winners_lineage(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    base = chain(3)
+    write_ledger(repo, base)
+    first = anc.anchor(repo, RUN).commit
+    # The rival lineage: another host's resume of the same head, anchored.
+    write_ledger(repo, chain(5, salt=" elsewhere", prefix=base))
+    rival = anc.anchor(repo, RUN).commit
+    git("update-ref", REF, first, cwd=repo)
+    mine = chain(5, prefix=base)
+    write_ledger(repo, mine)
+    moved = rival_lands(monkeypatch, repo, "commit_tree", rival)
+    with pytest.raises(RefMoved) as err:
+        anc.anchor(repo, RUN)
+    assert moved == [first]
+    assert err.value.exit_code == 2
+    assert str(err.value).startswith(f"{REF} changed while harness was updating it")
+    # The rival's anchor stands; nothing was merged over it.
+    assert git("rev-parse", REF, cwd=repo) == rival
+    monkeypatch.undo()
+    with pytest.raises(anc.Divergence):
+        anc.anchor(repo, RUN)
+
+
+
+def test_a_gc_that_loses_the_race_for_the_ref_keeps_the_new_anchor(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An anchor that extends the chain while gc squashes the history it read: gc fails
+    (exit 2) and the ref keeps the new anchor, rather than being squashed back to the
+    tree gc read, which would drop the entries the anchor added."""
+    lines = chain(3)
+    write_ledger(repo, lines)
+    anc.anchor(repo, RUN)
+    lines = chain(5, prefix=lines)
+    write_ledger(repo, lines)
+    read = anc.anchor(repo, RUN).commit
+    write_ledger(repo, chain(7, prefix=lines))
+    newer = anc.anchor(repo, RUN).commit
+    git("update-ref", REF, read, cwd=repo)
+    moved = rival_lands(monkeypatch, repo, "commit_tree", newer)
+    with pytest.raises(RefMoved) as err:
+        anc.gc(repo, RUN)
+    assert moved == [read]
+    assert err.value.exit_code == 2
+    assert git("rev-parse", REF, cwd=repo) == newer
+    assert git("rev-list", "--count", REF, cwd=repo) == "3"
+
+
+
+# -- exit codes ------------------------------------------------------------------------------
+
+
+def test_a_fetch_that_fails_here_for_a_ref_the_remote_has_is_a_git_failure(
+        hosts: tuple[Path, Path]) -> None:
+    """The remote holds the anchor, but git cannot write it here (a stale lock on the ref
+    fetch writes, left by a killed git): exit 2, a git failure, never 1 ("no ledger"),
+    which would tell the operator there is nothing to fetch."""
+    a, b = hosts
+    published(a, 4)
+    lock = b / ".git" / "refs" / "harness" / "fetched" / "origin" / f"{RUN}.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_bytes(b"")
+    with pytest.raises(GitFailed) as err:
+        anc.fetch(b, RUN)
+    assert err.value.exit_code == 2
+    assert str(err.value).startswith(f"git fetch of {REF} from 'origin' failed: ")
+    assert not (b / ".harness").exists()
+
+
+# -- forged anchors --------------------------------------------------------------------------
+
+
+def test_a_forged_early_chunk_under_a_genuine_last_chunk_is_no_anchor(repo: Path) -> None:
+    """An anchor whose last chunk and LEDGER.json are the local chain's, but whose first
+    chunk was edited: the blob ids of every chunk before the last must match the local
+    chain's, or the anchor is read whole and refused. Taking it for the local chain
+    (deciding from the last chunk only) would report it "unchanged", vouch for its tree
+    in the checked-tree cache, and let a resume call it identical."""
+    lines = chain(2500)
+    write_ledger(repo, lines)
+    chunks = [_blob(lines[i:i + 1000]) for i in range(0, 2500, 1000)]
+    forged = chunks[0].replace(b'"note":"entry 7"', b'"note":"entry Z"')
+    assert forged != chunks[0]
+    commit = _forge(repo, {"LEDGER.json": _meta(lines, chunk_count=3),
+                           "chunk-000000.jsonl": forged,
+                           "chunk-000001.jsonl": chunks[1],
+                           "chunk-000002.jsonl": chunks[2]})
+    for op in (anc.anchor, resume):
+        with pytest.raises(VerificationFailed) as err:
+            op(repo, RUN)
+        assert err.value.exit_code == 2
+        assert str(err.value).startswith(
+            f"{REF} is not a work-ledger anchor: its chain does not verify: entry 7 (line 7): "
+            "entry_hash mismatch"), op
+    assert git("rev-parse", REF, cwd=repo) == commit
+    assert not (repo / ".git" / "harness-checked-anchors").exists()
