@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from harness.worklog import VerificationFailed
+from harness.worklog import Divergence, VerificationFailed
 from harness.worklog import anchor as anc
 from harness.worklog.git import Git, GitFailed, RefMoved
 from harness.worklog.resume import resume
@@ -33,6 +33,7 @@ from test_worklog_git import (  # noqa: F401  (bare_env: its autouse fixture)
     git,
     new_repo,
     published,
+    push,
     write_ledger,
 )
 
@@ -122,6 +123,62 @@ def test_a_gc_that_loses_the_race_for_the_ref_keeps_the_new_anchor(
     assert git("rev-parse", REF, cwd=repo) == newer
     assert git("rev-list", "--count", REF, cwd=repo) == "3"
 
+
+
+# -- a configured fetch refspec ----------------------------------------------------------------
+
+WILDCARD = "+refs/harness/work-ledger/*:refs/harness/work-ledger/*"
+
+
+def side_refs(repo: Path) -> str:
+    return git("for-each-ref", "--format=%(refname) %(objectname)", "refs/harness/",
+               cwd=repo)
+
+
+def test_a_configured_wildcard_fetch_refspec_never_moves_the_side_ref_of_a_dry_run(
+        hosts: tuple[Path, Path]) -> None:
+    """Sharing the side refs with a wildcard push is what the spec shows; a wildcard
+    remote.origin.fetch is its natural companion. git then also updates every ref such a
+    refspec maps a fetched ref to: a dry run would move refs/harness/work-ledger/<run-id>."""
+    a, b = hosts
+    base = published(a, 3)
+    write_ledger(b, base)
+    anc.anchor(b, RUN)
+    write_ledger(a, chain(5, prefix=base))
+    anc.anchor(a, RUN)
+    push(a)
+    git("config", "--add", "remote.origin.fetch", WILDCARD, cwd=b)
+    before = side_refs(b)
+    res = anc.fetch(b, RUN, dry_run=True)
+    assert (res.status, res.new_entries, res.dry_run) == ("extended", 2, True)
+    assert side_refs(b) == before
+
+
+def test_a_configured_wildcard_fetch_refspec_never_overwrites_a_diverged_side_ref(
+        hosts: tuple[Path, Path]) -> None:
+    """B's own lineage, anchored on B, and A's, pushed: fetch refuses (exit 3) and writes
+    nothing, dry run or not; the side ref keeps B's lineage, which a configured wildcard
+    refspec would have overwritten with A's before fetch compared the two."""
+    a, b = hosts
+    base = chain(3)
+    write_ledger(a, chain(5, salt=" on a", prefix=base))
+    anc.anchor(a, RUN)
+    push(a)
+    write_ledger(b, chain(5, salt=" on b", prefix=base))
+    anc.anchor(b, RUN)
+    git("config", "--add", "remote.origin.fetch", WILDCARD, cwd=b)
+    mine = git("rev-parse", REF, cwd=b)
+    with pytest.raises(Divergence) as err:
+        anc.fetch(b, RUN, dry_run=True)
+    assert err.value.exit_code == 3
+    assert str(err.value).startswith("work ledgers diverge at entry 4: ")
+    assert side_refs(b) == f"{REF} {mine}"
+    with pytest.raises(Divergence) as err:
+        anc.fetch(b, RUN)
+    assert err.value.exit_code == 3
+    # What fetch keeps of the refused lineage is its own private ref, not the side ref.
+    theirs = git("rev-parse", f"refs/harness/fetched/origin/{RUN}", cwd=b)
+    assert side_refs(b) == f"refs/harness/fetched/origin/{RUN} {theirs}\n{REF} {mine}"
 
 
 # -- exit codes ------------------------------------------------------------------------------

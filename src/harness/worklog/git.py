@@ -21,7 +21,9 @@ Invariants:
   processes (a presence check and one ``fast-import``), and read by one ``cat-file
   --batch``, whatever the number of chunks. Blob ids are computed in Python, so
   objects the repository already holds are never sent again.
-* Refs move only by compare-and-swap (`Git.update_ref` with the expected old value).
+* Refs move only by compare-and-swap (`Git.update_ref` with the expected old value),
+  and a fetch writes only the ref it names: no configured ``remote.<name>.fetch``
+  refspec moves another (``--refmap=``).
 """
 
 from __future__ import annotations
@@ -396,9 +398,14 @@ class Git:
         is decided by exit codes (``remote get-url``: 2 = no such remote;
         ``ls-remote --exit-code``: 2 = no matching ref).
         """
+        # An empty --refmap: only the refspec given here maps the fetched ref. Without it
+        # git also updates, "opportunistically", every local ref a configured
+        # remote.<name>.fetch maps `src` to, and a wildcard one for the side refs (the
+        # natural companion of pushing them) would move refs/harness/work-ledger/<run-id>
+        # itself: during a dry run, and over a lineage fetch is about to refuse.
         res = self.run(
-            ["fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--end-of-options",
-             remote, f"+{src}:{dst}" if dst is not None else src],
+            ["fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--refmap=",
+             "--end-of-options", remote, f"+{src}:{dst}" if dst is not None else src],
             check=False,
             timeout=NETWORK_TIMEOUT,
         )
