@@ -125,6 +125,30 @@ def test_a_gc_that_loses_the_race_for_the_ref_keeps_the_new_anchor(
 
 
 
+
+# -- dry runs ----------------------------------------------------------------------------------
+
+
+def test_a_dry_run_anchor_over_an_unchecked_anchor_of_a_prefix_writes_nothing(
+        repo: Path) -> None:
+    """An anchor this host has not checked (it arrived by plain git) whose chain the
+    local one extends: a real anchor records its tree as checked; a dry run must not
+    (DESIGN §2: --dry-run writes nothing, not even under .git)."""
+    lines = chain(3)
+    write_ledger(repo, lines)
+    first = anc.anchor(repo, RUN)
+    memo = repo / ".git" / "harness-checked-anchors"
+    memo.unlink()
+    for n, status in ((3, "unchanged"), (5, "extended")):
+        write_ledger(repo, chain(n, prefix=lines))
+        res = anc.anchor(repo, RUN, dry_run=True)
+        assert (res.status, res.dry_run, res.entry_count) == (status, True, n)
+        assert not memo.exists(), status
+    assert git("rev-parse", REF, cwd=repo) == first.commit
+    anc.anchor(repo, RUN)
+    assert memo.read_text().splitlines()[0].split(" ")[0] == first.tree
+
+
 # -- a configured fetch refspec ----------------------------------------------------------------
 
 WILDCARD = "+refs/harness/work-ledger/*:refs/harness/work-ledger/*"
@@ -179,6 +203,7 @@ def test_a_configured_wildcard_fetch_refspec_never_overwrites_a_diverged_side_re
     # What fetch keeps of the refused lineage is its own private ref, not the side ref.
     theirs = git("rev-parse", f"refs/harness/fetched/origin/{RUN}", cwd=b)
     assert side_refs(b) == f"refs/harness/fetched/origin/{RUN} {theirs}\n{REF} {mine}"
+
 
 
 # -- exit codes ------------------------------------------------------------------------------
