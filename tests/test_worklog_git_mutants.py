@@ -31,6 +31,7 @@ from test_worklog_git import (  # noqa: F401  (bare_env: its autouse fixture)
     bare_env,
     chain,
     git,
+    ledger_file,
     new_repo,
     published,
     push,
@@ -204,6 +205,35 @@ def test_a_configured_wildcard_fetch_refspec_never_overwrites_a_diverged_side_re
     theirs = git("rev-parse", f"refs/harness/fetched/origin/{RUN}", cwd=b)
     assert side_refs(b) == f"refs/harness/fetched/origin/{RUN} {theirs}\n{REF} {mine}"
 
+
+
+def test_a_fetch_that_loses_the_race_for_the_side_ref_keeps_the_winners_lineage(
+        hosts: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fetch moves the local side ref to the fetched anchor only from the commit it
+    checked: another lineage anchored meanwhile is kept (exit 2), not overwritten."""
+    a, b = hosts
+    base = published(a, 3)
+    write_ledger(b, chain(5, salt=" rival", prefix=base))
+    rival = anc.anchor(b, RUN).commit
+    write_ledger(b, base)
+    git("update-ref", "-d", REF, cwd=b)
+    checked = anc.anchor(b, RUN).commit
+    write_ledger(a, chain(5, prefix=base))
+    anc.anchor(a, RUN)
+    push(a)
+    moved = rival_lands(monkeypatch, b, "is_ancestor", rival)
+    with pytest.raises(RefMoved) as err:
+        anc.fetch(b, RUN)
+    assert moved == [checked]
+    assert err.value.exit_code == 2
+    assert git("rev-parse", REF, cwd=b) == rival
+    # The ledger was written before the ref lost its race, and the error says so.
+    assert ledger_file(b).read_bytes() == _blob(chain(5, prefix=base))
+    assert str(err.value) == (
+        f"fetched run {RUN} into the local work ledger (extended, 5 entries), but {REF} "
+        "changed while harness was moving it to the fetched anchor (another anchor or "
+        f"fetch ran at the same time) and was left as it is; run 'harness ledger fetch "
+        f"{RUN}' again")
 
 
 # -- exit codes ------------------------------------------------------------------------------

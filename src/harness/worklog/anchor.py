@@ -70,7 +70,7 @@ from . import (
     store,
     verify,
 )
-from .git import Git, GitFailed
+from .git import Git, GitFailed, RefMoved
 
 __all__ = [
     "CHUNK_LINES",
@@ -852,7 +852,17 @@ def fetch(workdir: str | os.PathLike[str], run_id: str, remote: str = "origin", 
     warning = None
     if cur != chain.commit:
         if follow:
-            git.update_ref(ref, chain.commit, cur, reason=f"harness ledger fetch {run_id}")
+            try:
+                git.update_ref(ref, chain.commit, cur, reason=f"harness ledger fetch {run_id}")
+            except RefMoved:
+                # The ledger is written by now: the generic "nothing was changed" is untrue.
+                raise RefMoved(
+                    f"fetched run {run_id} into the local work ledger ({status}, "
+                    f"{chain.entry_count} entries), but {ref} changed while harness was "
+                    "moving it to the fetched anchor (another anchor or fetch ran at the "
+                    f"same time) and was left as it is; run 'harness ledger fetch {run_id}' "
+                    "again"
+                ) from None
         else:
             warning = (f"kept {ref} at {cur}: it anchors entries the fetched anchor lacks; "
                        "the local ledger now follows the fetched chain")
