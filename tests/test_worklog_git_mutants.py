@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from harness.worklog import Divergence, VerificationFailed
+from harness.worklog import Divergence, NoLedger, VerificationFailed
 from harness.worklog import anchor as anc
 from harness.worklog.git import Git, GitFailed, RefMoved
 from harness.worklog.resume import resume
@@ -125,6 +125,47 @@ def test_a_gc_that_loses_the_race_for_the_ref_keeps_the_new_anchor(
     assert git("rev-list", "--count", REF, cwd=repo) == "3"
 
 
+
+
+
+@pytest.mark.parametrize(("case", "why"), [
+    ("chunk_count", "LEDGER.json says 3 chunks, the tree holds 2"),
+    ("short chunk", "chunk-000000.jsonl holds 999 lines; chunks hold 1000, only the last "
+                    "may hold fewer"),
+])
+def test_an_anchor_chunked_otherwise_than_the_format_is_not_fetched(
+        hosts: tuple[Path, Path], case: str, why: str) -> None:
+    """The chain verifies, but the tree is not the one the format gives it (chunk
+    boundaries fixed every 1,000 lines from genesis, LEDGER.json counting the chunks):
+    another host anchoring the same chain gets another tree id, so it is no anchor."""
+    a, b = hosts
+    lines = chain(1001)
+    if case == "chunk_count":
+        files = {"LEDGER.json": _meta(lines, chunk_count=3),
+                 "chunk-000000.jsonl": _blob(lines[:1000]),
+                 "chunk-000001.jsonl": _blob(lines[1000:])}
+    else:
+        files = {"LEDGER.json": _meta(lines, chunk_count=2),
+                 "chunk-000000.jsonl": _blob(lines[:999]),
+                 "chunk-000001.jsonl": _blob(lines[999:])}
+    _forge(a, files)
+    push(a)
+    with pytest.raises(VerificationFailed) as err:
+        anc.fetch(b, RUN)
+    assert err.value.exit_code == 2
+    assert str(err.value) == f"origin {REF} is not a work-ledger anchor: {why}"
+    assert not (b / ".harness").exists()
+
+
+def test_a_ledger_with_no_complete_entry_is_no_ledger_to_anchor(repo: Path) -> None:
+    """Only a torn fragment (a crash during the first write): exit 1, as for no ledger,
+    and no ref."""
+    write_ledger(repo, [], tail=b'{"seq":1,"ts":"2026-11-30T07:0')
+    with pytest.raises(NoLedger) as err:
+        anc.anchor(repo, RUN)
+    assert err.value.exit_code == 1
+    assert str(err.value) == f"work ledger {RUN} has no complete entries to anchor"
+    assert git("for-each-ref", "refs/harness/", cwd=repo) == ""
 
 
 # -- dry runs ----------------------------------------------------------------------------------
