@@ -12,6 +12,7 @@ drop it."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -155,6 +156,28 @@ def test_an_anchor_chunked_otherwise_than_the_format_is_not_fetched(
     assert err.value.exit_code == 2
     assert str(err.value) == f"origin {REF} is not a work-ledger anchor: {why}"
     assert not (b / ".harness").exists()
+
+
+def test_an_executable_chunk_is_no_anchor(hosts: tuple[Path, Path]) -> None:
+    """The anchor tree holds regular files (mode 100644) only: the same chain with an
+    executable chunk is another tree id, so it is refused like any stray entry."""
+    a, b = hosts
+    lines = chain(4)
+    g = Git.open(a)
+    meta, chunk = g.write_blobs([_meta(lines), _blob(lines)])
+    tree = subprocess.run(
+        ["git", "mktree"], cwd=a, check=True, capture_output=True, text=True,
+        input=f"100644 blob {meta}\tLEDGER.json\n100755 blob {chunk}\tchunk-000000.jsonl\n",
+    ).stdout.strip()
+    git("update-ref", REF, g.commit_tree(tree, [], "forged\n"), cwd=a)
+    push(a)
+    with pytest.raises(VerificationFailed) as err:
+        anc.fetch(b, RUN)
+    assert err.value.exit_code == 2
+    assert str(err.value) == (f"origin {REF} is not a work-ledger anchor: its tree holds a "
+                              "stray entry 'chunk-000000.jsonl' (100755 blob)")
+    assert not (b / ".harness").exists()
+
 
 
 def test_a_ledger_with_no_complete_entry_is_no_ledger_to_anchor(repo: Path) -> None:
