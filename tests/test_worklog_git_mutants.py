@@ -191,6 +191,27 @@ def test_a_ledger_with_no_complete_entry_is_no_ledger_to_anchor(repo: Path) -> N
     assert git("for-each-ref", "refs/harness/", cwd=repo) == ""
 
 
+
+def test_fetch_never_extends_a_local_chain_edited_under_its_hashes(
+        hosts: tuple[Path, Path]) -> None:
+    """A local row whose payload was edited and whose entry_hash was kept still "matches"
+    the anchored row by hash; fetch must verify the local chain first, refuse (exit 2)
+    naming the entry and its file line, and not append to it."""
+    a, b = hosts
+    lines = published(a, 6)
+    edited = [*lines[:2], lines[2].replace(b'"note":"entry 3"', b'"note":"entry X"')]
+    assert edited[2] != lines[2]
+    path = write_ledger(b, edited)
+    before = path.read_bytes()
+    with pytest.raises(VerificationFailed) as err:
+        anc.fetch(b, RUN)
+    assert err.value.exit_code == 2
+    assert str(err.value).startswith(
+        f"refusing to fetch onto run {RUN}: the local work ledger does not verify at "
+        "entry 3 (000000.jsonl:3): entry_hash mismatch")
+    assert path.read_bytes() == before
+
+
 # -- dry runs ----------------------------------------------------------------------------------
 
 
