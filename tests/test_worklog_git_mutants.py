@@ -321,6 +321,42 @@ def test_a_fetch_that_loses_the_race_for_the_side_ref_keeps_the_winners_lineage(
         f"{RUN}' again")
 
 
+
+# -- the local side ref on fetch -----------------------------------------------------------------
+
+
+def test_fetch_keeps_a_side_ref_that_anchors_more_than_the_fetched_anchor(
+        hosts: tuple[Path, Path]) -> None:
+    """B anchored 5 entries and then moved its ledger directory away; the remote holds the
+    first 3. Fetch writes those 3 into the ledger, but leaves the side ref on B's anchor
+    and says so: moving it back would drop two anchored entries."""
+    a, b = hosts
+    base = published(a, 3)
+    write_ledger(b, chain(5, prefix=base))
+    mine = anc.anchor(b, RUN).commit
+    ledger_file(b).unlink()
+    res = anc.fetch(b, RUN)
+    assert (res.status, res.entry_count, res.new_entries) == ("written", 3, 3)
+    assert res.warning == (f"kept {REF} at {mine}: it anchors entries the fetched anchor "
+                           "lacks; the local ledger now follows the fetched chain")
+    assert git("rev-parse", REF, cwd=b) == mine
+    assert ledger_file(b).read_bytes() == _blob(base)
+
+
+def test_fetch_replaces_a_side_ref_that_is_no_anchor(hosts: tuple[Path, Path]) -> None:
+    """A local side ref whose anchor does not verify holds no lineage to keep: fetch
+    moves it to the fetched anchor (compare-and-swap from the broken one)."""
+    a, b = hosts
+    lines = published(a, 4)
+    broken = chain(4, salt=" b")
+    _forge(b, {"LEDGER.json": _meta(broken),
+               "chunk-000000.jsonl": _blob(broken).replace(b"entry 2 b", b"entry Z")})
+    res = anc.fetch(b, RUN)
+    assert (res.status, res.warning) == ("written", None)
+    assert git("rev-parse", REF, cwd=b) == res.commit
+    assert ledger_file(b).read_bytes() == _blob(lines)
+
+
 # -- exit codes ------------------------------------------------------------------------------
 
 
