@@ -56,6 +56,11 @@ def hosts(tmp_path: Path) -> tuple[Path, Path]:
     return a, tmp_path / "b"
 
 
+def side_refs(repo: Path) -> str:
+    return git("for-each-ref", "--format=%(refname) %(objectname)", "refs/harness/",
+               cwd=repo)
+
+
 def rival_lands(monkeypatch: pytest.MonkeyPatch, repo: Path, method: str,
                 rival: str) -> list[str]:
     """Make `Git.<method>` end by a real git process moving REF to `rival`, once: another
@@ -235,14 +240,32 @@ def test_a_dry_run_anchor_over_an_unchecked_anchor_of_a_prefix_writes_nothing(
     assert memo.read_text().splitlines()[0].split(" ")[0] == first.tree
 
 
+
+def test_a_dry_run_fetch_that_reads_the_local_side_ref_writes_nothing(
+        hosts: tuple[Path, Path]) -> None:
+    """After a gc and a forced push, the local side ref is no ancestor of the fetched
+    anchor, so a fetch reads it whole to weigh its lineage; a dry run must not record
+    its tree as checked (nor move anything)."""
+    a, b = hosts
+    lines = published(a, 3)
+    anc.fetch(b, RUN)
+    write_ledger(a, chain(5, prefix=lines))
+    anc.anchor(a, RUN)
+    anc.gc(a, RUN)
+    push(a, force=True)
+    memo = b / ".git" / "harness-checked-anchors"
+    memo.unlink()
+    before = side_refs(b)
+    res = anc.fetch(b, RUN, dry_run=True)
+    assert (res.status, res.new_entries, res.dry_run) == ("extended", 2, True)
+    assert not memo.exists()
+    assert side_refs(b) == before
+    assert ledger_file(b).read_bytes() == _blob(lines)
+
+
 # -- a configured fetch refspec ----------------------------------------------------------------
 
 WILDCARD = "+refs/harness/work-ledger/*:refs/harness/work-ledger/*"
-
-
-def side_refs(repo: Path) -> str:
-    return git("for-each-ref", "--format=%(refname) %(objectname)", "refs/harness/",
-               cwd=repo)
 
 
 def test_a_configured_wildcard_fetch_refspec_never_moves_the_side_ref_of_a_dry_run(
