@@ -134,6 +134,35 @@ def test_a_gc_that_loses_the_race_for_the_ref_keeps_the_new_anchor(
 
 
 
+def test_a_broken_anchor_this_host_never_checked_is_not_trusted_as_a_prefix(
+        repo: Path) -> None:
+    """An anchor (arrived by plain git) holding a chain edited under its hashes, and a
+    local ledger holding the same bytes and more: the anchor's tree is not among the
+    trees this host checked (the cache holds another run's), so the whole local chain
+    is verified and refused, by anchor and by gc alike. Trusting any tree once the
+    cache exists would publish the broken chain as an extension."""
+    write_ledger(repo, chain(3), run_id="other-run")
+    anc.anchor(repo, "other-run")
+    assert (repo / ".git" / "harness-checked-anchors").exists()
+    lines = chain(6)
+    edited = [lines[0], lines[1].replace(b'"note":"entry 2"', b'"note":"entry X"'),
+              *lines[2:]]
+    forged = _forge(repo, {"LEDGER.json": _meta(edited), "chunk-000000.jsonl": _blob(edited)})
+    write_ledger(repo, chain(8, prefix=edited))
+    with pytest.raises(VerificationFailed) as err:
+        anc.anchor(repo, RUN)
+    assert err.value.exit_code == 2
+    assert str(err.value).startswith(
+        f"refusing to anchor run {RUN}: the local work ledger does not verify at entry 2 "
+        "(000000.jsonl:2): entry_hash mismatch")
+    with pytest.raises(VerificationFailed) as err:
+        anc.gc(repo, RUN)
+    assert str(err.value).startswith(f"{REF} is not a work-ledger anchor: its chain does "
+                                     "not verify: entry 2 (line 2): entry_hash mismatch")
+    assert git("rev-parse", REF, cwd=repo) == forged
+
+
+
 @pytest.mark.parametrize(("case", "why"), [
     ("chunk_count", "LEDGER.json says 3 chunks, the tree holds 2"),
     ("short chunk", "chunk-000000.jsonl holds 999 lines; chunks hold 1000, only the last "
