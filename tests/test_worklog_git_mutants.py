@@ -409,6 +409,44 @@ def test_fetch_replaces_a_side_ref_that_is_no_anchor(hosts: tuple[Path, Path]) -
     assert ledger_file(b).read_bytes() == _blob(lines)
 
 
+
+# -- resume ------------------------------------------------------------------------------------
+
+
+def test_a_resume_checks_the_anchor_again_under_the_writers_lock(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first checks run without the lock; a diverging anchor that lands on the side ref
+    before resume takes the lock (another host's resume, anchored and fetched) is found
+    by the check made under it: refused (exit 3), no row, no signal."""
+    from harness.worklog import resume as resume_mod
+
+    base = chain(3)
+    write_ledger(repo, chain(5, salt=" elsewhere", prefix=base))
+    rival = anc.anchor(repo, RUN).commit
+    git("update-ref", "-d", REF, cwd=repo)
+    mine = chain(4, prefix=base)
+    path = write_ledger(repo, mine)
+    anc.anchor(repo, RUN)
+    real = resume_mod._signal_dir
+    landed: list[bool] = []
+
+    def rival_lands_first(wd: Path) -> Path:
+        # First called after the unlocked pass, before the lock is taken.
+        if not landed:
+            landed.append(True)
+            git("update-ref", REF, rival, cwd=repo)
+        return real(wd)
+
+    monkeypatch.setattr(resume_mod, "_signal_dir", rival_lands_first)
+    with pytest.raises(Divergence) as err:
+        resume(repo, RUN)
+    assert landed == [True]
+    assert err.value.exit_code == 3
+    assert str(err.value).startswith("work ledgers diverge at entry 4: ")
+    assert path.read_bytes() == _blob(mine)
+    assert list((repo / ".harness" / "runtime" / "resume").iterdir()) == []
+
+
 # -- exit codes ------------------------------------------------------------------------------
 
 
