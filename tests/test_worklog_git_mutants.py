@@ -22,7 +22,7 @@ import pytest
 from harness.worklog import Divergence, NoLedger, VerificationFailed
 from harness.worklog import anchor as anc
 from harness.worklog.git import Git, GitFailed, RefMoved
-from harness.worklog.resume import resume
+from harness.worklog.resume import resume, survey
 from test_worklog_git import (  # noqa: F401  (bare_env: its autouse fixture)
     REF,
     RUN,
@@ -445,6 +445,53 @@ def test_a_resume_checks_the_anchor_again_under_the_writers_lock(
     assert str(err.value).startswith("work ledgers diverge at entry 4: ")
     assert path.read_bytes() == _blob(mine)
     assert list((repo / ".harness" / "runtime" / "resume").iterdir()) == []
+
+
+
+def test_a_fetched_anchor_that_does_not_verify_is_no_lineage_to_resume_against(
+        hosts: tuple[Path, Path]) -> None:
+    """A fetch refused a tampered anchor (exit 2), leaving it under refs/harness/fetched/:
+    it is no second lineage, so resume of the local chain goes ahead."""
+    a, b = hosts
+    lines = chain(4)
+    _forge(a, {"LEDGER.json": _meta(lines),
+               "chunk-000000.jsonl": _blob(lines).replace(b"entry 2", b"entry Z")})
+    push(a)
+    write_ledger(b, lines)
+    with pytest.raises(VerificationFailed):
+        anc.fetch(b, RUN)
+    assert git("for-each-ref", "--format=%(refname)", "refs/harness/", cwd=b) == (
+        f"refs/harness/fetched/origin/{RUN}")
+    res = resume(b, RUN)
+    assert (res.status, res.resume_seq, res.anchored) == ("resumed", 5, "none")
+
+
+def test_ledger_runs_reads_anchors_it_never_checked_and_writes_nothing(
+        hosts: tuple[Path, Path]) -> None:
+    """`survey` (harness ledger runs) reads the side ref and fetched anchors whole when
+    they are not a prefix of the local chain, and records none as checked: a listing
+    writes nothing, not even under .git."""
+    a, b = hosts
+    lines = published(a, 3)
+    anc.fetch(b, RUN)
+    old = git("rev-parse", REF, cwd=b)
+    write_ledger(a, chain(5, prefix=lines))
+    anc.anchor(a, RUN)
+    push(a)
+    memo = b / ".git" / "harness-checked-anchors"
+    memo.unlink()
+    # The side ref, then only a fetched ref, moved ahead of the local chain by plain git.
+    git("fetch", "-q", "origin", f"+{REF}:{REF}", cwd=b)
+    [run] = survey(b)
+    assert (run["agreement"], run["anchored_entry_count"]) == ("anchored_ahead", 5)
+    assert not memo.exists()
+    fetched = f"refs/harness/fetched/origin/{RUN}"
+    git("update-ref", fetched, git("rev-parse", REF, cwd=b), cwd=b)
+    git("update-ref", REF, old, cwd=b)
+    [run] = survey(b)
+    assert run["agreement"] == "identical"
+    assert [(x["ref"], x["ahead_by"]) for x in run["fetched_ahead"]] == [(fetched, 2)]
+    assert not memo.exists()
 
 
 # -- exit codes ------------------------------------------------------------------------------
