@@ -12,6 +12,7 @@ drop it."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -19,10 +20,12 @@ from typing import Any
 
 import pytest
 
+from conftest import World
 from harness.worklog import Divergence, NoLedger, VerificationFailed
 from harness.worklog import anchor as anc
 from harness.worklog.git import Git, GitFailed, RefMoved
 from harness.worklog.resume import resume, survey
+from test_worklog_cli import GOAL, cli, hand_ledger
 from test_worklog_git import (  # noqa: F401  (bare_env: its autouse fixture)
     REF,
     RUN,
@@ -492,6 +495,22 @@ def test_ledger_runs_reads_anchors_it_never_checked_and_writes_nothing(
     assert run["agreement"] == "identical"
     assert [(x["ref"], x["ahead_by"]) for x in run["fetched_ahead"]] == [(fetched, 2)]
     assert not memo.exists()
+
+
+
+def test_a_dry_run_resume_of_a_closed_run_says_it_is_closed(world: World,
+                                                             repo: Path) -> None:
+    """A closed run is never resumed, and a dry run must not project a resume of one
+    (its frontier as "would resume")."""
+    hashes = hand_ledger(repo, [*GOAL, ("run.closed", None, {"why": "done"})])
+    res = cli(world, repo, "ledger", "resume", RUN, "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (f"run {RUN} is closed (9 entries, head {hashes[-1]}); nothing to "
+                          "resume, nothing was written\n")
+    js = cli(world, repo, "ledger", "resume", RUN, "--dry-run", "--json")
+    assert js.returncode == 0, js.stderr
+    out = json.loads(js.stdout)
+    assert (out["status"], out["dry_run"], out["resume_seq"]) == ("closed", True, None)
 
 
 # -- exit codes ------------------------------------------------------------------------------
