@@ -14,21 +14,20 @@ through `asyncio.to_thread`.
 Invariants: the opened line is durable before the process is spawned, or its sync passed
 REQ-6's 2 s bound for a harness under no budget (`admit_unsynced`), or it is a resident's
 own-exit restart (`nowait_open`) — then the line stays queued in order and state.json's
-``issued`` entry, written with the run id, lets the next boot record the run if the
-daemon dies first; every started `Run` writes exactly one closed line, whichever way it
-ends, and it is durable before `wait` or `stop` return the record (but a resident's own
-exit, `nowait_close`, and a closed line past the bound, which stay queued in order); a
-run ends with its process group, as systemd's KillMode=control-group ends a unit with its
-cgroup: when the process exits on its own,
-what it left running in its group is stopped before the record closes, and a timeout or
-stop ends the group and, found by the run's identity in their environment (procs.py),
-the descendants that left it (setsid) — each group SIGTERMed, then SIGKILLed after the
-grace; a descendant that left the group outlives only a run that ended on its own, until
-the next daemon's boot (orphans.py); env_file values reach the child's environment and
-nowhere else — no ledger line and no line we write to a log ever holds one (errors name
-the file and line, never the text). A daemon shutting down calls ``stop("shutdown")``; a
-loop torn down without that cancels the supervision task, which still ends the group
-and closes the record as interrupted/shutdown.
+``issued`` entry, written with the run id, lets the next boot record the run if the daemon
+dies first; every started `Run` writes exactly one closed line, whichever way it ends, and
+it is durable before `wait` or `stop` return the record (but a resident's own exit,
+`nowait_close`, and a closed line past the bound, which stay queued in order); a run ends
+with its process group, as systemd's KillMode=control-group ends a unit with its cgroup:
+when the process exits on its own, what it left running in its group is stopped before the
+record closes, and a timeout or stop ends the group and, found by the run's identity in
+their environment (procs.py), the descendants that left it (setsid) — each group SIGTERMed,
+then SIGKILLed after the grace; a descendant that left the group outlives only a run that
+ended on its own, until the next daemon's boot (orphans.py); env_file values reach the
+child's environment and nowhere else — no ledger line and no line we write to a log ever
+holds one (errors name the file and line, never the text). A daemon shutting down calls
+``stop("shutdown")``; a loop torn down without that cancels the supervision task, which
+still ends the group and closes the record as interrupted/shutdown.
 """
 
 from __future__ import annotations
