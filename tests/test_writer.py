@@ -36,7 +36,7 @@ from harness.ledger.errors import (
 )
 from harness.ledger.files import FaultyFiles, make_private_dir
 from harness.ledger.runledger import _DaySealer
-from harness.ledger.writer import Entry, Writer
+from harness.ledger.writer import Entry, Writer, WriterStats
 
 DAY = "2026-11-30"
 AT = f"{DAY}T10:00:00.000000000Z"
@@ -54,6 +54,18 @@ def wait_until(pred: Callable[[], bool], timeout: float = WAIT) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(0.002)
+
+
+def settled(writer: Writer, pred: Callable[[WriterStats], bool]) -> WriterStats:
+    """The writer's stats once `pred` holds of them (or the last read, to fail on).
+
+    A pass hands its lines to `on_commit` before it unqueues them and clears `degraded`,
+    and a buffered pass clears it only on its way out: a test that waited for a commit or
+    a write reads the stats in that window on a loaded machine unless it waits for them."""
+    deadline = time.monotonic() + WAIT
+    while not pred(s := writer.stats()) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    return s
 
 
 class Commits:
@@ -323,7 +335,7 @@ def test_failing_disk_reports_fails_fast_keeps_lines_queued_and_recovers_in_orde
     assert d.fragments == []
     assert_chain(d)
     assert rig.commits.seqs == [1, 2, 3, 4]
-    s = w.stats()
+    s = settled(w, lambda s: (s.queued, s.degraded, s.next_seq) == (0, False, 5))
     assert (s.queued, s.degraded, s.next_seq) == (0, False, 5)
     assert w.append(line(run_id=11), harness="h", run_id=11) == 5
     assert rig.disk().seqs == [1, 2, 3, 4, 5]
@@ -634,7 +646,7 @@ def test_a_torn_write_that_cannot_be_cut_or_read_back_writes_nothing_until_it_ca
     assert d.fragments == held.fragments and d.lines[3].startswith(d.fragments[0])
     assert_chain(d)
     assert rig.commits.batches[-1] == [3, 4]
-    s = rig.writer.stats()
+    s = settled(rig.writer, lambda s: (s.degraded, s.lines_written) == (False, 4))
     assert (s.degraded, s.lines_written) == (False, 4)
 
 
@@ -687,7 +699,7 @@ def test_a_write_past_the_bound_is_counted_like_a_late_sync(
     with pytest.raises(LedgerUnavailable, match=r"not synced within 0\.3s"):
         w.append(line(run_id=2), harness="h", run_id=2)
     rig.commits.wait_for(2)
-    s = w.stats()
+    s = settled(w, lambda s: (s.append_errors, s.degraded) == (1, False))
     assert (s.append_errors, s.degraded) == (1, False)
     assert s.last_error is not None
     told = past_the_bound("write and sync", "write and sync", rig.day, "0.3",
@@ -896,7 +908,7 @@ def test_an_open_file_whose_sync_hangs_bounds_callers_and_counts_the_late_sync(
     rig.commits.wait_for(3)
     assert rig.commits.seqs == [1, 2, 3]
     assert rig.disk().seqs == [1, 2, 3]
-    s = w.stats()
+    s = settled(w, lambda s: (s.queued, s.degraded, s.append_errors) == (0, False, 1))
     assert (s.queued, s.degraded, s.append_errors) == (0, False, 1)
     assert s.last_error is not None and "seq=2" in s.last_error and "bound" in s.last_error
 
@@ -940,7 +952,7 @@ def test_hung_sync_bounds_callers_and_commits_both_lines_when_released(
     d = rig.disk()
     assert d.seqs == [1, 2]
     assert_chain(d)
-    s = w.stats()
+    s = settled(w, lambda s: (s.queued, s.degraded, s.append_errors) == (0, False, 1))
     assert (s.queued, s.degraded, s.append_errors) == (0, False, 1)  # not counted again
     # And the ledger is healthy again: the next caller waits normally and succeeds.
     assert w.append(line(run_id=3), harness="h", run_id=3) == 3
@@ -986,7 +998,8 @@ def test_a_sync_that_hangs_is_counted_logged_and_degraded_when_the_bound_passes(
 
     rig.files.clear("sync")
     rig.commits.wait_for(3)
-    s = w.stats()
+    s = settled(w, lambda s: (s.queued, s.append_errors, s.degraded, s.last_error)
+                == (0, 1, False, hung))
     assert (s.queued, s.append_errors, s.degraded, s.last_error) == (0, 1, False, hung)
     assert rig.commits.batches == [[1], [2], [3]]
     d = rig.disk()
@@ -1024,7 +1037,8 @@ def test_a_hung_sync_that_then_fails_is_one_failure_retried_in_order(
     assert (w.wait(e2), w.wait(e3)) == (2, 3)
     failed = (f"ledger sync of {rig.day} failed: Input/output error (injected on sync) "
               "(harness=nightly run_id=2 seq=2)")
-    s = w.stats()
+    s = settled(w, lambda s: (s.queued, s.append_errors, s.degraded, s.last_error)
+                == (0, 1, False, failed))
     assert (s.queued, s.append_errors, s.degraded, s.last_error) == (0, 1, False, failed)
     d = rig.disk()
     assert (d.seqs, d.fragments) == ([1, 2, 3], [])
@@ -1065,7 +1079,8 @@ def test_slow_sync_succeeds_or_times_out_and_the_line_lands_once(
     assert d.fragments == []
     assert rig.files.calls["sync"] == 1
     assert rig.files.calls["write"] == 1
-    s = rig.writer.stats()
+    s = settled(rig.writer, lambda s: (s.queued, s.degraded, s.append_errors)
+                == (0, False, 0 if ok else 1))
     # A sync past the bound is logged and counted even though it then succeeded (REQ-6).
     assert (s.queued, s.degraded, s.append_errors) == (0, False, 0 if ok else 1)
 
@@ -1480,7 +1495,7 @@ def test_a_rewrite_after_a_deleted_file_that_fails_is_retried_once(
         rig.writer.append(line(run_id=2), harness="h", run_id=2)
     rig.commits.wait_for(2)
     assert rig.disk().seqs == [2]
-    s = rig.writer.stats()
+    s = settled(rig.writer, lambda s: (s.queued, s.lines_written, s.degraded) == (0, 2, False))
     assert (s.queued, s.lines_written, s.degraded) == (0, 2, False)
 
 

@@ -30,6 +30,7 @@ from test_writer import (
     past_the_bound,
     read_disk,
     rigs_in,
+    settled,
     time_out_line_3,
     wait_until,
 )
@@ -102,7 +103,7 @@ def test_a_dropped_file_found_replaced_mid_pass_rewrites_its_lines_first_in_seq_
     assert (other.seqs, other.fragments) == ([4], [])
     assert rig.commits.batches == [[1, 2, 3], [4], [5]]
     assert rig.files.calls["write"] - writes == 3  # one per run of same-file lines
-    s = w.stats()
+    s = settled(w, lambda s: (s.syncs, s.lines_written, s.queued, s.degraded) == (3, 5, 0, False))
     assert (s.syncs, s.lines_written, s.queued, s.degraded) == (3, 5, 0, False)
     # The handle kept on the deleted file was closed once the path was open again.
     assert _open_in(rig.directory) == [f"{DAY}.jsonl", f"{OTHER_DAY}.jsonl"]
@@ -304,7 +305,7 @@ def test_a_read_back_that_succeeds_on_the_retry_writes_the_rest_in_the_same_pass
     d = rig.disk()
     assert d.seqs == [1, 2, 3, 4] and len(d.fragments) == 1
     assert d.lines[3].startswith(d.fragments[0])
-    s = w.stats()
+    s = settled(w, lambda s: (s.lines_written, s.queued, s.degraded) == (4, 0, False))
     assert (s.lines_written, s.queued, s.degraded) == (4, 0, False)
     # Read back once, the file is accounted for again: later lines need no read.
     assert w.append(line(run_id=5), harness="h", run_id=5) == 5
@@ -363,7 +364,7 @@ def test_a_failed_sync_cuts_back_drops_the_handle_and_rewrites_only_the_cut_line
     assert (d.seqs, d.fragments) == ([1, 2], [])
     assert (rig.files.calls["open"], rig.files.calls["write"], rig.files.calls["sync"]) == (
         2, 3, 3)
-    s = w.stats()
+    s = settled(w, lambda s: (s.lines_written, s.queued, s.degraded, s.syncs) == (2, 0, False, 2))
     assert (s.lines_written, s.queued, s.degraded, s.syncs) == (2, 0, False, 2)
 
 
@@ -504,7 +505,7 @@ def test_callers_fail_fast_once_a_sync_nobody_waits_for_hangs_past_the_bound(
     rig.commits.wait_for(3)
     assert rig.disk().seqs == [1, 2, 3]
     assert rig.commits.batches == [[1], [2, 3]]
-    s = w.stats()
+    s = settled(w, lambda s: (s.append_errors, s.degraded, s.queued) == (1, False, 0))
     assert (s.append_errors, s.degraded, s.queued) == (1, False, 0)
 
 
@@ -583,9 +584,7 @@ def test_a_late_pass_is_reported_against_its_first_line(
     wait_until(lambda: w.stats().lines_written == 3)
     if synced:
         rig.commits.wait_for(3)
-    else:
-        wait_until(lambda: w.stats().append_errors == 2)
-    s = w.stats()
+    s = settled(w, lambda s: (s.append_errors, s.degraded) == (2, False))
     # The retry is a general pass: the watchdog finds it in its write either way.
     what = "write and sync" if synced else "write"
     assert s.last_error is not None
