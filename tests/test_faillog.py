@@ -34,9 +34,10 @@ def _err(op: str, why: str, seq: int) -> LedgerUnavailable:
                              seq=seq)
 
 
-@pytest.fixture
-def told(caplog: pytest.LogCaptureFixture) -> tuple[FailureLog, list[tuple[int, str]]]:
-    logger = logging.getLogger("test.faillog")
+def told_on(caplog: pytest.LogCaptureFixture,
+            name: str) -> tuple[FailureLog, list[tuple[int, str]]]:
+    """A FailureLog on logger `name`, and the (level, message) lines it tells."""
+    logger = logging.getLogger(name)
     logger.filters[:] = [ScrubLog()]  # as on "harness.ledger"
     caplog.set_level(logging.DEBUG, logger=logger.name)
     lines: list[tuple[int, str]] = []
@@ -47,6 +48,11 @@ def told(caplog: pytest.LogCaptureFixture) -> tuple[FailureLog, list[tuple[int, 
 
     logger.addHandler(Lines())
     return FailureLog(logger, every=10.0), lines
+
+
+@pytest.fixture
+def told(caplog: pytest.LogCaptureFixture) -> tuple[FailureLog, list[tuple[int, str]]]:
+    return told_on(caplog, "test.faillog")
 
 
 def test_an_episode_is_its_first_failure_a_bounded_count_each_change_and_its_end(

@@ -10,6 +10,7 @@ import pytest
 
 from harness.ledger.errors import LedgerUnavailable
 from harness.ledger.faillog import FailureLog
+from test_faillog import told_on
 
 E, W = logging.ERROR, logging.WARNING
 P = "/srv/ledger/2026-12-01.jsonl"
@@ -42,20 +43,6 @@ def test_an_episode_of_hangs_alone_ends_naming_the_file_that_hung(
                     "1 line(s) still queued"]
 
 
-def _told(caplog: pytest.LogCaptureFixture, name: str) -> tuple[FailureLog,
-                                                                list[tuple[int, str]]]:
-    logger = logging.getLogger(f"test.faillog_mutants.{name}")
-    caplog.set_level(logging.DEBUG, logger=logger.name)
-    lines: list[tuple[int, str]] = []
-
-    class Lines(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            lines.append((record.levelno, record.getMessage()))
-
-    logger.addHandler(Lines())
-    return FailureLog(logger, every=10.0), lines
-
-
 def _eio(seq: int) -> LedgerUnavailable:
     return LedgerUnavailable(f"ledger write of {P} failed: EIO", harness="a", run_id=1,
                              seq=seq)
@@ -69,7 +56,7 @@ def test_repeats_are_counted_once_per_interval_with_the_latest_queue(
     """A failure repeated every second for 25 s: told in full, then a count at 10 s and at
     20 s (not at every repeat once the first interval passed), each with the queue as
     the latest repeat left it."""
-    fl, lines = _told(caplog, "pace")
+    fl, lines = told_on(caplog, "test.faillog_mutants.pace")
     for i in range(26):
         fl.failed(_eio(5), P, 1 + i, now=100.0 + i)
     assert lines == [
@@ -86,7 +73,7 @@ def test_a_new_episode_tells_its_first_failure_in_full(
     """After a recovery, the same failure again opens a new episode: told in full, not
     taken for a repeat of the episode that ended. Durations under a second, and a clock
     stepped back, are told as they are (no less than 0.0s)."""
-    fl, lines = _told(caplog, "afresh")
+    fl, lines = told_on(caplog, "test.faillog_mutants.afresh")
     fl.failed(_eio(5), P, 1, now=100.0)
     fl.recovered(now=100.4)
     fl.failed(_eio(5), P, 1, now=200.0)

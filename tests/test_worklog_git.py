@@ -119,8 +119,7 @@ def repo(tmp_path: Path) -> Path:
     return new_repo(tmp_path / "repo")
 
 
-@pytest.fixture
-def hosts(tmp_path: Path) -> tuple[Path, Path]:
+def two_hosts(tmp_path: Path) -> tuple[Path, Path]:
     """A bare origin, the anchoring host A (with origin) and a fresh clone B."""
     origin = tmp_path / "origin.git"
     git("init", "-q", "--bare", str(origin), cwd=tmp_path)
@@ -128,6 +127,11 @@ def hosts(tmp_path: Path) -> tuple[Path, Path]:
     git("remote", "add", "origin", str(origin), cwd=a)
     git("clone", "-q", str(origin), str(tmp_path / "b"), cwd=tmp_path)
     return a, tmp_path / "b"
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> tuple[Path, Path]:
+    return two_hosts(tmp_path)
 
 
 def tree_entries(repo: Path, rev: str) -> dict[str, str]:

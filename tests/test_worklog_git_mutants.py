@@ -39,6 +39,7 @@ from test_worklog_git import (  # noqa: F401  (bare_env: its autouse fixture)
     new_repo,
     published,
     push,
+    two_hosts,
     write_ledger,
 )
 
@@ -50,13 +51,7 @@ def repo(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def hosts(tmp_path: Path) -> tuple[Path, Path]:
-    """A bare origin, host A (with origin) and a fresh clone B of it."""
-    origin = tmp_path / "origin.git"
-    git("init", "-q", "--bare", str(origin), cwd=tmp_path)
-    a = new_repo(tmp_path / "a")
-    git("remote", "add", "origin", str(origin), cwd=a)
-    git("clone", "-q", str(origin), str(tmp_path / "b"), cwd=tmp_path)
-    return a, tmp_path / "b"
+    return two_hosts(tmp_path)
 
 
 def side_refs(repo: Path) -> str:
