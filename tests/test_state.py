@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +147,37 @@ def test_an_integer_past_the_digit_limit_stops_the_daemon_with_one_line(world: W
     assert "Traceback" not in res.stderr
     assert res.stderr.splitlines()[-1] == (
         f"harness: {p}: not valid JSON: an integer too long to read")
+
+
+def _make_fifo(p: Path) -> None:
+    os.mkfifo(p, 0o600)
+
+
+def _make_socket(p: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(p))
+
+
+@pytest.mark.parametrize(("make", "kind"), [
+    (_make_fifo, "a FIFO"),
+    (lambda p: p.mkdir(mode=0o700), "a directory"),
+    (_make_socket, "a socket"),
+])
+def test_a_state_path_holding_no_regular_file_stops_the_daemon_with_one_line(
+        world: World, make: Callable[[Path], None], kind: str) -> None:
+    """A FIFO at state.json hung `harness daemon` for good (the open waited for a writer,
+    and SIGTERM could not end it), a socket's error said "No such device or address":
+    the boot stops at once, exit 1 as for a malformed file, one line naming the path and
+    what is there, and leaves it there."""
+    p = world.state / "state.json"
+    p.parent.mkdir(parents=True)
+    make(p)
+    res = world.harness("daemon")
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr
+    assert res.stderr.splitlines()[-1] == (
+        f"harness: {p}: cannot read: it is {kind}, not a regular file")
+    assert not stat.S_ISREG(p.lstat().st_mode)
 
 
 def test_a_legacy_counter_the_daemon_cannot_read_stops_the_boot(world: World) -> None:

@@ -39,11 +39,12 @@ rename, never rewritten in place) and mode 0600; top-level keys this module does
 know, and keys of an entry other than its record list, survive every rewrite; updates of
 the file are serialised, so no thread's change overwrites another's; a corrupt file is a
 `StateError` naming the path and the JSON problem, never a traceback, and so is a file
-holding a value no write could carry back (NaN, an infinity, a lone surrogate). Every counter is
-judged strictly — a table or an entry that is not an object, or a ``last_run_id`` that
-is not an id, is a `StateError` naming it (the daemon does not boot), since reading it
-as 0 could hand out an id already used — while a record list is the import's to judge:
-a malformed one costs only that history, reported by the import.
+holding a value no write could carry back (NaN, an infinity, a lone surrogate) and a path
+that holds no regular file (a directory, a FIFO: read without blocking, it is named).
+Every counter is judged strictly — a table or an entry that is not an object, or a
+``last_run_id`` that is not an id, is a `StateError` naming it (the daemon does not
+boot), since reading it as 0 could hand out an id already used — while a record list is
+the import's to judge: a malformed one costs only that history, reported by the import.
 
 `RunIds` hands out run ids. Invariants: an id is persisted as ``last_run_id`` before it is
 returned, in one write with its firing's ``held`` or ``issued`` entry, which stays until
@@ -58,6 +59,7 @@ import json
 import math
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
@@ -67,6 +69,7 @@ from ..ledger.files import (
     clear_leftovers,
     found_parents,
     make_durable_dirs,
+    open_regular,
     sync_entries_of,
 )
 
@@ -149,12 +152,14 @@ class StateFile:
 
     def _read(self) -> dict[str, Any]:
         try:
-            with open(self.path, "rb") as f:
+            # Never blocking: a FIFO at the path would hang the boot, deaf to SIGTERM,
+            # waiting for a writer. A symlink is followed, as it always was.
+            with open_regular(self.path, follow=True) as f:
                 raw = f.read()
         except FileNotFoundError:
             return {}
         except OSError as exc:
-            raise StateError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+            raise StateError(f"{self.path}: cannot read: {_why(self.path, exc)}") from None
         if not raw.strip():
             # An empty file is what a crash before the first write could leave on
             # filesystems without rename atomicity; it carries no history to lose.
@@ -368,6 +373,24 @@ class StateFile:
             self._data = None
             raise StateError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
         self._data = doc
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def _why(path: str, exc: OSError) -> str:
+    """Why `path` could not be read: what it is when it is no regular file (the errno of
+    a socket, "No such device or address", would not say), else the system's reason."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = stat.S_IFREG
+    kind = next((word for test, word in _KINDS if test(mode)), None)
+    if kind is not None:
+        return f"it is {kind}, not a regular file"
+    return exc.strerror or str(exc)
 
 
 def _unwritable(doc: dict[str, Any]) -> str | None:
