@@ -47,6 +47,8 @@ NOW = parse_ns("2026-06-15T12:00:00Z")
 AT = "2026-06-15T11:00:00.000000000Z"
 SEC = 1_000_000_000
 MS = 1_000_000
+# A name NAME_RE allows but the ledger refuses: it reads as a key (so config refuses it).
+SECRET_NAME = "sk-nightly2025build0123"
 
 
 def write_json(path: Path, doc: Any) -> None:
@@ -382,19 +384,54 @@ def test_a_held_firing_and_a_run_that_ran_are_recorded_as_what_they_were(
 
 def test_an_entry_the_ledger_refuses_is_named_and_not_reported_written(
         tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture) -> None:
-    """An entry whose line the schema refuses (a hand edit: an empty harness name) is one
-    warning naming the path, the id and the refusal; it is not among the lines written,
-    and it goes from the file, as a line no later boot could write either."""
+    """An entry whose line the schema refuses (a hand edit: a harness name that reads as
+    a key) is one warning naming the path, the id and the refusal; it is not among the
+    lines written, and it goes from the file, as a line no later boot could write
+    either."""
     p = tmp_path / "state.json"
     write_json(p, {"runs": {"job": {"last_run_id": 1}},
-                   "issued": {"": [{"run_id": 1, "trigger": "manual", "window": None,
-                                    "at": AT, "kind": "oneshot"}]}})
+                   "issued": {SECRET_NAME: [{"run_id": 1, "trigger": "manual",
+                                             "window": None, "at": AT, "kind": "oneshot"}]}})
     led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
     with caplog.at_level(logging.WARNING, logger="harness.supervisor"):
         assert settle_firings(led, StateFile(str(p)), NOW) == []
     assert [r.getMessage() for r in caplog.records] == [
-        f"{p}: run id 1 of : harness must be a non-empty string, got ''"]
+        f"{p}: run id 1 of {SECRET_NAME}: harness name is over 256 bytes or reads as a "
+        "secret, so the ledger could not keep it as it is: rename the harness"]
     assert json.loads(p.read_text()) == {"runs": {"job": {"last_run_id": 1}}}
+
+
+@pytest.mark.parametrize("key", ["held", "issued"])
+@pytest.mark.parametrize("name", ["../x", "", "a/b/c", "/x", "x/", "a/..", ".x", "bad name!",
+                                  "x" * 65])
+def test_an_entry_under_a_name_no_harness_can_have_is_named_and_not_recorded(
+        tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture,
+        key: str, name: str) -> None:
+    """A hand-edited entry under a name no config can give a harness ("../x", "", a
+    space) was recorded, as a run of no harness (an empty one refused only by the
+    schema), and a run that ran got a log path built from the name, out of the state
+    dir. It is one warning naming the path, the table and the name, like any entry that
+    cannot be read; a project's harness (PROJECT/NAME) is recorded beside it."""
+    p = tmp_path / "state.json"
+    entry = {"run_id": 3, "trigger": "manual", "window": None, "at": AT}
+    if key == "issued":
+        entry["kind"] = "oneshot"
+    write_json(p, {"runs": {"job": {"last_run_id": 3}},
+                   key: {name: [entry], "proj/job": [entry]}})
+    escaped = tmp_path / "jobs" / name / "3.log"
+    if ".." in name:
+        escaped.parent.mkdir(parents=True, exist_ok=True)
+        escaped.write_text("not a log of this state dir\n")
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
+    with caplog.at_level(logging.WARNING, logger="harness.supervisor"):
+        written = settle_firings(led, StateFile(str(p)), NOW, {(name, 3)})
+    assert [(r["harness"], r["run_id"], r["outcome"]) for r in written] == [
+        ("proj/job", 3, "interrupted")]
+    what = "held firing" if key == "held" else "run id issued to"
+    assert caplog.records[0].getMessage() == (
+        f"{p}: {what} {name}: not a harness name: {name!r:.60}")
+    assert led.get(name, 3) is None
+    assert json.loads(p.read_text()) == {"runs": {"job": {"last_run_id": 3}}}
 
 
 def test_an_import_raises_a_counter_below_its_list_and_names_what_it_skipped(

@@ -56,11 +56,21 @@ __all__ = [
     "PriceConfig",
     "ServerConfig",
     "WebhookConfig",
+    "is_harness_name",
 ]
 
 SECOND_NS = 1_000_000_000
 DAY_NS = 86_400 * SECOND_NS
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def is_harness_name(name: str) -> bool:
+    """Whether `name` is a name a config can give a harness: ``NAME`` (global) or
+    ``PROJECT/NAME`` (a project's), each part a `NAME_RE` name, so never a path that
+    leaves the directory it is joined to."""
+    project, slash, local = name.rpartition("/")
+    return (NAME_RE.fullmatch(local) is not None
+            and (not slash or NAME_RE.fullmatch(project) is not None))
 
 
 class KeyedValueError(ValueError):

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import paths
+from ..config.model import is_harness_name
 from ..ledger.dayfiles import IMPORTED_FILE
 from ..ledger.errors import LedgerError, LineRejected
 from ..ledger.files import atomic_write
@@ -360,6 +361,10 @@ def _entry_fields(harness: Any, entry: Any) -> tuple[int, str, str, str | None, 
     canonical; ValueError saying what is wrong. A held entry has no kind: a one-shot's."""
     if type(harness) is not str or type(entry) is not dict:
         raise ValueError(f"not a harness name and an object: {harness!r:.60}: {entry!r:.60}")
+    if not is_harness_name(harness):
+        # A hand edit: recorded, it would be a run of no harness a config can name, and
+        # a log path built from it ("../x") would leave the state dir.
+        raise ValueError(f"not a harness name: {harness!r:.60}")
     run_id, trigger, window, at = (entry.get(k) for k in ("run_id", "trigger", "window", "at"))
     kind = entry.get("kind", "oneshot")
     if not is_rfc3339(at):
