@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import stat
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import World
+from daemons import DEADLINE, Daemons, runs_of
 from harness.supervisor.state import RunIds, StateError, StateFile, highest_log_id, issued_entry
 from ledgertools import OpenLedger
 
@@ -572,3 +575,51 @@ def test_a_state_home_that_cannot_be_opened_still_takes_the_state(
     monkeypatch.setattr(os, "open", real_open)
     assert json.loads((home / "harness" / "state.json").read_text()) == {
         "runs": {"a": {"last_run_id": 7}}}
+
+
+def _legacy_run(run_id: int, day: str) -> dict[str, Any]:
+    return {"run_id": run_id, "trigger": "manual", "outcome": "success",
+            "started_at": f"{day}T10:00:00Z", "ended_at": f"{day}T10:01:00Z",
+            "exit_code": 0, "reason": None, "window": None, "first_window": None,
+            "windows": None}
+
+
+def test_a_counter_edited_below_the_ids_used_never_hands_one_out_again(
+        world: World, daemons: Daemons) -> None:
+    """SPEC-0008: run ids are never reused. A state.json counter hand-edited below ids
+    already used — a legacy list's (imported into day files long out of the boot's
+    window), then the daemon's own — with the per-run logs gone too, so only the ledger
+    remembers them: each boot's first id is above every id the ledger holds."""
+    daemons.write_config('[harness.job]\nkind = "oneshot"\nargv = ["true"]\n')
+    p = world.state / "state.json"
+    world.state.mkdir(parents=True, mode=0o700)
+    # Weeks old: out of the week the boot folds, within the 90 days retention keeps.
+    day = [(datetime.now(UTC) - timedelta(days=d)).strftime("%Y-%m-%d") for d in (30, 20)]
+    write_json(p, {"runs": {"job": {"last_run_id": 2, "runs": [
+        _legacy_run(5, day[0]), _legacy_run(7, day[1])]}}})
+
+    def boot(want: int | None) -> None:
+        """Boot a daemon, trigger job once unless `want` is None (then only the boot's
+        import and settling run), stop it, and check the ids recorded."""
+        proc = daemons.start()
+        if want is not None:
+            res = world.harness("trigger", "job", "--wait")
+            assert res.returncode == 0, res.stderr
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+        top = 7 if want is None else want
+        assert [r["run_id"] for r in runs_of(world, "job")] == [*range(top, 6, -1), 5]
+
+    def hand_edit_below() -> None:
+        doc = json.loads(p.read_text())
+        doc["runs"]["job"]["last_run_id"] = 1
+        write_json(p, doc)
+        for log in (world.state / "jobs" / "job").glob("*"):
+            log.unlink()
+
+    boot(None)  # the import: runs 5 and 7 go into their weeks-old day files
+    hand_edit_below()
+    boot(8)  # the ledger's old files alone floor it
+    hand_edit_below()
+    boot(9)  # and the week the boot folds
+    assert json.loads(p.read_text())["runs"]["job"]["last_run_id"] == 9
