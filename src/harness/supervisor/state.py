@@ -146,10 +146,6 @@ class StateFile:
             return []
         return [os.path.join(d, n) for n in names]
 
-    def reload(self) -> dict[str, Any]:
-        self._data = None
-        return self.load()
-
     def _read(self) -> dict[str, Any]:
         try:
             # Never blocking: a FIFO at the path would hang the boot, deaf to SIGTERM,

@@ -270,15 +270,6 @@ class Git:
             pos += size + 1
         return out
 
-    def read_blobs(self, oids: Sequence[str]) -> list[bytes]:
-        """The contents of blobs `oids` in order; `GitFailed` if one is absent or not a blob."""
-        out: list[bytes] = []
-        for oid, obj in zip(oids, self.read_objects(oids), strict=True):
-            if obj is None or obj[0] != "blob":
-                raise GitFailed(f"blob {oid} is missing from the repository")
-            out.append(obj[1])
-        return out
-
     def ls_tree(self, treeish: str) -> list[TreeEntry]:
         """The top-level entries of a tree (or of a commit's tree)."""
         res = self.run(["ls-tree", "-z", "--full-tree", treeish])
