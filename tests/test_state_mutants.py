@@ -385,9 +385,9 @@ def test_a_held_firing_and_a_run_that_ran_are_recorded_as_what_they_were(
 def test_an_entry_the_ledger_refuses_is_named_and_not_reported_written(
         tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture) -> None:
     """An entry whose line the schema refuses (a hand edit: a harness name that reads as
-    a key) is one warning naming the path, the id and the refusal; it is not among the
-    lines written, and it goes from the file, as a line no later boot could write
-    either."""
+    a key) is one warning naming the path, the id and the refusal, the name redacted as
+    the ledger would redact it; it is not among the lines written, and it goes from the
+    file, as a line no later boot could write either."""
     p = tmp_path / "state.json"
     write_json(p, {"runs": {"job": {"last_run_id": 1}},
                    "issued": {SECRET_NAME: [{"run_id": 1, "trigger": "manual",
@@ -396,9 +396,26 @@ def test_an_entry_the_ledger_refuses_is_named_and_not_reported_written(
     with caplog.at_level(logging.WARNING, logger="harness.supervisor"):
         assert settle_firings(led, StateFile(str(p)), NOW) == []
     assert [r.getMessage() for r in caplog.records] == [
-        f"{p}: run id 1 of {SECRET_NAME}: harness name is over 256 bytes or reads as a "
+        f"{p}: run id 1 of [REDACTED]: harness name is over 256 bytes or reads as a "
         "secret, so the ledger could not keep it as it is: rename the harness"]
     assert json.loads(p.read_text()) == {"runs": {"job": {"last_run_id": 1}}}
+
+
+def test_an_unreadable_entry_under_a_name_that_reads_as_a_key_is_named_redacted(
+        tmp_path: Path, open_ledger: OpenLedger, caplog: pytest.LogCaptureFixture) -> None:
+    """The warning for an entry that cannot be read names its harness: a hand-edited
+    name that reads as a key (here with a space, so no harness name) is redacted in it,
+    the value quoted after it too, as every log line keeps secrets out."""
+    p = tmp_path / "state.json"
+    name = f"x {SECRET_NAME}"
+    write_json(p, {"issued": {name: [{"run_id": 1, "trigger": "manual", "window": None,
+                                      "at": AT, "kind": "oneshot"}]}})
+    led = open_ledger(tmp_path / "ledger", clock=Clock(NOW))
+    with caplog.at_level(logging.WARNING, logger="harness.supervisor"):
+        assert settle_firings(led, StateFile(str(p)), NOW) == []
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{p}: run id issued to x [REDACTED]: not a harness name: 'x [REDACTED]'"]
+    assert SECRET_NAME not in caplog.text
 
 
 @pytest.mark.parametrize("key", ["held", "issued"])

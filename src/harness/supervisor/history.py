@@ -459,8 +459,9 @@ def settle_firings(ledger: RunLedger, state: StateFile, now: int,
                 line = (_ran_line(harness, entry, now, ledger.state_dir) if started
                         else _lost_line(harness, entry, now))
             except ValueError as exc:
-                log.warning("%s: %s %s: %s", state.path,
-                            "held firing" if held else "run id issued to", harness, exc)
+                # Scrubbed: a hand-edited name (or value) may be a pasted key.
+                what = "held firing" if held else "run id issued to"
+                log.warning("%s: %s", state.path, scrub_text(f"{what} {harness}: {exc}")[0])
                 continue
             key = (harness, line["run_id"])
             if key in done:
@@ -471,7 +472,9 @@ def settle_firings(ledger: RunLedger, state: StateFile, now: int,
             try:
                 ledger.append(line, sync=True)
             except LineRejected as exc:  # a hand-edited entry the schema refuses
-                log.warning("%s: run id %d of %s: %s", state.path, key[1], harness, exc)
+                # Scrubbed: the name the ledger refused may read as a secret.
+                log.warning("%s: %s", state.path,
+                            scrub_text(f"run id {key[1]} of {harness}: {exc}")[0])
                 continue
             except LedgerError as exc:
                 log.error("cannot record the run %s/%d: %s", harness, key[1], exc)
