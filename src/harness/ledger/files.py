@@ -192,6 +192,25 @@ def open_regular(path: str, buffering: int = -1, *, follow: bool = False) -> Any
         raise
 
 
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def why_unreadable(path: str, exc: OSError) -> str:
+    """Why `open_regular(path)` failed with `exc`: what `path` is when it is no regular
+    file (a socket's errno, "No such device or address", would not say), else the
+    system's reason."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = stat.S_IFREG
+    kind = next((word for test, word in _KINDS if test(mode)), None)
+    if kind is not None:
+        return f"it is {kind}, not a regular file"
+    return exc.strerror or str(exc)
+
+
 def clear_leftovers(directory: str, names: str) -> list[str]:
     """Remove what `atomic_replace` left in `directory` when its process was killed
     mid-write (its temporary files), for each target whose name the regex `names` matches

@@ -59,7 +59,6 @@ import json
 import math
 import os
 import re
-import stat
 import threading
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
@@ -71,6 +70,7 @@ from ..ledger.files import (
     make_durable_dirs,
     open_regular,
     sync_entries_of,
+    why_unreadable,
 )
 
 RUNS_KEY = "runs"  # the per-harness table: {NAME: {"last_run_id": N}}
@@ -155,7 +155,8 @@ class StateFile:
         except FileNotFoundError:
             return {}
         except OSError as exc:
-            raise StateError(f"{self.path}: cannot read: {_why(self.path, exc)}") from None
+            why = why_unreadable(self.path, exc)
+            raise StateError(f"{self.path}: cannot read: {why}") from None
         if not raw.strip():
             # An empty file is what a crash before the first write could leave on
             # filesystems without rename atomicity; it carries no history to lose.
@@ -369,24 +370,6 @@ class StateFile:
             self._data = None
             raise StateError(f"{self.path}: cannot write: {exc.strerror or exc}") from None
         self._data = doc
-
-
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"))
-
-
-def _why(path: str, exc: OSError) -> str:
-    """Why `path` could not be read: what it is when it is no regular file (the errno of
-    a socket, "No such device or address", would not say), else the system's reason."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        mode = stat.S_IFREG
-    kind = next((word for test, word in _KINDS if test(mode)), None)
-    if kind is not None:
-        return f"it is {kind}, not a regular file"
-    return exc.strerror or str(exc)
 
 
 def _unwritable(doc: dict[str, Any]) -> str | None:
