@@ -362,6 +362,21 @@ def test_each_run_id_is_named_from_the_write_that_persists_it_until_its_record_i
     assert json.loads(plain.read_text()) == {"runs": {"n": {"last_run_id": 5}}}
 
 
+def test_an_id_only_a_kept_firing_entry_names_floors_the_counter(tmp_path: Path) -> None:
+    """A boot whose disk refused the record of a held or issued firing keeps its entry for
+    the next boot; that id is then used only there. With the counter edited below it and
+    no log left, the next id still goes above it (and an entry of another harness, or one
+    no boot could settle, floors nothing)."""
+    p = tmp_path / "state.json"
+    entry = {"trigger": "manual", "window": None, "at": "2026-11-30T10:00:00Z"}
+    write_json(p, {"runs": {"a": {"last_run_id": 1}, "b": {"last_run_id": 1}},
+                   "held": {"a": [{**entry, "run_id": 12}], "c": [{**entry, "run_id": 50}]},
+                   "issued": {"b": [{**entry, "run_id": 7}, {**entry, "run_id": "9x"},
+                                    "junk"]}})
+    ids = RunIds(StateFile(str(p)), None, str(tmp_path / "jobs"))
+    assert (ids.next("a"), ids.next("b"), ids.next("d")) == (13, 8, 1)
+
+
 def test_new_file_is_0600_even_with_open_umask(tmp_path: Path) -> None:
     p = tmp_path / "sub" / "state.json"
     old = os.umask(0)

@@ -463,7 +463,12 @@ class RunIds:
 
     def floor(self, harness: str) -> int:
         """The highest id already used anywhere we can see."""
-        floor = max(self.state.last_run_id(harness), highest_log_id(self.jobs_dir, harness))
+        # An id whose record the disk refused at boot is only in its held/issued entry,
+        # kept for the next boot: with the counter edited below it, it must floor too.
+        pending = (e.get("run_id") for h, e in (*self.state.held(), *self.state.issued())
+                   if h == harness and type(e) is dict)
+        floor = max(self.state.last_run_id(harness), highest_log_id(self.jobs_dir, harness),
+                    *(i for i in pending if type(i) is int and 0 < i < MAX_RUN_ID))
         if self.ledger is not None:
             floor = max(floor, self.ledger.max_run_id(harness))
         return floor
