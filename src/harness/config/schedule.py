@@ -161,7 +161,11 @@ def _ns_since_epoch(at: datetime) -> int:
 
 
 def _from_ns(ns: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=ns // 1_000)
+    # Rounded up to the microsecond a datetime can hold: a window of a period with a
+    # sub-microsecond part (`@every 1.0000001s`) rounded down would fall before its own
+    # instant, so next_fire would not be after `after` and windows_between from the
+    # window just decided would count it again, firing it on every tick.
+    return _EPOCH + timedelta(microseconds=-(-ns // 1_000))
 
 
 def parse_schedule(expr: str) -> Schedule:

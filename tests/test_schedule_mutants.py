@@ -1,0 +1,30 @@
+"""Mutation-test survivors of schedules and operating hours (`harness.config.schedule`):
+the instant an ``@every`` window falls on when its period is finer than a datetime can
+hold, and the boundaries the other tests leave unpinned. Exact instants through the
+public functions (parse_schedule, parse_hours and their objects' methods)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from harness.config.schedule import parse_schedule
+
+
+def utc(*a: int) -> datetime:
+    return datetime(*a, tzinfo=UTC)  # type: ignore[misc]
+
+
+def test_an_every_period_finer_than_a_microsecond_still_moves_forward() -> None:
+    """Window k of ``@every 1.0000001s`` is k * 1000000100 ns after the epoch; the one
+    after 2026-01-01 is 1767225600.7225424 s, which a datetime holds as .722543 (rounded
+    up). Rounded down, it fell before its own instant: next_fire of a window returned the
+    window itself and every tick decided that window again, firing it over and over."""
+    s = parse_schedule("CRON_TZ=UTC @every 1.0000001s")
+    w = s.next_fire(utc(2026, 1, 1))
+    assert w == datetime(2026, 1, 1, 0, 0, 0, 722543, tzinfo=UTC)
+    assert s.next_fire(w) == datetime(2026, 1, 1, 0, 0, 1, 722543, tzinfo=UTC)
+    # The window just decided is not counted again from itself.
+    got = s.windows_between(w, datetime(2026, 1, 1, 0, 0, 1, 500000, tzinfo=UTC))
+    assert (got.count, got.first, got.last) == (0, None, None)
+    got = s.windows_between(utc(2026, 1, 1), w)
+    assert (got.count, got.first, got.last) == (1, w, w)
