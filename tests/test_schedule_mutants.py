@@ -28,3 +28,23 @@ def test_an_every_period_finer_than_a_microsecond_still_moves_forward() -> None:
     assert (got.count, got.first, got.last) == (0, None, None)
     got = s.windows_between(utc(2026, 1, 1), w)
     assert (got.count, got.first, got.last) == (1, w, w)
+
+
+def test_a_fixed_time_job_asked_in_the_repeated_hour_fires_the_next_day() -> None:
+    """2026-11-01, New York: 01:00-02:00 happens twice (EDT 05:00-06:00Z, then EST
+    06:00-07:00Z). The 01:30 job fired at 01:30 EDT (05:30Z), once. Asked during the second
+    pass (a daemon started or reloaded at 01:10 EST), the next window is tomorrow's; cronsim
+    alone answered 05:30Z, before the question, so the ticker found it due at once, again
+    and again, without yielding, until the wall clock passed 01:30 EST."""
+    s = parse_schedule("CRON_TZ=America/New_York 30 1 * * *")
+    for asked in (utc(2026, 11, 1, 6, 0), utc(2026, 11, 1, 6, 10), utc(2026, 11, 1, 6, 29)):
+        assert s.next_fire(asked) == utc(2026, 11, 2, 6, 30)
+    got = s.windows_between(utc(2026, 11, 1, 6, 10), utc(2026, 11, 2, 7, 0))
+    assert (got.count, got.first, got.last) == (1, utc(2026, 11, 2, 6, 30), utc(2026, 11, 2, 6, 30))
+    got = s.windows_between(utc(2026, 11, 1, 6, 0), utc(2026, 11, 1, 6, 59))
+    assert (got.count, got.first, got.last) == (0, None, None)
+    # From the first pass it is still that morning's one window. (Compared in UTC: an
+    # instant of a repeated hour never equals one of another zone, PEP 495.)
+    assert s.next_fire(utc(2026, 11, 1, 5, 10)).astimezone(UTC) == utc(2026, 11, 1, 5, 30)
+    both = parse_schedule("CRON_TZ=America/New_York 0,30 1 * * *")
+    assert both.next_fire(utc(2026, 11, 1, 6, 10)) == utc(2026, 11, 2, 6, 0)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -122,8 +123,7 @@ class Schedule:
         if self.every_ns is not None:
             k = _ns_since_epoch(after) // self.every_ns + 1
             return _from_ns(k * self.every_ns).astimezone(tz)
-        assert self.cron is not None
-        return next(CronSim(self.cron, after.astimezone(tz)))
+        return next(self._cron_after(after))
 
     def windows_between(self, a: datetime, b: datetime) -> Windows:
         """Windows ``w`` with ``a < w <= b``: the count a missed record reports.
@@ -143,9 +143,8 @@ class Schedule:
             tz = self._tz()
             return Windows(hi - lo + 1, _from_ns(lo * self.every_ns).astimezone(tz),
                            _from_ns(hi * self.every_ns).astimezone(tz))
-        assert self.cron is not None
         count, first, last = 0, None, None
-        for w in CronSim(self.cron, a.astimezone(self._tz())):
+        for w in self._cron_after(a):
             if w > b:
                 break
             count += 1
@@ -153,6 +152,19 @@ class Schedule:
                 first = w
             last = w
         return Windows(count, first, last)
+
+    def _cron_after(self, after: datetime) -> Iterator[datetime]:
+        """The cron windows strictly after ``after``, in order.
+
+        cronsim, started in the second pass of an hour repeated by fall-back
+        (01:10 EST after 01:30 EDT), yields the first pass's window (01:30 EDT) once
+        before the next day's: a window before ``after``, which the ticker would take
+        as due at once, again and again until the wall clock passed it.
+        """
+        assert self.cron is not None
+        for w in CronSim(self.cron, after.astimezone(self._tz())):
+            if w > after:
+                yield w
 
 
 def _ns_since_epoch(at: datetime) -> int:
