@@ -30,6 +30,7 @@ span tables (a trigger naming a webhook) and files are the loader's.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
@@ -179,11 +180,19 @@ def _listen(value: Any) -> Any:
     return value
 
 
+def _finite(value: Any) -> Any:
+    """Refuse TOML's inf and nan in a cost cap or a price: a cap of inf caps nothing (leave
+    the key out for that), and a price of inf makes a cost no ledger line can carry."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"must be finite, got {shown(value)}")
+    return value
+
+
 Duration = Annotated[int, BeforeValidator(_duration)]
 OptionalDuration = Annotated[int | None, BeforeValidator(_optional_duration)]
 PositiveInt = Annotated[int, Field(ge=1)]
-PositiveFloat = Annotated[float, Field(gt=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0), BeforeValidator(_finite)]
+NonNegFloat = Annotated[float, Field(ge=0), BeforeValidator(_finite)]
 EnvFiles = Annotated[list[str], BeforeValidator(_str_list(" (env files)", allow_str=True,
                                                            carrier="path"))]
 # Not empty: "" names no file ("spawn failed: : No such file or directory" on every run).

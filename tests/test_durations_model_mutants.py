@@ -1,0 +1,98 @@
+"""Mutation-test survivors of the config model (`harness.config.model`) and durations
+(`harness.config.durations`): the problems a real harness.toml gets for values the OS
+cannot carry, for empty paths, and for the bounds the other tests leave unpinned. Each
+goes through `load_config` of a real file and asserts the whole FILE:LINE: KEY: problem
+line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.config.load import load_config
+from test_config import problems, write, xdg  # noqa: F401  (xdg: autouse fixture)
+
+
+def test_a_nul_in_a_command_line_or_a_path_is_a_problem_naming_key_and_value(
+        tmp_path: Path) -> None:
+    """TOML can spell "\\u0000"; no exec or open can carry it, so every spawn would fail."""
+    path = write(tmp_path / "h.toml", r"""
+        [harness.a]
+        argv = ["tr\u0000ue"]
+
+        [harness.c]
+        argv = ["true"]
+        workdir = "/tmp/x\u0000y"
+
+        [harness.d]
+        argv = ["true"]
+        env_file = ["a.env", "b\u0000.env"]
+    """)
+    assert problems(path) == [
+        rf"{path}:2: harness.a.argv: 'tr\x00ue' holds a NUL character, which no command "
+        "line can carry",
+        rf"{path}:6: harness.c.workdir: '/tmp/x\x00y' holds a NUL character, which no path "
+        "can carry",
+        rf"{path}:10: harness.d.env_file: '{tmp_path}/b\x00.env' holds a NUL character, "
+        "which no path can carry",
+    ]
+
+
+def test_an_empty_env_file_is_named_as_such(tmp_path: Path) -> None:
+    path = write(tmp_path / "h.toml", """
+        [harness.b]
+        argv = ["true"]
+        env_file = ""
+
+        [harness.e]
+        argv = ["true"]
+        env_file = ["a.env", ""]
+    """)
+    assert problems(path) == [
+        f"{path}:3: harness.b.env_file: must not be empty",
+        f"{path}:7: harness.e.env_file: must not hold an empty path, got "
+        f"['{tmp_path}/a.env', '']",
+    ]
+
+
+def test_an_infinite_or_nan_cost_cap_or_price_is_a_problem(tmp_path: Path) -> None:
+    """TOML spells inf and nan. A cap of inf caps nothing (the key left out says that) and
+    a price of inf makes an infinite cost, which no ledger line can carry; both were
+    accepted. Durations already refuse them the same way; a whole number is still a
+    float's value."""
+    path = write(tmp_path / "h.toml", """
+        [budget]
+        daily_cost_usd = inf
+
+        [budget.prices."m"]
+        input_per_mtok = inf
+        output_per_mtok = nan
+        cache_read_per_mtok = -inf
+
+        [harness.h]
+        argv = ["true"]
+        schedule = "@daily"
+        max_cost_usd = inf
+        daily_cost_usd = nan
+    """)
+    assert problems(path) == [
+        f"{path}:2: budget.daily_cost_usd: must be finite, got inf",
+        f"{path}:5: budget.prices.m.input_per_mtok: must be finite, got inf",
+        f"{path}:6: budget.prices.m.output_per_mtok: must be finite, got nan",
+        f"{path}:7: budget.prices.m.cache_read_per_mtok: must be finite, got -inf",
+        f"{path}:12: harness.h.max_cost_usd: must be finite, got inf",
+        f"{path}:13: harness.h.daily_cost_usd: must be finite, got nan",
+    ]
+    ok = write(tmp_path / "ok.toml", """
+        [budget.prices."m"]
+        input_per_mtok = 0
+        output_per_mtok = 15
+
+        [harness.h]
+        argv = ["true"]
+        schedule = "@daily"
+        max_cost_usd = 2
+    """)
+    cfg = load_config(ok, projects=[])
+    assert cfg.harness["h"].max_cost_usd == 2.0
+    price = cfg.budget.prices["m"]
+    assert (price.input_per_mtok, price.output_per_mtok) == (0.0, 15.0)
