@@ -48,3 +48,20 @@ def test_a_fixed_time_job_asked_in_the_repeated_hour_fires_the_next_day() -> Non
     assert s.next_fire(utc(2026, 11, 1, 5, 10)).astimezone(UTC) == utc(2026, 11, 1, 5, 30)
     both = parse_schedule("CRON_TZ=America/New_York 0,30 1 * * *")
     assert both.next_fire(utc(2026, 11, 1, 6, 10)) == utc(2026, 11, 2, 6, 0)
+
+
+def test_every_windows_between_counts_the_multiples_in_a_half_open_interval() -> None:
+    """(a, b] off the grid of ``@every 90s`` (2026-01-01T00:00Z is a multiple of 90 s):
+    the count and both ends are exact when a is no window, when exactly one window is in
+    the interval, and when b is not after a."""
+    s = parse_schedule("CRON_TZ=UTC @every 90s")
+    got = s.windows_between(utc(2026, 1, 1, 0, 0, 10), utc(2026, 1, 1, 0, 4, 30))
+    assert (got.count, got.first, got.last) == (3, utc(2026, 1, 1, 0, 1, 30),
+                                                utc(2026, 1, 1, 0, 4, 30))
+    got = s.windows_between(utc(2026, 1, 1, 0, 0, 10), utc(2026, 1, 1, 0, 1, 30))
+    assert (got.count, got.first, got.last) == (1, utc(2026, 1, 1, 0, 1, 30),
+                                                utc(2026, 1, 1, 0, 1, 30))
+    at = utc(2026, 1, 1, 0, 3)
+    for b in (at, utc(2026, 1, 1, 0, 1)):
+        got = s.windows_between(at, b)
+        assert (got.count, got.first, got.last) == (0, None, None)
