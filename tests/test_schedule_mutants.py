@@ -7,11 +7,22 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from harness.config.schedule import parse_schedule
+from harness.config.schedule import parse_hours, parse_schedule
 
 
 def utc(*a: int) -> datetime:
     return datetime(*a, tzinfo=UTC)  # type: ignore[misc]
+
+
+def fires(expr: str, start: datetime, n: int) -> list[datetime]:
+    """The next `n` windows after `start`, in UTC (an instant of a repeated hour never
+    equals one of another zone, PEP 495, so the zone's own instants are not compared)."""
+    s = parse_schedule(expr)
+    out = []
+    for _ in range(n):
+        start = s.next_fire(start)
+        out.append(start.astimezone(UTC))
+    return out
 
 
 def test_an_every_period_finer_than_a_microsecond_still_moves_forward() -> None:
@@ -65,3 +76,41 @@ def test_every_windows_between_counts_the_multiples_in_a_half_open_interval() ->
     for b in (at, utc(2026, 1, 1, 0, 1)):
         got = s.windows_between(at, b)
         assert (got.count, got.first, got.last) == (0, None, None)
+
+
+def test_month_ends_and_leap_days_fire_only_when_the_day_exists() -> None:
+    """As cron: a day-of-month a month lacks skips that month, and 29 February waits for
+    the next leap year; ``L`` is each month's last day."""
+    assert fires("CRON_TZ=UTC 0 12 29 2 *", utc(2024, 2, 29, 12), 2) == [
+        utc(2028, 2, 29, 12), utc(2032, 2, 29, 12)]
+    assert fires("CRON_TZ=UTC 0 0 31 * *", utc(2026, 1, 31), 3) == [
+        utc(2026, 3, 31), utc(2026, 5, 31), utc(2026, 7, 31)]
+    assert fires("CRON_TZ=UTC 59 23 L * *", utc(2026, 1, 31, 23, 59), 3) == [
+        utc(2026, 2, 28, 23, 59), utc(2026, 3, 31, 23, 59), utc(2026, 4, 30, 23, 59)]
+
+
+def test_hours_that_start_in_a_spring_forward_gap_open_at_the_first_minute_that_exists(
+        ) -> None:
+    """New York, 2026-03-08: 02:00 EST is followed by 03:00 EDT (07:00Z). A 02:30-04:00
+    window opens at 03:00 EDT and closes at 04:00 EDT; a window ending at 02:30 ends then."""
+    h = parse_hours("TZ=America/New_York 02:30-04:00")
+    assert h.next_change(utc(2026, 3, 8, 5)) == utc(2026, 3, 8, 7)
+    assert not h.is_open(utc(2026, 3, 8, 6, 59, 59)) and h.is_open(utc(2026, 3, 8, 7))
+    assert h.next_change(utc(2026, 3, 8, 7)) == utc(2026, 3, 8, 8)
+    early = parse_hours("TZ=America/New_York 00:00-02:30")
+    assert early.next_change(utc(2026, 3, 8, 5)) == utc(2026, 3, 8, 7)
+
+
+def test_hours_in_an_hour_repeated_by_fall_back_open_twice() -> None:
+    """New York, 2026-11-01: 01:00-01:30 comes once in EDT (05:00Z) and again in EST
+    (06:00Z); the wall clock is in the window both times."""
+    h = parse_hours("TZ=America/New_York 01:00-01:30")
+    seen = []
+    t = utc(2026, 11, 1, 4)
+    for _ in range(4):
+        nxt = h.next_change(t)
+        assert nxt is not None
+        seen.append((nxt.astimezone(UTC), h.is_open(nxt)))
+        t = nxt
+    assert seen == [(utc(2026, 11, 1, 5), True), (utc(2026, 11, 1, 5, 30), False),
+                    (utc(2026, 11, 1, 6), True), (utc(2026, 11, 1, 6, 30), False)]
