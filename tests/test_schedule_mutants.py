@@ -114,3 +114,23 @@ def test_hours_in_an_hour_repeated_by_fall_back_open_twice() -> None:
         t = nxt
     assert seen == [(utc(2026, 11, 1, 5), True), (utc(2026, 11, 1, 5, 30), False),
                     (utc(2026, 11, 1, 6), True), (utc(2026, 11, 1, 6, 30), False)]
+
+
+def test_next_change_sees_fall_back_set_the_clock_out_of_a_window() -> None:
+    """New York, 2026-11-01: a 01:30-02:00 window opens at 01:30 EDT (05:30Z); at 06:00Z
+    the clock falls back to 01:00 EST, outside it, with no window edge crossed; it opens
+    again at 01:30 EST (06:30Z) and closes at 02:00 EST (07:00Z). next_change skipped the
+    06:00Z close, answering 07:00Z while is_open said closed from 06:00Z."""
+    h = parse_hours("TZ=America/New_York 01:30-02:00")
+    seen = []
+    t = utc(2026, 11, 1, 4)
+    for _ in range(5):
+        nxt = h.next_change(t)
+        assert nxt is not None
+        seen.append((nxt.astimezone(UTC), h.is_open(nxt)))
+        t = nxt
+    assert seen == [(utc(2026, 11, 1, 5, 30), True), (utc(2026, 11, 1, 6), False),
+                    (utc(2026, 11, 1, 6, 30), True), (utc(2026, 11, 1, 7), False),
+                    (utc(2026, 11, 2, 6, 30), True)]
+    again = h.next_change(utc(2026, 11, 1, 5, 40))
+    assert again is not None and again.astimezone(UTC) == utc(2026, 11, 1, 6)

@@ -276,10 +276,34 @@ class OperatingHours:
             for w in self.windows:
                 for minute in (w.start, w.end):
                     candidates.update(_wall_instants(d, minute, tz))
+            shift = _offset_change(d, tz)
+            if shift is not None:
+                # Fall-back sets the wall clock back: in a window that started in the
+                # repeated hour, the clock leaves it with no window edge crossed.
+                candidates.add(shift)
         for c in sorted(candidates):
             if c > at and self._open_wall(c.astimezone(tz)) != now_open:
                 return c.astimezone(tz)
         return None
+
+
+def _offset_change(d: date, tz: tzinfo) -> datetime | None:
+    """The instant ``tz`` takes a new UTC offset during the local day ``d``, else None."""
+    lo = datetime.combine(d, time(), tzinfo=tz).astimezone(UTC)
+    hi = datetime.combine(d + timedelta(days=1), time(), tzinfo=tz).astimezone(UTC)
+    new = hi.astimezone(tz).utcoffset()
+    if lo.astimezone(tz).utcoffset() == new:
+        return None
+    # lo has the old offset and hi the new one: bisect on whole minutes, which is what
+    # offsets change on.
+    a, b = 0, (hi - lo) // timedelta(minutes=1)
+    while b - a > 1:
+        m = (a + b) // 2
+        if (lo + timedelta(minutes=m)).astimezone(tz).utcoffset() == new:
+            b = m
+        else:
+            a = m
+    return lo + timedelta(minutes=b)
 
 
 def _wall_instants(d: date, minute: int, tz: tzinfo) -> list[datetime]:
