@@ -96,3 +96,56 @@ def test_an_infinite_or_nan_cost_cap_or_price_is_a_problem(tmp_path: Path) -> No
     assert cfg.harness["h"].max_cost_usd == 2.0
     price = cfg.budget.prices["m"]
     assert (price.input_per_mtok, price.output_per_mtok) == (0.0, 15.0)
+
+
+def test_a_listen_port_is_1_to_65535_inclusive(tmp_path: Path) -> None:
+    bad = write(tmp_path / "bad.toml", """
+        [server]
+        metrics_listen = "127.0.0.1:0"
+        webhook_listen = "127.0.0.1:65536"
+    """)
+    assert problems(bad) == [
+        f"{bad}:2: server.metrics_listen: '127.0.0.1:0' is not HOST:PORT",
+        f"{bad}:3: server.webhook_listen: '127.0.0.1:65536' is not HOST:PORT",
+    ]
+    ok = write(tmp_path / "ok.toml", """
+        [server]
+        metrics_listen = "127.0.0.1:1"
+        webhook_listen = ":65535"
+    """)
+    server = load_config(ok, projects=[]).server
+    assert (server.metrics_listen, server.webhook_listen) == ("127.0.0.1:1", ":65535")
+
+
+def test_an_expression_url_or_address_of_another_type_names_the_type(tmp_path: Path) -> None:
+    """Each string-valued key says what it got rather than failing inside its parser."""
+    path = write(tmp_path / "h.toml", """
+        [server]
+        metrics_listen = 9464
+
+        [ledger]
+        trace_url = 1
+
+        [channel.c]
+        url = 5
+
+        [harness.h]
+        argv = ["true"]
+        schedule = 5
+
+        [harness.r]
+        argv = ["true"]
+        operating_hours = ["09:00-10:00"]
+
+        [harness.t]
+        argv = ["true"]
+        triggers = [7]
+    """)
+    assert problems(path) == [
+        f"{path}:2: server.metrics_listen: expected a string, got integer 9464",
+        f"{path}:5: ledger.trace_url: expected a string, got integer 1",
+        f"{path}:8: channel.c.url: expected a string, got integer 5",
+        f"{path}:12: harness.h.schedule: expected a string, got integer 5",
+        f"{path}:16: harness.r.operating_hours: expected a string, got array ['09:00-10:00']",
+        f"{path}:20: harness.t.triggers: expected a string, got integer 7",
+    ]

@@ -99,6 +99,8 @@ def test_hours_that_start_in_a_spring_forward_gap_open_at_the_first_minute_that_
     assert h.next_change(utc(2026, 3, 8, 7)) == utc(2026, 3, 8, 8)
     early = parse_hours("TZ=America/New_York 00:00-02:30")
     assert early.next_change(utc(2026, 3, 8, 5)) == utc(2026, 3, 8, 7)
+    odd = parse_hours("TZ=America/New_York 02:17-04:00")  # not on the gap's 30-minute grid
+    assert odd.next_change(utc(2026, 3, 8, 5)) == utc(2026, 3, 8, 7)
 
 
 def test_hours_in_an_hour_repeated_by_fall_back_open_twice() -> None:
@@ -134,3 +136,25 @@ def test_next_change_sees_fall_back_set_the_clock_out_of_a_window() -> None:
                     (utc(2026, 11, 2, 6, 30), True)]
     again = h.next_change(utc(2026, 11, 1, 5, 40))
     assert again is not None and again.astimezone(UTC) == utc(2026, 11, 1, 6)
+
+
+def test_hours_edges_hold_to_the_microsecond() -> None:
+    """Start-inclusive, end-exclusive, at every fraction of the edge minute."""
+    h = parse_hours("TZ=UTC 09:00-13:00")
+    assert not h.is_open(datetime(2026, 12, 1, 8, 59, 59, 999999, tzinfo=UTC))
+    assert h.is_open(datetime(2026, 12, 1, 9, 0, 0, 500000, tzinfo=UTC))
+    assert h.is_open(datetime(2026, 12, 1, 12, 59, 59, 999999, tzinfo=UTC))
+    assert not h.is_open(datetime(2026, 12, 1, 13, 0, 0, 500000, tzinfo=UTC))
+
+
+def test_an_overnight_window_runs_into_the_next_weekday_across_the_week_end() -> None:
+    """Sunday night's window holds Monday morning; Saturday night's does not reach it."""
+    sun = parse_hours("TZ=UTC Sun 22:00-02:00")
+    assert sun.is_open(utc(2026, 11, 29, 23))       # Sunday
+    assert sun.is_open(utc(2026, 11, 30, 1, 59))    # Monday morning
+    assert not sun.is_open(utc(2026, 11, 30, 2))
+    assert not sun.is_open(utc(2026, 11, 29, 1))    # Sunday morning: Saturday's night
+    sat = parse_hours("TZ=UTC Sat 22:00-02:00")
+    assert sat.is_open(utc(2026, 11, 29, 1))        # Sunday morning
+    assert not sat.is_open(utc(2026, 11, 30, 1))    # Monday morning
+    assert sat.next_change(utc(2026, 11, 29, 2)) == utc(2026, 12, 5, 22)
