@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from harness.config.durations import format_duration_ms, parse_duration_ns
 from harness.config.load import load_config
 from test_config import problems, write, xdg  # noqa: F401  (xdg: autouse fixture)
 
@@ -149,3 +152,34 @@ def test_an_expression_url_or_address_of_another_type_names_the_type(tmp_path: P
         f"{path}:16: harness.r.operating_hours: expected a string, got array ['09:00-10:00']",
         f"{path}:20: harness.t.triggers: expected a string, got integer 7",
     ]
+
+
+def test_a_trigger_named_twice_is_a_problem(tmp_path: Path) -> None:
+    path = write(tmp_path / "h.toml", """
+        [webhook.w]
+        secret = "s3cr3t-value-here"
+
+        [harness.h]
+        argv = ["true"]
+        triggers = ["webhook.w", "webhook.w"]
+    """)
+    assert problems(path) == [f"{path}:6: harness.h.triggers: names the same trigger twice"]
+
+
+@pytest.mark.parametrize("value", [None, ["1s"], "   "])
+def test_a_value_of_no_duration_type_is_a_value_error(value: object) -> None:
+    """`parse_duration_ns` promises ValueError and nothing else, whatever it is handed."""
+    with pytest.raises(ValueError) as info:
+        parse_duration_ns(value)  # type: ignore[arg-type]
+    assert type(info.value) is ValueError
+    assert str(info.value) == f"not a duration: {value!r} (use e.g. 500ms, 2s, 15m, 1h, 7d)"
+
+
+@pytest.mark.parametrize(("ms", "text"), [
+    (0, "0ms"), (999, "999ms"), (1000, "1s"), (1999, "1s"), (59_999, "59s"),
+    (60_000, "1m00s"), (61_000, "1m01s"), (3_599_999, "59m59s"), (3_600_000, "1h00m"),
+    (3_660_000, "1h01m"), (86_399_999, "23h59m"), (86_400_000, "1d0h"),
+    (90_000_000, "1d1h"), (10**12, "11574d1h"),
+])
+def test_format_duration_ms_at_each_unit_boundary(ms: int, text: str) -> None:
+    assert format_duration_ms(ms) == text

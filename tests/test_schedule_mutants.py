@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from harness.config.schedule import parse_hours, parse_schedule
+import pytest
+
+from harness.config.schedule import ScheduleError, parse_hours, parse_schedule
 
 
 def utc(*a: int) -> datetime:
@@ -158,3 +160,37 @@ def test_an_overnight_window_runs_into_the_next_weekday_across_the_week_end() ->
     assert sat.is_open(utc(2026, 11, 29, 1))        # Sunday morning
     assert not sat.is_open(utc(2026, 11, 30, 1))    # Monday morning
     assert sat.next_change(utc(2026, 11, 29, 2)) == utc(2026, 12, 5, 22)
+
+
+def test_hours_with_minutes_full_day_names_and_the_last_minute_of_the_day() -> None:
+    h = parse_hours("TZ=UTC Monday-Friday 09:30-17:45")
+    mon = (2026, 11, 30)
+    assert not h.is_open(utc(*mon, 9, 29, 59)) and h.is_open(utc(*mon, 9, 30))
+    assert h.is_open(utc(*mon, 17, 44, 59)) and not h.is_open(utc(*mon, 17, 45))
+    assert not h.is_open(utc(2026, 12, 5, 10))  # Saturday
+    assert h.next_change(utc(*mon, 12)) == utc(*mon, 17, 45)
+    late = parse_hours("TZ=UTC Sunday 23:00-23:59")
+    assert late.is_open(utc(2026, 11, 29, 23, 58, 59))
+    assert not late.is_open(utc(2026, 11, 29, 23, 59))
+    assert late.next_change(utc(2026, 11, 29, 12)) == utc(2026, 11, 29, 23)
+
+
+@pytest.mark.parametrize(("expr", "message"), [
+    ("24:30-10:00", "bad time '24:30' in '24:30-10:00'"),
+    ("10:00-24:30", "bad time '24:30' in '10:00-24:30'"),
+    ("09:60-10:00", "bad time '09:60' in '09:60-10:00'"),
+    ("Mon,,Tue 09:00-10:00", "empty day in 'Mon,,Tue 09:00-10:00'"),
+])
+def test_bad_hours_at_the_edges_of_a_clock(expr: str, message: str) -> None:
+    with pytest.raises(ScheduleError) as info:
+        parse_hours(expr)
+    assert str(info.value) == message
+
+
+def test_an_expression_that_is_no_string_is_a_schedule_error() -> None:
+    with pytest.raises(ScheduleError) as info:
+        parse_hours(5)  # type: ignore[arg-type]
+    assert str(info.value) == "operating hours must be a string, got 5"
+    with pytest.raises(ScheduleError) as info:
+        parse_schedule(5)  # type: ignore[arg-type]
+    assert str(info.value) == "a schedule must be a string, got 5"
