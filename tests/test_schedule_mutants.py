@@ -6,6 +6,7 @@ public functions (parse_schedule, parse_hours and their objects' methods)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -61,6 +62,15 @@ def test_a_fixed_time_job_asked_in_the_repeated_hour_fires_the_next_day() -> Non
     assert s.next_fire(utc(2026, 11, 1, 5, 10)).astimezone(UTC) == utc(2026, 11, 1, 5, 30)
     both = parse_schedule("CRON_TZ=America/New_York 0,30 1 * * *")
     assert both.next_fire(utc(2026, 11, 1, 6, 10)) == utc(2026, 11, 2, 6, 0)
+    # Asked with a time of the schedule's own zone (the ticker's last window is one):
+    # 01:10 EST is fold=1, and a same-zone comparison ignores fold, reading 01:30 EDT as
+    # after it.
+    ny = ZoneInfo("America/New_York")
+    second_pass = utc(2026, 11, 1, 6, 10).astimezone(ny)
+    assert (second_pass.hour, second_pass.fold) == (1, 1)
+    assert s.next_fire(second_pass) == utc(2026, 11, 2, 6, 30)
+    got = s.windows_between(second_pass, utc(2026, 11, 2, 7, 0).astimezone(ny))
+    assert (got.count, got.first) == (1, utc(2026, 11, 2, 6, 30))
 
 
 def test_every_windows_between_counts_the_multiples_in_a_half_open_interval() -> None:

@@ -162,8 +162,11 @@ class Schedule:
         as due at once, again and again until the wall clock passed it.
         """
         assert self.cron is not None
+        # Compared in UTC: two times of the same zone compare by wall clock, fold
+        # ignored (PEP 495), so 01:30 EDT would read as after 01:10 EST.
+        floor = after.astimezone(UTC)
         for w in CronSim(self.cron, after.astimezone(self._tz())):
-            if w > after:
+            if w.astimezone(UTC) > floor:
                 yield w
 
 
