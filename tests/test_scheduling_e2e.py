@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime, timedelta
+from datetime import time as dtime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -173,6 +175,38 @@ argv = ["sh", "-c", "true"]
     assert datetime.fromisoformat(until("the schedule's next window", next_known)) == (
         latest + timedelta(hours=1))
     assert [r["run_id"] for r in runs_of(world, "nightly")] == [1]
+
+
+def test_a_window_in_an_hour_fall_back_repeats_is_resumed_from(
+        world: World, daemons: Daemons) -> None:
+    """The ledger's last window is New York's 01:30 EDT on the latest fall-back night,
+    in the hour that night repeats. It is a window of the schedule in force, so the
+    windows since are reported missed. Compared as a time of New York against the UTC
+    of the ledger, it was never equal (PEP 495), read as a changed schedule, and the
+    windows missed while the daemon was down went unrecorded."""
+    ny = ZoneInfo("America/New_York")
+    day = datetime.now(UTC).astimezone(ny).date() - timedelta(days=2)
+    while (datetime.combine(day, dtime(0, 0), ny).utcoffset()
+           == datetime.combine(day + timedelta(days=1), dtime(0, 0), ny).utcoffset()
+           or datetime.combine(day, dtime(0, 0), ny).dst() == timedelta(0)):
+        day -= timedelta(days=1)  # to the last day that ends on standard time
+    seeded = datetime.combine(day, dtime(1, 30), ny)  # fold=0: the first pass, EDT
+    assert seeded.dst() != timedelta(0) and seeded.replace(fold=1).dst() == timedelta(0)
+    _seed_window(world, "nightly", seeded.astimezone(UTC))
+    # Kept however long ago that night was (a year at most).
+    daemons.write_config("""
+[ledger]
+retention = "400d"
+
+[harness.nightly]
+schedule = "CRON_TZ=America/New_York 30 1 * * *"
+argv = ["true"]
+""")
+    daemons.start()
+    rec = until("the gap's record", lambda: record_of(world, "nightly", 2))
+    first = datetime.combine(day + timedelta(days=1), dtime(1, 30), ny).astimezone(UTC)
+    assert (rec["trigger"], rec["outcome"], rec["first_window"]) == (
+        "schedule", "missed", _rfc(first))
 
 
 def test_a_window_in_the_ledger_ahead_of_the_clock_is_waited_for(

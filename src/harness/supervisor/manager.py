@@ -460,7 +460,9 @@ class Manager:
     async def _tick(self, name: str, sched: Schedule, *, resume: bool) -> None:
         now = datetime.now(UTC)
         last = await self._history_window(name) if resume else None
-        if last is not None and sched.next_fire(last - _TICK) != last:
+        # Compared in UTC: a window in an hour fall-back repeats is never equal to a
+        # time of another zone (PEP 495), so it would read as a changed schedule.
+        if last is not None and sched.next_fire(last - _TICK).astimezone(UTC) != last:
             # Not a window of this schedule: it was changed since (by a reload, or while
             # the daemon was down), and a changed schedule starts from now; its windows
             # before now were never due.
