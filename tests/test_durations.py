@@ -21,6 +21,10 @@ ZEROS_400 = "1" + "0" * 400
     (" 90 ", 90 * S),
     (90, 90 * S),
     (0, 0),
+    (0.0, 0),
+    ("0s", 0),
+    ("0.000ms", 0),
+    ("0.000001ms", 1),
     (0.5, S // 2),
     (1e-05, 10_000),
     (1.001, 1_001_000_000),     # the digits as written: 1.001 * 1e9 is 1000999999.99...
@@ -59,6 +63,10 @@ def test_parses_exactly(value: str | int | float, ns: int) -> None:
     ("", "not a duration: '' (use e.g. 500ms, 2s, 15m, 1h, 7d)"),
     ("inf", "not a duration: 'inf' (use e.g. 500ms, 2s, 15m, 1h, 7d)"),
     ("1e300s", "not a duration: '1e300s' (use e.g. 500ms, 2s, 15m, 1h, 7d)"),
+    # 0 is "no limit" to a timeout: a positive duration must not round to it
+    (1e-10, "must be at least 1ns or 0, got 1e-10"),
+    ("0.0000000001s", "must be at least 1ns or 0, got '0.0000000001s'"),
+    ("0.0000009ms", "must be at least 1ns or 0, got '0.0000009ms'"),
 ])
 def test_refuses_with_value_error_only(value: str | int | float, message: str) -> None:
     with pytest.raises(ValueError) as info:

@@ -137,7 +137,7 @@ def parse_duration_ns(value: str | int | float) -> int:
         if isinstance(value, int):
             return value * _SECOND
         # The shortest repr is the number as written (1.001, not 1.000999999999999889...).
-        return int(Decimal(repr(value)).scaleb(9))
+        return _not_rounded_to_zero(int(Decimal(repr(value)).scaleb(9)), value, value > 0)
     s = value.strip() if isinstance(value, str) else value
     if not isinstance(s, str) or not s:
         raise _not_a_duration(value)
@@ -149,6 +149,14 @@ def parse_duration_ns(value: str | int | float) -> int:
         raise _not_a_duration(value)
     if ns > MAX_DURATION_NS:
         raise _too_long(value)
+    return _not_rounded_to_zero(ns, value, any(c in "123456789" for c in s))
+
+
+def _not_rounded_to_zero(ns: int, value: object, nonzero: bool) -> int:
+    """`ns`, unless a duration written as more than zero came to none: 0 reads as "no
+    limit" in every timeout, so `timeout = 1e-10` would lift the limit it asked for."""
+    if ns == 0 and nonzero:
+        raise ValueError(f"must be at least 1ns or 0, got {shown(value, cut=True)}")
     return ns
 
 
