@@ -1,0 +1,137 @@
+"""Mutation-test survivors of the control socket (`harness.control`: the server, the
+client and the ops served from the ledger): a hello too long for the line limit, answered
+``too_large`` like any other request; a client silent through the hello timeout, dropped
+without an error logged; the replies owed to a client that half-closed, every byte of
+them delivered before the connection ends; a second `close`, a no-op as the daemon's
+shutdown needs it; a start refused over the lock, which leaves no descriptor behind;
+the `runs` op's default page of 50 and its smallest of 1. Real servers on real Unix
+sockets in tmp dirs, spoken to with the real client or a bare socket."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import test_control_server
+from harness.control.client import Client
+from harness.control.ops import runs_op
+from harness.control.server import MAX_LINE, ControlServer, SocketInUse
+from ledgertools import T0, Clock, OpenLedger
+from test_control_server import HANDLERS, LoopThread, Raw, Serve, _send_quietly
+
+# The fixtures of the server's own tests, under the names tests ask for.
+loop = test_control_server.loop
+serve = test_control_server.serve
+sockdir = test_control_server.sockdir
+
+
+def test_an_oversized_hello_is_answered_too_large_then_closed(
+        serve: Serve, sockdir: Path) -> None:
+    serve(HANDLERS)
+    raw = Raw(sockdir / "harness.sock")
+    line = b'{"op": "hello", "proto": "1.0", "pad": "' + b"p" * MAX_LINE + b'"}\n'
+    threading.Thread(target=_send_quietly, args=(raw.sock, line), daemon=True).start()
+    reply = raw.recv()
+    assert reply == {"id": None, "ok": False, "error": {
+        "code": "too_large",
+        "message": f"a request line may be at most {MAX_LINE} bytes; closing"}}
+    assert raw.at_eof()
+    raw.close()
+
+
+def test_a_client_silent_through_the_hello_timeout_is_dropped_without_an_error(
+        serve: Serve, sockdir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    serve(HANDLERS, hello_timeout=0.2)
+    with caplog.at_level(logging.DEBUG, logger="harness.control"):
+        raw = Raw(sockdir / "harness.sock")
+        assert raw.at_eof()  # a failure would be logged before this close
+        raw.close()
+        client = Client(str(sockdir / "harness.sock"))
+        assert client.request("echo", x=1) == {"x": 1}
+        client.close()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+async def big(req: dict[str, Any]) -> Any:
+    return {"i": req["id"], "pad": "x" * 256 * 1024}
+
+
+def test_replies_owed_to_a_half_closed_client_arrive_whole(
+        serve: Serve, sockdir: Path) -> None:
+    """A client that half-closes after its requests and reads slowly still gets every
+    reply in full: the end of the connection waits for them to be flushed, not only
+    handed to the transport."""
+    n = 3
+    serve({"big": big})
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(30)
+    sock.connect(str(sockdir / "harness.sock"))
+    sock.sendall(b'{"op": "hello", "proto": "1.0"}\n' + b"".join(
+        json.dumps({"id": i, "op": "big"}).encode() + b"\n" for i in range(1, n + 1)))
+    sock.shutdown(socket.SHUT_WR)
+    data = bytearray()
+    pause = threading.Event()
+    while chunk := sock.recv(4096):
+        data += chunk
+        pause.wait(0.0005)  # a slow reader: the server's writes outrun it
+    sock.close()
+    lines = data.split(b"\n")
+    assert lines[-1] == b""  # the last reply ended with its newline
+    assert json.loads(lines[0])["ok"] is True
+    replies = [json.loads(line) for line in lines[1:-1]]
+    assert sorted(r["data"]["i"] for r in replies) == list(range(1, n + 1))
+    assert all(len(r["data"]["pad"]) == 256 * 1024 for r in replies)
+
+
+def test_close_twice_is_a_no_op(loop: LoopThread, sockdir: Path) -> None:
+    """The daemon closes its server on the way down and again in its last `finally`."""
+    path = sockdir / "harness.sock"
+    srv = ControlServer(str(path), HANDLERS)
+    loop.run(srv.start())
+    loop.run(srv.close())
+    loop.run(srv.close())
+    assert not path.exists()
+    never = ControlServer(str(sockdir / "never.sock"), HANDLERS)
+    loop.run(never.close())  # never started: nothing to close
+    assert not (sockdir / "never.sock").exists()
+
+
+def _fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_start_refused_over_the_lock_leaves_no_descriptor_open(
+        serve: Serve, loop: LoopThread, sockdir: Path) -> None:
+    serve(HANDLERS)
+    second = ControlServer(str(sockdir / "harness.sock"), HANDLERS)
+    before = _fds()
+    for _ in range(5):
+        with pytest.raises(SocketInUse, match="another harness daemon owns"):
+            loop.run(second.start())
+    assert _fds() - before == set()
+
+
+def test_runs_answers_50_by_default_and_as_few_as_1(
+        serve: Serve, sockdir: Path, open_ledger: OpenLedger, tmp_path: Path) -> None:
+    clock = Clock(T0)
+    led = open_ledger(tmp_path / "ledger", clock=clock)
+    for i in range(1, 61):
+        clock.ns += 1_000_000_000
+        led.append({"type": "decided", "harness": "a", "run_id": i, "trigger": "schedule",
+                    "outcome": "missed"})
+    serve({"runs": runs_op(led)})
+    client = Client(str(sockdir / "harness.sock"))
+    data = client.request("runs")
+    assert [r["run_id"] for r in data["runs"]] == list(range(60, 10, -1))
+    data = client.request("runs", names=["a"], limit=1)
+    assert [r["run_id"] for r in data["runs"]] == [60]
+    assert data["oldest_seq"] == data["runs"][0]["seq"]
+    client.close()
+
