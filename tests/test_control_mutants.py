@@ -4,11 +4,13 @@ client and the ops served from the ledger): a hello too long for the line limit,
 without an error logged; the replies owed to a client that half-closed, every byte of
 them delivered before the connection ends; a second `close`, a no-op as the daemon's
 shutdown needs it; a start refused over the lock, which leaves no descriptor behind;
-the `runs` op's default page of 50 and its smallest of 1. Real servers on real Unix
+the `runs` op's default page of 50 and its smallest of 1; each op that may wait out a
+stop grace, waited for past the client's timeout. Real servers on real Unix
 sockets in tmp dirs, spoken to with the real client or a bare socket."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -135,3 +137,34 @@ def test_runs_answers_50_by_default_and_as_few_as_1(
     assert data["oldest_seq"] == data["runs"][0]["seq"]
     client.close()
 
+
+
+def test_every_op_that_may_wait_out_a_grace_is_waited_for(
+        serve: Serve, sockdir: Path) -> None:
+    """start, stop, restart, reload and trigger may each wait out a run's SIGTERM grace:
+    a reply later than the client's timeout is still the answer while the daemon keeps
+    answering a fresh hello. (An op with no reason to be slow times out: see
+    test_cli_daemon.)"""
+    timeout, silence = 2.0, 5.0
+    patient = ("start", "stop", "restart", "reload", "trigger")
+
+    async def slow(req: dict[str, Any]) -> Any:
+        await asyncio.sleep(silence)
+        return {"op": req["op"]}
+
+    serve(dict.fromkeys(patient, slow))
+    got: dict[str, Any] = {}
+
+    def ask(op: str) -> None:
+        try:
+            with Client(str(sockdir / "harness.sock"), timeout=timeout) as client:
+                got[op] = client.request(op, name="x")
+        except Exception as exc:
+            got[op] = repr(exc)
+
+    threads = [threading.Thread(target=ask, args=(op,)) for op in patient]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert got == {op: {"op": op} for op in patient}
