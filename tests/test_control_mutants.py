@@ -5,7 +5,8 @@ without an error logged; the replies owed to a client that half-closed, every by
 them delivered before the connection ends; a second `close`, a no-op as the daemon's
 shutdown needs it; a start refused over the lock, which leaves no descriptor behind;
 the `runs` op's default page of 50 and its smallest of 1; each op that may wait out a
-stop grace, waited for past the client's timeout. Real servers on real Unix
+stop grace, waited for past the client's timeout; the `logs` op's "pruned" for a run
+the daemon's memory has let go. Real servers on real Unix
 sockets in tmp dirs, spoken to with the real client or a bare socket."""
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import socket
 import threading
 from pathlib import Path
@@ -22,10 +22,12 @@ from typing import Any
 import pytest
 
 import test_control_server
-from harness.control.client import Client
-from harness.control.ops import runs_op
+from harness.config.model import Config
+from harness.control.client import Client, DaemonError
+from harness.control.ops import logs_op, runs_op
 from harness.control.server import MAX_LINE, ControlServer, SocketInUse
-from ledgertools import T0, Clock, OpenLedger
+from harness.timefmt import format_ns
+from ledgertools import DAY, HOUR, T0, Clock, OpenLedger, open_fds
 from test_control_server import HANDLERS, LoopThread, Raw, Serve, _send_quietly
 
 # The fixtures of the server's own tests, under the names tests ask for.
@@ -105,19 +107,15 @@ def test_close_twice_is_a_no_op(loop: LoopThread, sockdir: Path) -> None:
     assert not (sockdir / "never.sock").exists()
 
 
-def _fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
-
-
 def test_a_start_refused_over_the_lock_leaves_no_descriptor_open(
         serve: Serve, loop: LoopThread, sockdir: Path) -> None:
     serve(HANDLERS)
     second = ControlServer(str(sockdir / "harness.sock"), HANDLERS)
-    before = _fds()
+    before = open_fds()
     for _ in range(5):
         with pytest.raises(SocketInUse, match="another harness daemon owns"):
             loop.run(second.start())
-    assert _fds() - before == set()
+    assert open_fds() - before == set()
 
 
 def test_runs_answers_50_by_default_and_as_few_as_1(
@@ -168,3 +166,39 @@ def test_every_op_that_may_wait_out_a_grace_is_waited_for(
     for t in threads:
         t.join(timeout=120)
     assert got == {op: {"op": op} for op in patient}
+
+
+def test_logs_says_pruned_for_a_run_memory_no_longer_holds(
+        serve: Serve, sockdir: Path, open_ledger: OpenLedger, tmp_path: Path) -> None:
+    """A pruned log is usually an old run's, one the daemon's memory has let go: its
+    record is looked up in the day files, so the answer is "pruned", not "no run"."""
+    state = tmp_path / "state"
+    jobs = state / "jobs"
+    clock = Clock(T0 - 30 * DAY)
+    led = open_ledger(state / "ledger", clock=clock)
+    for i in range(1, 26):
+        clock.ns += HOUR
+        led.append({"type": "opened", "harness": "job", "run_id": i, "kind": "oneshot",
+                    "trigger": "manual", "started_at": format_ns(clock.ns),
+                    "log": str(jobs / "job" / f"{i}.log")})
+        led.append({"type": "closed", "harness": "job", "run_id": i, "outcome": "success",
+                    "exit_code": 0, "ended_at": format_ns(clock.ns)})
+    led.close(timeout=10.0)
+    (jobs / "job").mkdir(parents=True, mode=0o700)
+    for i in (24, 25):
+        (jobs / "job" / f"{i}.log").write_text(f"run {i}\n")
+    clock.ns = T0
+    led = open_ledger(state / "ledger", clock=clock)
+    assert led.get("job", 1) is None  # past the window and the tail: not in memory
+    cfg = Config.model_validate(
+        {"harness": {"job": {"kind": "oneshot", "argv": ["true"], "keep_runs": 2}}})
+    serve({"logs": logs_op(lambda: cfg, led, str(jobs))})
+    with Client(str(sockdir / "harness.sock")) as client:
+        with pytest.raises(DaemonError) as err:
+            client.request("logs", name="job", run=1)
+        assert (err.value.code, str(err.value)) == (
+            "pruned", "job run 1's log was pruned (keep_runs = 2; the oldest log kept is "
+                      "run 24's)")
+        with pytest.raises(DaemonError) as err:
+            client.request("logs", name="job", run=26)
+        assert (err.value.code, str(err.value)) == ("not_found", "job has no run 26")
