@@ -3,11 +3,11 @@ client and the ops served from the ledger): a hello too long for the line limit,
 ``too_large`` like any other request; a client silent through the hello timeout, dropped
 without an error logged; the replies owed to a client that half-closed, every byte of
 them delivered before the connection ends; a second `close`, a no-op as the daemon's
-shutdown needs it; a start refused over the lock, which leaves no descriptor behind;
-the `runs` op's default page of 50 and its smallest of 1; each op that may wait out a
-stop grace, waited for past the client's timeout; the `logs` op's "pruned" for a run
-the daemon's memory has let go. Real servers on real Unix
-sockets in tmp dirs, spoken to with the real client or a bare socket."""
+shutdown needs it; a start refused over the lock, and a client whose hello no daemon
+takes, each leaving no descriptor behind; the `runs` op's default page of 50 and its
+smallest of 1; each op that may wait out a stop grace, waited for past the client's
+timeout; the `logs` op's "pruned" for a run the daemon's memory has let go. Real servers
+on real Unix sockets in tmp dirs, spoken to with the real client or a bare socket."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import pytest
 
 import test_control_server
 from harness.config.model import Config
-from harness.control.client import Client, DaemonError
+from harness.control.client import Client, DaemonError, DaemonUnreachable
 from harness.control.ops import logs_op, runs_op
 from harness.control.server import MAX_LINE, ControlServer, SocketInUse
 from harness.timefmt import format_ns
@@ -202,3 +202,47 @@ def test_logs_says_pruned_for_a_run_memory_no_longer_holds(
         with pytest.raises(DaemonError) as err:
             client.request("logs", name="job", run=26)
         assert (err.value.code, str(err.value)) == ("not_found", "job has no run 26")
+
+
+def _one_reply_server(path: Path, reply: bytes | None) -> socket.socket:
+    """A socket that answers each connection's first line with `reply` (None: listens
+    but never accepts, so a hello goes unanswered)."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    srv.listen(16)
+
+    def serve_all() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return  # closed by the test
+            with conn:
+                conn.recv(4096)
+                conn.sendall(reply or b"")
+
+    if reply is not None:
+        threading.Thread(target=serve_all, daemon=True).start()
+    return srv
+
+
+@pytest.mark.parametrize(("reply", "why"), [
+    (None, "not responding"),
+    (b'{"ok": false, "error": {"code": "unsupported_proto", "message": "no"}}\n',
+     "not responding (protocol mismatch)"),
+], ids=["silent", "refused"])
+def test_a_daemon_that_does_not_take_the_hello_leaves_no_descriptor_open(
+        sockdir: Path, reply: bytes | None, why: str) -> None:
+    """A client waiting for a daemon to come up asks again and again: each refusal must
+    leave nothing open behind it."""
+    path = sockdir / "harness.sock"
+    srv = _one_reply_server(path, reply)
+    try:
+        before = open_fds()
+        for _ in range(5):
+            with pytest.raises(DaemonUnreachable) as err:
+                Client(str(path), timeout=0.5)
+            assert (err.value.why, err.value.absent) == (why, False)
+        assert open_fds() - before == set()
+    finally:
+        srv.close()
