@@ -1,20 +1,24 @@
-"""Mutation-test survivors of the control socket (`harness.control`: the server, the
-client and the ops served from the ledger): a hello too long for the line limit, answered
-``too_large`` like any other request; a client silent through the hello timeout, dropped
-without an error logged; the replies owed to a client that half-closed, every byte of
-them delivered before the connection ends; a second `close`, a no-op as the daemon's
-shutdown needs it; a start refused over the lock, and a client whose hello no daemon
-takes, each leaving no descriptor behind; the `runs` op's default page of 50 and its
-smallest of 1; each op that may wait out a stop grace, waited for past the client's
-timeout; the `logs` op's "pruned" for a run the daemon's memory has let go. Real servers
-on real Unix sockets in tmp dirs, spoken to with the real client or a bare socket."""
+"""Mutation-test survivors of the control socket (`harness.control`: the server, the client
+and the ops served from the ledger): a hello too long for the line limit, answered
+``too_large`` like any other request; a client silent through the hello timeout, or gone
+before its hello, dropped without an error logged; the replies owed to a client that
+half-closed, every byte of them delivered before the connection ends; a second `close`, a
+no-op as the daemon's shutdown needs it; a start refused over the lock, and a client
+whose hello no daemon takes, each leaving no descriptor behind; the `runs` op's default
+page of 50 and its smallest of 1; each op that may wait out a stop grace, waited for past
+the client's timeout; the `logs` op's "pruned" for a run the daemon's memory has let go;
+a listing reply without its key, an empty listing. Real servers on real Unix sockets in
+tmp dirs, spoken to with the real client, the real CLI or a bare socket."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import os
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -50,13 +54,18 @@ def test_an_oversized_hello_is_answered_too_large_then_closed(
     raw.close()
 
 
-def test_a_client_silent_through_the_hello_timeout_is_dropped_without_an_error(
+def test_a_client_silent_or_gone_before_its_hello_is_dropped_without_an_error(
         serve: Serve, sockdir: Path, caplog: pytest.LogCaptureFixture) -> None:
     serve(HANDLERS, hello_timeout=0.2)
     with caplog.at_level(logging.DEBUG, logger="harness.control"):
         raw = Raw(sockdir / "harness.sock")
         assert raw.at_eof()  # a failure would be logged before this close
         raw.close()
+        # A probe (a second daemon's look at the socket) connects and hangs up at once.
+        probe = Raw(sockdir / "harness.sock")
+        probe.sock.shutdown(socket.SHUT_WR)
+        assert probe.at_eof()
+        probe.close()
         client = Client(str(sockdir / "harness.sock"))
         assert client.request("echo", x=1) == {"x": 1}
         client.close()
@@ -246,3 +255,19 @@ def test_a_daemon_that_does_not_take_the_hello_leaves_no_descriptor_open(
         assert open_fds() - before == set()
     finally:
         srv.close()
+
+
+def test_a_listing_reply_without_its_key_is_an_empty_listing(
+        serve: Serve, sockdir: Path, tmp_path: Path) -> None:
+    """`harness list --json` always prints a JSON array: a reply holding no
+    `harnesses` (an older daemon's) is none, not `null`."""
+
+    async def bare(req: dict[str, Any]) -> Any:
+        return {}
+
+    serve({"list": bare})
+    env = dict(os.environ, HARNESS_SOCKET=str(sockdir / "harness.sock"),
+               XDG_STATE_HOME=str(tmp_path / "state"), HOME=str(tmp_path / "home"))
+    res = subprocess.run([sys.executable, "-m", "harness.cli", "list", "--json"], env=env,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert (res.returncode, res.stdout, res.stderr) == (0, "[]\n", "")
