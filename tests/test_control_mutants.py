@@ -7,8 +7,9 @@ no-op as the daemon's shutdown needs it; a start refused over the lock, and a cl
 whose hello no daemon takes, each leaving no descriptor behind; the `runs` op's default
 page of 50 and its smallest of 1; each op that may wait out a stop grace, waited for past
 the client's timeout; the `logs` op's "pruned" for a run the daemon's memory has let go;
-a listing reply without its key, an empty listing. Real servers on real Unix sockets in
-tmp dirs, spoken to with the real client, the real CLI or a bare socket."""
+a listing reply without its key, an empty listing; a daemon that closes the connection
+mid-request, reported by the CLI as lost in one line. Real servers on real Unix sockets
+in tmp dirs, spoken to with the real client, the real CLI or a bare socket."""
 
 from __future__ import annotations
 
@@ -274,3 +275,31 @@ def test_a_listing_reply_without_its_key_is_an_empty_listing(
     res = subprocess.run([sys.executable, "-m", "harness.cli", "list", "--json"], env=env,
                          capture_output=True, text=True, timeout=120, check=False)
     assert (res.returncode, res.stdout, res.stderr) == (0, "[]\n", "")
+
+
+def test_the_cli_says_the_daemon_closed_the_connection_mid_request(
+        loop: LoopThread, sockdir: Path, tmp_path: Path) -> None:
+    """A daemon that shuts down while it holds a request: the command says how the
+    daemon was lost, on one line, and exits 1."""
+    path = sockdir / "harness.sock"
+    entered = threading.Event()
+
+    async def stuck(req: dict[str, Any]) -> Any:
+        entered.set()
+        await asyncio.Event().wait()
+
+    srv = ControlServer(str(path), {"list": stuck})
+    loop.run(srv.start())
+    env = dict(os.environ, HARNESS_SOCKET=str(path), XDG_STATE_HOME=str(tmp_path / "state"),
+               HOME=str(tmp_path / "home"))
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "list"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert entered.wait(timeout=60)
+        loop.run(srv.close())
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (proc.returncode, out, err) == (
+        1, "", "harness: lost the daemon (connection closed)\n")
