@@ -144,6 +144,9 @@ def _deps(payload: object) -> list[str] | None:
 def replay(rows: Iterable[dict[str, Any]]) -> State:
     """Project rows (in chain order) into the run's state and frontier."""
     st = State()
+    # Tasks first named by a row other than task.scheduled: the first schedule of one
+    # moves its place (`first_seq`) there, the order the frontier is documented to keep.
+    unscheduled: set[str] = set()
     for row in rows:
         kind = row.get("kind")
         seq = row.get("seq")
@@ -160,6 +163,11 @@ def replay(rows: Iterable[dict[str, Any]]) -> State:
             t = st.tasks.get(tid)
             if t is None:
                 t = st.tasks[tid] = TaskState(tid, status, seq, seq)
+                if status != SCHEDULED:
+                    unscheduled.add(tid)
+            elif status == SCHEDULED and tid in unscheduled:
+                unscheduled.discard(tid)
+                t.first_seq = seq
             t.last_seq = seq
             if status == STARTED:
                 t.attempts += 1
