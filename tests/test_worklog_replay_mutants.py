@@ -10,15 +10,22 @@ where a resumed goal sees the result, through the real `harness ledger resume` C
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import World
+from harness.ledger.files import FaultyFiles
+from harness.worklog import WorkLedgerError
 from harness.worklog.replay import replay
-from test_worklog_cli import RUN, cli, make_repo, record
+from harness.worklog.rows import RowRejected, ledger_dir
+from harness.worklog.store import WorkLedger
+from test_worklog_cli import RUN, cli, err_line, ledger_path, make_repo, record
 
 STATUS = {"task.scheduled": "scheduled", "task.started": "started",
           "task.completed": "completed", "task.failed": "failed",
@@ -94,3 +101,83 @@ def test_a_task_takes_its_place_from_the_row_that_first_scheduled_it(world: Worl
     assert data["frontier"] == ["early", "late", "never"]
     got = [(t["task_id"], t["first_seq"], t["last_seq"], t["attempts"]) for t in data["tasks"]]
     assert got == [("early", 3, 3, 0), ("late", 4, 5, 1), ("never", 6, 6, 1)]
+
+
+def test_a_symlink_at_the_lock_is_refused_and_its_target_left_alone(
+        world: World, repo: Path, tmp_path: Path) -> None:
+    """The writer opens its lock file as it opens a segment, following no link: a symlink
+    at ``.lock`` is refused by name, where it had the target truncated and overwritten
+    with the holder's identity (and truncated again on release)."""
+    record(repo, [("run.open", None, {})])
+    lock = ledger_path(repo).parent / ".lock"
+    victim = tmp_path / "notes.txt"
+    victim.write_bytes(b"keep me\n")
+    lock.unlink()
+    lock.symlink_to(victim)
+    res = cli(world, repo, "ledger", "resume", RUN)
+    assert res.returncode == 2
+    assert err_line(res) == (f"harness: cannot open work ledger {lock.parent}: "
+                             f"Too many levels of symbolic links ({lock})")
+    assert victim.read_bytes() == b"keep me\n"
+    with pytest.raises(WorkLedgerError, match="Too many levels of symbolic links"):
+        WorkLedger(repo, RUN)
+    assert victim.read_bytes() == b"keep me\n" and lock.is_symlink()
+
+
+# -- store: the lock file ----------------------------------------------------------------
+
+def test_a_stale_longer_identity_is_replaced_whole(tmp_path: Path) -> None:
+    """A holder killed before releasing leaves its identity in the lock file; the next
+    holder's identity replaces it whole, not over its first bytes."""
+    d = ledger_dir(tmp_path, "stale")
+    d.mkdir(parents=True, mode=0o700)
+    (d / ".lock").write_bytes(b'{"host": "' + b"h" * 300 + b'", "pid": 1, "since": "x"}\n')
+    with WorkLedger(tmp_path, "stale"):
+        text = (d / ".lock").read_bytes()
+        assert text.count(b"\n") == 1 and text.endswith(b"}\n")
+        assert json.loads(text)["pid"] == os.getpid()
+        assert sorted(json.loads(text)) == ["host", "pid", "since"]
+    assert (d / ".lock").read_bytes() == b""
+
+
+# -- store: durability -------------------------------------------------------------------
+
+def test_a_row_whose_sync_failed_is_pending_until_it_lands(tmp_path: Path) -> None:
+    """A refused fdatasync is no acknowledgement: `record` raises, and `pending` counts
+    the row for as long as the disk refuses it; once it accepts, the row lands in order."""
+    faulty = FaultyFiles()
+    with WorkLedger(tmp_path, "late", files=faulty, sync_timeout=5.0) as wl:
+        faulty.inject("sync", errno=errno.EIO)
+        with pytest.raises(WorkLedgerError, match=r"run\.open row was not confirmed durable"):
+            wl.record("run.open", None, {"n": 1})
+        assert wl.pending() == 1
+        faulty.clear("sync")
+        deadline = time.monotonic() + 60
+        while wl.pending() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert wl.pending() == 0
+        assert [(r["seq"], r["payload"]) for r in wl.rows()] == [(1, {"n": 1})]
+
+
+def test_a_payload_of_exactly_the_line_limit_is_refused_by_its_size(tmp_path: Path) -> None:
+    with WorkLedger(tmp_path, "big") as wl:
+        payload = {"x": "y" * ((1 << 20) - 8)}  # canonical: {"x":"yy…"} of 1 MiB
+        with pytest.raises(RowRejected) as ei:
+            wl.record("goal.blob", None, payload)
+        assert str(ei.value) == (
+            "payload of 1048576 bytes cannot fit the 1048576-byte line limit")
+        assert wl.record("run.open", None, {})["seq"] == 1
+
+
+def test_the_opened_chain_is_described_as_it_is_after_its_torn_tail_is_cut(
+        tmp_path: Path) -> None:
+    with WorkLedger(tmp_path, "torn") as wl:
+        wl.record("run.open", None, {})
+    seg = ledger_dir(tmp_path, "torn") / "000000.jsonl"
+    whole = seg.read_bytes()
+    seg.write_bytes(whole + b'{"seq":2,"kin')
+    with WorkLedger(tmp_path, "torn") as wl:
+        assert wl.recovered_tail == b'{"seq":2,"kin'
+        assert (wl.opened.ok, wl.opened.entry_count) == (True, 1)
+        assert (wl.opened.torn_tail, wl.opened.torn_size) == (None, 0)
+        assert seg.read_bytes() == whole

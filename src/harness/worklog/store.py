@@ -121,7 +121,9 @@ def _read_holder(fd: int) -> dict[str, Any] | None:
 
 def take_lock(directory: Path, run_id: str) -> int:
     path = directory / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    # O_NOFOLLOW, as for a segment: the holder truncates and rewrites this file, so a
+    # symlink at its name would have it clobber the link's target (ELOOP: refused).
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
