@@ -181,3 +181,18 @@ def test_the_opened_chain_is_described_as_it_is_after_its_torn_tail_is_cut(
         assert (wl.opened.ok, wl.opened.entry_count) == (True, 1)
         assert (wl.opened.torn_tail, wl.opened.torn_size) == (None, 0)
         assert seg.read_bytes() == whole
+
+
+# -- rows: the contract's limits ---------------------------------------------------------
+
+def test_a_kind_of_64_characters_is_written_and_one_of_65_refused_by_name(
+        tmp_path: Path) -> None:
+    with WorkLedger(tmp_path, "kinds") as wl:
+        assert wl.record("g" + "x" * 63, None, {})["kind"] == "g" + "x" * 63
+        with pytest.raises(RowRejected) as ei:
+            wl.record("g" + "x" * 64, None, {})
+        assert str(ei.value) == (
+            f"kind 'g{'x' * 64}' is not a valid kind (a lowercase letter, then up to 63 of "
+            "[a-z0-9_.-])")
+        assert wl.record("run.open", None, {})["seq"] == 2
+
