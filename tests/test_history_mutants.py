@@ -1,0 +1,185 @@
+"""Mutation-test survivors of run history at boot and shutdown (`harness.supervisor.history`),
+the daily prune (`harness.supervisor.housekeeping`), per-run logs (`harness.supervisor.logs`)
+and the run feed (`harness.ledger.feed`): exact records, files and counts for the branches
+the other tests leave unpinned. Real ledgers, real files, real event loops."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import stat
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.ledger.files import FaultyFiles
+from harness.ledger.runledger import RunLedger
+from harness.supervisor import housekeeping, logs
+from harness.supervisor.history import close_open_on_shutdown, reconcile
+from harness.supervisor.housekeeping import DailyPrune
+from harness.timefmt import format_ns
+from ledgertools import DAY, HOUR, T0, Clock, OpenLedger, all_lines
+from test_housekeeping import DEADLINE, MIB, TICK, WallClock, days_on_disk, fill, idle, until
+
+
+def _seed(directory: Path, lines: list[dict[str, Any]]) -> None:
+    led = RunLedger(str(directory))
+    try:
+        for line in lines:
+            led.append(line, sync=True)
+    finally:
+        led.close()
+
+
+def _opened(harness: str, run_id: int, start: int, **extra: Any) -> dict[str, Any]:
+    return {"type": "opened", "harness": harness, "run_id": run_id, "at": format_ns(start),
+            "kind": "oneshot", "trigger": "schedule", "started_at": format_ns(start),
+            "outcome": "running", **extra}
+
+
+# -- harness.supervisor.history ----------------------------------------------------------
+
+
+def test_a_shutdown_after_the_clock_stepped_back_records_a_zero_duration(
+        tmp_path: Path, open_ledger: OpenLedger) -> None:
+    """REQ-7's clean shutdown closes with an end: a run whose started_at is later than the
+    shutdown's now (the wall clock stepped back while it ran) took 0 ms, never a negative
+    time, which `harness runs` would show as it is."""
+    d = tmp_path / "ledger"
+    _seed(d, [_opened("nightly", 3, T0 + HOUR)])
+    led = open_ledger(d, clock=Clock(T0))
+    got = close_open_on_shutdown(led, T0)
+    assert [(r["run_id"], r["outcome"], r["reason"], r["ended_at"], r["duration_ms"])
+            for r in got] == [(3, "interrupted", "shutdown", format_ns(T0), 0)]
+    last = all_lines(d)[-1]
+    assert (last["type"], last["duration_ms"], last["ended_at"]) == ("closed", 0, format_ns(T0))
+
+
+# -- harness.supervisor.housekeeping -----------------------------------------------------
+
+
+def test_stopping_the_daily_prune_mid_prune_waits_for_the_prune_to_finish(
+        tmp_path: Path, open_ledger: OpenLedger) -> None:
+    """The daemon stops housekeeping before it closes the ledger: a prune already deleting
+    day files in its thread is waited for, so `stop` returns only once the files it was
+    deleting are gone, never with the thread still working on a ledger about to close."""
+    d = tmp_path / "ledger"
+    clock = WallClock("2026-06-15T23:59:59+00:00")
+    led = open_ledger(d, clock=clock.ns, retention_ns=90 * DAY)
+    fill(led, clock, range(44, -1, -1))
+    entered, gate = threading.Event(), threading.Event()
+
+    def limits() -> tuple[int, int]:
+        entered.set()
+        assert gate.wait(DEADLINE)  # the prune's thread, held mid-prune
+        return 30 * DAY, 256 * MIB
+
+    dp = DailyPrune(led, limits=limits, now=clock.now, tick=TICK)
+
+    async def main() -> None:
+        task = asyncio.get_running_loop().create_task(dp.run())
+        await until("the task to arm", lambda: dp.next_at is not None)
+        clock.set("2026-06-16T00:00:00+00:00")
+        await until("the prune's thread", entered.is_set)
+        stopper = asyncio.get_running_loop().create_task(housekeeping.stop(task))
+        await idle()
+        assert not stopper.done()  # stop waits while the prune is under way
+        assert len(days_on_disk(d)) == 45
+        gate.set()
+        await asyncio.wait_for(stopper, DEADLINE)
+        assert task.cancelled()
+        # The prune ran to its end before stop returned.
+        assert days_on_disk(d) == [f"2026-05-{x:02d}" for x in range(16, 32)] + [
+            f"2026-06-{x:02d}" for x in range(1, 16)]
+
+    try:
+        asyncio.run(main())
+    finally:
+        gate.set()
+
+
+def test_the_default_wall_clock_is_the_current_utc_time() -> None:
+    """The daemon's DailyPrune reads `utc_now` for the rollover: an aware UTC datetime of
+    the moment it is called (a naive or local one would misplace midnight)."""
+    before = datetime.now(UTC)
+    got = housekeeping.utc_now()
+    after = datetime.now(UTC)
+    assert got.tzinfo is UTC
+    assert before <= got <= after
+    assert DailyPrune(None).now is housekeeping.utc_now  # type: ignore[arg-type]
+
+
+def test_a_tick_that_is_not_positive_is_refused() -> None:
+    """A zero tick would spin the loop without sleeping: refused with the value named."""
+    for tick in (0, -1.0):
+        with pytest.raises(ValueError) as info:
+            DailyPrune(None, tick=tick)  # type: ignore[arg-type]
+        assert str(info.value) == f"tick must be positive, got {tick}"
+    assert DailyPrune(None, tick=0.001).tick == 0.001  # type: ignore[arg-type]
+
+
+# -- harness.supervisor.logs -------------------------------------------------------------
+
+
+def test_a_run_log_is_created_private_and_never_over_a_stale_file(tmp_path: Path) -> None:
+    """DESIGN §2's `jobs/<harness>/<run_id>.log`: created 0600 in 0700 directories whatever
+    the umask (the mode is given at creation), and never opened over a file already there
+    (a run id is never reused: a stale file is not appended a new run's output)."""
+    jobs = tmp_path / "state" / "jobs"
+    path = logs.run_log_path(str(jobs), "nightly", 7)
+    assert path == str(jobs / "nightly" / "7.log")
+    old = os.umask(0)
+    try:
+        fd = logs.create_run_log(path)
+    finally:
+        os.umask(old)
+    try:
+        os.write(fd, b"first\n")
+        os.write(fd, b"second\n")
+    finally:
+        os.close(fd)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert [stat.S_IMODE(os.stat(p).st_mode) for p in (jobs, jobs / "nightly")] == [
+        0o700, 0o700]
+    with pytest.raises(FileExistsError):
+        logs.create_run_log(path)
+    assert Path(path).read_bytes() == b"first\nsecond\n"
+
+
+def test_a_log_that_cannot_be_deleted_is_not_reported_pruned(tmp_path: Path) -> None:
+    """keep_runs = 1 over runs 1..3: run 2's logs go; run 1's `1.log` is a directory the
+    unlink refuses, so run 1 is not among the ids pruned (its other file still goes)."""
+    d = tmp_path / "h"
+    d.mkdir()
+    (d / "1.log").mkdir()
+    for name in ("1.log.zst", "2.log", "2.log.zst", "3.log.zst"):
+        (d / name).write_bytes(b"x")
+    assert logs.prune_logs(str(tmp_path), "h", 1) == [2]
+    assert sorted(os.listdir(d)) == ["1.log", "3.log.zst"]
+
+
+def test_a_crash_close_the_disk_refuses_is_not_returned_and_lands_once_it_recovers(
+        tmp_path: Path, open_ledger: OpenLedger) -> None:
+    """REQ-7 at a boot on a full disk: reconcile neither raises nor claims a run it could
+    not close; the closed line stays queued, and the writer lands it once the disk takes
+    writes again, so the run then reads interrupted/daemon_crash."""
+    d = tmp_path / "ledger"
+    _seed(d, [_opened("nightly", 4, T0 - HOUR)])
+    full = FaultyFiles()
+    full.inject("write", errno=errno.ENOSPC)
+    led = open_ledger(d, clock=Clock(T0), files=full, retry_min=0.01, retry_max=0.05)
+    try:
+        assert reconcile(led, T0) == []
+    finally:
+        full.clear()  # the disk recovers
+    deadline = time.monotonic() + 60
+    while len(all_lines(d)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [(o["run_id"], o["type"], o["outcome"], o.get("reason")) for o in all_lines(d)] == [
+        (4, "opened", "running", None), (4, "closed", "interrupted", "daemon_crash")]
+    assert reconcile(led, T0) == []  # closed once
