@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import stat
 import threading
@@ -59,6 +60,28 @@ def test_a_shutdown_after_the_clock_stepped_back_records_a_zero_duration(
     last = all_lines(d)[-1]
     assert (last["type"], last["duration_ms"], last["ended_at"]) == ("closed", 0, format_ns(T0))
 
+def test_a_crash_close_the_disk_refuses_is_not_returned_and_lands_once_it_recovers(
+        tmp_path: Path, open_ledger: OpenLedger) -> None:
+    """REQ-7 at a boot on a full disk: reconcile neither raises nor claims a run it could
+    not close; the closed line stays queued, and the writer lands it once the disk takes
+    writes again, so the run then reads interrupted/daemon_crash."""
+    d = tmp_path / "ledger"
+    _seed(d, [_opened("nightly", 4, T0 - HOUR)])
+    full = FaultyFiles()
+    full.inject("write", errno=errno.ENOSPC)
+    led = open_ledger(d, clock=Clock(T0), files=full, retry_min=0.01, retry_max=0.05)
+    try:
+        assert reconcile(led, T0) == []
+    finally:
+        full.clear()  # the disk recovers
+    deadline = time.monotonic() + 60
+    while len(all_lines(d)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [(o["run_id"], o["type"], o["outcome"], o.get("reason")) for o in all_lines(d)] == [
+        (4, "opened", "running", None), (4, "closed", "interrupted", "daemon_crash")]
+    assert reconcile(led, T0) == []  # closed once
+
+
 
 # -- harness.supervisor.housekeeping -----------------------------------------------------
 
@@ -101,6 +124,11 @@ def test_stopping_the_daily_prune_mid_prune_waits_for_the_prune_to_finish(
         asyncio.run(main())
     finally:
         gate.set()
+
+
+def test_stopping_housekeeping_that_never_started_is_a_no_op() -> None:
+    """A daemon stopped during its boot has no housekeeping task yet: `stop(None)`."""
+    assert asyncio.run(housekeeping.stop(None)) is None
 
 
 def test_the_default_wall_clock_is_the_current_utc_time() -> None:
@@ -163,23 +191,13 @@ def test_a_log_that_cannot_be_deleted_is_not_reported_pruned(tmp_path: Path) -> 
     assert sorted(os.listdir(d)) == ["1.log", "3.log.zst"]
 
 
-def test_a_crash_close_the_disk_refuses_is_not_returned_and_lands_once_it_recovers(
-        tmp_path: Path, open_ledger: OpenLedger) -> None:
-    """REQ-7 at a boot on a full disk: reconcile neither raises nor claims a run it could
-    not close; the closed line stays queued, and the writer lands it once the disk takes
-    writes again, so the run then reads interrupted/daemon_crash."""
-    d = tmp_path / "ledger"
-    _seed(d, [_opened("nightly", 4, T0 - HOUR)])
-    full = FaultyFiles()
-    full.inject("write", errno=errno.ENOSPC)
-    led = open_ledger(d, clock=Clock(T0), files=full, retry_min=0.01, retry_max=0.05)
-    try:
-        assert reconcile(led, T0) == []
-    finally:
-        full.clear()  # the disk recovers
-    deadline = time.monotonic() + 60
-    while len(all_lines(d)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert [(o["run_id"], o["type"], o["outcome"], o.get("reason")) for o in all_lines(d)] == [
-        (4, "opened", "running", None), (4, "closed", "interrupted", "daemon_crash")]
-    assert reconcile(led, T0) == []  # closed once
+def test_compressing_a_log_that_is_not_there_does_nothing_and_says_nothing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The boot compresses the log of every run a crash ended, and a run may have died
+    before its log was made: no .zst, no temporary file, no warning in the daemon log."""
+    d = tmp_path / "jobs" / "nightly"
+    d.mkdir(parents=True)
+    with caplog.at_level(logging.DEBUG, logger="harness.supervisor"):
+        assert logs.compress_log(str(d / "4.log")) is False
+    assert os.listdir(d) == []
+    assert caplog.records == []
