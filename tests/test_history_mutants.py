@@ -201,3 +201,24 @@ def test_compressing_a_log_that_is_not_there_does_nothing_and_says_nothing(
         assert logs.compress_log(str(d / "4.log")) is False
     assert os.listdir(d) == []
     assert caplog.records == []
+
+
+def test_compress_leftovers_are_cleared_only_in_real_harness_directories(
+        tmp_path: Path) -> None:
+    """At boot only `jobs/<harness>/` directories are swept: a stray file in jobs/ is no
+    directory to list, and a symlink in jobs/ leads outside the state dir, where a file
+    of a leftover's name is someone else's and stays."""
+    jobs, outside = tmp_path / "jobs", tmp_path / "outside"
+    (jobs / "nightly").mkdir(parents=True)
+    outside.mkdir()
+    half = jobs / "nightly" / ".3.log.zst.4242.77.tmp"
+    half.write_bytes(b"half made")
+    theirs = outside / ".5.log.zst.4242.77.tmp"
+    theirs.write_bytes(b"not ours")
+    (jobs / "stray.txt").write_bytes(b"x")
+    (jobs / "elsewhere").symlink_to(outside)
+    assert logs.clear_compress_leftovers(str(jobs)) == [str(half)]
+    assert not half.exists()
+    assert theirs.read_bytes() == b"not ours"
+    assert (jobs / "stray.txt").read_bytes() == b"x"
+    assert logs.clear_compress_leftovers(str(tmp_path / "none")) == []
