@@ -222,3 +222,21 @@ def test_compress_leftovers_are_cleared_only_in_real_harness_directories(
     assert theirs.read_bytes() == b"not ours"
     assert (jobs / "stray.txt").read_bytes() == b"x"
     assert logs.clear_compress_leftovers(str(tmp_path / "none")) == []
+
+
+def test_keep_runs_of_one_is_valid_and_a_harness_without_logs_prunes_nothing(
+        tmp_path: Path) -> None:
+    """keep_runs' floor is 1 (the config's own): 1 keeps the newest log only, 0 is refused
+    with the value named; a harness whose jobs directory does not exist has nothing to
+    prune."""
+    d = tmp_path / "h"
+    d.mkdir()
+    for name in ("8.log.zst", "9.log"):
+        (d / name).write_bytes(b"x")
+    assert logs.prune_logs(str(tmp_path), "h", 1) == [8]
+    assert os.listdir(d) == ["9.log"]
+    with pytest.raises(ValueError) as info:
+        logs.prune_logs(str(tmp_path), "h", 0)
+    assert str(info.value) == "keep_runs must be at least 1, got 0"
+    assert logs.prune_logs(str(tmp_path), "never-ran", 1) == []
+    assert not (tmp_path / "never-ran").exists()
