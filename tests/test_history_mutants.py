@@ -14,34 +14,17 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from harness.ledger.files import FaultyFiles
-from harness.ledger.runledger import RunLedger
 from harness.supervisor import housekeeping, logs
 from harness.supervisor.history import close_open_on_shutdown, reconcile
 from harness.supervisor.housekeeping import DailyPrune
 from harness.timefmt import format_ns
 from ledgertools import DAY, HOUR, T0, Clock, OpenLedger, all_lines
+from test_history import opened, seed
 from test_housekeeping import DEADLINE, MIB, TICK, WallClock, days_on_disk, fill, idle, until
-
-
-def _seed(directory: Path, lines: list[dict[str, Any]]) -> None:
-    led = RunLedger(str(directory))
-    try:
-        for line in lines:
-            led.append(line, sync=True)
-    finally:
-        led.close()
-
-
-def _opened(harness: str, run_id: int, start: int, **extra: Any) -> dict[str, Any]:
-    return {"type": "opened", "harness": harness, "run_id": run_id, "at": format_ns(start),
-            "kind": "oneshot", "trigger": "schedule", "started_at": format_ns(start),
-            "outcome": "running", **extra}
-
 
 # -- harness.supervisor.history ----------------------------------------------------------
 
@@ -52,7 +35,7 @@ def test_a_shutdown_after_the_clock_stepped_back_records_a_zero_duration(
     shutdown's now (the wall clock stepped back while it ran) took 0 ms, never a negative
     time, which `harness runs` would show as it is."""
     d = tmp_path / "ledger"
-    _seed(d, [_opened("nightly", 3, T0 + HOUR)])
+    seed(d, [opened("nightly", 3, T0 + HOUR)])
     led = open_ledger(d, clock=Clock(T0))
     got = close_open_on_shutdown(led, T0)
     assert [(r["run_id"], r["outcome"], r["reason"], r["ended_at"], r["duration_ms"])
@@ -66,7 +49,7 @@ def test_a_crash_close_the_disk_refuses_is_not_returned_and_lands_once_it_recove
     not close; the closed line stays queued, and the writer lands it once the disk takes
     writes again, so the run then reads interrupted/daemon_crash."""
     d = tmp_path / "ledger"
-    _seed(d, [_opened("nightly", 4, T0 - HOUR)])
+    seed(d, [opened("nightly", 4, T0 - HOUR)])
     full = FaultyFiles()
     full.inject("write", errno=errno.ENOSPC)
     led = open_ledger(d, clock=Clock(T0), files=full, retry_min=0.01, retry_max=0.05)

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from harness.config.schedule import ScheduleError, parse_hours, parse_schedule
+from harness.config.schedule import OperatingHours, ScheduleError, parse_hours, parse_schedule
 
 
 def utc(*a: int) -> datetime:
@@ -115,19 +115,24 @@ def test_hours_that_start_in_a_spring_forward_gap_open_at_the_first_minute_that_
     assert odd.next_change(utc(2026, 3, 8, 5)) == utc(2026, 3, 8, 7)
 
 
-def test_hours_in_an_hour_repeated_by_fall_back_open_twice() -> None:
-    """New York, 2026-11-01: 01:00-01:30 comes once in EDT (05:00Z) and again in EST
-    (06:00Z); the wall clock is in the window both times."""
-    h = parse_hours("TZ=America/New_York 01:00-01:30")
+def changes(h: OperatingHours, t: datetime, n: int) -> list[tuple[datetime, bool]]:
+    """The next `n` changes of `h` after `t`: each instant (UTC) and is_open there."""
     seen = []
-    t = utc(2026, 11, 1, 4)
-    for _ in range(4):
+    for _ in range(n):
         nxt = h.next_change(t)
         assert nxt is not None
         seen.append((nxt.astimezone(UTC), h.is_open(nxt)))
         t = nxt
-    assert seen == [(utc(2026, 11, 1, 5), True), (utc(2026, 11, 1, 5, 30), False),
-                    (utc(2026, 11, 1, 6), True), (utc(2026, 11, 1, 6, 30), False)]
+    return seen
+
+
+def test_hours_in_an_hour_repeated_by_fall_back_open_twice() -> None:
+    """New York, 2026-11-01: 01:00-01:30 comes once in EDT (05:00Z) and again in EST
+    (06:00Z); the wall clock is in the window both times."""
+    h = parse_hours("TZ=America/New_York 01:00-01:30")
+    assert changes(h, utc(2026, 11, 1, 4), 4) == [
+        (utc(2026, 11, 1, 5), True), (utc(2026, 11, 1, 5, 30), False),
+        (utc(2026, 11, 1, 6), True), (utc(2026, 11, 1, 6, 30), False)]
 
 
 def test_next_change_sees_fall_back_set_the_clock_out_of_a_window() -> None:
@@ -136,16 +141,10 @@ def test_next_change_sees_fall_back_set_the_clock_out_of_a_window() -> None:
     again at 01:30 EST (06:30Z) and closes at 02:00 EST (07:00Z). next_change skipped the
     06:00Z close, answering 07:00Z while is_open said closed from 06:00Z."""
     h = parse_hours("TZ=America/New_York 01:30-02:00")
-    seen = []
-    t = utc(2026, 11, 1, 4)
-    for _ in range(5):
-        nxt = h.next_change(t)
-        assert nxt is not None
-        seen.append((nxt.astimezone(UTC), h.is_open(nxt)))
-        t = nxt
-    assert seen == [(utc(2026, 11, 1, 5, 30), True), (utc(2026, 11, 1, 6), False),
-                    (utc(2026, 11, 1, 6, 30), True), (utc(2026, 11, 1, 7), False),
-                    (utc(2026, 11, 2, 6, 30), True)]
+    assert changes(h, utc(2026, 11, 1, 4), 5) == [
+        (utc(2026, 11, 1, 5, 30), True), (utc(2026, 11, 1, 6), False),
+        (utc(2026, 11, 1, 6, 30), True), (utc(2026, 11, 1, 7), False),
+        (utc(2026, 11, 2, 6, 30), True)]
     again = h.next_change(utc(2026, 11, 1, 5, 40))
     assert again is not None and again.astimezone(UTC) == utc(2026, 11, 1, 6)
 
