@@ -321,8 +321,13 @@ def test_run_log_is_private_and_compressed_after_close(rig: Rig) -> None:
 
     async def go() -> dict[str, Any]:
         await run.start()
-        await asyncio.sleep(0.2)
         assert run.log_path is not None
+        # Stopped only once it has said hello: a fixed pause could end it, on a loaded
+        # machine, before the shell ran its echo, and the log would rightly be empty.
+        deadline = time.monotonic() + 30
+        while os.path.getsize(run.log_path) < len(b"hello\n"):
+            assert time.monotonic() < deadline, "the run never wrote its hello"
+            await asyncio.sleep(0.02)
         seen["log"] = stat.S_IMODE(os.stat(run.log_path).st_mode)
         seen["dir"] = stat.S_IMODE(os.stat(os.path.dirname(run.log_path)).st_mode)
         return await run.stop("operator")
