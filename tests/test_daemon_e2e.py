@@ -49,6 +49,7 @@ from ledgertools import all_lines
 def _config(world: World, d: Daemons) -> str:
     pidfile = world.root / "long.pid"
     d.pidfiles.append(pidfile)
+    go = world.root / "chatty.go"  # chatty's first line, then it waits for this (up to 60 s)
     return f"""
 [harness.ok]
 kind = "oneshot"
@@ -69,7 +70,8 @@ argv = ["sleep", "30"]
 
 [harness.chatty]
 kind = "oneshot"
-argv = ["sh", "-c", "for i in 1 2 3 4 5; do echo line $i; sleep 0.3; done"]
+argv = ["sh", "-c", "echo line 1; n=0; while [ ! -e {go} ] && [ $n -lt 1200 ]; do \
+sleep 0.05; n=$((n+1)); done; for i in 2 3 4 5; do echo line $i; sleep 0.3; done"]
 
 [harness.missing]
 kind = "oneshot"
@@ -152,10 +154,13 @@ def test_trigger_wait_streams_the_log_as_the_run_writes_it(
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "trigger", "chatty", "--wait"],
                             env=world.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None
-    # The first line arrives while the run is still going, not after it ended.
+    # The first line arrives while the run is still going, not after it ended: the run
+    # waits for the test before it goes on (a fixed pace let a loaded machine's `runs`
+    # query come after the run had ended).
     assert proc.stdout.readline() == b"line 1\n"
     rec = record_of(world, "chatty", 1)
     assert rec is not None and rec["outcome"] == "running"
+    (world.root / "chatty.go").touch()
     rest, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert rest == b"".join(b"line %d\n" % i for i in range(2, 6))
