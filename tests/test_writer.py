@@ -296,14 +296,15 @@ def test_failing_disk_reports_fails_fast_keeps_lines_queued_and_recovers_in_orde
     make_rig: Callable[..., Rig], caplog: pytest.LogCaptureFixture, op: str, err: int
 ) -> None:
     caplog.set_level(logging.ERROR, logger="harness.ledger")
-    rig = make_rig(sync_timeout=2.0)
+    # A bound far off, so failing fast reads as such on a loaded machine too.
+    rig = make_rig(sync_timeout=20.0)
     w = rig.writer
     rig.files.inject(op, errno=err)
 
     t0 = time.monotonic()
     with pytest.raises(LedgerUnavailable) as first:
         w.append(line(run_id=7), harness="h", run_id=7)
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 10.0
     msg = str(first.value)
     assert "harness=h run_id=7 seq=1" in msg
     assert os.strerror(err) in msg
@@ -313,7 +314,7 @@ def test_failing_disk_reports_fails_fast_keeps_lines_queued_and_recovers_in_orde
         t0 = time.monotonic()
         with pytest.raises(LedgerUnavailable) as later:
             w.append(line(run_id=run_id), harness="h", run_id=run_id)
-        assert time.monotonic() - t0 < 1.0, "a synced append behind a failing head waited"
+        assert time.monotonic() - t0 < 10.0, "a synced append behind a failing head waited"
         assert f"harness=h run_id={run_id} seq={run_id - 6}" in str(later.value)
 
     s = w.stats()
@@ -525,7 +526,7 @@ def hold_in_a_sync(rig: Rig) -> None:
 def test_an_open_file_failing_keeps_lines_queued_and_recovers_in_order(
     make_rig: Callable[..., Rig], op: str, err: int
 ) -> None:
-    rig = make_rig()
+    rig = make_rig(sync_timeout=20.0)  # far off: failing fast reads so under load too
     w = rig.writer
     warm(rig)
     rig.files.inject(op, errno=err)
@@ -535,7 +536,7 @@ def test_an_open_file_failing_keeps_lines_queued_and_recovers_in_order(
     assert first.value.seq == 2
     with pytest.raises(LedgerUnavailable, match="queued behind a failing write"):
         w.append(line(run_id=3), harness="h", run_id=3)
-    assert time.monotonic() - t0 < 1.0, "a caller waited out the bound on a failing disk"
+    assert time.monotonic() - t0 < 10.0, "a caller waited out the bound on a failing disk"
     s = w.stats()
     assert (s.queued, s.degraded, s.next_seq) == (2, True, 4)
     assert s.append_errors >= 1 and s.last_error is not None and "seq=2" in s.last_error
@@ -764,19 +765,19 @@ def _thread_cpu(w: Writer) -> float:
 def test_buffered_lines_wait_for_flush_every_then_are_synced_unasked(
     make_rig: Callable[..., Rig],
 ) -> None:
-    rig = make_rig(flush_every=0.5)
+    rig = make_rig(flush_every=3.0)
     w = rig.writer
     warm(rig)
     t0 = time.monotonic()
     w.enqueue(line(run_id=2), sync=False, harness="h", run_id=2)
     w.enqueue(line(run_id=3), sync=False, harness="h", run_id=3)
     cpu0 = _thread_cpu(w)
-    time.sleep(0.3)
+    time.sleep(1.0)
     assert (rig.files.calls["sync"], rig.commits.seqs) == (1, [1])
     # Waiting for the deadline is a timed sleep, not a loop that looks again and again.
     assert _thread_cpu(w) - cpu0 < 0.1
     rig.commits.wait_for(3)
-    assert time.monotonic() - t0 >= 0.5
+    assert time.monotonic() - t0 >= 3.0
     assert (rig.files.calls["sync"], rig.commits.batches[-1]) == (2, [2, 3])
 
 
@@ -857,7 +858,8 @@ def time_out_line_3(rig: Rig) -> None:
     assert rig.files.inject("sync", hang=True) is not None
     with pytest.raises(LedgerUnavailable, match=r"not synced within 1s"):
         w.append(line(run_id=3), harness="h", run_id=3)
-    assert rig.files.calls["sync"] == 3  # line 3's sync began, and hangs
+    # Line 3's sync begins (within the bound, unless a loaded machine is late) and hangs.
+    wait_until(lambda: rig.files.calls["sync"] == 3)
 
 
 def test_a_caller_behind_one_that_timed_out_fails_fast_though_the_sync_began_late(
@@ -919,13 +921,13 @@ def test_an_open_file_whose_sync_hangs_bounds_callers_and_counts_the_late_sync(
 def test_hung_sync_bounds_callers_and_commits_both_lines_when_released(
     make_rig: Callable[..., Rig],
 ) -> None:
-    timeout = 0.5
+    timeout = 3.0  # long enough that the second caller's fail-fast reads so under load
     rig = make_rig(sync_timeout=timeout)
     w = rig.writer
     rig.files.inject("sync", hang=True)
 
     t0 = time.monotonic()
-    with pytest.raises(LedgerUnavailable, match=r"not synced within 0\.5s") as exc:
+    with pytest.raises(LedgerUnavailable, match=rf"not synced within {timeout:g}s") as exc:
         w.append(line(run_id=1), harness="h", run_id=1)
     elapsed = time.monotonic() - t0
     assert 0.5 * timeout <= elapsed <= 10 * timeout
@@ -944,7 +946,7 @@ def test_hung_sync_bounds_callers_and_commits_both_lines_when_released(
     s = w.stats()
     assert (s.queued, s.next_seq, s.append_errors, s.degraded) == (2, 3, 1, True)
     assert s.last_error == (f"ledger write and sync of {rig.day} has not returned within "
-                            "the 0.5s bound (harness=h run_id=1 seq=1)")
+                            f"the {timeout:g}s bound (harness=h run_id=1 seq=1)")
 
     release_past_the_bound(rig, timeout, call=1)
     rig.commits.wait_for(2)
@@ -1141,12 +1143,12 @@ def test_concurrent_synced_appends_share_syncs(make_rig: Callable[..., Rig]) -> 
 
 
 def test_buffered_lines_are_synced_within_flush_every(make_rig: Callable[..., Rig]) -> None:
-    flush_every = 0.3
+    flush_every = 3.0
     rig = make_rig(flush_every=flush_every)
     w = rig.writer
     t0 = time.monotonic()
     assert [w.append(line(run_id=i), sync=False) for i in (1, 2, 3)] == [1, 2, 3]
-    assert time.monotonic() - t0 < 0.1
+    assert time.monotonic() - t0 < 0.5 * flush_every  # not held until the flush
     wait_until(lambda: w.stats().lines_written == 3)
     assert rig.commits.batches == []  # written, not yet durable: not committed
     assert rig.files.calls["sync"] == 0
@@ -1297,10 +1299,9 @@ def test_buffered_appends_never_wait_for_a_stuck_disk(make_rig: Callable[..., Ri
     rig.files.inject("sync", hang=True)
     with pytest.raises(LedgerUnavailable):
         w.append(line(run_id=1), harness="h", run_id=1)
-    t0 = time.monotonic()
+    # Waiting on the hung sync, either would raise at the bound or hang: no clock needed.
     assert w.append(line(run_id=1, type_="closed"), sync=False) == 2
     assert w.append(line(run_id=2, type_="opened"), sync=False) == 3
-    assert time.monotonic() - t0 < 0.1
     rig.files.clear("sync")
     w.flush()
     rig.commits.wait_for(3)
@@ -1583,7 +1584,7 @@ def test_close_on_a_dead_disk_names_the_lines_it_could_not_write(
     t0 = time.monotonic()
     with pytest.raises(LedgerUnavailable, match=r"closed with 3 line\(s\) still queued") as exc:
         w.close(timeout=0.3)
-    assert time.monotonic() - t0 < 0.3 + 1.0 + 1.0
+    assert time.monotonic() - t0 < 0.3 + 10.0  # bounded: the timeout, not the dead disk
     assert exc.value.seq == 1
     assert rig.commits.batches == []
     assert rig.disk().objs == []
@@ -1601,7 +1602,7 @@ def test_close_is_bounded_while_a_sync_hangs(make_rig: Callable[..., Rig]) -> No
     t0 = time.monotonic()
     with pytest.raises(LedgerUnavailable, match=r"closed with 1 line\(s\)"):
         w.close(timeout=0.2)
-    assert time.monotonic() - t0 < 0.2 + 1.0 + 1.0
+    assert time.monotonic() - t0 < 0.2 + 10.0  # bounded: the timeout, not the hung sync
     rig.files.clear("sync")  # the stuck sync finishes late; the line is still whole, once
     rig.commits.wait_for(1)
     assert rig.disk().seqs == [1]
