@@ -509,7 +509,7 @@ FRAGMENTS = [
     # every separator of a credential assignment, after each key that needs one
     "pass", "pwd", "%20", "%3A", "%3d", "\\", ", ", "\t",
     "=>", ":=", "\u00a0", "&", "#", "?", "_KEY=", ":/\\/", "_eyJ", "mysql ", " -p",
-    "sshpass -p ", "whsec_", "xoxe-", "glrt-", "GOCSPX-", "api_org_",
+    "sshpass -p ", "whsec_", "xoxe-", "glrt-", "GOCSPX-", "api_org_", "_AUTH=", "__AUTH",
     # a standalone Basic credential, its pieces, and words that read as base64
     "basic ", "BASIC\t", "dXNlcjpwYXNzd29yZA==", "dXNlcjpw", "Og", "==", "Only", "Overview",
 ]
@@ -617,7 +617,7 @@ TRIGGER_SAMPLES = [
     "signature=", "Signature%3D",
     "hvs.", "hvb.", "hvr.", "shpat_", "shpss_", "shpca_", "shppa_", "pypi-AgE", "dapi0",
     "sq0atp-", "sq0csp-", "EAA", "nvapi-", "SK" + "0123456789abcdef" * 2,
-    "login ", "login\t", "redis-cli",
+    "login ", "login\t", "redis-cli", "_AUTH=",
     "%3A%2F%2F", "%253a%252F%2F", "sessionid=", "PHPSESSID=", "JSESSIONID=",
     "ASPSESSIONIDQQGGQGPC=", "SessionId=", "connect.sid=",
 ]
@@ -1336,11 +1336,69 @@ def test_a_subscription_key_is_redacted(text: str, want: str, tmp_path: Path) ->
     assert (line["reason"], line["errors"]) == (f"401 with {want}", {f"HTTPError: {want}": 1})
 
 
+# An environment variable named for an auth value (redis-cli's REDISCLI_AUTH, npm's
+# NPM_CONFIG__AUTH, a proxy's) reached the ledger whole: only a name ending in "_KEY" was
+# read as holding a credential. The same shape counts: upper case, a bare "=".
+REDIS_PW = "hunter2" + "Xq9"
+NPM_AUTH = b64("bob:" + "s3cr3t-" + "npm")
+
+
+@pytest.mark.parametrize(("text", "want", "secret"), [
+    (f"REDISCLI_AUTH={REDIS_PW} redis-cli ping", "REDISCLI_AUTH=[REDACTED] redis-cli ping",
+     REDIS_PW),
+    (f"export NPM_CONFIG__AUTH={NPM_AUTH}", "export NPM_CONFIG__AUTH=[REDACTED]", NPM_AUTH),
+    (f"BASIC_AUTH=bob:{REDIS_PW} ./serve", "BASIC_AUTH=[REDACTED] ./serve", REDIS_PW),
+    (f"PROXY_AUTH='bob {REDIS_PW}'", "PROXY_AUTH='[REDACTED]'", REDIS_PW),
+    (f"env HTTP2_AUTH={REDIS_PW}", "env HTTP2_AUTH=[REDACTED]", REDIS_PW),
+])
+def test_an_env_var_named_for_an_auth_value_is_redacted(
+        text: str, want: str, secret: str, tmp_path: Path) -> None:
+    assert scrub_text(text) == (want, 1)
+    data = written(tmp_path, {"type": "closed", "harness": "h", "run_id": 1,
+                              "outcome": "failed", "reason": f"setup: {text}",
+                              "errors": {f"Error: {text}": 1},
+                              "sessions": [{"id": "s1", "adapter": "claude",
+                                            "trace_id": text}]})
+    assert secret.encode() not in data
+    line = json.loads(data)
+    assert (line["reason"], line["errors"]) == (f"setup: {want}", {f"Error: {want}": 1})
+    assert line["sessions"][0]["trace_id"] == want
+    assert verify_run_ledger(str(tmp_path / "ledger")).ok
+
+
+@pytest.mark.parametrize("text", [
+    "X_AUTH = 'basic'",  # a constant in code names the value, it does not hold one
+    '{"HAS_AUTH": 1, "USE_AUTH": true}',
+    "{'PROXY_AUTH': 'x'}",
+    "redis_auth=x npm_config_auth=y",  # lower case: no shell's environment variable
+    "AUTH=x OAUTH=x _AUTH=x",  # no name before the "_"
+    "REDISCLI_AUTHOR=x MY_AUTH_MODE=y X_AUTH:y",
+])
+def test_what_names_an_auth_value_without_assigning_it_stays(text: str) -> None:
+    assert scrub_text(text) == (text, 0)
+    assert scrub_text(text)[0] is text
+
+
+def test_an_env_var_named_for_an_auth_value_is_found_by_the_json_gate(
+        tmp_path: Path) -> None:
+    # A JSON key "REDISCLI_AUTH" is no assignment (the probe is ": v4lue"), but the
+    # assignment inside a string is found wherever it is, and never reaches the disk.
+    assert scrub_value({"REDISCLI_AUTH": REDIS_PW}) == ({"REDISCLI_AUTH": REDIS_PW}, 0)
+    for place in sorted(PLACES):
+        value = PLACES[place](f"REDISCLI_AUTH={REDIS_PW}")
+        assert scrub_value(value)[1] == 1
+        assert hint_inside(value), place
+    data = written(tmp_path, {"type": "opened", "harness": "h", "run_id": 1,
+                              "reason": f"argv: env NPM_CONFIG__AUTH={NPM_AUTH} npm ci"})
+    assert NPM_AUTH.encode() not in data
+    assert json.loads(data)["reason"] == "argv: env NPM_CONFIG__AUTH=[REDACTED] npm ci"
+
+
 # Text a writer may be handed (a work-ledger payload runs to 1 MiB) in which every few
 # characters could open a form. Scrubbing must stay linear: with a form that rescans the
 # rest of the text from each of those starts, half a MiB took tens of minutes.
 ADVERSARIAL = ["(-u", "eyJ_", "a://x:", "a://x:y/", "a://@:", "mysql -u ", "mysql ",
-               "sshpass -p ", "password=&a", "pass := ", "X_KEY=", "//a:", "a:/\\/",
+               "sshpass -p ", "password=&a", "pass := ", "X_KEY=", "X_AUTH=", "//a:", "a:/\\/",
                "basic Og", "Basic Og+/", "basic dXNlcjpw ", "eyJab.c", "eyJabcd..x.",
                "Authorization: a=\"", "Cookie: =\"", "-----END PRIVATE KEY-----x",
                "hvs.", "EAA1", " EAAb",

@@ -107,7 +107,10 @@ _TRIGGER_BRANCHES: Final[tuple[str, ...]] = (
     "_pat_",  # github_pat_
     "xox[abeprs]-",
     "A[KS]IA",
-    "A(?:Iza|A(?<=EAA))",  # Google; Facebook
+    # Google; Facebook; an environment variable named for an auth value (REDISCLI_AUTH=),
+    # under its "A": a branch opening on "_", the byte most frequent in ledger keys, would
+    # stop the scan all over every clean string
+    "A(?:Iza|A(?<=EAA)|UTH=(?<=_AUTH=))",
     # an encoded URL's "://", once or twice percent-encoded
     "%(?:25)?3[Aa]%(?:25)?2[Ff]%(?:25)?2[Ff]",
 )
@@ -318,10 +321,11 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     _credential_key(
         "kv_bearer", r"[Bb](?<![A-Za-z][Bb])(?i:earer)",
         rf"""(?:\\?["'])?(?:=|%3[Dd]|{_SPACE}+={_SPACE}*(?=\\?["']))"""),
-    # An environment variable named for a key (ENCRYPTION_KEY=, SIGNING_KEY=): upper
-    # case and a bare "=", as a shell assigns it; a constant in code ("REGISTRY_KEY =
-    # ...", "'HAS_KEY': 1") names a key, it does not hold one.
-    _credential_key("kv_env", r"K(?<=[A-Z0-9]_K)EY", "="),
+    # An environment variable named for a key or an auth value (ENCRYPTION_KEY=,
+    # REDISCLI_AUTH=, BASIC_AUTH=): upper case and a bare "=", as a shell assigns it; a
+    # constant in code ("REGISTRY_KEY = ...", "'HAS_AUTH': 1") names one, it does not hold
+    # one. npm reads its "_auth" setting from NPM_CONFIG__AUTH, hence a second "_".
+    _credential_key("kv_env", r"[KA](?:(?<=[A-Z0-9]_K)EY|(?<=[A-Z0-9_]_A)UTH)", "="),
     # A cookie header's value is a session: all of it goes, to the end of the header.
     (
         "cookie",
@@ -770,6 +774,8 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"=", rb"(?<=SESSIONID[A-Z]{8}=)"),
     (b"=", rb"(?<=SessionId=)"),
     (b"=", rb"(?<=connect\.sid=)"),
+    # an environment variable named for an auth value ("=" is rarer in a ledger than "A")
+    (b"=", rb"(?<=_AUTH=)"),
     # a key "pass" (a quote, spaces) read with the probe, in JSON: the quote that closes
     # the key stands between it and the ":"
     (b"p", rb"""(?i:ass)(?:'|[ \t\xc2\xa0]|%20)*":"""),
