@@ -226,7 +226,9 @@ def decide_windows(sched: Schedule, last: datetime, now: datetime, catch_up: boo
     every = sched.windows_between(last, now)
     if every.count == 0 or every.last is None:
         return None
-    cutoff = now - timedelta(seconds=late)
+    # Late is strictly more than `late`: windows_between counts up to and including its
+    # end, so it ends a tick before the cutoff (a window exactly `late` old is on time).
+    cutoff = now - timedelta(seconds=late) - _TICK
     missed = sched.windows_between(last, cutoff) if cutoff > last else Windows(0, None, None)
     if missed.count and catch_up:
         return Decision(missed, every.last, "catch_up")
