@@ -9,6 +9,7 @@ public functions and a real Manager over a real ledger in a tmp dir."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -86,7 +87,9 @@ def _jobs(world: World, open_ledger: Callable[..., RunLedger],
           outcomes: list[str]) -> dict[str, Any]:
     """`jobs` of one-shot "j" over a ledger holding a record per outcome, oldest first."""
     cfg_file = world.root / "harness.toml"
-    cfg_file.write_text('[harness.j]\nkind = "oneshot"\nargv = ["true"]\n')
+    # A resident beside it: `jobs` lists one-shots only.
+    cfg_file.write_text('[harness.j]\nkind = "oneshot"\nargv = ["true"]\n'
+                        '[harness.r]\nkind = "resident"\nargv = ["true"]\n')
     config = load_config(str(cfg_file))
     jobs_dir = world.state / "jobs"
     jobs_dir.mkdir(parents=True)
@@ -120,6 +123,63 @@ def test_jobs_failure_streak_and_last_run(world: World, open_ledger: Callable[..
                                           outcomes: list[str], fails: int, last: int) -> None:
     job = _jobs(world, open_ledger, outcomes)
     assert job["fails"] == fails
-    assert job["last_run"]["run_id"] == last
-    assert job["last_run"]["outcome"] == outcomes[last - 1]
-    assert job["state"] == "armed" and job["queued"] is None and job["next"] is None
+    ended = job["last_run"].pop("ended_at")
+    assert isinstance(ended, str) and ended.endswith("Z")
+    assert job == {"name": "j", "state": "armed", "schedule": None, "next": None,
+                   "catch_up": False, "on_overlap": "skip", "queued": None,
+                   "last_run": {"run_id": last, "outcome": outcomes[last - 1]},
+                   "fails": fails}
+
+
+# -- a booted ticker: the windows it resumes from and records -------------------------------
+
+
+def test_a_booted_ticker_records_the_missed_windows_and_shows_the_next(
+        world: World, open_ledger: Callable[..., RunLedger]) -> None:
+    """The newest window in the ledger is read back to the microsecond, the windows after
+    it that are more than LATE late make one missed record naming the first and the last
+    exactly, and `jobs` shows the next window as the stamp of that instant."""
+    now = datetime.now(UTC)
+    minute = (now.minute + 30) % 60  # no window within half an hour of now
+    latest = now.replace(minute=minute, second=0, microsecond=0)
+    if latest > now:
+        latest -= timedelta(hours=1)
+    seeded = latest - timedelta(hours=3)
+
+    def stamp(at: datetime) -> str:
+        return format_ns(int(at.timestamp()) * 1_000_000_000)
+
+    cfg_file = world.root / "harness.toml"
+    cfg_file.write_text(f'[harness.h]\nkind = "oneshot"\nargv = ["true"]\n'
+                        f'schedule = "CRON_TZ=UTC {minute} * * * *"\n')
+    config = load_config(str(cfg_file))
+    jobs_dir = world.state / "jobs"
+    jobs_dir.mkdir(parents=True)
+    led = open_ledger(world.root / "ledger")
+    w = stamp(seeded)
+    led.append({"type": "decided", "harness": "h", "run_id": 1, "at": w, "kind": "oneshot",
+                "trigger": "schedule", "started_at": w, "outcome": "success", "ended_at": w,
+                "window": w}, sync=True)
+    ids = RunIds(StateFile(str(world.root / "state.json")), led, str(jobs_dir))
+    manager = Manager(config, led, ids, str(jobs_dir))
+
+    async def main() -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        manager.start()
+        deadline = time.monotonic() + 60
+        try:
+            while (rec := led.get("h", 2)) is None or not (await manager.jobs())[0]["next"]:
+                assert time.monotonic() < deadline, "no missed record"
+                await asyncio.sleep(0.05)
+            [job] = await manager.jobs()
+            return rec, job
+        finally:
+            await manager.shutdown()
+
+    rec, job = asyncio.run(main())
+    assert rec is not None
+    assert (rec["outcome"], rec["trigger"], rec["windows"]) == ("missed", "schedule", 3)
+    assert rec["first_window"] == stamp(seeded + timedelta(hours=1))
+    assert rec["window"] == stamp(latest)
+    assert job["next"] == stamp(latest + timedelta(hours=1))
+    assert job["fails"] == 0 and job["last_run"]["run_id"] == 2
+    assert led.get("h", 3) is None  # nothing ran
