@@ -1,12 +1,12 @@
 """Mutation-test survivors of the runner (`harness.supervisor.runner`): what a stop, a
 timeout or a loop torn down does to the descendants that left the run's process group
-(setsid), found by the run's identity at the SIGTERM, during the grace and after it; a
-second stop that brings the SIGKILL closer and keeps the first stop's outcome; a
-one-shot's closed line the disk refuses, which `wait` reports queued rather than
-durable; a resident's one private durable log and its spec without a timeout; an env
-value holding a NUL, named by file and line; the once-per-episode log failure; and the
-log's descriptor, never leaked. Real processes, real files; the only fake is the
-ledger's failing disk.
+(setsid), found by the run's identity at the SIGTERM, during the grace (a helper
+daemonized in answer to the SIGTERM too) and after it; a second stop that brings the
+SIGKILL closer and keeps the first stop's outcome; a one-shot's closed line the disk
+refuses, which `wait` reports queued rather than durable; a resident's one private
+durable log and its spec without a timeout; an env value holding a NUL, named by file
+and line; the once-per-episode log failure; and the log's descriptor, never leaked.
+Real processes, real files; the only fake is the ledger's failing disk.
 """
 
 from __future__ import annotations
@@ -215,6 +215,46 @@ async def _wait_pid(path: Path) -> int:
     pid = _pid_in(path)
     assert pid is not None
     return pid
+
+
+def test_a_helper_daemonized_in_answer_to_sigterm_does_not_outlive_the_stop(
+        rig: Rig, tmp_path: Path, reap: list[Path]) -> None:
+    """The leader answers SIGTERM by starting a setsid helper, after the runner's first
+    look for escaped groups (its note in the log), and exiting 0. Its group empties
+    within the grace, but the run is not over: the helper carries the run's identity and
+    is ended too (it outlived the stop before)."""
+    esc, go, late = (tmp_path / n for n in ("esc.pid", "go", "late.pid"))
+    reap.extend([esc, late])
+    leader = tmp_path / "leader.sh"
+    leader.write_text(f"""on_term() {{
+    while [ ! -e {go} ]; do sleep 0.05; done
+    {ESCAPE.format(f=late)}
+    while [ ! -s {late} ]; do sleep 0.05; done
+    exit 0
+}}
+trap on_term TERM
+{ESCAPE.format(f=esc)}
+while :; do sleep 0.05; done
+""")
+    run = Run(RunSpec("dz", ["sh", str(leader)]), rig.ledger, rig.ids, "manual",
+              jobs_dir=rig.jobs, grace=600.0)
+
+    async def main() -> dict[str, Any]:
+        await run.start()
+        pid = await _wait_pid(esc)
+        stop = asyncio.create_task(run.stop("operator"))
+        await _until_async("the first look's note", lambda: _also(pid) in _log(run))
+        go.touch()
+        return await asyncio.wait_for(stop, DEADLINE)
+
+    rec = asyncio.run(main())
+    pid, lpid = _pid_in(esc), _pid_in(late)
+    assert pid is not None and lpid is not None
+    _until("the helper started at SIGTERM to end", lambda: _ended(lpid))
+    want = {"outcome": "cancelled", "reason": "operator", "exit_code": 0}
+    assert {k: rec.get(k) for k in want} == want
+    assert rig.closed("dz", 1) == [want]
+    assert _log(run) == _also(pid) + _also(lpid)
 
 
 # -- the grace of a stop ---------------------------------------------------------------------

@@ -480,20 +480,18 @@ class Run:
         signal_group(pgid, signal.SIGTERM)
         began = loop.time()
         if stopped:  # the run's own group first: the look at /proc is not instant
-            escaped = await self._escaped(pgid)
-            if escaped:
-                await self._note("also stopping the process group(s) "
-                                 f"{', '.join(map(str, sorted(escaped)))} that its "
-                                 "descendants started (setsid)")
-                for g in escaped:
-                    signal_group(g, signal.SIGTERM)
-                groups |= escaped
+            await self._term_escaped(pgid, groups)
         if self._kill_by is None:  # a timeout or its own exit, not a stop
             self._kill_by = began + self.grace
         # Re-read each turn: a later stop may bring the deadline closer.
         while loop.time() < self._kill_by:
             if waiter.done() and not live_groups(groups):
-                return
+                # Empty groups are not the end of a stopped run: a descendant may have
+                # left the group since the last look (a helper daemonized in answer to
+                # the SIGTERM), and it would outlive the run.
+                if not stopped or not await self._term_escaped(pgid, groups):
+                    return
+                continue
             await asyncio.sleep(_POLL)
         if stopped:  # a descendant may have left the group during the grace
             groups |= await self._escaped(pgid)
@@ -503,6 +501,19 @@ class Run:
                 signal_group(g, signal.SIGKILL)
             await self._note(f"still running {loop.time() - began:.3g}s after SIGTERM; "
                              "sent SIGKILL")
+
+    async def _term_escaped(self, pgid: int, groups: set[int]) -> bool:
+        """SIGTERM the groups of the run's descendants that left its group `pgid` and are
+        not yet in `groups`, say so in the log and add them; whether there were any."""
+        escaped = await self._escaped(pgid) - groups
+        if escaped:
+            await self._note("also stopping the process group(s) "
+                             f"{', '.join(map(str, sorted(escaped)))} that its "
+                             "descendants started (setsid)")
+            for g in escaped:
+                signal_group(g, signal.SIGTERM)
+            groups |= escaped
+        return bool(escaped)
 
     async def _escaped(self, pgid: int) -> set[int]:
         """The process groups, other than the run's `pgid`, of the processes that carry
