@@ -5,8 +5,9 @@ daemonized in answer to the SIGTERM too) and after it; a second stop that brings
 SIGKILL closer and keeps the first stop's outcome; a one-shot's closed line the disk
 refuses, which `wait` reports queued rather than durable; a resident's one private
 durable log and its spec without a timeout; an env value holding a NUL, named by file
-and line; the once-per-episode log failure; and the log's descriptor, never leaked.
-Real processes, real files; the only fake is the ledger's failing disk.
+and line; the once-per-episode log failure; the log's descriptor, never leaked; and a
+failed spawn's one-line note naming the file and the reason. Real processes, real
+files; the only fake is the ledger's failing disk.
 """
 
 from __future__ import annotations
@@ -438,3 +439,34 @@ def test_a_run_leaves_no_descriptor_of_its_log_open(rig: Rig, tmp_path: Path) ->
 
     asyncio.run(refused())
     assert _fds() == before
+
+
+@pytest.mark.parametrize("bad", ["missing binary", "not executable", "workdir a file",
+                                 "workdir missing"])
+def test_a_spawn_failure_says_which_file_and_why_in_one_line(
+        rig: Rig, tmp_path: Path, bad: str) -> None:
+    """The note names the file that failed (argv[0] or the workdir) and the system's
+    reason, nothing more; the record is failed/spawn with no exit code."""
+    plain = tmp_path / "plain.txt"
+    plain.write_text("not a program\n")
+    plain.chmod(0o600)
+    missing = tmp_path / "nowhere"
+    spec, why = {
+        "missing binary": (RunSpec("sf", [str(missing), "--flag"]),
+                           f"{missing}: No such file or directory"),
+        "not executable": (RunSpec("sf", [str(plain)]), f"{plain}: Permission denied"),
+        "workdir a file": (RunSpec("sf", ["true"], workdir=str(plain)),
+                           f"{plain}: Not a directory"),
+        "workdir missing": (RunSpec("sf", ["true"], workdir=str(missing)),
+                            f"{missing}: No such file or directory"),
+    }[bad]
+    run = Run(spec, rig.ledger, rig.ids, "manual", jobs_dir=rig.jobs)
+
+    async def go() -> dict[str, Any]:
+        await run.start()
+        return await asyncio.wait_for(run.wait(), DEADLINE)
+
+    rec = asyncio.run(go())
+    assert (rec["outcome"], rec["reason"], "exit_code" in rec) == ("failed", "spawn", False)
+    assert run.error == why
+    assert _log(run) == f"harness: spawn failed: {why}\n"
