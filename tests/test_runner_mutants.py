@@ -470,3 +470,18 @@ def test_a_spawn_failure_says_which_file_and_why_in_one_line(
     assert (rec["outcome"], rec["reason"], "exit_code" in rec) == ("failed", "spawn", False)
     assert run.error == why
     assert _log(run) == f"harness: spawn failed: {why}\n"
+
+
+def test_a_scheduled_run_over_budget_carries_its_window_and_override(rig: Rig) -> None:
+    """The Manager's window and --over-budget admission reach the opened line, so the
+    record says which firing it was and that it was admitted over the budget."""
+    run = Run(RunSpec("win", ["true"]), rig.ledger, rig.ids, "schedule", jobs_dir=rig.jobs,
+              window="2026-06-05T09:00:00Z", override=True)
+
+    async def go() -> dict[str, Any]:
+        await run.start()
+        return await asyncio.wait_for(run.wait(), DEADLINE)
+
+    rec = asyncio.run(go())
+    assert (rec["trigger"], rec["window"], rec["override"], rec["outcome"]) == (
+        "schedule", "2026-06-05T09:00:00.000000000Z", True, "success")
