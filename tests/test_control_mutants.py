@@ -34,7 +34,7 @@ from harness.control.ops import logs_op, runs_op
 from harness.control.server import MAX_LINE, ControlServer, SocketInUse
 from harness.timefmt import format_ns
 from ledgertools import DAY, HOUR, T0, Clock, OpenLedger, open_fds
-from test_control_server import HANDLERS, LoopThread, Raw, Serve, _send_quietly
+from test_control_server import HANDLERS, LoopThread, Raw, Serve, _send_quietly, stuck_handler
 
 # The fixtures of the server's own tests, under the names tests ask for.
 loop = test_control_server.loop
@@ -282,12 +282,7 @@ def test_the_cli_says_the_daemon_closed_the_connection_mid_request(
     """A daemon that shuts down while it holds a request: the command says how the
     daemon was lost, on one line, and exits 1."""
     path = sockdir / "harness.sock"
-    entered = threading.Event()
-
-    async def stuck(req: dict[str, Any]) -> Any:
-        entered.set()
-        await asyncio.Event().wait()
-
+    stuck, entered = stuck_handler()
     srv = ControlServer(str(path), {"list": stuck})
     loop.run(srv.start())
     env = dict(os.environ, HARNESS_SOCKET=str(path), XDG_STATE_HOME=str(tmp_path / "state"),

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -208,15 +208,20 @@ def test_socket_is_0600_and_removed_on_close(loop: LoopThread, sockdir: Path) ->
     loop.run(again.close())
 
 
-def test_close_does_not_wait_for_a_stuck_handler(loop: LoopThread, sockdir: Path) -> None:
-    path = sockdir / "harness.sock"
-
+def stuck_handler() -> tuple[Callable[[dict[str, Any]], Awaitable[Any]], threading.Event]:
+    """An op handler that never answers, and the event it sets once a request reached it."""
     entered = threading.Event()
 
     async def stuck(req: dict[str, Any]) -> Any:
         entered.set()
         await asyncio.Event().wait()
 
+    return stuck, entered
+
+
+def test_close_does_not_wait_for_a_stuck_handler(loop: LoopThread, sockdir: Path) -> None:
+    path = sockdir / "harness.sock"
+    stuck, entered = stuck_handler()
     srv = ControlServer(str(path), {"stuck": stuck})
     loop.run(srv.start())
     raw = Raw(path)
