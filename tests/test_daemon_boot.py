@@ -150,6 +150,25 @@ def _legacy_run(run_id: int, start: datetime) -> dict[str, Any]:
             "windows": None}
 
 
+def test_a_symlink_at_the_socket_lock_is_refused_not_followed(
+        world: World, daemons: Daemons) -> None:
+    """The lock beside the socket is opened without following a link: one planted there
+    would have the daemon create (or lock) a file wherever it points. The daemon says so
+    in one line naming the path and exits 1, before the ledger is touched."""
+    daemons.write_config('[harness.ok]\nkind = "oneshot"\nargv = ["true"]\n')
+    lock = daemons.socket.with_name("harness.sock.lock")
+    target = world.root / "elsewhere"
+    lock.symlink_to(target)
+    proc = daemons.start(wait=False)
+    assert proc.wait(timeout=DEADLINE) == 1
+    assert daemons.stderr() == (f"harness: cannot serve the control socket: {lock} is a "
+                                "symbolic link; not following it\n")
+    assert not target.exists()
+    assert lock.is_symlink()
+    assert not daemons.socket.exists()
+    assert not world.ledger.exists()
+
+
 def test_the_first_boot_leaves_state_json_in_the_legacy_shape_less_its_records(
         world: World, daemons: Daemons) -> None:
     """SPEC-0022 REQ-13's upgrade, read as a test outside the code base reads it: the

@@ -7,8 +7,9 @@ each op does belongs to the handler table it is given, so it serves any table.
 Invariants:
 - the socket is never reachable by another user: it is bound and set to 0600 inside a
   fresh 0700 directory and only then renamed to its path;
-- at most one server owns a path: an flock on ``PATH.lock`` is held while it runs, and
-  a socket that still answers is never replaced (a stale one is);
+- at most one server owns a path: an flock on ``PATH.lock`` (never opened through a
+  symlink) is held while it runs, and a socket that still answers is never replaced (a
+  stale one is);
 - every request line gets exactly one reply line with its id (``null`` when it had no
   valid id), and nothing a client sends — malformed, oversized or a handler failure —
   ends the server or disturbs another connection;
@@ -41,6 +42,7 @@ from typing import Any
 import msgspec
 
 from .. import __version__, paths
+from ..ledger.files import open_lock_file
 from ..ledger.scrub import scrub_text
 from . import PROTO, SCRUBBED_AT_SOURCE
 
@@ -71,7 +73,8 @@ class OpError(Exception):
 
 
 class SocketInUse(RuntimeError):
-    """Another server owns the socket path (or something that is not a socket sits there)."""
+    """Another server owns the socket path, or something not ours sits there (not a
+    socket at the path, a symbolic link at its lock)."""
 
 
 class _TooLarge(Exception):
@@ -208,7 +211,14 @@ class ControlServer:
         # The lock closes the race between two starting daemons that both see a stale
         # socket: without it the second would unlink the first one's fresh socket.
         # The lock file is never unlinked: unlinking it would let two holders exist.
-        fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        lock = self.path + ".lock"
+        try:
+            fd = open_lock_file(lock)
+        except OSError as exc:
+            # A link planted there would have the daemon create or lock a file elsewhere.
+            if exc.errno == errno.ELOOP and os.path.islink(lock):
+                raise SocketInUse(f"{lock} is a symbolic link; not following it") from None
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

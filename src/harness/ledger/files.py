@@ -72,6 +72,13 @@ def hold_dir(path: str) -> int | None:
     return fd
 
 
+def open_lock_file(path: str | os.PathLike[str]) -> int:
+    """Open the lock file at `path` (created 0600 when missing) for an flock; the caller
+    owns the fd. A symbolic link at `path` is never followed (OSError ELOOP): a holder
+    would lock, create or write into a file wherever the link points."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+
+
 def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Make a directory's entries (a created, renamed or deleted file) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

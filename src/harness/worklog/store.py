@@ -36,7 +36,7 @@ import msgspec
 
 from harness.ledger.canonical import decode_untrusted
 from harness.ledger.errors import LedgerClosed, LedgerUnavailable, LineRejected
-from harness.ledger.files import FileLayer, found_parents, make_durable_dirs
+from harness.ledger.files import FileLayer, found_parents, make_durable_dirs, open_lock_file
 from harness.ledger.writer import Writer
 from harness.timefmt import format_ns, now_ns
 
@@ -121,9 +121,9 @@ def _read_holder(fd: int) -> dict[str, Any] | None:
 
 def take_lock(directory: Path, run_id: str) -> int:
     path = directory / LOCK_FILE
-    # O_NOFOLLOW, as for a segment: the holder truncates and rewrites this file, so a
-    # symlink at its name would have it clobber the link's target (ELOOP: refused).
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    # Not through a symlink, as for a segment: the holder truncates and rewrites this
+    # file, so a link at its name would have it clobber the link's target.
+    fd = open_lock_file(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
