@@ -130,9 +130,9 @@ def test_a_project_whose_directory_was_deleted_stops_the_boot_saying_how_to_drop
     booted = daemons.start(wait=False)
     assert booted.wait(timeout=DEADLINE) == 2
     assert daemons.stderr() == (
-        f"{proj}/harness.toml: No such file or directory: project 'proj' is registered "
-        f"(harness up) at {proj}, which is not there any more; restore it, or unregister "
-        f"it with: harness down {proj}\n")
+        f"{proj}/harness.toml: cannot read: No such file or directory: project 'proj' is "
+        f"registered (harness up) at {proj}, which is not there any more; restore it, or "
+        f"unregister it with: harness down {proj}\n")
     assert not daemons.socket.exists()
 
     assert _run(world, "down", str(proj)) == (

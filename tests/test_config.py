@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import stat
+import subprocess
+import sys
 import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
@@ -569,7 +573,8 @@ def test_default_path_and_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("HARNESS_CONFIG", other)
     assert set(load_config(projects=[]).harness) == {"b"}
     monkeypatch.setenv("HARNESS_CONFIG", str(tmp_path / "missing.toml"))
-    assert problems(None) == [f"{tmp_path / 'missing.toml'}: No such file or directory"]  # type: ignore[arg-type]
+    assert problems(None) == [  # type: ignore[arg-type]
+        f"{tmp_path / 'missing.toml'}: cannot read: No such file or directory"]
 
 
 def test_dropins_merge_in_name_order(tmp_path: Path) -> None:
@@ -740,12 +745,12 @@ def test_registered_project_without_file(tmp_path: Path) -> None:
     bare = tmp_path / "my dir" / "bare"
     bare.mkdir(parents=True)
     assert problems(main, projects=[Project("gone", str(gone)), Project("b", str(bare))]) == [
-        f"{gone / 'harness.toml'}: No such file or directory: project 'gone' is registered "
-        f"(harness up) at {gone}, which is not there any more; restore it, or unregister it "
-        f"with: harness down {gone}",
-        f"{bare / 'harness.toml'}: No such file or directory: project 'b' is registered "
-        f"(harness up) at {bare}, which has no harness.toml any more; restore it, or "
-        f"unregister it with: harness down '{bare}'"]
+        f"{gone / 'harness.toml'}: cannot read: No such file or directory: project 'gone' is "
+        f"registered (harness up) at {gone}, which is not there any more; restore it, or "
+        f"unregister it with: harness down {gone}",
+        f"{bare / 'harness.toml'}: cannot read: No such file or directory: project 'b' is "
+        f"registered (harness up) at {bare}, which has no harness.toml any more; restore it, "
+        f"or unregister it with: harness down '{bare}'"]
 
 
 def test_registry_round_trip(tmp_path: Path) -> None:
@@ -1051,6 +1056,55 @@ def test_a_registry_nested_too_deeply_is_a_registry_error(world: World) -> None:
     assert (res.returncode, res.stdout, res.stderr) == (1, "", f"harness: {problem}\n")
 
 
+def _not_regular(path: Path, kind: str) -> contextlib.AbstractContextManager[object]:
+    """Put a FIFO or a listening-less socket at `path` (the socket closed on exit)."""
+    if kind == "fifo":
+        os.mkfifo(path)
+        return contextlib.nullcontext()
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    return contextlib.closing(sock)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_a_config_that_is_no_regular_file_says_what_it_is_and_never_hangs(
+        world: World, kind: str) -> None:
+    """A FIFO or socket given as the config reads as state.json's does ("PATH: cannot
+    read: it is a FIFO, not a regular file"), not as the bare "Not a regular file", and
+    neither the CLI nor the daemon waits on it for a writer."""
+    cfg = world.root / f"config.{kind}"
+    env = {**world.env, "HARNESS_CONFIG": str(cfg)}
+    word = {"fifo": "a FIFO", "socket": "a socket"}[kind]
+    problem = f"{cfg}: cannot read: it is {word}, not a regular file"
+    with _not_regular(cfg, kind):
+        res = subprocess.run([sys.executable, "-m", "harness.cli", "logs", "a"], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert (res.returncode, res.stdout, res.stderr) == (
+            2, "", f"harness: the config does not load, so a's kind is unknown:\n{problem}\n")
+        res = subprocess.run([sys.executable, "-m", "harness.cli", "daemon"], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert (res.returncode, res.stdout, res.stderr) == (2, "", f"{problem}\n")
+    assert not world.ledger.exists()
+
+
+def test_a_registry_that_is_a_fifo_is_named_and_never_hangs(world: World) -> None:
+    """projects.json is read by every config load: a FIFO there hung `logs`, `down` and
+    the daemon's boot, waiting for a writer that never comes."""
+    write(world.root / "config" / "harness" / "harness.toml",
+          '[harness.a]\nargv = ["true"]\nkind = "oneshot"\n')
+    world.state.mkdir(parents=True)
+    reg = world.state / "projects.json"
+    os.mkfifo(reg)
+    problem = f"{reg}: cannot read the project registry: it is a FIFO, not a regular file"
+    res = world.harness("logs", "a")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"harness: the config does not load, so a's kind is unknown:\n{problem}\n")
+    res = world.harness("down", str(world.root))
+    assert (res.returncode, res.stdout, res.stderr) == (1, "", f"harness: {problem}\n")
+    res = world.harness("daemon")
+    assert (res.returncode, res.stdout, res.stderr) == (2, "", f"{problem}\n")
+
+
 def test_registry_refusals_never_repeat_a_secret(tmp_path: Path) -> None:
     """Every refusal quotes the directory and names the user passed scrubbed, as a config
     error quotes a value: a token in a path or a name is never repeated."""
@@ -1098,9 +1152,9 @@ def test_a_default_config_behind_a_dangling_directory_link_is_an_error(
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "harness").symlink_to(tmp_path / "dotfiles" / "harness")
     assert problems(None) == [  # type: ignore[arg-type]
-        f"{tmp_path / 'config' / 'harness' / 'harness.toml'}: No such file or directory "
-        f"({tmp_path / 'config' / 'harness'} is a symlink to {tmp_path / 'dotfiles' / 'harness'}"
-        ", which is not there)"]
+        f"{tmp_path / 'config' / 'harness' / 'harness.toml'}: cannot read: No such file or "
+        f"directory ({tmp_path / 'config' / 'harness'} is a symlink to "
+        f"{tmp_path / 'dotfiles' / 'harness'}, which is not there)"]
     (tmp_path / "dotfiles" / "harness").mkdir(parents=True)
     assert load_config(projects=[]) == Config()  # the link resolves: no file, no config
 

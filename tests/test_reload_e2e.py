@@ -448,8 +448,8 @@ def test_a_dangling_config_symlink_is_refused_on_reload_and_at_boot(
     daemons.start()
     pid = _pid(pidfile)
     real.rename(real.with_suffix(".moved"))
-    problem = (f"{daemons.config}: No such file or directory (a symlink to {real}, which is "
-               "not there)")
+    problem = (f"{daemons.config}: cannot read: No such file or directory (a symlink to "
+               f"{real}, which is not there)")
     res = world.harness("reload")
     assert (res.returncode, res.stdout, res.stderr) == (
         2, "", f"harness: the daemon refused the new config and keeps its last good one:\n"
@@ -470,14 +470,15 @@ def test_a_config_behind_a_file_or_a_closed_directory_fails_the_boot(
     (tmp_path / "afile").write_text("")
     env = {**world.env, "XDG_CONFIG_HOME": str(tmp_path / "afile")}
     assert _boot_fails(world, env) == (
-        2, "", f"{tmp_path / 'afile' / 'harness' / 'harness.toml'}: Not a directory\n")
+        2, "", f"{tmp_path / 'afile' / 'harness' / 'harness.toml'}: cannot read: Not a "
+               "directory\n")
     cfg_dir = tmp_path / "config" / "harness"
     cfg_dir.mkdir(parents=True)
     (cfg_dir / "harness.toml").write_text('[harness.w]\nargv = ["sleep", "600"]\n')
     cfg_dir.chmod(0)
     try:
         assert _boot_fails(world, nodac=True) == (
-            2, "", f"{cfg_dir / 'harness.toml'}: Permission denied\n")
+            2, "", f"{cfg_dir / 'harness.toml'}: cannot read: Permission denied\n")
     finally:
         cfg_dir.chmod(0o700)
 
@@ -500,15 +501,15 @@ def test_a_dropin_that_cannot_be_read_is_refused_not_skipped(
     pid = _pid(pidfile)
     if what == "dangling":
         target.unlink()
-        why = f"No such file or directory (a symlink to {target}, which is not there)"
+        why = f"cannot read: No such file or directory (a symlink to {target}, which is not there)"
     elif what == "directory":
         drop.unlink()
         drop.mkdir()
-        why = "Is a directory"
+        why = "cannot read: it is a directory, not a regular file"
     else:
         drop.unlink()
         os.mkfifo(drop)
-        why = "Not a regular file"
+        why = "cannot read: it is a FIFO, not a regular file"
     res = world.harness("reload")
     assert (res.returncode, res.stdout, res.stderr) == (
         2, "", f"harness: the daemon refused the new config and keeps its last good one:\n"

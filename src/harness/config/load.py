@@ -70,7 +70,7 @@ from harness.config.model import (
     toml_type,
 )
 from harness.controls import one_line
-from harness.ledger.files import atomic_write, make_private_dir, open_regular
+from harness.ledger.files import atomic_write, make_private_dir, open_regular, why_unreadable
 from harness.ledger.schema import name_kept
 from harness.ledger.scrub import Scrubbed
 from harness.paths import config_path, state_dir
@@ -417,8 +417,9 @@ def _absent(path: str) -> bool:
 
 
 def _cannot_read(path: str, exc: OSError) -> str:
-    """Why `path` could not be read, as a problem says it (a dangling symlink named)."""
-    why = exc.strerror or str(exc)
+    """Why `path` could not be read, as a problem says it: in state.json's words
+    ("cannot read: it is a FIFO, not a regular file"), a dangling symlink named."""
+    why = f"cannot read: {why_unreadable(path, exc)}"
     link = _dangling_link(path) if isinstance(exc, FileNotFoundError) else None
     if link is not None:
         try:
@@ -602,11 +603,16 @@ def list_projects() -> list[Project]:
     """The registered projects, in registration order; none if there is no registry yet."""
     path = registry_path()
     try:
-        with open(path, encoding="utf-8") as fh:
+        # Never blocking: a FIFO here would hang every config load (the CLI's, the
+        # daemon's boot and reloads) waiting for a writer.
+        with open_regular(path, follow=True) as fh:
             raw = json.load(fh)
     except FileNotFoundError:
         return []
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise RegistryError(path, "cannot read the project registry: "
+                                  f"{why_unreadable(path, exc)}") from exc
+    except ValueError as exc:
         raise RegistryError(path, "cannot read the project registry: "
                                   f"{shown_path(str(exc))}") from exc
     except RecursionError:  # the decoder recurses once per level of nesting
