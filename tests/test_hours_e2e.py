@@ -195,7 +195,7 @@ operating_hours = "TZ=UTC Mon-Sun {_hm(opens)}-24:00"
                  lambda: (r := runs_of(world, "kept")) and len(r) == 2
                  and r[1]["outcome"] != "running" and r)
     assert [(r["run_id"], r["trigger"], r["outcome"], r.get("reason")) for r in kept] == [
-        (2, "autostart", "running", None), (1, "release", "cancelled", "reload")]
+        (2, "manual", "running", None), (1, "release", "cancelled", "reload")]
     ids = json.loads((world.state / "state.json").read_text())["runs"]
     assert {n: ids[n]["last_run_id"] for n in ("gone", "kept")} == {"gone": 1, "kept": 2}
     assert states_of(world) == {"kept": "running"}

@@ -79,7 +79,8 @@ argv = ["true"]
     old = record_of(world, "change", 1)
     assert old is not None and (old["outcome"], old["reason"]) == ("cancelled", "reload")
     again = until("the changed resident's new run", lambda: record_of(world, "change", 2))
-    assert (again["trigger"], again["outcome"]) == ("autostart", "running")
+    # Brought up again by the operator's reload, as `harness restart` would: manual.
+    assert (again["trigger"], again["outcome"]) == ("manual", "running")
     assert _pid(change) != change_pid
     assert _pid(new) > 0
     # The unchanged resident kept its run and its process.
@@ -220,13 +221,14 @@ argv = ["sh", "-c", "{up('s')}"]
         assert c.request("reload") == {"added": [], "removed": [],
                                        "changed": ["b", "c", "d", "h", "o", "s"],
                                        "unchanged": 0}
-    # The restarts are the reload's own, with the trigger a reload's restart of an
-    # enabled resident records.
+    # The restarts are the operator's reload's own: trigger manual, as for `harness
+    # restart`, whatever `enabled` says. They read "autostart", which a disabled resident
+    # (b, c) never does, and "restart" is the policy's restart after an exit.
     assert {n: records(n) for n in "bcdhos"} == {
-        "b": [(2, "autostart", "running", None), (1, "manual", "failed", None)],
-        "c": [(2, "autostart", "running", None), (1, "manual", "cancelled", "reload")],
+        "b": [(2, "manual", "running", None), (1, "manual", "failed", None)],
+        "c": [(2, "manual", "running", None), (1, "manual", "cancelled", "reload")],
         "d": [],
-        "h": [(2, "autostart", "running", None), (1, "manual", "cancelled", "reload")],
+        "h": [(2, "manual", "running", None), (1, "manual", "cancelled", "reload")],
         "o": [(1, "manual", "success", None)],
         "s": [(1, "manual", "cancelled", "operator")]}
     assert states_of(world) == {"b": "running", "c": "running", "d": "stopped",
@@ -300,7 +302,7 @@ def test_a_reload_whose_client_goes_away_is_still_applied_whole(
     until("chg's run under the new config", lambda: record_of(world, "chg", 2))
     assert _records(world, "slow", "chg", "new") == [
         ("slow", 1, "autostart", "cancelled", "reload"),
-        ("chg", 2, "autostart", "running", None), ("chg", 1, "autostart", "cancelled", "reload"),
+        ("chg", 2, "manual", "running", None), ("chg", 1, "autostart", "cancelled", "reload"),
         ("new", 1, "autostart", "running", None)]
     assert not alive(slow) and not alive(chg)
     assert alive(_pid(pids["chg"])) and alive(_pid(pids["new"]))

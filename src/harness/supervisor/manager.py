@@ -30,7 +30,8 @@ Invariants:
   whatever an operator did before);
 - a reload undoes no operator's action: a changed resident that was up (started by an
   operator while disabled or outside its hours included) is started again under the new
-  config, and one an operator stopped stays down;
+  config (trigger manual: the reload is an operator's), and one an operator stopped stays
+  down;
 - a reload, once begun, is applied to every harness it changes, one reload at a time,
   whoever asked for it goes away meanwhile; a harness whose step failed is named, and
   the new config stays in force (`ReloadIncomplete`); nothing is armed once the shutdown
@@ -1111,10 +1112,11 @@ class Manager:
         A changed one-shot keeps its live run (it finishes under the config it started
         with) and keeps its schedule's phase unless the schedule itself changed; a changed
         resident's live run is stopped (cancelled/reload) and started again under the new
-        config (trigger autostart), as is one waiting out a restart's backoff, whatever
+        config (trigger manual), as is one waiting out a restart's backoff, whatever
         `enabled` says and outside its hours too if an operator started it there; a changed
-        resident that was down starts only if `enabled` and its hours say so, and one an
-        operator stopped stays stopped. A harness that changes kind is removed and added.
+        resident that was down starts (trigger autostart) only if `enabled` and its hours
+        say so, and one an operator stopped stays stopped. A harness that changes kind is
+        removed and added.
 
         Once begun, a reload is applied whole, in a task of its own: a caller cancelled
         meanwhile (a control client that went away) is let go at once, and the next reload
@@ -1251,7 +1253,11 @@ class Manager:
                 self._override.discard(name)
         if name in self._held:
             return queued  # operator-stopped: stays down under the new config too
-        await self._arm_resident(name, after, "autostart", up=up)
+        # One that was up is started again by the operator's reload, as `harness restart`
+        # starts it: manual, whatever `enabled` says. Not "autostart" (what `enabled`
+        # governs, which a disabled one never does) nor "restart" (the policy's restart
+        # after an exit, REQ-3). One that was down comes up as `enabled` autostarts it.
+        await self._arm_resident(name, after, "manual" if up else "autostart", up=up)
         return queued
 
     # -- views -------------------------------------------------------------------------
