@@ -415,6 +415,30 @@ def test_overflowing_durations_in_a_dropin_name_the_dropin(tmp_path: Path) -> No
     ]
 
 
+def test_schedule_macros_and_every_are_case_insensitive(tmp_path: Path) -> None:
+    """`@Daily` loaded while `@Every 1h` was refused as an unknown macro: every `@` word
+    is now read case-insensitively, as cron's day and month names are."""
+    path = write(tmp_path / "h.toml", """
+        [harness.a]
+        argv = ["true"]
+        schedule = "@Every 1h"
+        [harness.b]
+        argv = ["true"]
+        schedule = "CRON_TZ=Europe/Berlin @EVERY 90m"
+        [harness.c]
+        argv = ["true"]
+        schedule = "@Daily"
+    """)
+    cfg = load_config(path, projects=[])
+    at = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
+    got = {n: cfg.harness[n].parsed_schedule() for n in "abc"}
+    assert {n: (s.every_ns, s.cron) for n, s in got.items() if s} == {
+        "a": (3600 * 10**9, None), "b": (5400 * 10**9, None), "c": (None, "0 0 * * *")}
+    assert [s.next_fire(at).astimezone(UTC) for s in got.values() if s] == [
+        datetime(2026, 1, 1, 1, 0, tzinfo=UTC), datetime(2026, 1, 1, 1, 30, tzinfo=UTC),
+        datetime(2026, 1, 2, tzinfo=UTC)]
+
+
 def test_the_longest_duration_is_accepted_and_exact(tmp_path: Path) -> None:
     path = write(tmp_path / "h.toml", """
         [ledger]

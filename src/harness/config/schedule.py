@@ -3,13 +3,13 @@
 This module owns the two time expressions a harness can carry:
 
 * ``schedule``: a 5-field cron expression, a macro (``@hourly``, ``@daily``/``@midnight``,
-  ``@weekly``, ``@monthly``, ``@yearly``/``@annually``) or ``@every DUR``, optionally
-  prefixed by ``CRON_TZ=Zone `` (or ``TZ=Zone ``). Cron fields are evaluated by cronsim
-  on the wall clock of the schedule's zone, so a ``0 9 * * *`` job fires at 09:00 local
-  time on both sides of a DST change (a time skipped by spring-forward fires at the
-  first minute that exists; a time repeated by fall-back fires once). ``@every DUR``
-  windows are the multiples of DUR since the Unix epoch: the phase depends only on the
-  expression, so a daemon restart or a reload never shifts it.
+  ``@weekly``, ``@monthly``, ``@yearly``/``@annually``) or ``@every DUR`` (each ``@`` word
+  in any case), optionally prefixed by ``CRON_TZ=Zone `` (or ``TZ=Zone ``). Cron fields
+  are evaluated by cronsim on the wall clock of the schedule's zone, so a ``0 9 * * *``
+  job fires at 09:00 local time on both sides of a DST change (a time skipped by
+  spring-forward fires at the first minute that exists; a time repeated by fall-back
+  fires once). ``@every DUR`` windows are the multiples of DUR since the Unix epoch: the
+  phase depends only on the expression, so a daemon restart or a reload never shifts it.
 * ``operating_hours``: ``[TZ=Zone ]WINDOW[; WINDOW...]`` where a window is
   ``[DAYS ]HH:MM-HH:MM`` and DAYS is a comma list of ``Mon``…``Sun`` or ranges
   (``Mon-Fri``, wrapping ``Fri-Mon``). Windows are start-inclusive and end-exclusive;
@@ -195,7 +195,9 @@ def parse_schedule(expr: str) -> Schedule:
         rest = rest[m.end():].strip()
     if not rest:
         raise ScheduleError(f"empty schedule {shown(expr)}")
-    if rest.startswith("@every"):
+    # Every `@` word is case-insensitive, as cron's day and month names are: `@Daily`
+    # loading while `@Every 1h` was an unknown macro was one rule for two words.
+    if rest[:len("@every")].lower() == "@every":
         dur = rest[len("@every"):].strip()
         try:
             ns = parse_duration_ns(dur)
