@@ -991,6 +991,34 @@ def test_a_config_error_never_quotes_a_secret(world: World, body: str, line: int
     assert (res.returncode, res.stdout, res.stderr) == (2, "", f"{cfg}:{line}: {expected}\n")
 
 
+def test_hours_and_ports_in_non_ascii_digits_are_refused(world: World) -> None:
+    """`\\d` and str.isdigit take any script's digits, and int() reads them: Arabic-Indic
+    hours ('٠٩:٠٠') loaded as 09:00 and a fullwidth port as 8080. A config is written
+    in ASCII digits, so each is refused, naming file, line, key and value (exit 2)."""
+    cfg = write(world.root / "config" / "harness" / "harness.toml", """
+        [server]
+        metrics_listen = "127.0.0.1:٩٠٩٠"
+        webhook_listen = "127.0.0.1:８０８０"
+        [harness.a]
+        argv = ["true"]
+        operating_hours = "Mon-Fri ٠٩:٠٠-13:00"
+        [harness.b]
+        argv = ["true"]
+        operating_hours = "TZ=UTC 09:00-１３:00"
+    """)
+    res = world.harness("daemon")
+    assert (res.returncode, res.stdout, res.stderr) == (2, "", (
+        f"{cfg}:2: server.metrics_listen: '127.0.0.1:٩٠٩٠' is not HOST:PORT (the port in "
+        "ASCII digits 0-9)\n"
+        f"{cfg}:3: server.webhook_listen: '127.0.0.1:８０８０' is not HOST:PORT (the port in "
+        "ASCII digits 0-9)\n"
+        f"{cfg}:6: harness.a.operating_hours: bad time '٠٩:٠٠' in 'Mon-Fri ٠٩:٠٠-13:00' "
+        "(use HH:MM in ASCII digits 0-9)\n"
+        f"{cfg}:9: harness.b.operating_hours: bad time '１３:00' in 'TZ=UTC 09:00-１３:00' "
+        "(use HH:MM in ASCII digits 0-9)\n"))
+    assert not world.ledger.exists()
+
+
 MIB = 1 << 20
 LETTERS = "NOT-A-NAME" * 10  # 100 characters, a name no NAME_RE takes
 

@@ -175,6 +175,9 @@ def _listen(value: Any) -> Any:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {toml_type(value)} {shown(value)}")
     _host, sep, port = value.rpartition(":")
+    # str.isdigit and int() take any script's digits ("٨٠٨٠" read as 8080).
+    if sep and port.isdigit() and not port.isascii():
+        raise ValueError(f"{shown(value)} is not HOST:PORT (the port in ASCII digits 0-9)")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"{shown(value)} is not HOST:PORT")
     return value

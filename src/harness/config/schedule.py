@@ -333,10 +333,15 @@ def _wall_instants(d: date, minute: int, tz: tzinfo) -> list[datetime]:
     return out
 
 
+_HHMM = r"(\d{1,2}):(\d{2})"
+
+
 def _minute_of(text: str, expr: str, *, end: bool) -> int:
-    m = re.fullmatch(r"(\d{1,2}):(\d{2})", text)
+    # ASCII digits only: \d and int() take any script's ("٠٩:٠٠" read as 09:00).
+    m = re.fullmatch(_HHMM, text, re.ASCII)
     if not m:
-        raise ScheduleError(f"bad time {shown(text)} in {shown(expr)} (use HH:MM)")
+        how = "HH:MM in ASCII digits 0-9" if re.fullmatch(_HHMM, text) else "HH:MM"
+        raise ScheduleError(f"bad time {shown(text)} in {shown(expr)} (use {how})")
     h, mi = int(m.group(1)), int(m.group(2))
     if h == 24 and mi == 0:
         if not end:
