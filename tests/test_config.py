@@ -439,6 +439,39 @@ def test_schedule_macros_and_every_are_case_insensitive(tmp_path: Path) -> None:
         datetime(2026, 1, 2, tzinfo=UTC)]
 
 
+def test_a_stall_timeout_of_zero_is_none_as_a_timeout_of_zero_is(tmp_path: Path) -> None:
+    """DESIGN §3: `timeout = "0"` is no timeout. `stall_timeout = "0"` loaded as a 0 ns
+    stall bound, which read literally kills every resident at once: it now reads as no
+    stall check, the key left out, in every spelling of zero (and a reload from one to
+    the other changes nothing)."""
+    path = write(tmp_path / "h.toml", """
+        [harness.none]
+        argv = ["true"]
+        [harness.str]
+        argv = ["true"]
+        stall_timeout = "0"
+        [harness.unit]
+        argv = ["true"]
+        stall_timeout = "0s"
+        [harness.int]
+        argv = ["true"]
+        stall_timeout = 0
+        [harness.float]
+        argv = ["true"]
+        stall_timeout = 0.0
+        [harness.job]
+        argv = ["true"]
+        kind = "oneshot"
+        timeout = "0"
+    """)
+    cfg = load_config(path, projects=[])
+    assert {n: h.stall_timeout for n, h in cfg.harness.items() if n != "job"} == dict.fromkeys(
+        ("none", "str", "unit", "int", "float"), None)
+    assert [n for n in ("str", "unit", "int", "float")
+            if cfg.harness[n] != cfg.harness["none"]] == []
+    assert cfg.harness["job"].timeout is None
+
+
 def test_the_longest_duration_is_accepted_and_exact(tmp_path: Path) -> None:
     path = write(tmp_path / "h.toml", """
         [ledger]

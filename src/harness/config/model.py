@@ -6,9 +6,10 @@ a Config is a value that a reload compares and replaces whole, never edits.
 
 Units: every duration field holds integer **nanoseconds** (``parse_duration_ns``), under
 the TOML key's own name, so ``timeout = "1h"`` reads back as ``3_600_000_000_000``;
-``timeout = "0"`` reads back as ``None`` (no timeout). A duration (``@every`` periods
-included) is at most ``durations.MAX_DURATION_NS`` (1000000d); ``inf``, ``nan`` and longer
-values are reported under their key like any other bad value, never raised past the loader.
+``timeout = "0"`` reads back as ``None`` (no timeout), as ``stall_timeout = "0"`` does
+(no stall check). A duration (``@every`` periods included) is at most
+``durations.MAX_DURATION_NS`` (1000000d); ``inf``, ``nan`` and longer values are reported
+under their key like any other bad value, never raised past the loader.
 
 Defaults that depend on other keys are resolved here, before field validation, so a
 validated HarnessConfig never has an undecided field:
@@ -232,7 +233,9 @@ class HarnessConfig(BaseModel):
     daily_cost_usd: PositiveFloat | None = None
     model_pin: NonEmptyStr | None = None  # "" matches no served model: every run a mismatch
     on_mismatch: Literal["hold", "fail-run"] | None = None
-    stall_timeout: Duration | None = None
+    # "0" is no stall check, as `timeout = "0"` is no timeout (DESIGN §3): a 0 ns bound
+    # would kill every resident at once, and systemd's WatchdogSec=0 is off too.
+    stall_timeout: OptionalDuration = None
     triggers: list[Annotated[str, BeforeValidator(_trigger)]] = []
 
     def parsed_schedule(self) -> Schedule | None:
