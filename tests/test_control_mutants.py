@@ -34,7 +34,7 @@ from harness.control.ops import logs_op, runs_op
 from harness.control.server import MAX_LINE, ControlServer, SocketInUse
 from harness.timefmt import format_ns
 from ledgertools import DAY, HOUR, T0, Clock, OpenLedger, open_fds
-from test_control_server import HANDLERS, LoopThread, Raw, Serve, _send_quietly, stuck_handler
+from test_control_server import HANDLERS, LoopThread, Raw, Serve, _send_quietly
 
 # The fixtures of the server's own tests, under the names tests ask for.
 loop = test_control_server.loop
@@ -278,23 +278,34 @@ def test_a_listing_reply_without_its_key_is_an_empty_listing(
 
 
 def test_the_cli_says_the_daemon_closed_the_connection_mid_request(
-        loop: LoopThread, sockdir: Path, tmp_path: Path) -> None:
-    """A daemon that shuts down while it holds a request: the command says how the
-    daemon was lost, on one line, and exits 1."""
+        sockdir: Path, tmp_path: Path) -> None:
+    """A daemon that dies while it holds a request (the connection ends with no reply; one
+    that shuts down answers ``shutting_down`` instead): the command says how the daemon
+    was lost, on one line, and exits 1."""
     path = sockdir / "harness.sock"
-    stuck, entered = stuck_handler()
-    srv = ControlServer(str(path), {"list": stuck})
-    loop.run(srv.start())
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen()
+    got: list[bytes] = []
+
+    def die_mid_request() -> None:
+        conn, _ = listener.accept()
+        with conn, conn.makefile("rwb") as f:
+            f.readline()
+            f.write(b'{"ok": true, "proto": "1.0"}\n')
+            f.flush()
+            got.append(f.readline())  # the request, then the end of the connection
+
+    server = threading.Thread(target=die_mid_request, daemon=True)
+    server.start()
     env = dict(os.environ, HARNESS_SOCKET=str(path), XDG_STATE_HOME=str(tmp_path / "state"),
                HOME=str(tmp_path / "home"))
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "list"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert entered.wait(timeout=60)
-        loop.run(srv.close())
-        out, err = proc.communicate(timeout=60)
+        res = subprocess.run([sys.executable, "-m", "harness.cli", "list"], env=env,
+                             capture_output=True, text=True, timeout=60, check=False)
+        server.join(timeout=60)
     finally:
-        proc.kill()
-        proc.wait()
-    assert (proc.returncode, out, err) == (
+        listener.close()
+    assert [json.loads(line)["op"] for line in got] == ["list"]
+    assert (res.returncode, res.stdout, res.stderr) == (
         1, "", "harness: lost the daemon (connection closed)\n")

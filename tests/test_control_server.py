@@ -219,7 +219,15 @@ def stuck_handler() -> tuple[Callable[[dict[str, Any]], Awaitable[Any]], threadi
     return stuck, entered
 
 
+SHUT_DOWN = {"code": "shutting_down",
+             "message": "the daemon shut down before it answered; the request may or may "
+                        "not have taken effect"}
+
+
 def test_close_does_not_wait_for_a_stuck_handler(loop: LoopThread, sockdir: Path) -> None:
+    """Nor does it leave the request unanswered (DESIGN.md §2: each request gets exactly
+    one reply): the client is told the daemon shut down, not left with a bare EOF that
+    reads like a crash."""
     path = sockdir / "harness.sock"
     stuck, entered = stuck_handler()
     srv = ControlServer(str(path), {"stuck": stuck})
@@ -229,9 +237,41 @@ def test_close_does_not_wait_for_a_stuck_handler(loop: LoopThread, sockdir: Path
     raw.send({"id": 1, "op": "stuck"})
     assert entered.wait(timeout=10)
     loop.run(srv.close(), timeout=10)
+    assert raw.recv() == {"id": 1, "ok": False, "error": SHUT_DOWN}
     assert raw.at_eof()
     raw.close()
     assert not path.exists()
+
+
+def test_every_request_cut_short_by_close_is_answered_once(loop: LoopThread,
+                                                             sockdir: Path) -> None:
+    """Pipelined requests past the in-flight bound (read, not yet dispatched) and those
+    in flight alike: one reply each, by id, then the end of the connection."""
+    path = sockdir / "harness.sock"
+    entered = threading.Semaphore(0)
+
+    async def stuck(req: dict[str, Any]) -> Any:
+        entered.release()
+        await asyncio.Event().wait()
+
+    srv = ControlServer(str(path), {"stuck": stuck})
+    loop.run(srv.start())
+    raw = Raw(path)
+    raw.hello()
+    # One write: the server reads all 20 lines at once, so once the 16th handler runs
+    # the 17th line has been read and waits for a slot.
+    raw.send(b"".join(json.dumps({"id": i, "op": "stuck"}).encode() + b"\n"
+                      for i in range(1, 21)))
+    for _ in range(16):
+        assert entered.acquire(timeout=10)
+    loop.run(srv.close(), timeout=10)
+    replies = []
+    while (line := raw.file.readline()) != b"":
+        replies.append(json.loads(line))
+    raw.close()
+    # 16 in flight and the 17th read while waiting for a slot; the rest were never read.
+    assert sorted(r["id"] for r in replies) == list(range(1, 18))
+    assert all(r == {"id": r["id"], "ok": False, "error": SHUT_DOWN} for r in replies)
 
 
 def test_a_stale_socket_is_replaced(serve: Serve, sockdir: Path) -> None:

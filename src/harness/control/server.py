@@ -11,8 +11,9 @@ Invariants:
   symlink) is held while it runs, and a socket that still answers is never replaced (a
   stale one is);
 - every request line gets exactly one reply line with its id (``null`` when it had no
-  valid id), and nothing a client sends — malformed, oversized or a handler failure —
-  ends the server or disturbs another connection;
+  valid id), one that `close` cut short included (``shutting_down``), and nothing a
+  client sends — malformed, oversized or a handler failure — ends the server or
+  disturbs another connection;
 - a connection never buffers more than about twice `max_line` bytes of unread input;
 - no client holds the daemon: at most `max_conns` connections are served (the next is
   answered ``busy`` and closed), one with no request in flight is closed after
@@ -328,13 +329,15 @@ class ControlServer:
         finally:
             for t in conn.inflight:
                 t.cancel()
-            writer.close()
             # close() may cancel us again mid-cleanup; ending as a cancelled task would make
             # asyncio's stream callback (3.11) log a spurious error, and there is nothing
             # left to stop anyway.
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 if conn.inflight:
+                    # Before the writer closes: each request cut short answers as it ends.
                     await asyncio.gather(*conn.inflight, return_exceptions=True)
+            writer.close()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 if self._closing:
                     writer.transport.abort()  # shutting down: never wait on a peer
                 # A graceful close flushes unsent replies first: bounded like any write.
@@ -420,7 +423,11 @@ class ControlServer:
             if not line.strip():
                 continue  # a blank line is not a request: nothing to answer
             # Bounded in-flight work per connection: past it, stop reading (backpressure).
-            await conn.slots.acquire()
+            try:
+                await conn.slots.acquire()
+            except asyncio.CancelledError:
+                self._cut_short(conn, line)  # read, so a request the client awaits
+                raise
             task = asyncio.create_task(self._answer(conn, line))
             conn.inflight.add(task)
             task.add_done_callback(conn.finished)
@@ -429,7 +436,11 @@ class ControlServer:
             await asyncio.gather(*conn.inflight, return_exceptions=True)
 
     async def _answer(self, conn: _Connection, line: bytes) -> None:
-        op, reply = await self._dispatch(line)
+        try:
+            op, reply = await self._dispatch(line)
+        except asyncio.CancelledError:
+            self._cut_short(conn, line)
+            raise
         try:
             data = _encode(reply)
         except UnicodeEncodeError:
@@ -444,6 +455,20 @@ class ControlServer:
             # The peer is gone; the read loop sees it too. Raising here would only leave
             # an exception no one retrieves.
             conn.writer.close()
+
+    def _cut_short(self, conn: _Connection, line: bytes) -> None:
+        """Answer a request that `close` cut short, at once and without waiting on the
+        peer: one reply per request holds at shutdown too (DESIGN.md §2), so a client is
+        told the daemon went away on purpose rather than left with a bare EOF. Its
+        handler may have acted already, and the reply says so. Written straight to the
+        transport, which hands it to the kernel's buffer now; `close` never drains."""
+        if not self._closing or conn.writer.transport.is_closing():
+            return
+        msg, _err = self._parse(line)
+        rid = msg["id"] if msg is not None and _valid_id(msg) else None
+        conn.writer.write(_encode(_error(
+            rid, "shutting_down", "the daemon shut down before it answered; the request "
+                                  "may or may not have taken effect")))
 
     async def _dispatch(self, line: bytes) -> tuple[str | None, dict[str, Any]]:
         """The op named (when there is one) and the reply to send."""
