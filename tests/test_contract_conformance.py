@@ -369,3 +369,29 @@ def test_the_control_protocol_byte_for_byte(world: World, daemons: Daemons) -> N
     assert [(r["run_id"], r["seq"]) for r in older["runs"]] == [(1, 1)]
     assert older["oldest_seq"] == 1
     assert [r["run_id"] for r in by_id[5]["data"]["runs"]] == [3]
+
+
+# -- harness daemon: SIGINT as SIGTERM ---------------------------------------------------
+
+
+def test_sigint_shuts_the_daemon_down_cleanly(world: World, daemons: Daemons) -> None:
+    """§2: SIGTERM/SIGINT shut the daemon down cleanly (REQ-7, REQ-20) — Ctrl-C as well as
+    a service manager's SIGTERM: exit 0, the socket removed, the live run's record closed
+    interrupted/shutdown with an end time, and the chain intact."""
+    daemons.write_config('[harness.live]\nkind = "oneshot"\nargv = ["sleep", "600"]\n')
+    proc = daemons.start()
+    assert world.harness("trigger", "live").stdout == "1\n"
+    until("the run to be live", lambda: world.harness("list", "--json").stdout.count(
+        '"state": "running"') == 1)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+    assert not daemons.socket.exists()
+    res = world.harness("runs", "live", "--json")
+    assert res.returncode == 0, res.stderr
+    [rec] = json.loads(res.stdout)
+    assert (rec["outcome"], rec["reason"], rec["exit_code"]) == ("interrupted", "shutdown", -1)
+    assert rec["ended_at"] >= rec["started_at"]
+    verified = world.harness("ledger", "verify", "--json")
+    assert verified.returncode == 0, verified.stdout
+    assert (json.loads(verified.stdout)["ok"], json.loads(verified.stdout)["entry_count"]) \
+        == (True, 2)
