@@ -324,6 +324,41 @@ def test_trigger_wait_exits_with_the_runs_code_through_a_real_daemon(
                         "bare": ("timed_out", -1, None), "ms": ("timed_out", -1, None)}
 
 
+def test_every_command_that_prints_data_takes_json(world: World, daemons: Daemons) -> None:
+    """§2: each command takes `--json` where it prints data. `trigger` prints the run id
+    it started, `start`/`stop`/`restart` what they did to which run: with `--json`, the
+    daemon's answer as one JSON object on stdout. `trigger --wait --json` prints the
+    run's record in place of the output it would stream (stdout stays one JSON value)
+    and still exits with the run's code."""
+    daemons.write_config(
+        '[harness.out]\nkind = "oneshot"\nargv = ["sh", "-c", "echo hello; exit 3"]\n'
+        '[harness.res]\nkind = "resident"\nargv = ["sleep", "600"]\n')
+    daemons.start()
+
+    def as_json(*args: str, code: int = 0) -> Any:
+        res = world.harness(*args, "--json")
+        assert res.returncode == code, res.stderr
+        return json.loads(res.stdout)
+
+    assert as_json("trigger", "out") == {"decision": "started", "run_id": 1}
+    rec = as_json("trigger", "out", "--wait", code=3)
+    assert {k: rec[k] for k in ("harness", "run_id", "outcome", "exit_code", "trigger")} \
+        == {"harness": "out", "run_id": 2, "outcome": "failed", "exit_code": 3,
+            "trigger": "manual"}
+    assert rec == json.loads(world.harness("runs", "out", "--json").stdout)[0]
+    # Without --json the same wait streams the run's output.
+    assert world.harness("trigger", "out", "--wait").stdout == "hello\n"
+    until("the resident to be up", lambda: world.harness("list", "--json").stdout.count(
+        '"state": "running"') == 1)
+    assert as_json("stop", "res") == {"name": "res", "kind": "resident", "action": "stopped",
+                                      "run_id": 1, "outcome": "cancelled",
+                                      "reason": "operator"}
+    assert as_json("start", "res") == {"name": "res", "kind": "resident",
+                                       "action": "started", "run_id": 2}
+    assert as_json("restart", "res") == {"name": "res", "kind": "resident",
+                                         "action": "restarted", "replaced": 2, "run_id": 3}
+
+
 # -- the control socket, byte for byte, against the real daemon -----------------------
 
 

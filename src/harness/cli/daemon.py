@@ -95,8 +95,12 @@ def daemon_command(ctx: click.Context) -> None:
 @click.option("--wait", is_flag=True, help="Wait for the run and exit with its exit code.")
 @click.option("--over-budget", is_flag=True,
               help="Admit this one run over the harness's budget (recorded as override).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the daemon's answer as JSON; with --wait, the run's record "
+                   "instead of its output.")
 @click.pass_context
-def trigger_command(ctx: click.Context, name: str, wait: bool, over_budget: bool) -> None:
+def trigger_command(ctx: click.Context, name: str, wait: bool, over_budget: bool,
+                    as_json: bool) -> None:
     """Start a run of the one-shot NAME now."""
 
     def go(client: Client) -> int:
@@ -121,7 +125,7 @@ def trigger_command(ctx: click.Context, name: str, wait: bool, over_budget: bool
         # below speaks of its own run's record itself.
         warn_not_durable(data, but=(name, run_id) if wait else None)
         if not wait:
-            click.echo(str(run_id))
+            click.echo(_json(data) if as_json else str(run_id))
             return 0
         follower: LogFollower | None = None
         unreadable = False  # the run's log would not read: its end is waited for without it
@@ -141,7 +145,8 @@ def trigger_command(ctx: click.Context, name: str, wait: bool, over_budget: bool
                          f"yet, the run ledger cannot write it ({_shown(why)}); still "
                          "waiting (Ctrl-C stops the wait, not the run)")
                     ask = False
-            if follower is None and not unreadable and rec is not None and rec.get("log"):
+            if (follower is None and not unreadable and not as_json and rec is not None
+                    and rec.get("log")):
                 # The log file, not the field: a path the ledger stored cut names another
                 # file. Found under this CLI's state dir, which is the daemon's unless the
                 # two were started apart; then it cannot be told, and is not followed. One
@@ -176,6 +181,8 @@ def trigger_command(ctx: click.Context, name: str, wait: bool, over_budget: bool
                 click.echo(f"{render.visible(name)} run {run_id}: {_shown(rec.get('outcome'))}"
                            + (f" ({_shown(rec['reason'])})" if rec.get("reason") else ""),
                            err=True)
+                if as_json:  # the record, in place of the output it did not stream
+                    click.echo(_json(rec))
                 return exit_code_of(rec)
             time.sleep(WAIT_POLL)
 
@@ -250,6 +257,11 @@ def _shown(value: Any) -> str:
     return render.visible(_text(value, "?"))
 
 
+def _json(value: Any) -> str:
+    """What `--json` prints: the daemon's data as it sent it (scrubbed at its source)."""
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
 def _show(ctx: click.Context, op: str, as_json: bool, empty: str, header: list[str],
           row: Callable[[dict[str, Any]], list[Any]], key: str | None = None) -> None:
     """Ask the daemon for a listing op and print it as JSON or as a table.
@@ -259,7 +271,7 @@ def _show(ctx: click.Context, op: str, as_json: bool, empty: str, header: list[s
     for standard output's encoding like `harness runs`'s."""
     items = _call(ctx, lambda c: listing(c.request(op), key or op))
     if as_json:
-        click.echo(json.dumps(items, indent=2, ensure_ascii=False))
+        click.echo(_json(items))
     elif not items:
         click.echo(empty)
     else:
@@ -314,10 +326,12 @@ def _describe(name: str, data: dict[str, Any]) -> str:
 def _lifecycle(op: str, doc: str) -> click.Command:
     @click.command(op, help=doc)
     @click.argument("name")
+    @click.option("--json", "as_json", is_flag=True,
+                  help="Print the daemon's answer (action, run_id, ...) as JSON.")
     @click.pass_context
-    def command(ctx: click.Context, name: str) -> None:
+    def command(ctx: click.Context, name: str, as_json: bool) -> None:
         data = _call(ctx, lambda c: reply_object(c.request(op, name=name), op, action=str))
-        click.echo(_describe(name, data))
+        click.echo(_json(data) if as_json else _describe(name, data))
         # The stop is done; only its records wait for the disk (REQ-6's bound passed).
         if "not_durable" in data:
             warn_not_durable(data)
