@@ -111,6 +111,11 @@ argv = ["sh", "-c", "exit 0"]
     (1.0, MAX_BACKOFF, 1.0, (MAX_BACKOFF, MAX_BACKOFF)),
     (1.0, 8.0, 30.0, (8.0, 8.0)),  # neither quick nor stable: the backoff holds
     (1.0, MAX_BACKOFF, 60.0, (1.0, 1.0)),  # up a minute: reset
+    # A restart_delay above the cap: a quick failure never brings the next restart
+    # sooner than the configured delay (it used to drop to MAX_BACKOFF).
+    (300.0, None, 1.0, (300.0, 300.0)),
+    (300.0, 300.0, 1.0, (300.0, 300.0)),
+    (300.0, 300.0, 60.0, (300.0, 300.0)),
 ])
 def test_crash_loop_backoff(base: float, current: float | None, up: float,
                             want: tuple[float, float]) -> None:

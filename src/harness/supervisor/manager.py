@@ -92,7 +92,8 @@ DECIDE_RETRY_MAX = 300.0
 # How far back `jobs` looks for the failure streak; a longer streak reads as this many.
 STREAK_LIMIT = 1000
 # Crash-loop backoff (REQ-3): a run shorter than QUICK_RUN doubles the next restart delay,
-# up to MAX_BACKOFF; a run that stayed up STABLE_RUN resets it to the configured delay.
+# up to MAX_BACKOFF (or the configured delay, if longer); a run that stayed up STABLE_RUN
+# resets it to the configured delay.
 QUICK_RUN = 10.0
 STABLE_RUN = 60.0
 MAX_BACKOFF = 60.0
@@ -172,10 +173,12 @@ def next_delay(base: float, current: float | None, up: float) -> tuple[float, fl
     """(this restart's delay, the one after it) for a resident that stayed up `up` seconds.
 
     `current` is the delay the backoff had reached (None: none yet). A stable run resets it
-    to `base`; a quick one doubles the next delay, capped at MAX_BACKOFF.
+    to `base`; a quick one doubles the next delay, capped at MAX_BACKOFF -- or at `base`
+    when that is longer: a backoff never restarts sooner than the configured delay.
     """
     delay = base if up >= STABLE_RUN or current is None else current
-    return delay, (min(max(delay * 2, MIN_BACKOFF), MAX_BACKOFF) if up < QUICK_RUN else delay)
+    cap = max(MAX_BACKOFF, base)
+    return delay, (min(max(delay * 2, MIN_BACKOFF), cap) if up < QUICK_RUN else delay)
 
 
 def _wants_restart(policy: str, outcome: str | None) -> bool:
