@@ -553,3 +553,93 @@ hours_shutdown = "immediate"
         assert led.get(name, 2) is None, name
     on = led.get("on", 1)
     assert on is not None and (on["outcome"], on["reason"]) == ("cancelled", "hours")
+
+
+# -- reload: operator actions and hours ---------------------------------------------------
+
+
+def _closed_day() -> str:
+    """A weekday that is neither today nor tomorrow (UTC): its hours are closed all test."""
+    return ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")[
+        (datetime.now(UTC).weekday() + 3) % 7]
+
+
+def _worker(argv: str, extra: str = "") -> str:
+    return (f'[harness.w]\nkind = "resident"\nargv = {argv}\n'
+            f'operating_hours = "TZ=UTC {_closed_day()} 00:00-00:01"\n{extra}')
+
+
+def test_a_reloaded_operator_stopped_resident_keeps_its_hours(
+        world: World, open_ledger: Callable[..., RunLedger]) -> None:
+    """An operator-stopped resident with operating hours, changed by a reload, stays
+    down, and its hours still hold once the operator starts it outside them: the run
+    that start began lasts until it ends, and its failure restarts nothing while the
+    hours are closed (the resident reads off-hours). The reload used to skip re-arming
+    its hours, so the resident was restarted outside them, over and over."""
+    fail = '["sh", "-c", "exit 1"]'
+    manager = _manager(world, open_ledger,
+                       _worker('["sleep", "600"]', 'restart_delay = "0s"\n'))
+    led = manager.ledger
+
+    async def body() -> None:
+        await manager.start_residents()
+        assert manager.state_of("w") == "off-hours"
+        assert (await manager.stop_op("w"))["action"] == "not_running"
+        assert manager.state_of("w") == "stopped"
+        new = _config(world, _worker(fail, 'restart_delay = "0s"\n'), "after.toml")
+        assert (await manager.reload(new))["changed"] == ["w"]
+        assert manager.state_of("w") == "stopped"
+        assert (await manager.start_op("w"))["run_id"] == 1
+        rec = await _until("run 1 to fail", _closed(led, "w", 1))
+        assert (rec["trigger"], rec["outcome"]) == ("manual", "failed")
+        await _until("its watcher", lambda: manager.state_of("w") != "running")
+        assert manager.state_of("w") == "off-hours"
+
+    _run(manager, body)
+    assert led.get("w", 2) is None
+
+
+def test_a_reload_does_not_start_a_resident_whose_operator_start_has_ended(
+        world: World, open_ledger: Callable[..., RunLedger]) -> None:
+    """An operator's start outside the hours lasts as long as the run it began: once that
+    run has ended on its own (restart = "no"), a reload changing the resident starts
+    nothing, since it was down."""
+    manager = _manager(world, open_ledger, _worker('["true"]', 'restart = "no"\n'))
+    led = manager.ledger
+
+    async def body() -> None:
+        await manager.start_residents()
+        assert (await manager.start_op("w"))["run_id"] == 1
+        await _until("run 1 to end", _closed(led, "w", 1))
+        await _until("its watcher", lambda: manager.state_of("w") != "running")
+        assert manager.state_of("w") == "off-hours"
+        new = _config(world, _worker('["sleep", "600"]', 'restart = "no"\n'), "after.toml")
+        assert (await manager.reload(new))["changed"] == ["w"]
+        assert manager.state_of("w") == "off-hours"
+
+    _run(manager, body)
+    assert led.get("w", 2) is None
+
+
+def test_a_resident_removed_and_added_again_is_a_new_one(
+        world: World, open_ledger: Callable[..., RunLedger]) -> None:
+    """A removed resident is forgotten whole: the operator's stop of it included, so the
+    same name added back by a later reload autostarts as any added resident does."""
+    text = '[harness.r]\nkind = "resident"\nargv = ["sleep", "600"]\n'
+    other = '[harness.o]\nkind = "oneshot"\nargv = ["true"]\n'
+    manager = _manager(world, open_ledger, text + other)
+    led = manager.ledger
+
+    async def body() -> None:
+        await manager.start_residents()
+        assert (await manager.stop_op("r"))["reason"] == "operator"
+        gone = await manager.reload(_config(world, other, "gone.toml"))
+        assert gone == {"added": [], "removed": ["r"], "changed": [], "unchanged": 1}
+        back = await manager.reload(_config(world, text + other, "back.toml"))
+        assert back == {"added": ["r"], "removed": [], "changed": [], "unchanged": 1}
+        two = await _until("the autostart", lambda: led.get("r", 2))
+        assert (two["trigger"], two["outcome"]) == ("autostart", "running")
+        assert manager.state_of("r") == "running"
+
+    _run(manager, body)
+    assert manager.ids.state.stopped() == set()

@@ -1254,8 +1254,9 @@ class Manager:
             if not up:
                 # An operator's start outside the hours lasts as long as the run it began.
                 self._override.discard(name)
-        if name in self._held:
-            return queued  # operator-stopped: stays down under the new config too
+        # An operator-stopped one stays down under the new config too (`_arm_resident`
+        # starts no held resident), but its hours gate is armed again all the same: the
+        # operator's next start must run under its hours, not outside them for good.
         # One that was up is started again by the operator's reload, as `harness restart`
         # starts it: manual, whatever `enabled` says. Not "autostart" (what `enabled`
         # governs, which a disabled one never does) nor "restart" (the policy's restart
