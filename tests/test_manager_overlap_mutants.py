@@ -643,3 +643,32 @@ def test_a_resident_removed_and_added_again_is_a_new_one(
 
     _run(manager, body)
     assert manager.ids.state.stopped() == set()
+
+
+def test_a_reloaded_schedule_starts_from_now(
+        world: World, open_ledger: Callable[..., RunLedger]) -> None:
+    """A changed schedule's windows before the reload were never due: even when the last
+    decided window (New Year's midnight) is a window of the new hourly schedule too, the
+    hours since are not recorded missed; the ticker only waits for the next hour."""
+    text = '[harness.j]\nkind = "oneshot"\nargv = ["true"]\nschedule = "CRON_TZ=UTC {}"\n'
+    manager = _manager(world, open_ledger, text.format("0 0 1 1 *"))
+    led = manager.ledger
+    year = datetime.now(UTC).year
+    window = f"{year}-01-01T00:00:00.000000000Z"
+    led.append({"type": "decided", "harness": "j", "run_id": 1, "at": window,
+                "kind": "oneshot", "trigger": "schedule", "started_at": window,
+                "outcome": "success", "ended_at": window, "window": window}, sync=True)
+
+    async def body() -> None:
+        manager.start()
+        nxt = (await _nexts(manager, "j"))["j"]
+        assert nxt == f"{year + 1}-01-01T00:00:00.000000000Z"
+        new = _config(world, text.format("0 * * * *"), "hourly.toml")
+        assert (await manager.reload(new))["changed"] == ["j"]
+        nxt = (await _nexts(manager, "j"))["j"]
+        assert nxt.endswith(":00:00.000000000Z")
+        left = datetime.fromisoformat(nxt[:19] + "+00:00") - datetime.now(UTC)
+        assert timedelta(0) < left <= timedelta(hours=1)  # the next hour
+
+    _run(manager, body)
+    assert led.get("j", 2) is None
