@@ -27,6 +27,7 @@ import pytest
 from conftest import World
 from harness.config.load import load_config
 from harness.config.model import Config
+from harness.ledger.files import FaultyFiles
 from harness.ledger.runledger import RunLedger
 from harness.supervisor.manager import Manager, unbudgeted
 from harness.supervisor.state import RunIds, StateFile
@@ -42,10 +43,11 @@ def _config(world: World, text: str, name: str = "harness.toml") -> Config:
     return load_config(str(path))
 
 
-def _manager(world: World, open_ledger: Callable[..., RunLedger], text: str) -> Manager:
+def _manager(world: World, open_ledger: Callable[..., RunLedger], text: str,
+             **kw: Any) -> Manager:
     jobs_dir = world.state / "jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)
-    led = open_ledger(world.root / "ledger")
+    led = open_ledger(world.root / "ledger", **kw)
     ids = RunIds(StateFile(str(world.root / "state.json")), led, str(jobs_dir))
     return Manager(_config(world, text), led, ids, str(jobs_dir))
 
@@ -672,3 +674,65 @@ def test_a_reloaded_schedule_starts_from_now(
 
     _run(manager, body)
     assert led.get("j", 2) is None
+
+
+# -- replies: which records are not on disk yet -------------------------------------------------
+
+
+def test_a_stop_names_every_record_it_closed_that_is_not_on_disk_yet(
+        world: World, open_ledger: Callable[..., RunLedger], tmp_path: Path) -> None:
+    """An operator's stop of a one-shot with a held firing, while the disk's syncs hang:
+    both records it closed (the live run's closed line, the held firing's decided line)
+    stay queued past REQ-6's 2 s bound, and the reply says so of each (``durable:
+    false``, both named in ``not_durable``) instead of failing; once the disk is back
+    both land."""
+    gate = tmp_path / "gate"
+    files = FaultyFiles()
+    manager = _manager(world, open_ledger, _gated("q", "queue", gate), files=files)
+    led = manager.ledger
+
+    async def body() -> None:
+        assert await manager.fire("q") == {"decision": "started", "run_id": 1}
+        assert await manager.fire("q") == {"decision": "queued", "run_id": 2}
+        files.inject("sync", hang=True)
+        try:
+            out = await manager.stop_op("q")
+        finally:
+            files.clear("sync")
+        assert out == {"name": "q", "kind": "oneshot", "action": "stopped", "run_id": 1,
+                       "outcome": "cancelled", "reason": "operator", "cancelled_queued": 2,
+                       "durable": False, "not_durable": [
+                           {"harness": "q", "run_id": 1, "line": "closed"},
+                           {"harness": "q", "run_id": 2, "line": "decided"}]}
+        for run_id in (1, 2):
+            rec = await _until(f"run {run_id}'s record", _closed(led, "q", run_id))
+            assert (rec["outcome"], rec["reason"]) == ("cancelled", "operator")
+
+    _run(manager, body)
+
+
+def test_a_replace_names_the_replaced_runs_record_that_is_not_on_disk_yet(
+        world: World, open_ledger: Callable[..., RunLedger], tmp_path: Path) -> None:
+    """on_overlap = "replace" while the disk's syncs hang: the new run starts (REQ-6's
+    exception for an unbudgeted harness) and the reply names the replaced run's closed
+    line as not on disk yet; once the disk is back it lands, replaced."""
+    gate = tmp_path / "gate"
+    files = FaultyFiles()
+    manager = _manager(world, open_ledger, _gated("r", "replace", gate), files=files)
+    led = manager.ledger
+
+    async def body() -> None:
+        assert await manager.fire("r") == {"decision": "started", "run_id": 1}
+        files.inject("sync", hang=True)
+        try:
+            out = await manager.fire("r")
+        finally:
+            files.clear("sync")
+        assert out == {"decision": "started", "run_id": 2, "durable": False,
+                       "not_durable": [{"harness": "r", "run_id": 1, "line": "closed"}]}
+        rec = await _until("run 1's record", _closed(led, "r", 1))
+        assert rec["outcome"] == "replaced"
+        gate.touch()
+        await _until("run 2 to end", _closed(led, "r", 2))
+
+    _run(manager, body)
