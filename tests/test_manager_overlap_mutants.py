@@ -1,15 +1,17 @@
 """Mutation-test survivors of the daemon's supervisor (`harness.supervisor.manager`) on the
-side of overlaps, residents and reloads: the window and trigger a skipped or held firing
-keeps (a held scheduled firing runs with its trigger, window and --over-budget, and a
-skipped one is recorded with its window, which is where a booted ticker resumes from), a
-held firing replaced once a reload made the policy ``replace``, the restart policy table
-(no / always / on-failure / unless-stopped against a clean and a failed exit, read off
-`list` as backoff or stopped), a zero restart_delay restarting at once, the state `list`
-shows of each kind of harness (an operator's stop outside the hours reads stopped, not
-off-hours), replies that carry no ``durable`` word when every record is on disk, and
-which budget or cap takes a harness out of REQ-6's exception (`unbudgeted`). Exact values
-through the public API and a real Manager over a real ledger and real processes in a tmp
-dir."""
+side of overlaps, residents, operating hours and reloads: the trigger, window and
+--over-budget a held scheduled firing runs with, and the window a skipped one is recorded
+under (where a booted ticker resumes); a held firing replaced once a reload made the
+policy ``replace``; the restart table (no / always / on-failure / unless-stopped against a
+clean and a failed exit, read off `list` as backoff or stopped) and a zero restart_delay;
+the state `list` shows of each kind of harness (an operator's stop outside the hours reads
+stopped, not off-hours); an hours opening that releases only an enabled resident nobody
+stopped; a reload's reply and what it starts, stops and leaves down (operator stops and
+starts, a backoff, a resident removed and added back, the hours of an operator-stopped
+resident, a changed schedule starting from now); the not-on-disk word of a stop and a
+replace on a hung disk; and which budget or cap takes a harness out of REQ-6's exception
+(`unbudgeted`). Exact values through the public API and a real Manager over a real ledger
+and real processes in a tmp dir; the hung disk is the FaultyFiles layer."""
 
 from __future__ import annotations
 
