@@ -3,7 +3,8 @@ side of overlaps, residents, operating hours and reloads: the trigger, window an
 --over-budget a held scheduled firing runs with, and the window a skipped one is recorded
 under (where a booted ticker resumes); a held firing replaced once a reload made the
 policy ``replace``; the restart table (no / always / on-failure / unless-stopped against a
-clean and a failed exit, read off `list` as backoff or stopped) and a zero restart_delay;
+clean and a failed exit, read off `list` as backoff or stopped), a zero restart_delay and a
+crash loop doubling its delay;
 the state `list` shows of each kind of harness (an operator's stop outside the hours reads
 stopped, not off-hours); an hours opening that releases only an enabled resident nobody
 stopped; a reload's reply and what it starts, stops and leaves down (operator stops and
@@ -240,6 +241,34 @@ def test_a_zero_restart_delay_restarts_at_once(
     _run(manager, body)
     two = led.get("r", 2)
     assert two is not None and (two["outcome"], two["reason"]) == ("interrupted", "shutdown")
+
+
+def test_a_crash_loop_doubles_the_restart_delay(
+        world: World, open_ledger: Callable[..., RunLedger]) -> None:
+    """REQ-3's backoff: a resident that fails within QUICK_RUN seconds of its start waits
+    twice as long before each next restart (a run's duration is in milliseconds in its
+    record; read as seconds, a tenth of a second would count as stable and reset it)."""
+    manager = _manager(world, open_ledger,
+                       '[harness.r]\nkind = "resident"\nargv = ["sh", "-c", "sleep 0.1; exit 1"]\n'
+                       'restart_delay = "250ms"\n')
+    led = manager.ledger
+
+    async def body() -> None:
+        await manager.start_residents()
+        await _until("run 5", lambda: led.get("r", 5))
+        await manager.stop_op("r")
+
+    _run(manager, body)
+    recs = [led.get("r", n) for n in range(1, 6)]
+    assert all(r is not None for r in recs)
+    ends = [r["ended_at"] for r in recs[:4] if r is not None]
+    starts = [r["started_at"] for r in recs[1:] if r is not None]
+    for n, (end, start, delay) in enumerate(zip(ends, starts, (0.25, 0.5, 1.0, 2.0),
+                                                strict=True), 1):
+        waited = (datetime.fromisoformat(start[:26] + "+00:00")
+                  - datetime.fromisoformat(end[:26] + "+00:00")).total_seconds()
+        # A lower bound only: a loaded machine can only make the wait longer.
+        assert waited >= delay - 0.001, (n, waited)
 
 
 # -- what `list` shows --------------------------------------------------------------------
