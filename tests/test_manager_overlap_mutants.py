@@ -442,7 +442,7 @@ def test_a_reload_adds_removes_and_reapplies_exactly_what_changed(
     cancelled/reload; an added resident autostarts and an added schedule is armed; a
     changed resident that was up (autostarted, started by an operator while disabled, or
     waiting out a restart's backoff) starts again under the new config (trigger
-    autostart), one that was down or that an operator stopped stays down; a changed
+    manual: the reload is the operator's act), one that was down or that an operator stopped stays down; a changed
     schedule is armed anew."""
     manager = _manager(world, open_ledger, _BEFORE)
     led = manager.ledger
@@ -476,11 +476,11 @@ def test_a_reload_adds_removes_and_reapplies_exactly_what_changed(
 
     assert rec("gone", 1) == ("autostart", "cancelled", "reload")
     assert rec("edit", 1) == ("autostart", "cancelled", "reload")
-    assert rec("edit", 2) == ("autostart", "interrupted", "shutdown")
+    assert rec("edit", 2) == ("manual", "interrupted", "shutdown")
     assert rec("manual", 1) == ("manual", "cancelled", "reload")
-    assert rec("manual", 2) == ("autostart", "interrupted", "shutdown")
+    assert rec("manual", 2) == ("manual", "interrupted", "shutdown")
     assert rec("bo", 1) == ("manual", "failed", None)
-    assert rec("bo", 2) == ("autostart", "interrupted", "shutdown")
+    assert rec("bo", 2) == ("manual", "interrupted", "shutdown")
     assert rec("held", 1) == ("autostart", "cancelled", "operator")
     assert rec("held", 2) is None
     assert rec("down", 1) is None
