@@ -1,0 +1,227 @@
+"""Mutation-found gaps in the HMAC audit chain (`harness.audit`) and in the parts of
+resume (`harness.worklog.resume`) and anchoring (`harness.worklog.anchor`) that
+tests/test_worklog_git_mutants.py does not reach. Each test pins a behaviour no other
+test held exactly: the audit file's bytes, its key's modes and length, what verifying
+reports for a line that was edited, forged with the key, stripped of its mac or cut
+short, and what `harness ledger anchor|resume|runs` print and exit with, through the
+real CLI in real git repositories.
+
+The audit chain has no command of its own: a chain is read back with `verify_audit` (in
+the test process, or in a child process of the test's XDG world after the real CLI
+wrote it), and a failure to mirror an anchor into it is the CLI's one-line warning."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import audit
+from harness.ledger.canonical import canonical
+
+
+@pytest.fixture
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's audit directory (XDG_STATE_HOME is private to the test)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return tmp_path / "state" / "harness" / "audit"
+
+
+def sealed(key: bytes, body: dict[str, Any]) -> bytes:
+    """An audit line made with the chain's own key: what only a key holder can write."""
+    mac = hmac.new(key, canonical(body), hashlib.sha256).hexdigest()
+    return canonical({**body, "mac": mac}) + b"\n"
+
+
+def write_key(state: Path, key: bytes, mode: int) -> Path:
+    state.mkdir(parents=True, mode=0o700, exist_ok=True)
+    path = state / "key"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        os.write(fd, key)
+    finally:
+        os.close(fd)
+    os.chmod(path, mode)  # the umask may have cut the mode asked for
+    return path
+
+
+# -- the key ---------------------------------------------------------------------------------
+
+
+def test_the_audit_directory_holds_only_the_chain_and_its_key(state: Path) -> None:
+    """The key is written under a private name and linked into place: that name is gone
+    once the key is there, so the directory holds exactly the two files, each 0600."""
+    audit.append_event("e", {"i": 1})
+    assert sorted(p.name for p in state.iterdir()) == ["audit.jsonl", "key"]
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    for name in ("audit.jsonl", "key"):
+        assert stat.S_IMODE((state / name).stat().st_mode) == 0o600, name
+
+
+def test_verifying_a_chain_whose_key_is_gone_fails_and_makes_no_key(state: Path) -> None:
+    """Verifying only reads: with the key removed, a chain of lines cannot be checked
+    (False at seq 1, never a traceback), and no new key is made, which would leave a key
+    that no line of the chain was sealed with for the next append to use."""
+    audit.append_event("e", {"i": 1})
+    audit.append_event("e", {"i": 2})
+    (state / "key").unlink()
+    assert audit.verify_audit() == (False, 0, 1)
+    assert not (state / "key").exists()
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o620, 0o602, 0o610])
+def test_a_key_any_other_user_can_touch_is_refused_everywhere(state: Path,
+                                                              mode: int) -> None:
+    """Group or other access of any kind (read, write) lets someone other than the owner
+    forge or replace the chain's key. Appending and verifying both refuse it, naming the
+    file and its mode."""
+    path = write_key(state, os.urandom(32), mode)
+    for op in (lambda: audit.append_event("e", {}), audit.verify_audit):
+        (state / "audit.jsonl").write_bytes(b"")
+        with pytest.raises(audit.AuditError) as err:
+            op()
+        assert str(err.value) == f"audit key {path} must be mode 0600 (it is {mode:o})"
+    assert (state / "audit.jsonl").read_bytes() == b""
+
+
+@pytest.mark.parametrize("size", [0, 31, 33, 64])
+def test_a_key_that_is_not_32_bytes_is_refused(state: Path, size: int) -> None:
+    path = write_key(state, os.urandom(size), 0o600)
+    (state / "audit.jsonl").write_bytes(b"")
+    for op in (lambda: audit.append_event("e", {}), audit.verify_audit):
+        with pytest.raises(audit.AuditError) as err:
+            op()
+        assert str(err.value) == f"audit key {path} is not 32 bytes long"
+    assert (state / "audit.jsonl").read_bytes() == b""
+
+
+# -- the file --------------------------------------------------------------------------------
+
+
+def test_the_file_is_exactly_one_canonical_line_per_event(state: Path) -> None:
+    """No blank line, no separator but one newline after each line: a line whose
+    predecessor ended in its newline is written as it is, not after another one."""
+    written = [audit.append_event("e", {"i": i}) for i in range(3)]
+    written.append(audit.append_event_once("once", {"i": 9}))
+    assert (state / "audit.jsonl").read_bytes() == b"".join(
+        canonical(line) + b"\n" for line in written if line is not None)
+
+
+def test_a_last_line_longer_than_a_read_block_is_followed_whole(state: Path) -> None:
+    """The last line is found by reading back from the end a block at a time: a line
+    longer than a block is read whole, so the next line links to it (its mac), rather
+    than to a piece of it (which is no audit line: the append would fail)."""
+    first = audit.append_event("e", {"note": "word " * 4000})
+    assert len(canonical(first)) > 4 * 4096
+    second = audit.append_event("e", {"i": 2})
+    assert (second["seq"], second["prev"]) == (2, first["mac"])
+    assert audit.verify_audit() == (True, 2, None)
+
+
+@pytest.mark.parametrize("last", [b"{}", b"[]", b'{"seq":"x","mac":"m"}',
+                                  b'{"seq":null,"mac":"m"}', b'{"seq":1}', b"7"])
+def test_a_last_line_that_is_json_but_no_audit_line_is_refused(state: Path,
+                                                               last: bytes) -> None:
+    """JSON that lacks a seq or mac, or holds the wrong kind of either, is no line to
+    chain to: the append is refused with one message (never a KeyError or TypeError),
+    and the file is left as it was."""
+    audit.append_event("e", {"i": 1})
+    path = state / "audit.jsonl"
+    with open(path, "ab") as f:
+        f.write(last + b"\n")
+    before = path.read_bytes()
+    for append in (audit.append_event, audit.append_event_once):
+        with pytest.raises(audit.AuditError) as err:
+            append("e", {"i": 2})
+        assert str(err.value) == f"the last line of {path} is not an audit line"
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("content", [b"{", b'{"at":"2026-', b"\n", b"\n\n"])
+def test_a_file_with_no_whole_line_starts_the_chain(state: Path, content: bytes) -> None:
+    """A crash during the very first append leaves a fragment of it (even one byte), or
+    an editor leaves only newlines: the chain starts at seq 1 from 64 zeros, the fragment
+    closed off by a newline first."""
+    audit.append_event("e", {"i": 0})
+    path = state / "audit.jsonl"
+    path.write_bytes(content)
+    line = audit.append_event("e", {"i": 1})
+    assert (line["seq"], line["prev"]) == (1, "0" * 64)
+    closer = b"" if content.endswith(b"\n") else b"\n"
+    assert path.read_bytes() == content + closer + canonical(line) + b"\n"
+    assert audit.verify_audit() == (True, 1, None)
+
+
+def test_blank_lines_after_the_last_line_are_passed_over(state: Path) -> None:
+    first = audit.append_event("e", {"i": 1})
+    path = state / "audit.jsonl"
+    with open(path, "ab") as f:
+        f.write(b"\n\n")
+    second = audit.append_event("e", {"i": 2})
+    assert (second["seq"], second["prev"]) == (2, first["mac"])
+    assert audit.verify_audit() == (True, 2, None)
+
+
+def test_recording_once_compares_the_scrubbed_data_under_the_event_itself(
+        state: Path) -> None:
+    """`append_event_once` scrubs as `append_event` does (no secret reaches the file,
+    and asking again with the same secret finds the line); a line of another event whose
+    data merely holds an "event" key is not the line sought; a torn fragment naming the
+    event, newer than the line, does not hide it."""
+    secret = "sk-ant-api03-" + "B" * 40
+    first = audit.append_event_once("anchor", {"note": f"token={secret}"})
+    assert first is not None and first["data"] == {"note": "token=[REDACTED]"}
+    path = state / "audit.jsonl"
+    assert secret.encode() not in path.read_bytes()
+    with open(path, "ab") as f:
+        f.write(b'{"at":"x","data":{"note":"token=[REDACTED]"},"event":"anchor","pr')
+    assert audit.append_event_once("anchor", {"note": f"token={secret}"}) is None
+    audit.append_event("other", {"event": "anchor", "run_id": "r1"})
+    line = audit.append_event_once("anchor", {"event": "anchor", "run_id": "r1"})
+    assert line is not None and (line["seq"], line["event"]) == (3, "anchor")
+    assert audit.append_event_once("anchor", {"event": "anchor", "run_id": "r1"}) is None
+    assert audit.verify_audit() == (True, 3, None)
+
+
+# -- verifying -------------------------------------------------------------------------------
+
+
+def test_a_line_without_its_mac_breaks_the_chain_there(state: Path) -> None:
+    for i in range(3):
+        audit.append_event("e", {"i": i})
+    path = state / "audit.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    row = json.loads(lines[1])
+    del row["mac"]
+    lines[1] = canonical(row) + b"\n"
+    path.write_bytes(b"".join(lines))
+    assert audit.verify_audit() == (False, 1, 2)
+
+
+@pytest.mark.parametrize("how", ["seq skipped", "seq repeated", "prev of another line",
+                                 "not an object"])
+def test_a_line_sealed_with_the_key_must_still_follow_its_predecessor(state: Path,
+                                                                      how: str) -> None:
+    """The mac alone proves only who wrote a line: the seq must be the next one and
+    `prev` the mac of the line before, or the chain breaks at that line (a key holder
+    cannot renumber or re-link lines unnoticed without rewriting all that follow)."""
+    one = audit.append_event("e", {"i": 1})
+    two = audit.append_event("e", {"i": 2})
+    key = (state / "key").read_bytes()
+    body = {"seq": 3, "at": two["at"], "event": "e", "data": {"i": 3}, "prev": two["mac"]}
+    if how == "seq skipped":
+        body["seq"] = 4
+    elif how == "seq repeated":
+        body["seq"] = 2
+    elif how == "prev of another line":
+        body["prev"] = one["mac"]
+    path = state / "audit.jsonl"
+    with open(path, "ab") as f:
+        f.write(b"[3]\n" if how == "not an object" else sealed(key, body))
+    assert audit.verify_audit() == (False, 2, 3)
