@@ -16,14 +16,19 @@ import hashlib
 import hmac
 import json
 import os
+import resource
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import World
 from harness import audit
 from harness.ledger.canonical import canonical
+from test_worklog_cli import GOAL, REF, RUN, cli, git, make_repo, record
 
 
 @pytest.fixture
@@ -31,6 +36,11 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """This test's audit directory (XDG_STATE_HOME is private to the test)."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     return tmp_path / "state" / "harness" / "audit"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo")
 
 
 def sealed(key: bytes, body: dict[str, Any]) -> bytes:
@@ -225,3 +235,41 @@ def test_a_line_sealed_with_the_key_must_still_follow_its_predecessor(state: Pat
     with open(path, "ab") as f:
         f.write(b"[3]\n" if how == "not an object" else sealed(key, body))
     assert audit.verify_audit() == (False, 2, 3)
+
+
+# -- the audit mirror of an anchor, through the CLI --------------------------------------------
+
+
+def test_an_anchor_whose_audit_line_was_only_partly_written_warns_and_is_mirrored_later(
+        world: World, repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file may take only part of a line (a full disk, a file size limit): the write
+    returns short. That is no recorded event: the anchor must say the audit chain was
+    not updated (naming the file) rather than report a clean anchor whose event is a torn
+    fragment, and the next anchor of the same head mirrors it, once, after the fragment."""
+    monkeypatch.setenv("XDG_STATE_HOME", world.env["XDG_STATE_HOME"])
+    for i in range(300):  # an audit file far larger than any object the anchor writes
+        audit.append_event("other", {"i": i, "pad": "p " * 100})
+    path = Path(audit.audit_path())
+    room = path.stat().st_size + 40
+    head = record(repo, GOAL)[-1]["entry_hash"]
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (room, resource.RLIM_INFINITY))
+
+    first = subprocess.run([sys.executable, "-m", "harness.cli", "ledger", "anchor", RUN],
+                           cwd=repo, env=world.env, capture_output=True, text=True,
+                           timeout=120, preexec_fn=small_files)
+    commit = git(repo, "rev-parse", REF).stdout.strip()
+    assert (first.returncode, first.stdout, first.stderr) == (
+        0, f"created: {REF} -> {commit} (8 entries, head {head})\n",
+        f"harness: warning: anchored, but the audit chain was not updated: File too large "
+        f"({path})\n")
+    assert path.stat().st_size == room  # the fragment the short write left
+    assert audit.verify_audit() == (True, 300, None)
+    again = cli(world, repo, "ledger", "anchor", RUN)
+    assert (again.returncode, again.stderr) == (0, "")
+    assert again.stdout == f"unchanged: {REF} -> {commit} (8 entries, head {head})\n"
+    assert audit.verify_audit() == (True, 301, None)
+    last = json.loads(path.read_bytes().splitlines()[-1])
+    assert (last["seq"], last["event"], last["data"]) == (
+        301, "work_ledger.anchor", {"run_id": RUN, "head_hash": head, "commit": commit})

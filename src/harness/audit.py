@@ -213,8 +213,17 @@ def _append(fd: int, key: bytes, event: str, clean: object) -> dict[str, Any]:
     line = dict(body, mac=_mac(key, body))
     # A torn fragment stays where it is, closed off by a newline: the file is only
     # ever appended to, and `verify_audit` links across the fragment.
-    os.write(fd, closer + canonical(line) + b"\n")
-    os.fsync(fd)
+    data = closer + canonical(line) + b"\n"
+    try:
+        # A write may take only part of the line (a full disk, a file size limit): the
+        # rest is written, or the error that stops it is raised, so a line is never
+        # reported appended while the file holds only a fragment of it.
+        done = 0
+        while done < len(data):
+            done += os.write(fd, data[done:])
+        os.fsync(fd)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, audit_path()) from None
     return line
 
 
