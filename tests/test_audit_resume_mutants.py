@@ -273,3 +273,27 @@ def test_an_anchor_whose_audit_line_was_only_partly_written_warns_and_is_mirrore
     last = json.loads(path.read_bytes().splitlines()[-1])
     assert (last["seq"], last["event"], last["data"]) == (
         301, "work_ledger.anchor", {"run_id": RUN, "head_hash": head, "commit": commit})
+
+
+def test_a_fragment_closed_off_at_the_end_of_the_chain_does_not_stop_it(
+        world: World, repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An append cut short twice (a crash, or a full disk: the first left a fragment, the
+    second wrote only the newline closing it off) leaves the fragment as the last line
+    ending in a newline. Verifying passes over it as a fragment; appending must too, or
+    no anchor is ever mirrored into the chain again (each warns "not an audit line")."""
+    monkeypatch.setenv("XDG_STATE_HOME", world.env["XDG_STATE_HOME"])
+    first = audit.append_event("other", {"i": 1})
+    path = Path(audit.audit_path())
+    with open(path, "ab") as f:
+        f.write(b'{"at":"2026-12-01T10:00:00.000000000Z","data":{"ru\n')
+    assert audit.verify_audit() == (True, 1, None)
+    head = record(repo, GOAL)[-1]["entry_hash"]
+    res = cli(world, repo, "ledger", "anchor", RUN)
+    commit = git(repo, "rev-parse", REF).stdout.strip()
+    assert (res.returncode, res.stdout, res.stderr) == (
+        0, f"created: {REF} -> {commit} (8 entries, head {head})\n", "")
+    assert audit.verify_audit() == (True, 2, None)
+    last = json.loads(path.read_bytes().splitlines()[-1])
+    assert (last["seq"], last["prev"], last["event"], last["data"]) == (
+        2, first["mac"], "work_ledger.anchor",
+        {"run_id": RUN, "head_hash": head, "commit": commit})

@@ -106,29 +106,26 @@ def _locked_append() -> Iterator[int]:
 
 
 def _last_line(fd: int) -> tuple[bytes | None, bytes]:
-    """The last complete line of the file, and what must be written to close a torn tail."""
+    """The last line of the chain (None when it has none), and what must be written
+    before the next line: a newline when the file does not end in one.
+
+    The last line is the newest piece of the file that decodes, as `verify_audit`
+    reads it: a fragment a crash or a short write left is passed over wherever it lies,
+    also when a later append, itself cut short, wrote only the newline that closes it
+    off. Refusing such a last fragment would stop the chain for good."""
     size = os.fstat(fd).st_size
     if size == 0:
         return None, b""
-    block = 4096
-    while True:
-        start = max(0, size - block)
-        lines = os.pread(fd, size - start, start).split(b"\n")
-        fragment = lines.pop()  # b"" unless the file ends in a torn line
-        if fragment:
-            try:
-                decode_untrusted(fragment)
-            except msgspec.DecodeError:
-                pass
-            else:
-                # Only the newline was lost: the line is whole and the chain goes on from it.
-                return fragment, b"\n"
-        while lines and not lines[-1]:
-            lines.pop()
-        # The last line is known to be whole only when a newline precedes it.
-        if start == 0 or len(lines) >= 2:
-            return (lines[-1] if lines else None), (b"\n" if fragment else b"")
-        block *= 4
+    closer = b"" if os.pread(fd, 1, size - 1) == b"\n" else b"\n"
+    for piece in _lines_backward(fd, 4096):
+        try:
+            decode_untrusted(piece)
+        except msgspec.DecodeError:
+            continue
+        # The newest piece may be a whole line that lost only its newline: the chain
+        # goes on from it, after the newline `closer` gives it.
+        return piece, closer
+    return None, closer
 
 
 def append_event(event: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -230,9 +227,11 @@ def _append(fd: int, key: bytes, event: str, clean: object) -> dict[str, Any]:
 def verify_audit() -> tuple[bool, int, int | None]:
     """Walk the chain: (ok, number of good lines, seq of the first bad line or None).
 
-    A missing file is an empty, valid chain. A torn last line is not counted and is not
-    a failure; any other line that does not parse, skips a seq, breaks the ``prev`` link
-    or carries a wrong ``mac`` is.
+    A missing file is an empty, valid chain. A piece that does not decode is a fragment
+    a crash or a short write left (at the end, or closed off by a later append): it is
+    not counted and is not a failure, and the chain links across it, as `_append` does.
+    A line that decodes but is no object, skips a seq, breaks the ``prev`` link or
+    carries a wrong or no ``mac`` is a failure.
     """
     try:
         with open(audit_path(), "rb") as f:
