@@ -28,6 +28,7 @@ import pytest
 from conftest import World
 from harness import audit
 from harness.ledger.canonical import canonical
+from harness.worklog.rows import entry_hash
 from test_worklog_cli import GOAL, REF, RUN, cli, git, make_repo, record
 
 
@@ -297,3 +298,75 @@ def test_a_fragment_closed_off_at_the_end_of_the_chain_does_not_stop_it(
     assert (last["seq"], last["prev"], last["event"], last["data"]) == (
         2, first["mac"], "work_ledger.anchor",
         {"run_id": RUN, "head_hash": head, "commit": commit})
+
+
+# -- harness ledger runs ---------------------------------------------------------------------
+
+
+def test_ledger_runs_reports_a_torn_tail_and_a_broken_chain(world: World, repo: Path) -> None:
+    """`harness ledger runs --json` says, per local ledger, whether a torn fragment
+    follows its last entry (a crash mid-write: it is not counted) and, for a chain that
+    does not verify, that it is broken and where, as verify names the place, whatever
+    its anchor holds."""
+    rows = record(repo, GOAL)
+    path = repo / ".harness" / "runtime" / "ledger" / RUN / "000000.jsonl"
+    with open(path, "ab") as f:
+        f.write(b'{"seq":9,"ts":"2026-11-30T0')
+    sealed_rows = record(repo, GOAL[:3], run_id="goal-bad")
+    assert cli(world, repo, "ledger", "anchor", "goal-bad").returncode == 0
+    bad = repo / ".harness" / "runtime" / "ledger" / "goal-bad" / "000000.jsonl"
+    bad.write_bytes(bad.read_bytes().replace(b'"deps":["t1"]', b'"deps":["t9"]'))
+    record(repo, GOAL[:2], run_id="goal-ok")
+    res = cli(world, repo, "ledger", "runs", "--json")
+    assert res.returncode == 0, res.stderr
+    runs = {r["run_id"]: r for r in json.loads(res.stdout)["runs"]}
+    assert sorted(runs) == ["goal-42", "goal-bad", "goal-ok"]
+    mine = runs[RUN]
+    assert (mine["torn_tail"], mine["ok"], mine["entry_count"], mine["head_hash"],
+            mine["state"], mine["last_activity"]) == (
+        True, True, 8, rows[-1]["entry_hash"], "open", rows[-1]["ts"])
+    assert (runs["goal-ok"]["torn_tail"], runs["goal-ok"]["state"]) == (False, "open")
+    broken = runs["goal-bad"]
+    # Its anchor (made before the edit) verifies, but the listing's state is the local
+    # chain's: broken, not the anchored chain's "open".
+    assert (broken["ok"], broken["state"], broken["torn_tail"], broken["entry_count"],
+            broken["last_activity"], broken["anchored"], broken["anchored_entry_count"],
+            broken["agreement"]) == (False, "broken", False, 2, None, True, 3, None)
+    recomputed = entry_hash("task.scheduled", "t2", {"deps": ["t9"]},
+                            sealed_rows[1]["entry_hash"])
+    assert broken["error"] == (
+        f"entry 3 (000000.jsonl:3): entry_hash mismatch (recomputed {recomputed[:16]}…, "
+        f"stored {sealed_rows[2]['entry_hash'][:16]}…): the row's kind, task_id or payload "
+        "was changed")
+
+
+# -- a lineage fetched from a URL or path ------------------------------------------------------
+
+
+def test_a_lineage_fetched_from_a_path_is_kept_under_a_digest_of_it_and_named(
+        world: World, repo: Path, tmp_path: Path) -> None:
+    """A remote given as a path (or URL) is no ref name component: what fetch keeps of a
+    refused lineage is ``refs/harness/fetched/url-<first 16 hex of sha256(remote)>/<run>``,
+    and resume, refusing the two lineages (exit 3), names that very ref to delete."""
+    theirs = record(repo, GOAL)
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(repo, "push", "-q", str(bare), f"{REF}:{REF}")
+    other = make_repo(tmp_path / "other")
+    mine = record(other, [*GOAL[:5], ("task.started", "t1", {"harness": "other", "run_id": 9})])
+    fetched = cli(world, other, "ledger", "fetch", RUN, "--remote", str(bare))
+    assert fetched.returncode == 3, fetched.stderr
+    digest = hashlib.sha256(str(bare).encode()).hexdigest()[:16]
+    kept = f"refs/harness/fetched/url-{digest}/{RUN}"
+    assert git(other, "for-each-ref", "--format=%(refname)", "refs/harness/").stdout == (
+        f"{kept}\n")
+    res = cli(world, other, "ledger", "resume", RUN)
+    assert res.returncode == 3
+    assert res.stderr.startswith(
+        f"harness: work ledgers diverge at entry 6: two chains extend the same parent entry "
+        f"(local head {mine[-1]['entry_hash']}, fetched head {theirs[-1]['entry_hash']}).")
+    assert f"delete the fetched anchor with 'git update-ref -d {kept}')" in res.stderr
+    assert list((other / ".harness" / "runtime" / "resume").glob("*")) == []
+    assert len((other / ".harness" / "runtime" / "ledger" / RUN / "000000.jsonl")
+               .read_bytes().splitlines()) == 6
