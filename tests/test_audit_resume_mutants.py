@@ -28,6 +28,7 @@ import pytest
 from conftest import World
 from harness import audit
 from harness.ledger.canonical import canonical
+from harness.worklog.git import Git
 from harness.worklog.rows import entry_hash
 from test_worklog_cli import GOAL, REF, RUN, cli, git, make_repo, record
 
@@ -338,6 +339,52 @@ def test_ledger_runs_reports_a_torn_tail_and_a_broken_chain(world: World, repo: 
         f"entry 3 (000000.jsonl:3): entry_hash mismatch (recomputed {recomputed[:16]}…, "
         f"stored {sealed_rows[2]['entry_hash'][:16]}…): the row's kind, task_id or payload "
         "was changed")
+
+
+def _meta(**over: object) -> bytes:
+    meta = {"run_id": "goal-x", "head_hash": "0" * 64, "entry_count": 1, "chunk_count": 1,
+            "format_version": 1}
+    return canonical({**meta, **over}) + b"\n"
+
+
+@pytest.mark.parametrize(("meta", "why"), [
+    (_meta(entry_count="sk-ant-api03-" + "C" * 40),
+     "LEDGER.json entry_count '[REDACTED]' is not an integer"),
+    (_meta(entry_count="12"), "LEDGER.json entry_count '12' is not an integer"),
+    (_meta(entry_count=3.0), "LEDGER.json entry_count 3.0 is not an integer"),
+    (_meta(head_hash=7), "LEDGER.json head_hash 7 is not a string"),
+    (b"[1]\n", "LEDGER.json is not an object"),
+    (None, "no LEDGER.json"),
+], ids=["secret-count", "string-count", "float-count", "int-head", "array", "directory"])
+def test_ledger_runs_names_what_is_wrong_with_an_anchors_metadata(
+        world: World, repo: Path, meta: bytes | None, why: str) -> None:
+    """An anchor that arrived by plain git whose LEDGER.json is no object, counts its
+    entries with anything but an integer, or is a directory: the listing names it as a
+    bad anchor (exit 0: listing is how an operator finds one) in the words every command
+    uses, saying which file and key held what (scrubbed: never a secret), and counts no
+    entries from it."""
+    g = Git.open(repo)
+    [chunk] = g.write_blobs([b"{}\n"])
+    if meta is None:  # a directory named LEDGER.json
+        inner = g.mktree([("x", chunk)])
+        tree = subprocess.run(
+            ["git", "mktree"], cwd=repo, check=True, capture_output=True, text=True,
+            input=f"040000 tree {inner}\tLEDGER.json\n100644 blob {chunk}\tchunk-000000.jsonl\n",
+        ).stdout.strip()
+    else:
+        [blob] = g.write_blobs([meta])
+        tree = g.mktree([("LEDGER.json", blob), ("chunk-000000.jsonl", chunk)])
+    commit = g.commit_tree(tree, [], "forged\n")
+    g.update_ref("refs/harness/work-ledger/goal-x", commit, None)
+    res = cli(world, repo, "ledger", "runs", "--json")
+    assert res.returncode == 0, res.stderr
+    assert "sk-ant" not in res.stdout + res.stderr
+    [run] = json.loads(res.stdout)["runs"]
+    assert (run["run_id"], run["local"], run["anchored"], run["agreement"],
+            run["anchored_commit"], run["entry_count"], run["head_hash"]) == (
+        "goal-x", False, True, "anchor broken", commit, 0, "")
+    assert run["anchor_error"] == (
+        f"refs/harness/work-ledger/goal-x is not a work-ledger anchor: {why}")
 
 
 # -- a lineage fetched from a URL or path ------------------------------------------------------

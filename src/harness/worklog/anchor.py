@@ -933,13 +933,22 @@ def list_anchored(workdir: str | os.PathLike[str]) -> list[AnchoredInfo]:
         try:
             if obj is None or obj[0] != "blob":
                 raise _not_anchor(name, f"no {META_NAME}")
-            meta = decode_untrusted(obj[1])
+            try:
+                meta = decode_untrusted(obj[1])
+            except msgspec.DecodeError as exc:
+                raise _not_anchor(name, f"{META_NAME} is not JSON ({secretless(exc)})") from None
             if not isinstance(meta, dict):
                 raise _not_anchor(name, f"{META_NAME} is not an object")
-            info.entry_count = int(meta.get("entry_count", 0))
-            info.head_hash = str(meta.get("head_hash", ""))
-        except (VerificationFailed, msgspec.DecodeError, TypeError, ValueError) as exc:
-            # A decoder's or int()'s words quote what LEDGER.json held.
-            info.error = str(exc) if isinstance(exc, VerificationFailed) else secretless(exc)
+            count, head = meta.get("entry_count", 0), meta.get("head_hash", "")
+            # Typed as `_parse_meta` types them, and named as it names them: a count
+            # spelled "12" or 3.5 is no count, and the error says which key held what.
+            if type(count) is not int:  # bool is a subclass of int: `true` is no count
+                raise _not_anchor(name, f"{META_NAME} entry_count {quoted(count)} is not an "
+                                        "integer")
+            if not isinstance(head, str):
+                raise _not_anchor(name, f"{META_NAME} head_hash {quoted(head)} is not a string")
+            info.entry_count, info.head_hash = count, head
+        except VerificationFailed as exc:
+            info.error = str(exc)  # what it quotes is scrubbed already
         out.append(info)
     return out
