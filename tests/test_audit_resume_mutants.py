@@ -417,3 +417,29 @@ def test_a_lineage_fetched_from_a_path_is_kept_under_a_digest_of_it_and_named(
     assert list((other / ".harness" / "runtime" / "resume").glob("*")) == []
     assert len((other / ".harness" / "runtime" / "ledger" / RUN / "000000.jsonl")
                .read_bytes().splitlines()) == 6
+
+
+# -- resume signals ----------------------------------------------------------------------------
+
+
+def test_resume_makes_its_signal_directory_private_and_prunes_only_signals(
+        world: World, repo: Path) -> None:
+    """The signal directory is made 0700 (its files 0600), and a resume removes only an
+    earlier resume's *signals* of this run for tasks no longer in the frontier: another
+    file there, even one named after the run (an operator's copy), is left alone."""
+    record(repo, GOAL)
+    resume_dir = repo / ".harness" / "runtime" / "resume"
+    first = cli(world, repo, "ledger", "resume", RUN)
+    assert first.returncode == 0, first.stderr
+    assert stat.S_IMODE(resume_dir.stat().st_mode) == 0o700
+    keep = resume_dir / f"{RUN}__t2.signal.bak"
+    keep.write_bytes(b"copy\n")
+    stale = resume_dir / f"{RUN}__t9.signal"
+    stale.write_bytes(b"{}\n")
+    again = cli(world, repo, "ledger", "resume", RUN)
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in resume_dir.iterdir()) == [
+        f"{RUN}__t2.signal", f"{RUN}__t2.signal.bak", f"{RUN}__t3.signal"]
+    assert keep.read_bytes() == b"copy\n"
+    for name in (f"{RUN}__t2.signal", f"{RUN}__t3.signal"):
+        assert stat.S_IMODE((resume_dir / name).stat().st_mode) == 0o600
