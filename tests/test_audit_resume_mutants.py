@@ -30,7 +30,7 @@ from harness import audit
 from harness.ledger.canonical import canonical
 from harness.worklog.git import Git
 from harness.worklog.rows import entry_hash
-from test_worklog_cli import GOAL, REF, RUN, cli, git, make_repo, record
+from test_worklog_cli import GOAL, REF, RUN, cli, git, hand_ledger, make_repo, record
 
 
 @pytest.fixture
@@ -443,3 +443,41 @@ def test_resume_makes_its_signal_directory_private_and_prunes_only_signals(
     assert keep.read_bytes() == b"copy\n"
     for name in (f"{RUN}__t2.signal", f"{RUN}__t3.signal"):
         assert stat.S_IMODE((resume_dir / name).stat().st_mode) == 0o600
+
+
+# -- an anchor's metadata, read whole ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("entries", "over", "why"), [
+    (3, {"head_hash": "UPPER"}, "LEDGER.json head_hash {head!r} is not 64 lowercase hex digits"),
+    (3, {"format_version": True}, "LEDGER.json has format_version True, this harness reads 1"),
+    (1001, {"entry_count": 1000},
+     "LEDGER.json says 1000 entries, which 2 chunks of 1000 lines cannot hold"),
+], ids=["upper-case-head", "version-true", "count-of-fewer-chunks"])
+def test_anchor_names_what_is_wrong_with_the_metadata_of_the_anchor_it_finds(
+        world: World, repo: Path, entries: int, over: dict[str, Any], why: str) -> None:
+    """An anchor (arrived by plain git) over the very chain of the local ledger, whose
+    LEDGER.json spells the head in upper case, gives format_version as `true` (== 1 in
+    Python), or counts as many entries as fewer chunks hold: each is no anchor, and
+    anchor refuses (exit 2) saying exactly what, rather than the chain check's words
+    about a head that does not match, or taking it for an anchor of the chain."""
+    hashes = hand_ledger(repo, [("task.scheduled", f"t{i}", {"deps": []})
+                                for i in range(entries)])
+    lines = (repo / ".harness" / "runtime" / "ledger" / RUN / "000000.jsonl").read_bytes()
+    rows = lines.splitlines(keepends=True)
+    head = hashes[-1].upper() if over.get("head_hash") == "UPPER" else hashes[-1]
+    meta = {"run_id": RUN, "head_hash": head, "entry_count": entries,
+            "chunk_count": (entries + 999) // 1000, "format_version": 1}
+    meta.update({k: v for k, v in over.items() if k != "head_hash"})
+    g = Git.open(repo)
+    chunks = [b"".join(rows[i:i + 1000]) for i in range(0, entries, 1000)]
+    ids = g.write_blobs([canonical(meta) + b"\n", *chunks])
+    tree = g.mktree([("LEDGER.json", ids[0]),
+                     *[(f"chunk-{k:06d}.jsonl", oid) for k, oid in enumerate(ids[1:])]])
+    commit = g.commit_tree(tree, [], "forged\n")
+    g.update_ref(REF, commit, None)
+    res = cli(world, repo, "ledger", "anchor", RUN)
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr == (f"harness: {REF} is not a work-ledger anchor: "
+                          f"{why.format(head=head)}\n")
+    assert git(repo, "rev-parse", REF).stdout.strip() == commit
