@@ -453,12 +453,16 @@ def test_resume_makes_its_signal_directory_private_and_prunes_only_signals(
     (3, {"format_version": True}, "LEDGER.json has format_version True, this harness reads 1"),
     (1001, {"entry_count": 1000},
      "LEDGER.json says 1000 entries, which 2 chunks of 1000 lines cannot hold"),
-], ids=["upper-case-head", "version-true", "count-of-fewer-chunks"])
+    (1, {"entry_count": True}, "LEDGER.json entry_count True is not an integer"),
+    (2, {"chunk": "no newline"}, "chunk-000000.jsonl does not end with a newline"),
+], ids=["upper-case-head", "version-true", "count-of-fewer-chunks", "count-true",
+        "unterminated-chunk"])
 def test_anchor_names_what_is_wrong_with_the_metadata_of_the_anchor_it_finds(
         world: World, repo: Path, entries: int, over: dict[str, Any], why: str) -> None:
     """An anchor (arrived by plain git) over the very chain of the local ledger, whose
-    LEDGER.json spells the head in upper case, gives format_version as `true` (== 1 in
-    Python), or counts as many entries as fewer chunks hold: each is no anchor, and
+    LEDGER.json spells the head in upper case, gives format_version or entry_count as
+    `true` (== 1 in Python), or counts as many entries as fewer chunks hold, or whose
+    chunk lacks its last newline: each is no anchor, and
     anchor refuses (exit 2) saying exactly what, rather than the chain check's words
     about a head that does not match, or taking it for an anchor of the chain."""
     hashes = hand_ledger(repo, [("task.scheduled", f"t{i}", {"deps": []})
@@ -468,9 +472,11 @@ def test_anchor_names_what_is_wrong_with_the_metadata_of_the_anchor_it_finds(
     head = hashes[-1].upper() if over.get("head_hash") == "UPPER" else hashes[-1]
     meta = {"run_id": RUN, "head_hash": head, "entry_count": entries,
             "chunk_count": (entries + 999) // 1000, "format_version": 1}
-    meta.update({k: v for k, v in over.items() if k != "head_hash"})
+    meta.update({k: v for k, v in over.items() if k not in ("head_hash", "chunk")})
     g = Git.open(repo)
     chunks = [b"".join(rows[i:i + 1000]) for i in range(0, entries, 1000)]
+    if "chunk" in over:
+        chunks[-1] = chunks[-1].rstrip(b"\n")
     ids = g.write_blobs([canonical(meta) + b"\n", *chunks])
     tree = g.mktree([("LEDGER.json", ids[0]),
                      *[(f"chunk-{k:06d}.jsonl", oid) for k, oid in enumerate(ids[1:])]])
@@ -481,3 +487,35 @@ def test_anchor_names_what_is_wrong_with_the_metadata_of_the_anchor_it_finds(
     assert res.stderr == (f"harness: {REF} is not a work-ledger anchor: "
                           f"{why.format(head=head)}\n")
     assert git(repo, "rev-parse", REF).stdout.strip() == commit
+
+
+def test_an_anchor_in_a_hand_written_spelling_is_never_taken_as_checked(
+        world: World, repo: Path) -> None:
+    """A hand-written ledger may spell its rows with spaces and still verify; an older
+    harness anchored such a ledger as spelled. Anchor re-anchors it in canonical lines
+    (extended), and must not record the old tree as checked: when that anchor comes
+    back (plain git moving the ref to it), the next anchor must again re-anchor it,
+    not find it "checked" and report it unchanged, leaving a tree no other host would
+    make from the chain."""
+    hashes = hand_ledger(repo, GOAL[:3])
+    path = repo / ".harness" / "runtime" / "ledger" / RUN / "000000.jsonl"
+    spelled = b"".join(json.dumps(json.loads(x), sort_keys=True).encode() + b"\n"
+                       for x in path.read_bytes().splitlines())
+    path.write_bytes(spelled)
+    g = Git.open(repo)
+    meta = canonical({"run_id": RUN, "head_hash": hashes[-1], "entry_count": 3,
+                      "chunk_count": 1, "format_version": 1}) + b"\n"
+    ids = g.write_blobs([meta, spelled])
+    old = g.commit_tree(g.mktree([("LEDGER.json", ids[0]), ("chunk-000000.jsonl", ids[1])]),
+                        [], "an older harness's anchor\n")
+    g.update_ref(REF, old, None)
+    for _ in range(2):
+        res = cli(world, repo, "ledger", "anchor", RUN)
+        new = git(repo, "rev-parse", REF).stdout.strip()
+        assert (res.returncode, res.stdout) == (
+            0, f"extended: {REF} -> {new} (3 entries, head {hashes[-1]})\n"), res.stderr
+        chunk = git(repo, "cat-file", "blob", f"{REF}:chunk-000000.jsonl").stdout.encode()
+        assert chunk == b"".join(canonical(json.loads(x)) + b"\n"
+                                 for x in spelled.splitlines())
+        git(repo, "update-ref", REF, old)
+    assert path.read_bytes() == spelled  # the local ledger keeps its own spelling
