@@ -239,6 +239,25 @@ def test_a_line_sealed_with_the_key_must_still_follow_its_predecessor(state: Pat
     assert audit.verify_audit() == (False, 2, 3)
 
 
+def test_a_line_cut_short_breaks_the_chain_unless_nothing_follows_it(state: Path) -> None:
+    """A line cut short (its newline kept) no longer decodes: it reads as a fragment a
+    crash left. Inside the chain that is caught, at the cut line's seq, since the next
+    line links to the mac it lost. As the last line it is indistinguishable from an
+    append cut short, exactly as removing the last line is indistinguishable from it
+    never being written (a chain proves what it holds, not that nothing followed): it
+    is not counted, and the next append links to the line before it."""
+    lines = [audit.append_event("e", {"i": i}) for i in range(3)]
+    path = state / "audit.jsonl"
+    whole = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(whole[0] + whole[1][:40] + b"\n" + whole[2])
+    assert audit.verify_audit() == (False, 1, 2)
+    path.write_bytes(whole[0] + whole[1] + whole[2][:40] + b"\n")
+    assert audit.verify_audit() == (True, 2, None)
+    line = audit.append_event("e", {"i": 9})
+    assert (line["seq"], line["prev"]) == (3, lines[1]["mac"])
+    assert audit.verify_audit() == (True, 3, None)
+
+
 # -- the audit mirror of an anchor, through the CLI --------------------------------------------
 
 
