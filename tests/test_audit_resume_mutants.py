@@ -538,3 +538,55 @@ def test_an_anchor_in_a_hand_written_spelling_is_never_taken_as_checked(
                                  for x in spelled.splitlines())
         git(repo, "update-ref", REF, old)
     assert path.read_bytes() == spelled  # the local ledger keeps its own spelling
+
+
+def test_a_run_id_spelled_as_an_escape_never_shares_signals_with_the_run_it_spells(
+        world: World, repo: Path) -> None:
+    """Run ids may hold "%": the run "%C3%A9" is not the run "é" (whose escaped name it
+    spells), so their signals have distinct names and a resume of one neither replaces
+    nor prunes the other's."""
+    for run in ("é", "%C3%A9"):
+        record(repo, GOAL, run_id=run)
+        res = cli(world, repo, "ledger", "resume", run)
+        assert res.returncode == 0, res.stderr
+    names = sorted(p.name for p in (repo / ".harness" / "runtime" / "resume").iterdir())
+    assert names == ["%25C3%25A9__t2.signal", "%25C3%25A9__t3.signal",
+                     "%C3%A9__t2.signal", "%C3%A9__t3.signal"]
+    for name in names:
+        body = json.loads((repo / ".harness" / "runtime" / "resume" / name).read_bytes())
+        assert body["run_id"] == ("%C3%A9" if name.startswith("%25") else "é")
+
+
+def test_only_the_deps_a_scheduled_row_names_are_ids_resume_checks_for_secrets(
+        world: World, repo: Path) -> None:
+    """A hand-written chain: deps that are no strings (no task id) and a "deps" list
+    in the payload of a row of another kind (not a dependency: never printed, never a
+    file name) do not stop a resume, however they read."""
+    secret = "ghp_" + "D" * 36
+    hand_ledger(repo, [
+        ("run.open", None, {}),
+        ("task.scheduled", "t1", {"deps": []}),
+        ("task.scheduled", "t2", {"deps": [5, None]}),
+        ("task.started", "t1", {"deps": [secret]}),
+    ])
+    res = cli(world, repo, "ledger", "resume", RUN, "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert (out["status"], out["resume_seq"], out["frontier"][0]) == ("resumed", 5, "t1")
+    assert secret not in res.stdout + res.stderr
+
+
+def test_a_ledger_holding_only_a_torn_first_row_is_no_ledger_to_resume(
+        world: World, repo: Path) -> None:
+    """A crash during the very first write leaves only a fragment: resume exits 1 (no
+    ledger) naming the directory, and writes nothing: no run.resumed row as the chain's
+    first, no signal."""
+    d = repo / ".harness" / "runtime" / "ledger" / RUN
+    d.mkdir(parents=True)
+    (d / "000000.jsonl").write_bytes(b'{"seq":1,"ts":"2026-11-30T07:0')
+    for args in ((), ("--dry-run",)):
+        res = cli(world, repo, "ledger", "resume", RUN, *args)
+        assert (res.returncode, res.stdout, res.stderr) == (
+            1, "", f"harness: the work ledger of run '{RUN}' in {d} holds no entries\n")
+    assert (d / "000000.jsonl").read_bytes() == b'{"seq":1,"ts":"2026-11-30T07:0'
+    assert not (repo / ".harness" / "runtime" / "resume").exists()
