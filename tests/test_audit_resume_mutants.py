@@ -590,3 +590,24 @@ def test_a_ledger_holding_only_a_torn_first_row_is_no_ledger_to_resume(
             1, "", f"harness: the work ledger of run '{RUN}' in {d} holds no entries\n")
     assert (d / "000000.jsonl").read_bytes() == b'{"seq":1,"ts":"2026-11-30T07:0'
     assert not (repo / ".harness" / "runtime" / "resume").exists()
+
+
+def test_fetching_the_same_anchor_again_records_its_tree_as_checked_once(
+        world: World, repo: Path, tmp_path: Path) -> None:
+    """Every fetch reads and verifies the anchor it fetched and records its tree as
+    checked: a tree already recorded is not recorded again, so the cache under .git
+    holds one line per tree however often an unchanged anchor is fetched."""
+    rows = record(repo, GOAL)
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(repo, "push", "-q", str(bare), f"{REF}:{REF}")
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(bare), str(other))
+    for status in ("written", "unchanged", "unchanged"):
+        res = cli(world, other, "ledger", "fetch", RUN, "--json")
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout)["status"] == status
+    tree = git(other, "rev-parse", f"{REF}^{{tree}}").stdout.strip()
+    memo = (other / ".git" / "harness-checked-anchors").read_text()
+    assert memo == f"{tree} {rows[-1]['entry_hash']} 8\n"
