@@ -611,3 +611,38 @@ def test_fetching_the_same_anchor_again_records_its_tree_as_checked_once(
     tree = git(other, "rev-parse", f"{REF}^{{tree}}").stdout.strip()
     memo = (other / ".git" / "harness-checked-anchors").read_text()
     assert memo == f"{tree} {rows[-1]['entry_hash']} 8\n"
+
+
+def test_a_run_closed_while_resume_waits_for_the_lock_is_not_resumed(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resume checks and replays the chain, then takes the writer's lock. A writer that
+    closes the run in between (a real `run.closed` row, recorded through the writer just
+    before the lock is taken) is seen under the lock: the run is reported closed, with
+    the entries, head and state of the chain as it now is, and no run.resumed row or
+    signal is written."""
+    from harness.worklog import resume as resume_mod
+    from harness.worklog.store import WorkLedger
+
+    record(repo, GOAL)
+    real = resume_mod._signal_dir
+    closed: list[dict[str, Any]] = []
+
+    def closes_first(wd: Path) -> Path:
+        # Called after the unlocked pass, just before the lock is taken.
+        if not closed:
+            with WorkLedger(repo, RUN) as led:
+                closed.append(led.record("run.closed", None, {"why": "done elsewhere"}))
+        return real(wd)
+
+    monkeypatch.setattr(resume_mod, "_signal_dir", closes_first)
+    res = resume_mod.resume(repo, RUN)
+    assert (res.status, res.state.closed, res.resume_seq, res.nonce) == (
+        "closed", True, None, None)
+    # What the result says of the chain (printed: "run … is closed (9 entries, head …)")
+    # is the chain found closed, not the one read before the lock.
+    assert (res.entry_count, res.head_hash) == (9, closed[0]["entry_hash"])
+    lines = (repo / ".harness" / "runtime" / "ledger" / RUN / "000000.jsonl").read_bytes()
+    last = json.loads(lines.splitlines()[-1])
+    assert (len(lines.splitlines()), last["kind"], last["entry_hash"]) == (
+        9, "run.closed", closed[0]["entry_hash"])
+    assert list((repo / ".harness" / "runtime" / "resume").glob("*")) == []

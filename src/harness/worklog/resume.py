@@ -471,8 +471,11 @@ def resume(workdir: str | os.PathLike[str], run_id: str, dry_run: bool = False, 
             state = replay(rows)
         relation = _check_anchor(wd, run_id, lines, res.head_hash)
         if state.closed:
+            # Closed by a writer since the first read: report the chain found closed.
             base.status = "closed"
             base.state = state
+            base.entry_count, base.head_hash = res.entry_count, res.head_hash
+            base.anchored = relation
             return base
         frontier = list(state.frontier)
         nonce = secrets.token_hex(16)
