@@ -646,3 +646,16 @@ def test_a_run_closed_while_resume_waits_for_the_lock_is_not_resumed(
     assert (len(lines.splitlines()), last["kind"], last["entry_hash"]) == (
         9, "run.closed", closed[0]["entry_hash"])
     assert list((repo / ".harness" / "runtime" / "resume").glob("*")) == []
+
+
+def test_ledger_runs_passes_over_a_file_where_a_run_directory_would_be(
+        world: World, repo: Path) -> None:
+    """A regular file (a note, a stray copy) under the ledger root named like a run is no
+    run: listed neither as a ledger nor as an error, and the listing exits 0."""
+    rows = record(repo, GOAL)
+    (repo / ".harness" / "runtime" / "ledger" / "goal-note").write_bytes(b"{}\n")
+    res = cli(world, repo, "ledger", "runs", "--json")
+    assert (res.returncode, res.stderr) == (0, "")
+    [run] = json.loads(res.stdout)["runs"]
+    assert (run["run_id"], run["entry_count"], run["head_hash"]) == (
+        RUN, 8, rows[-1]["entry_hash"])
