@@ -180,7 +180,7 @@ def test_a_damaged_compressed_log_is_one_line_naming_it(world: World,
     _three_runs(world, daemons)
     zst = _jobs_dir(world, "job") / "2.log.zst"
     zst.write_bytes(b"garbage, no zstd frame\n")
-    why = ("damaged compressed log (zstd decompress error: Unknown frame descriptor): "
+    why = ("damaged compressed log (zstd decompressor error: Unknown frame descriptor): "
            f"'{zst}'")
     for args in (("job", "--run", "2"), ("job", "--run", "2", "--lines", "1"),
                  ("job", "--run", "2", "--json")):

@@ -15,7 +15,9 @@ returned (and about twice that held while a compressed log streams through), and
 the cap left out in front is counted, never hidden; ``--lines`` reads a plain log
 backwards from its end, so a few lines of a huge log cost a few reads; a whole log
 streamed (`stream_log`, the CLI's plain `harness logs` with the daemon down) holds one
-chunk at a time, whatever its size, and its text is exactly what `view_log` would give.
+chunk at a time (of a compressed log, what a few hundred bytes of it decompress to),
+whatever its size, and its text is exactly what `view_log` would give; a compressed log
+cut short is an error, never shown as if it were whole.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from . import logs
 # The daemon's answer travels as one JSON line: a log bigger than this is sent as its tail.
 SOCKET_CAP = 1 << 20
 _CHUNK = 1 << 16
+_FEED = 256  # compressed bytes decompressed at once (see unzst)
 
 # (harness, run_id) → that run's folded record as the runs op prints it, or None.
 Lookup = Callable[[str, int], dict[str, Any] | None]
@@ -173,19 +176,27 @@ def _trim_lines(buf: bytearray, lines: int) -> int:
 
 
 def unzst(f: BinaryIO, path: str) -> Iterator[bytes]:
-    """A ``.zst`` log's bytes, decompressed `_CHUNK` at a time. Damaged data (a disk
-    error, a hand edit, a file that is no zstd frame) is an OSError naming the file, as
-    an unreadable plain log is: every reader already answers that with one line, where
-    the library's own error is no OSError and went up as a traceback."""
-    reader = zstandard.ZstdDecompressor().stream_reader(f)
-    while True:
-        try:
-            chunk = reader.read(_CHUNK)
-        except zstandard.ZstdError as exc:
-            raise OSError(errno.EIO, f"damaged compressed log ({exc})", path) from None
-        if not chunk:
-            return
-        yield chunk
+    """A ``.zst`` log's bytes, decompressed, at most `_CHUNK` at a time. Damaged data (a
+    disk error, a hand edit, a file that is no zstd frame, a frame cut short) is an
+    OSError naming the file, as an unreadable plain log is: every reader already answers
+    that with one line, where the library's own error is no OSError and went up as a
+    traceback, and a frame cut short was no error at all: its front was shown as the
+    whole log."""
+    dec = zstandard.ZstdDecompressor().decompressobj()
+    while block := f.read(_CHUNK):
+        # Fed a little at a time: the library hands back at once all that its input
+        # decompresses to, and a few hundred bytes of a log that repeats itself hold
+        # megabytes (256 bytes at most some 8 MiB; a whole 64 KiB, gigabytes).
+        for at in range(0, len(block), _FEED):
+            try:
+                out = dec.decompress(block[at:at + _FEED])
+            except zstandard.ZstdError as exc:
+                raise OSError(errno.EIO, f"damaged compressed log ({exc})", path) from None
+            for start in range(0, len(out), _CHUNK):
+                yield out[start:start + _CHUNK]
+            if dec.eof:
+                return
+    raise OSError(errno.EIO, "damaged compressed log (it ends inside its zstd frame)", path)
 
 
 def _tail_zst(f: BinaryIO, path: str, max_bytes: int | None, lines: int | None

@@ -1,0 +1,104 @@
+"""Mutation-test survivors of `harness logs` (`harness.supervisor.logview`, `harness.cli.logs`
+and the `logs` op): a closed run's ``.zst`` cut short (a disk that lost its end, an empty
+file), a one-line error naming the file through the daemon and from disk alike, where its
+front was shown as the whole log with exit 0, while a whole compressed log of an empty run
+still prints nothing and succeeds. Real daemons, the real CLI, real files.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+from pathlib import Path
+
+import zstandard
+
+from conftest import World
+from daemons import DEADLINE, Daemons
+
+ONESHOT = '[harness.job]\nkind = "oneshot"\nargv = ["true"]\nkeep_runs = 5\n'
+FROM_DISK = "harness: daemon not running; read the log from disk\n"
+
+
+def _logs(world: World, *args: str) -> tuple[int, str, str]:
+    res = world.harness("logs", *args)
+    return res.returncode, res.stdout, res.stderr
+
+
+def _compressed(data: bytes) -> bytes:
+    """`data` as the runner's compression writes a closed log: one streamed frame."""
+    buf = io.BytesIO()
+    with zstandard.ZstdCompressor(level=3).stream_writer(buf, closefd=False) as w:
+        w.write(data)
+    return buf.getvalue()
+
+
+def _stop(daemons: Daemons) -> None:
+    proc = daemons.procs[-1]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+
+
+def test_a_compressed_log_cut_short_is_an_error_not_its_front(world: World,
+                                                              daemons: Daemons) -> None:
+    """A .zst that ends inside its frame decompressed without a word: `harness logs`
+    printed the log's front as if it were all of it, exit 0, and `--lines 2` printed
+    two lines from its middle as its last. Now it is the one line a damaged log gets,
+    naming the file, exit 1, however it is asked for, daemon up or down."""
+    daemons.write_config(ONESHOT)
+    body = b"".join(b"line %06d\n" % i for i in range(100_000))  # blocks before the cut
+    whole = _compressed(body)
+    jobs = world.state / "jobs" / "job"
+    jobs.mkdir(parents=True, mode=0o700)
+    cut = jobs / "1.log.zst"
+    cut.write_bytes(whole[: len(whole) // 2])
+    empty = jobs / "2.log.zst"
+    empty.write_bytes(b"")
+
+    def refused(path: Path) -> str:
+        return ("harness: cannot read job's log: [Errno 5] damaged compressed log (it ends "
+                f"inside its zstd frame): '{path}'\n")
+
+    asks = [(("job", "--run", "1"), cut), (("job", "--run", "1", "--lines", "2"), cut),
+            (("job", "--run", "1", "--json"), cut), (("job",), empty),
+            (("job", "--lines", "1"), empty)]
+    for args, path in asks:
+        streamed = "--lines" not in args and "--json" not in args
+        code, out, err = _logs(world, *args)
+        # Streamed from disk, what came before the cut is printed before the cut is met.
+        assert (code, err) == (1, (FROM_DISK if streamed else "") + refused(path)), args
+        if streamed and path == cut:
+            assert out and len(out) < len(body) and body.decode().startswith(out), args
+        else:
+            assert out == "", args
+    daemons.start()
+    for args, path in asks:
+        assert _logs(world, *args) == (1, "", refused(path)), args
+    _stop(daemons)
+
+
+def test_a_whole_compressed_log_prints_all_of_it_and_an_empty_one_nothing(
+        world: World, daemons: Daemons) -> None:
+    """The check for a frame cut short passes every whole frame: a long log's last
+    lines are its own, and an empty run's compressed log (a frame holding nothing)
+    prints nothing and succeeds."""
+    daemons.write_config(ONESHOT)
+    body = b"".join(b"line %05d\n" % i for i in range(20_000))
+    jobs = world.state / "jobs" / "job"
+    jobs.mkdir(parents=True, mode=0o700)
+    (jobs / "1.log.zst").write_bytes(_compressed(body))
+    (jobs / "2.log.zst").write_bytes(_compressed(b""))
+    want = [(("job", "--run", "1", "--lines", "2"), "line 19998\nline 19999\n"),
+            (("job", "--run", "1"), body.decode()), (("job",), "")]
+    for args, out in want:
+        assert _logs(world, *args) == (0, out, FROM_DISK), args
+    daemons.start()
+    for args, out in want:
+        assert _logs(world, *args) == (0, out, ""), args
+    res = world.harness("logs", "job", "--json")
+    assert json.loads(res.stdout) == {"name": "job", "run_id": 2,
+                                      "path": str(jobs / "2.log.zst"), "text": "",
+                                      "cut_bytes": 0, "shared": False}
+    _stop(daemons)
+
