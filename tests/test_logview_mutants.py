@@ -2,13 +2,15 @@
 and the `logs` op): a closed run's ``.zst`` cut short (a disk that lost its end, an empty
 file), a one-line error naming the file through the daemon and from disk alike, where its
 front was shown as the whole log with exit 0, while a whole compressed log of an empty run
-still prints nothing and succeeds. Real daemons, the real CLI, real files.
+still prints nothing and succeeds; a path holding a secret in the explanation of a missing
+log, scrubbed from disk as the daemon scrubs it. Real daemons, the real CLI, real files.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import shutil
 import signal
 from pathlib import Path
 
@@ -102,3 +104,31 @@ def test_a_whole_compressed_log_prints_all_of_it_and_an_empty_one_nothing(
                                       "cut_bytes": 0, "shared": False}
     _stop(daemons)
 
+
+TOKEN = "ghp_" + "A1b2C3d4" * 4 + "E5f6"  # a GitHub token's shape: the scrubber knows it
+
+
+def test_a_secret_in_the_state_path_is_scrubbed_when_a_log_is_missing(
+        world: World, daemons: Daemons) -> None:
+    """A state dir named after a token (or under a directory that is): the daemon's
+    explanation of a missing log names the path scrubbed, as every error it sends is;
+    read from disk the same explanation printed the token whole. Now both print the
+    same line, and so does the note that the ledger could not be read to say why."""
+    world.env["XDG_STATE_HOME"] = str(world.root / TOKEN / "state")
+    daemons.write_config(ONESHOT + '[harness.svc]\nkind = "resident"\nargv = ["true"]\n'
+                                   'enabled = false\n')
+    durable = f"{world.root}/[REDACTED]/state/harness/logs/svc.log"
+    no_log = (1, "", f"harness: svc has no log yet ({durable})\n")
+    assert _logs(world, "svc") == no_log
+    assert _logs(world, "svc", "--lines", "3") == no_log
+    daemons.start()
+    assert _logs(world, "svc") == no_log
+    _stop(daemons)
+
+    ledger = world.root / TOKEN / "state" / "harness" / "ledger"
+    shutil.rmtree(ledger)  # the daemon's
+    ledger.write_text("a file where the ledger directory goes\n")
+    assert _logs(world, "job", "--run", "3") == (
+        1, "", "harness: job run 3 has no log, and the run ledger could not be read to say "
+               f"why: ledger path {world.root}/[REDACTED]/state/harness/ledger is not a "
+               "directory\n")

@@ -62,8 +62,8 @@ def _disk_lookup(name: str, run_id: int) -> dict[str, Any] | None:
     try:
         recs, _oldest, _stats = scan(paths.ledger_dir(), Query(names=(name,)))
     except (LedgerDirError, OSError) as exc:
-        fail(f"{name} run {run_id} has no log, and the run ledger could not be read "
-              f"to say why: {exc}")
+        fail(named(f"{name} run {run_id} has no log, and the run ledger could not be "
+                   f"read to say why: {exc}"))  # its path, scrubbed
     probe = LogProbe(paths.state_of_ledger(paths.ledger_dir()))
     return next((r.to_json(offline=True, probe=probe) for r in recs if r.run_id == run_id),
                 None)
@@ -98,7 +98,8 @@ def _from_files(config_path: str | None, name: str, view: Callable[..., T], **ho
                     resident_log=resident_log_path(name), keep_runs=cfg.keep_runs,
                     lookup=_disk_lookup, **how)
     except logview.LogError as exc:
-        fail(exc.message)
+        # Scrubbed as the daemon scrubs the same message: it may name a path.
+        fail(named(exc.message))
     except OSError as exc:
         _cannot_read(name, exc)
 
