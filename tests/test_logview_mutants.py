@@ -3,7 +3,9 @@ and the `logs` op): a closed run's ``.zst`` cut short (a disk that lost its end,
 file), a one-line error naming the file through the daemon and from disk alike, where its
 front was shown as the whole log with exit 0, while a whole compressed log of an empty run
 still prints nothing and succeeds; a path holding a secret in the explanation of a missing
-log, scrubbed from disk as the daemon scrubs it. Real daemons, the real CLI, real files.
+log, scrubbed from disk as the daemon scrubs it; the global --socket and --config reaching
+`logs`, and `--json` printing the text as it is; a project's PROJECT/NAME harness read
+from disk. Real daemons, the real CLI, real files.
 """
 
 from __future__ import annotations
@@ -23,9 +25,13 @@ ONESHOT = '[harness.job]\nkind = "oneshot"\nargv = ["true"]\nkeep_runs = 5\n'
 FROM_DISK = "harness: daemon not running; read the log from disk\n"
 
 
-def _logs(world: World, *args: str) -> tuple[int, str, str]:
-    res = world.harness("logs", *args)
+def _cli(world: World, *args: str) -> tuple[int, str, str]:
+    res = world.harness(*args)
     return res.returncode, res.stdout, res.stderr
+
+
+def _logs(world: World, *args: str) -> tuple[int, str, str]:
+    return _cli(world, "logs", *args)
 
 
 def _compressed(data: bytes) -> bytes:
@@ -132,3 +138,53 @@ def test_a_secret_in_the_state_path_is_scrubbed_when_a_log_is_missing(
         1, "", "harness: job run 3 has no log, and the run ledger could not be read to say "
                f"why: ledger path {world.root}/[REDACTED]/state/harness/ledger is not a "
                "directory\n")
+
+
+def test_the_socket_and_config_flags_reach_logs(world: World, daemons: Daemons) -> None:
+    """`harness --socket S --config C logs NAME`: the daemon asked is the one on S, and
+    with none there the harness's kind comes from C; a project's harness, PROJECT/NAME,
+    is read from its own directories under jobs/ and logs/. `--json` prints the text as
+    it is (not as \\u escapes), indented."""
+    config = world.root / "elsewhere.toml"
+    config.write_text(ONESHOT + '[harness.svc]\nkind = "resident"\nargv = ["true"]\n'
+                                'enabled = false\n')
+    jobs = world.state / "jobs" / "job"
+    jobs.mkdir(parents=True, mode=0o700)
+    (jobs / "1.log").write_text("café\n")
+    (world.state / "logs").mkdir(mode=0o700)
+    (world.state / "logs" / "svc.log").write_text("svc\n")
+    flags = ("--config", str(config))
+    assert _cli(world, *flags, "logs", "job") == (0, "café\n", FROM_DISK)
+    assert _cli(world, *flags, "logs", "svc", "--lines", "1") == (0, "svc\n", FROM_DISK)
+    assert _logs(world, "job") == (1, "", "harness: no harness named 'job'\n")  # none there
+    assert _cli(world, *flags, "logs", "job", "--json") == (0, json.dumps(
+        {"name": "job", "run_id": 1, "path": str(jobs / "1.log"), "text": "café\n",
+         "cut_bytes": 0, "shared": False}, indent=2, ensure_ascii=False) + "\n", FROM_DISK)
+
+    sock = world.root / "elsewhere.sock"
+    world.env["HARNESS_CONFIG"] = str(config)
+    world.env["HARNESS_SOCKET"] = str(sock)
+    daemons.start()
+    del world.env["HARNESS_CONFIG"], world.env["HARNESS_SOCKET"]
+    assert _cli(world, "--socket", str(sock), *flags, "logs", "job") == (0, "café\n", "")
+    _stop(daemons)
+
+
+def test_a_projects_harness_is_read_from_disk_under_its_full_name(world: World) -> None:
+    proj = world.root / "proj"
+    proj.mkdir()
+    (proj / "harness.toml").write_text(ONESHOT.replace("job", "worker") + (
+        '[harness.svc]\nkind = "resident"\nargv = ["true"]\nenabled = false\n'))
+    assert world.harness("up", str(proj)).returncode == 0
+    jobs = world.state / "jobs" / "proj" / "worker"
+    jobs.mkdir(parents=True, mode=0o700)
+    (jobs / "1.log").write_text("one\n")
+    (jobs / "2.log.zst").write_bytes(_compressed(b"two\nlast\n"))
+    (world.state / "logs" / "proj").mkdir(parents=True, mode=0o700)
+    (world.state / "logs" / "proj" / "svc.log").write_text("svc out\n")
+    assert _logs(world, "proj/worker") == (0, "two\nlast\n", FROM_DISK)
+    assert _logs(world, "proj/worker", "--run", "1") == (0, "one\n", FROM_DISK)
+    assert _logs(world, "proj/worker", "--lines", "1") == (0, "last\n", FROM_DISK)
+    assert _logs(world, "proj/svc") == (0, "svc out\n", FROM_DISK)
+    assert _logs(world, "proj/svc", "--run", "1") == (1, "", "harness: proj/svc has no run 1\n")
+    assert _logs(world, "worker") == (1, "", "harness: no harness named 'worker'\n")
