@@ -322,7 +322,12 @@ argv = ["sh", "-c", "echo $$ > {pidfile}; echo hello from svc; echo second line;
     assert text.startswith(whole)
     assert _logs(world, "svc") == (
         0, text, "harness: daemon not running; read the log from disk\n")
-    assert _logs(world, "svc", "--run", "1")[:2] == (0, text)
+    shared = ("harness: svc is a resident: all its runs write one log, and runs are not "
+              "marked in it; printing it whole\n")
+    note = "harness: daemon not running; read the log from disk\n"
+    assert _logs(world, "svc", "--run", "1") == (0, text, note + shared)
+    assert _logs(world, "svc", "--run", "1", "--lines", "1") == (
+        0, text.splitlines(keepends=True)[-1], note + shared)
 
 
 def test_a_resident_that_never_ran_has_no_log(world: World, daemons: Daemons) -> None:

@@ -5,7 +5,8 @@ front was shown as the whole log with exit 0, while a whole compressed log of an
 still prints nothing and succeeds; a path holding a secret in the explanation of a missing
 log, scrubbed from disk as the daemon scrubs it; the global --socket and --config reaching
 `logs`, and `--json` printing the text as it is; a project's PROJECT/NAME harness read
-from disk. Real daemons, the real CLI, real files.
+from disk; `view_log`'s own refusal of a run or line count below 1. Real daemons, the
+real CLI, real files.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ import json
 import shutil
 import signal
 from pathlib import Path
+from typing import Any
 
+import pytest
 import zstandard
 
 from conftest import World
 from daemons import DEADLINE, Daemons
+from harness.supervisor import logview
 
 ONESHOT = '[harness.job]\nkind = "oneshot"\nargv = ["true"]\nkeep_runs = 5\n'
 FROM_DISK = "harness: daemon not running; read the log from disk\n"
@@ -188,3 +192,25 @@ def test_a_projects_harness_is_read_from_disk_under_its_full_name(world: World) 
     assert _logs(world, "proj/svc") == (0, "svc out\n", FROM_DISK)
     assert _logs(world, "proj/svc", "--run", "1") == (1, "", "harness: proj/svc has no run 1\n")
     assert _logs(world, "worker") == (1, "", "harness: no harness named 'worker'\n")
+
+
+def test_view_log_refuses_a_run_or_lines_below_1(tmp_path: Path) -> None:
+    """`view_log` and `stream_log` check their numbers themselves, whoever calls them:
+    a run id or a line count below 1 is a bad request naming the value, before any
+    file is looked for."""
+    def nothing(name: str, run_id: int) -> None:
+        raise AssertionError("no record is asked for")
+
+    where: dict[str, Any] = {"jobs_dir": str(tmp_path), "resident_log": str(tmp_path / "svc.log"),
+             "keep_runs": 1, "lookup": nothing}
+    for how, message in (({"run": 0}, "run must be a positive run id, got 0"),
+                         ({"run": -2}, "run must be a positive run id, got -2"),
+                         ({"lines": 0}, "lines must be at least 1, got 0"),
+                         ({"run": 1, "lines": -1}, "lines must be at least 1, got -1")):
+        with pytest.raises(logview.LogError) as info:
+            logview.view_log("job", "oneshot", **where, **how)
+        assert (info.value.code, info.value.message) == ("bad_request", message), how
+    with pytest.raises(logview.LogError) as info:
+        logview.stream_log("svc", "resident", run=0, **where)
+    assert (info.value.code, info.value.message) == (
+        "bad_request", "run must be a positive run id, got 0")
