@@ -5,25 +5,36 @@ front was shown as the whole log with exit 0, while a whole compressed log of an
 still prints nothing and succeeds; a path holding a secret in the explanation of a missing
 log, scrubbed from disk as the daemon scrubs it; the global --socket and --config reaching
 `logs`, and `--json` printing the text as it is; a project's PROJECT/NAME harness read
-from disk; `view_log`'s own refusal of a run or line count below 1. Real daemons, the
-real CLI, real files.
+from disk; `view_log`'s own refusal of a run or line count below 1; a log whose first
+byte is a newline, cut by `--lines`; a daemon lost mid-request. Real daemons and
+control servers, the real CLI, real files.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import zstandard
 
+import test_control_server
 from conftest import World
 from daemons import DEADLINE, Daemons
+from harness.control.server import ControlServer
 from harness.supervisor import logview
+from test_control_server import LoopThread, stuck_handler
+
+# The fixtures of the control server's own tests, under the names tests ask for.
+loop = test_control_server.loop
+sockdir = test_control_server.sockdir
 
 ONESHOT = '[harness.job]\nkind = "oneshot"\nargv = ["true"]\nkeep_runs = 5\n'
 FROM_DISK = "harness: daemon not running; read the log from disk\n"
@@ -214,3 +225,42 @@ def test_view_log_refuses_a_run_or_lines_below_1(tmp_path: Path) -> None:
         logview.stream_log("svc", "resident", run=0, **where)
     assert (info.value.code, info.value.message) == (
         "bad_request", "run must be a positive run id, got 0")
+
+
+def test_a_log_that_starts_with_an_empty_line_keeps_it_only_when_asked_for(
+        world: World) -> None:
+    """The newline at a log's very first byte ends an empty first line: `--lines 1`
+    of "\\nlast\\n" is "last", `--lines 2` both lines, plain or compressed."""
+    (world.root / "config" / "harness").mkdir(parents=True)
+    (world.root / "config" / "harness" / "harness.toml").write_text(ONESHOT)
+    jobs = world.state / "jobs" / "job"
+    jobs.mkdir(parents=True, mode=0o700)
+    (jobs / "1.log").write_bytes(b"\nlast\n")
+    (jobs / "2.log.zst").write_bytes(_compressed(b"\nlast\n"))
+    for run in ("1", "2"):
+        assert _logs(world, "job", "--run", run, "--lines", "1") == (0, "last\n", FROM_DISK)
+        assert _logs(world, "job", "--run", run, "--lines", "2") == (
+            0, "\nlast\n", FROM_DISK)
+
+
+def test_a_daemon_lost_mid_request_is_one_line(loop: LoopThread, sockdir: Path,
+                                               tmp_path: Path) -> None:
+    """A daemon that goes away while it holds the `logs` request: one line saying how
+    it was lost, exit 1 (not a fall through to a log never received)."""
+    path = sockdir / "harness.sock"
+    stuck, entered = stuck_handler()
+    srv = ControlServer(str(path), {"logs": stuck})
+    loop.run(srv.start())
+    env = dict(os.environ, HARNESS_SOCKET=str(path), XDG_STATE_HOME=str(tmp_path / "state"),
+               XDG_CONFIG_HOME=str(tmp_path / "config"), HOME=str(tmp_path / "home"))
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "logs", "job"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert entered.wait(timeout=60)
+        loop.run(srv.close())
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (proc.returncode, out, err) == (
+        1, "", "harness: lost the daemon (connection closed)\n")
