@@ -6,8 +6,9 @@ still prints nothing and succeeds; a path holding a secret in the explanation of
 log, scrubbed from disk as the daemon scrubs it; the global --socket and --config reaching
 `logs`, and `--json` printing the text as it is; a project's PROJECT/NAME harness read
 from disk; `view_log`'s own refusal of a run or line count below 1; a log whose first
-byte is a newline, cut by `--lines`; a daemon lost mid-request. Real daemons and
-control servers, the real CLI, real files.
+byte is a newline, cut by `--lines`; a daemon lost mid-request; a capped tail with no
+newline in it; a followed log in neither file. Real daemons and control servers, the
+real CLI, real files.
 """
 
 from __future__ import annotations
@@ -264,3 +265,25 @@ def test_a_daemon_lost_mid_request_is_one_line(loop: LoopThread, sockdir: Path,
         proc.wait()
     assert (proc.returncode, out, err) == (
         1, "", "harness: lost the daemon (connection closed)\n")
+
+
+def test_a_capped_tail_without_a_newline_is_kept_whole(tmp_path: Path) -> None:
+    """The daemon's cap on a log whose end holds no newline (one long line): the tail is
+    all there is to show, counted as cut, not dropped as a partial first line."""
+    jobs = tmp_path / "jobs" / "job"
+    jobs.mkdir(parents=True)
+    body = b"x" * 100
+    (jobs / "1.log").write_bytes(body)
+    (jobs / "2.log.zst").write_bytes(_compressed(body))
+    for run in (1, 2):
+        view = logview.view_log("job", "oneshot", run=run, jobs_dir=str(tmp_path / "jobs"),
+                                resident_log=str(tmp_path / "unused.log"), keep_runs=5,
+                                lookup=lambda name, run_id: None, max_bytes=10)
+        assert (view.text, view.cut) == ("x" * 10, 90), run
+
+
+def test_a_followed_log_that_never_was_is_empty(tmp_path: Path) -> None:
+    """`trigger --wait` follows a closed run's log that is in neither file (never
+    written, or pruned before the look): nothing more to print, not a None written."""
+    follower = logview.LogFollower(str(tmp_path / "9.log"))
+    assert (follower.new(), follower.rest(), follower.shown) == (b"", b"", 0)
