@@ -7,8 +7,8 @@ log, scrubbed from disk as the daemon scrubs it; the global --socket and --confi
 `logs`, and `--json` printing the text as it is; a project's PROJECT/NAME harness read
 from disk; `view_log`'s own refusal of a run or line count below 1; a log whose first
 byte is a newline, cut by `--lines`; a daemon lost mid-request; a capped tail with no
-newline in it; a followed log in neither file. Real daemons and control servers, the
-real CLI, real files.
+newline in it; a followed log in neither file, and one compressed after more than a
+chunk of it was shown. Real daemons and control servers, the real CLI, real files.
 """
 
 from __future__ import annotations
@@ -287,3 +287,21 @@ def test_a_followed_log_that_never_was_is_empty(tmp_path: Path) -> None:
     written, or pruned before the look): nothing more to print, not a None written."""
     follower = logview.LogFollower(str(tmp_path / "9.log"))
     assert (follower.new(), follower.rest(), follower.shown) == (b"", b"", 0)
+
+
+def test_a_followed_log_compressed_after_more_than_a_chunk_was_shown(tmp_path: Path) -> None:
+    """`trigger --wait` had shown more of the plain log than one decompressed chunk when
+    the daemon compressed it: the rest skips exactly what was shown, chunk by chunk, and
+    prints the run's last output once."""
+    from harness.supervisor import logs as run_logs
+
+    path = tmp_path / "5.log"
+    shown = b"".join(b"%07d\n" % i for i in range(40_000))  # 320,000 bytes: 5 chunks
+    path.write_bytes(shown)
+    follower = logview.LogFollower(str(path))
+    assert follower.new() == shown
+    with path.open("ab") as out:
+        out.write(b"the last line\n")
+    assert run_logs.compress_log(str(path)) and not path.exists()
+    assert follower.rest() == b"the last line\n"
+    assert follower.shown == len(shown) + len(b"the last line\n")
