@@ -8,7 +8,8 @@ log, scrubbed from disk as the daemon scrubs it; the global --socket and --confi
 from disk; `view_log`'s own refusal of a run or line count below 1; a log whose first
 byte is a newline, cut by `--lines`; a daemon lost mid-request; a capped tail with no
 newline in it; a followed log in neither file, and one compressed after more than a
-chunk of it was shown. Real daemons and control servers, the real CLI, real files.
+chunk of it was shown; the count of bytes a cap left out of a compressed log trimmed
+many times. Real daemons and control servers, the real CLI, real files.
 """
 
 from __future__ import annotations
@@ -305,3 +306,19 @@ def test_a_followed_log_compressed_after_more_than_a_chunk_was_shown(tmp_path: P
     assert run_logs.compress_log(str(path)) and not path.exists()
     assert follower.rest() == b"the last line\n"
     assert follower.shown == len(shown) + len(b"the last line\n")
+
+
+def test_the_cut_of_a_big_compressed_log_counts_every_trim(tmp_path: Path) -> None:
+    """A capped compressed log of several chunks is trimmed many times as it streams:
+    the bytes said to be left out are all of them, as for the same log kept plain."""
+    jobs = tmp_path / "jobs" / "job"
+    jobs.mkdir(parents=True)
+    body = b"".join(b"line %06d\n" % i for i in range(30_000))  # 12 bytes a line
+    (jobs / "1.log").write_bytes(body)
+    (jobs / "2.log.zst").write_bytes(_compressed(body))
+    for run in (1, 2):
+        view = logview.view_log("job", "oneshot", run=run, jobs_dir=str(tmp_path / "jobs"),
+                                resident_log=str(tmp_path / "unused.log"), keep_runs=5,
+                                lookup=lambda name, run_id: None, max_bytes=100)
+        assert (view.text, view.cut) == (
+            "".join(f"line {i:06d}\n" for i in range(29_992, 30_000)), len(body) - 96), run
