@@ -13,7 +13,17 @@ from typing import Any
 import pytest
 
 from conftest import World
-from daemons import DEADLINE, Daemons, record_of, states_of, until
+from daemons import (
+    DEADLINE,
+    STUBBORN,
+    Daemons,
+    alive,
+    record_of,
+    states_of,
+    stubborn_pid,
+    until,
+)
+from harness import __version__
 from harness.cli.daemon import exit_code_of
 
 
@@ -32,20 +42,25 @@ def test_trigger_wait_exits_with_the_runs_code_up_to_255(world: World,
 def test_sigint_shuts_the_daemon_down_as_cleanly_as_sigterm(world: World,
                                                              daemons: Daemons) -> None:
     """DESIGN §2: SIGTERM *and* SIGINT (Ctrl-C on a foreground `harness daemon`) shut it
-    down cleanly: exit 0, the live run closed as interrupted by the shutdown, the
-    control socket removed."""
-    pidfile = world.root / "long.pid"
+    down cleanly: exit 0, the live run stopped whole (a process it started in the
+    background too, not only the one the daemon spawned) and closed as interrupted by
+    the shutdown, the control socket removed."""
+    pidfile, childfile = world.root / "long.pid", world.root / "child.pid"
     daemons.pidfiles.append(pidfile)
-    daemons.write_config('[harness.long]\nkind = "oneshot"\n'
-                         f'argv = ["sh", "-c", "echo $$ > {pidfile}; exec sleep 1000"]\n')
+    daemons.write_config(
+        '[harness.long]\nkind = "oneshot"\n'
+        f'argv = ["sh", "-c", "sleep 1000 & echo $! > {childfile}; echo $$ > {pidfile}; wait"]\n')
     proc = daemons.start()
     started = world.harness("trigger", "long")
     assert (started.returncode, started.stdout) == (0, "1\n")
     until("run 1 to be running", lambda: pidfile.exists() and pidfile.read_text().strip()
           and (r := record_of(world, "long", 1)) is not None and r["outcome"] == "running")
+    pids = [int(pidfile.read_text()), int(childfile.read_text())]
+    assert all(alive(pid) for pid in pids)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
     assert not daemons.socket.exists()
+    assert [alive(pid) for pid in pids] == [False, False]
     rec = record_of(world, "long", 1)
     assert rec is not None
     assert (rec["outcome"], rec["reason"]) == ("interrupted", "shutdown")
@@ -78,3 +93,39 @@ def test_a_second_daemon_on_the_same_socket_exits_1_and_leaves_the_first_serving
         1, "", "harness: cannot serve the control socket: another harness daemon owns "
                f"{daemons.socket}\n")
     assert states_of(world) == {"job": "armed"}
+
+
+def test_dash_h_is_help_and_version_names_harness(world: World) -> None:
+    """`-h` is `--help` (the group's and a command's), and `--version` names the program
+    `harness` whatever it was started as (`python -m harness.cli` here)."""
+    for args in ((), ("trigger",)):
+        long, short = world.harness(*args, "--help"), world.harness(*args, "-h")
+        assert (short.returncode, short.stdout, short.stderr) == (0, long.stdout, "")
+        assert long.returncode == 0 and long.stdout.startswith("Usage: harness ")
+    ver = world.harness("--version")
+    assert (ver.returncode, ver.stdout, ver.stderr) == (0, f"harness, version {__version__}\n",
+                                                        "")
+
+
+def test_a_shutting_down_daemon_answers_no_more_requests(world: World,
+                                                         daemons: Daemons) -> None:
+    """The shutdown closes the control socket first, before it waits out a live run's
+    grace: a command meanwhile is told the daemon is not running (exit 1), it does not
+    get an answer from a daemon about to be gone, nor can a trigger slip in."""
+    pidfile = world.root / "stub.pid"
+    daemons.pidfiles.append(pidfile)
+    daemons.write_config('[harness.stub]\nkind = "oneshot"\n'
+                         f'argv = ["sh", "-c", "echo $$ > {pidfile}; {STUBBORN}"]\n')
+    proc = daemons.start()
+    assert world.harness("trigger", "stub").returncode == 0
+    pid = stubborn_pid(pidfile)
+    proc.send_signal(signal.SIGTERM)
+    until("the shutdown to begin", lambda: "shutting down" in daemons.stderr())
+    jobs = world.harness("jobs")
+    assert (jobs.returncode, jobs.stdout, jobs.stderr) == (
+        1, "", f"harness: daemon not running ({daemons.socket}); start it with "
+               "`harness daemon`\n")
+    assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+    assert not alive(pid)
+    rec = record_of(world, "stub", 1)
+    assert rec is not None and (rec["outcome"], rec["reason"]) == ("interrupted", "shutdown")
