@@ -25,6 +25,7 @@ from daemons import (
 )
 from harness import __version__
 from harness.cli.daemon import exit_code_of
+from test_cli_daemon import Refusal, ScriptedDaemon
 
 
 def test_trigger_wait_exits_with_the_runs_code_up_to_255(world: World,
@@ -129,3 +130,16 @@ def test_a_shutting_down_daemon_answers_no_more_requests(world: World,
     assert not alive(pid)
     rec = record_of(world, "stub", 1)
     assert rec is not None and (rec["outcome"], rec["reason"]) == ("interrupted", "shutdown")
+
+
+def test_an_incomplete_reload_says_what_was_left_and_exits_1(world: World) -> None:
+    """A reload the daemon applied but for what it names (``incomplete``) is no refusal
+    of the config (2) nor a plain failure: its own line, exit 1."""
+    daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"),
+                            lambda msg: (0, Refusal("incomplete", "job: cannot stop: boom")))
+    try:
+        res = world.harness("reload")
+    finally:
+        daemon.close()
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", "harness: reload incomplete: job: cannot stop: boom\n")
