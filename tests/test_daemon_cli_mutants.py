@@ -143,3 +143,18 @@ def test_an_incomplete_reload_says_what_was_left_and_exits_1(world: World) -> No
         daemon.close()
     assert (res.returncode, res.stdout, res.stderr) == (
         1, "", "harness: reload incomplete: job: cannot stop: boom\n")
+
+
+@pytest.mark.parametrize(("flag", "shown"), [
+    ("--x\x1b]0;T\x07", "--x\\x1b]0;T\\x07"),  # a title-setting escape, spelled out
+    ("--ghp_abcdefghijklmnopqrstuvwxyz0123456789", "--[REDACTED]"),  # a token, scrubbed
+])
+def test_a_bad_global_flag_is_quoted_scrubbed_and_escaped(world: World, flag: str,
+                                                           shown: str) -> None:
+    """An unknown flag before the command is refused as click refuses one (usage, then
+    one `Error:` line, exit 2), its quote of the flag scrubbed and escaped like the
+    commands' own flags."""
+    res = world.harness(flag)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", "Usage: harness [OPTIONS] COMMAND [ARGS]...\nTry 'harness --help' for help.\n"
+               f"\nError: No such option '{shown}'.\n")
