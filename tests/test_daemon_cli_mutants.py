@@ -158,3 +158,32 @@ def test_a_bad_global_flag_is_quoted_scrubbed_and_escaped(world: World, flag: st
     assert (res.returncode, res.stdout, res.stderr) == (
         2, "", "Usage: harness [OPTIONS] COMMAND [ARGS]...\nTry 'harness --help' for help.\n"
                f"\nError: No such option '{shown}'.\n")
+
+
+def test_listings_of_a_daemon_with_nothing_configured(world: World, daemons: Daemons) -> None:
+    """`jobs` and `list` say in words that nothing is configured (not an empty table),
+    and as JSON print an empty array."""
+    daemons.write_config("")
+    daemons.start()
+    said = [(r.returncode, r.stdout, r.stderr) for r in (
+        world.harness("jobs"), world.harness("list"), world.harness("jobs", "--json"),
+        world.harness("list", "--json"))]
+    assert said == [(0, "no one-shot harnesses configured\n", ""),
+                    (0, "no harnesses configured\n", ""), (0, "[]\n", ""), (0, "[]\n", "")]
+
+
+def test_the_jobs_table_and_json_of_a_failing_job(world: World, daemons: Daemons) -> None:
+    """The jobs table's last run reads `#ID OUTCOME` and the streak counts failures; the
+    JSON is the daemon's listing, indented."""
+    daemons.write_config('[harness.bad]\nkind = "oneshot"\nargv = ["false"]\n')
+    daemons.start()
+    for _ in range(2):
+        assert world.harness("trigger", "bad", "--wait").returncode == 1
+    table = world.harness("jobs")
+    assert (table.returncode, table.stderr) == (0, "")
+    none = "\u2014"  # no schedule, no next fire
+    assert table.stdout.splitlines()[1].split() == ["bad", "armed", none, none, "#2",
+                                                    "failed", "2"]
+    listed = world.harness("list", "--json")
+    assert (listed.returncode, listed.stdout) == (
+        0, '[\n  {\n    "name": "bad",\n    "kind": "oneshot",\n    "state": "armed"\n  }\n]\n')
