@@ -187,3 +187,20 @@ def test_the_jobs_table_and_json_of_a_failing_job(world: World, daemons: Daemons
     listed = world.harness("list", "--json")
     assert (listed.returncode, listed.stdout) == (
         0, '[\n  {\n    "name": "bad",\n    "kind": "oneshot",\n    "state": "armed"\n  }\n]\n')
+
+
+def test_trigger_says_on_stderr_when_its_run_is_queued_or_skipped(
+        world: World, daemons: Daemons) -> None:
+    """stdout stays the bare run id, for scripts; a decision other than `started` is said
+    on stderr, a queued one with when it will run."""
+    pidfile = world.root / "q.pid"
+    daemons.pidfiles.append(pidfile)
+    daemons.write_config('[harness.q]\nkind = "oneshot"\non_overlap = "queue"\n'
+                         f'argv = ["sh", "-c", "echo $$ > {pidfile}; exec sleep 1000"]\n')
+    daemons.start()
+    said = []
+    for _ in range(3):
+        r = world.harness("trigger", "q")
+        said.append((r.returncode, r.stdout, r.stderr))
+    assert said == [(0, "1\n", ""), (0, "2\n", "q: run 2 queued until the live run ends\n"),
+                    (0, "3\n", "q: run 3 skipped\n")]
