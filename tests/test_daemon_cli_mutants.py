@@ -204,3 +204,18 @@ def test_trigger_says_on_stderr_when_its_run_is_queued_or_skipped(
         said.append((r.returncode, r.stdout, r.stderr))
     assert said == [(0, "1\n", ""), (0, "2\n", "q: run 2 queued until the live run ends\n"),
                     (0, "3\n", "q: run 3 skipped\n")]
+
+
+def test_an_empty_string_the_daemon_sends_reads_as_no_value(world: World) -> None:
+    """A cell the daemon sent as "" shows the no-value mark, as a missing one does, not
+    as a blank that shifts the row's columns."""
+    reply = {"jobs": [{"name": "x", "state": "", "schedule": "", "next": None,
+                       "last_run": {"run_id": "", "outcome": "failed"}, "fails": ""}]}
+    daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"), lambda msg: (0, reply))
+    try:
+        res = world.harness("jobs")
+    finally:
+        daemon.close()
+    assert (res.returncode, res.stderr) == (0, "")
+    none = "\u2014"
+    assert res.stdout.splitlines()[1].split() == ["x", none, none, none, "#?", "failed", none]
