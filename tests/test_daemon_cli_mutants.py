@@ -1,9 +1,14 @@
 """Mutation-test survivors of the daemon's entry (`harness.daemon`) and the CLI glue
-(`harness.cli.daemon`, `harness.cli.main`, `harness.cli.projects`, `harness.paths`,
-`harness.controls`): `trigger --wait` exiting with a run's exit code at the top of the
-range (255), not only the small ones; a SIGINT to `harness daemon` shutting it down as
-cleanly as a SIGTERM (exit 0, its live run closed interrupted/shutdown, the socket
-gone). Real daemons in throwaway XDG worlds, driven through the real CLI."""
+(`harness.cli.daemon`, `harness.cli.main`, `harness.cli.projects`): `trigger --wait`
+exiting with a run's exit code at the top of the range (255), and DESIGN §2's mapping of
+a record without a usable exit code; a SIGINT to `harness daemon` shutting it down as
+cleanly as a SIGTERM (exit 0, the run's whole process group stopped, its record closed
+interrupted/shutdown, the socket gone); a second daemon refused the socket exiting 1; a
+daemon in its shutdown answering no more requests; `-h` as `--help` and `--version`; a
+bad global flag's quote scrubbed; an incomplete reload's own line; the words, table and
+JSON of `jobs` and `list`, an empty string in a reply shown as no value; trigger's
+stderr line for a queued or skipped run. Real daemons in throwaway XDG worlds, or a
+scripted daemon on a real socket, driven through the real CLI."""
 
 from __future__ import annotations
 
