@@ -224,3 +224,23 @@ def test_an_empty_string_the_daemon_sends_reads_as_no_value(world: World) -> Non
     assert (res.returncode, res.stderr) == (0, "")
     none = "\u2014"
     assert res.stdout.splitlines()[1].split() == ["x", none, none, none, "#?", "failed", none]
+
+
+@pytest.mark.parametrize(("durable", "warned"), [
+    (False, "harness: job run 4's closed line is not on disk yet: the ledger's disk is "
+            "failing; the line stays queued and is written once the disk takes it\n"),
+    (True, ""),
+])
+def test_a_stop_reply_naming_only_its_own_durability_warns_only_when_not_durable(
+        world: World, durable: bool, warned: str) -> None:
+    """A daemon that says of a stop only whether the run's closed line is durable (no
+    `not_durable` list): the stop's line, and a warning on stderr only when it is not."""
+    reply = {"name": "job", "action": "stopped", "run_id": 4, "outcome": "cancelled",
+             "reason": "operator", "durable": durable}
+    daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"), lambda msg: (0, reply))
+    try:
+        res = world.harness("stop", "job")
+    finally:
+        daemon.close()
+    assert (res.returncode, res.stdout, res.stderr) == (
+        0, "job: stopped run 4 (cancelled/operator)\n", warned)
