@@ -7,8 +7,9 @@ interrupted/shutdown, the socket gone); a second daemon refused the socket exiti
 daemon in its shutdown answering no more requests; `-h` as `--help` and `--version`; a
 bad global flag's quote scrubbed; an incomplete reload's own line; the words, table and
 JSON of `jobs` and `list`, an empty string in a reply shown as no value; trigger's
-stderr line for a queued or skipped run. Real daemons in throwaway XDG worlds, or a
-scripted daemon on a real socket, driven through the real CLI."""
+stderr line for a queued or skipped run; a stop reply that names only its own
+durability warning only when the line is not durable. Real daemons in throwaway XDG
+worlds, or a scripted daemon on a real socket, driven through the real CLI."""
 
 from __future__ import annotations
 
@@ -244,3 +245,22 @@ def test_a_stop_reply_naming_only_its_own_durability_warns_only_when_not_durable
         daemon.close()
     assert (res.returncode, res.stdout, res.stderr) == (
         0, "job: stopped run 4 (cancelled/operator)\n", warned)
+
+
+def test_a_stop_reply_listing_what_is_not_durable_warns_for_each(world: World) -> None:
+    """A reply with `not_durable` is said entry by entry (the stopped run's closed line
+    and a queued firing's decided one), not as the stopped run alone."""
+    reply = {"name": "job", "action": "stopped", "run_id": 4, "outcome": "cancelled",
+             "durable": False, "not_durable": [
+                 {"harness": "job", "run_id": 4, "line": "closed"},
+                 {"harness": "job", "run_id": 5, "line": "decided"}]}
+    daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"), lambda msg: (0, reply))
+    try:
+        res = world.harness("stop", "job")
+    finally:
+        daemon.close()
+    tail = ("line is not on disk yet: the ledger's disk is failing; the line stays queued "
+            "and is written once the disk takes it\n")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        0, "job: stopped run 4 (cancelled)\n",
+        f"harness: job run 4's closed {tail}harness: job run 5's decided {tail}")
