@@ -8,12 +8,15 @@ daemon in its shutdown answering no more requests; `-h` as `--help` and `--versi
 bad global flag's quote scrubbed; an incomplete reload's own line; the words, table and
 JSON of `jobs` and `list`, an empty string in a reply shown as no value; trigger's
 stderr line for a queued or skipped run; a stop reply that names only its own
-durability warning only when the line is not durable. Real daemons in throwaway XDG
+durability warning only when the line is not durable, each line of a `not_durable`
+list said; a socket path holding a token scrubbed in the daemon's log and in a second
+daemon's refusal. Real daemons in throwaway XDG
 worlds, or a scripted daemon on a real socket, driven through the real CLI."""
 
 from __future__ import annotations
 
 import signal
+import tempfile
 from typing import Any
 
 import pytest
@@ -264,3 +267,25 @@ def test_a_stop_reply_listing_what_is_not_durable_warns_for_each(world: World) -
     assert (res.returncode, res.stdout, res.stderr) == (
         0, "job: stopped run 4 (cancelled)\n",
         f"harness: job run 4's closed {tail}harness: job run 5's decided {tail}")
+
+
+def test_a_socket_path_holding_a_token_never_reaches_the_daemons_stderr(
+        world: World, daemons: Daemons) -> None:
+    """The daemon's log line naming its socket, and a second daemon's refusal of it, show
+    a directory named after a token scrubbed, as the CLI's lines do."""
+    token = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+    # Under /tmp: the test's own directory would make the path too long for a socket.
+    with tempfile.TemporaryDirectory(prefix="h", dir="/tmp") as short:
+        world.env["HARNESS_SOCKET"] = f"{short}/{token}/harness.sock"
+        daemons.write_config('[harness.job]\nkind = "oneshot"\nargv = ["true"]\n')
+        proc = daemons.start()
+        until("the daemon's up line", lambda: " up: pid " in daemons.stderr())
+        up = daemons.stderr()
+        second = world.harness("daemon")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=DEADLINE) == 0, daemons.stderr()
+    assert token not in up
+    assert f"socket {short}/[REDACTED]/harness.sock" in up
+    assert (second.returncode, second.stdout, second.stderr) == (
+        1, "", "harness: cannot serve the control socket: another harness daemon owns "
+               f"{short}/[REDACTED]/harness.sock\n")
