@@ -7,11 +7,11 @@ interrupted/shutdown, the socket gone); a second daemon refused the socket exiti
 daemon in its shutdown answering no more requests; `-h` as `--help` and `--version`; a
 bad global flag's quote scrubbed; an incomplete reload's own line; the words, table and
 JSON of `jobs` and `list`, an empty string in a reply shown as no value; trigger's
-stderr line for a queued or skipped run; a stop reply that names only its own
-durability warning only when the line is not durable, each line of a `not_durable`
-list said; a socket path holding a token scrubbed in the daemon's log and in a second
-daemon's refusal. Real daemons in throwaway XDG
-worlds, or a scripted daemon on a real socket, driven through the real CLI."""
+stderr line for a queued or skipped run; a stop reply that names only its own durability
+warning only when the line is not durable, each line of a `not_durable` list said; a
+socket path holding a token scrubbed in the daemon's log and in a second daemon's
+refusal. Real daemons in throwaway XDG worlds, or a scripted daemon on a real socket,
+driven through the real CLI."""
 
 from __future__ import annotations
 
