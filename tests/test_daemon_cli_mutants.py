@@ -289,3 +289,17 @@ def test_a_socket_path_holding_a_token_never_reaches_the_daemons_stderr(
     assert (second.returncode, second.stdout, second.stderr) == (
         1, "", "harness: cannot serve the control socket: another harness daemon owns "
                f"{short}/[REDACTED]/harness.sock\n")
+
+
+def test_an_unknown_name_is_refused_naming_the_kind_the_command_needs(
+        world: World, daemons: Daemons) -> None:
+    """`trigger` needs a one-shot and says so; the others need any harness."""
+    daemons.write_config('[harness.job]\nkind = "oneshot"\nargv = ["true"]\n')
+    daemons.start()
+    said = [(r.returncode, r.stdout, r.stderr) for r in (
+        world.harness("trigger", "nope"), world.harness("trigger", "nope", "--wait"),
+        world.harness("stop", "nope"))]
+    assert said == [
+        (1, "", "harness: no one-shot harness named 'nope' (not_found)\n"),
+        (1, "", "harness: no one-shot harness named 'nope' (not_found)\n"),
+        (1, "", "harness: no harness named 'nope' (not_found)\n")]
