@@ -10,8 +10,9 @@ JSON of `jobs` and `list`, an empty string in a reply shown as no value; trigger
 stderr line for a queued or skipped run; a stop reply that names only its own durability
 warning only when the line is not durable, each line of a `not_durable` list said; a
 socket path holding a token scrubbed in the daemon's log and in a second daemon's
-refusal. Real daemons in throwaway XDG worlds, or a scripted daemon on a real socket,
-driven through the real CLI."""
+refusal; an unknown name's not_found line naming the kind the command needs; a run id
+state.json cannot take refused as unavailable. Real daemons in throwaway XDG worlds, or
+a scripted daemon on a real socket, driven through the real CLI."""
 
 from __future__ import annotations
 
@@ -303,3 +304,21 @@ def test_an_unknown_name_is_refused_naming_the_kind_the_command_needs(
         (1, "", "harness: no one-shot harness named 'nope' (not_found)\n"),
         (1, "", "harness: no one-shot harness named 'nope' (not_found)\n"),
         (1, "", "harness: no harness named 'nope' (not_found)\n")]
+
+
+def test_a_run_id_the_disk_does_not_take_is_refused_as_unavailable(
+        world: World, daemons: Daemons) -> None:
+    """A trigger whose run id state.json cannot record is refused `unavailable` (a
+    condition that passes, not a bug of the daemon's): one line, exit 1."""
+    daemons.write_config('[harness.job]\nkind = "oneshot"\nargv = ["true"]\n')
+    daemons.start()
+    # Once the boot is done (a request waits for it): the boot reads state.json.
+    assert world.harness("jobs").returncode == 0
+    # A directory where state.json goes: its replacement cannot land there.
+    state = world.state / "state.json"
+    state.unlink(missing_ok=True)
+    (state / "in-the-way").mkdir(parents=True)
+    res = world.harness("trigger", "job")
+    assert (res.returncode, res.stdout) == (1, ""), daemons.stderr()
+    assert res.stderr.startswith("harness: ") and res.stderr.endswith(" (unavailable)\n")
+    assert res.stderr.count("\n") == 1
