@@ -11,8 +11,9 @@ stderr line for a queued or skipped run; a stop reply that names only its own du
 warning only when the line is not durable, each line of a `not_durable` list said; a
 socket path holding a token scrubbed in the daemon's log and in a second daemon's
 refusal; an unknown name's not_found line naming the kind the command needs; a run id
-state.json cannot take refused as unavailable. Real daemons in throwaway XDG worlds, or
-a scripted daemon on a real socket, driven through the real CLI."""
+state.json cannot take refused as unavailable; the boot's prune of day files past
+retention. Real daemons in throwaway XDG worlds, or a scripted daemon on a real socket,
+driven through the real CLI."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from daemons import (
 )
 from harness import __version__
 from harness.cli.daemon import exit_code_of
+from ledgertools import sealed_lines, write_day_file
 from test_cli_daemon import Refusal, ScriptedDaemon
 
 
@@ -322,3 +324,15 @@ def test_a_run_id_the_disk_does_not_take_is_refused_as_unavailable(
     assert (res.returncode, res.stdout) == (1, ""), daemons.stderr()
     assert res.stderr.startswith("harness: ") and res.stderr.endswith(" (unavailable)\n")
     assert res.stderr.count("\n") == 1
+
+
+def test_the_boot_prunes_day_files_past_retention(world: World, daemons: Daemons) -> None:
+    """A day file that ended more than `[ledger] retention` ago is deleted by the boot,
+    not left until the first midnight prune."""
+    raws, _ = sealed_lines({"2020-01-01": [1, 2], "2020-01-02": [3]})
+    write_day_file(world.ledger / "2020-01-01.jsonl", [raws[1], raws[2]])
+    write_day_file(world.ledger / "2020-01-02.jsonl", [raws[3]])
+    daemons.write_config('[ledger]\nretention = "30d"\n')
+    daemons.start()
+    assert world.harness("jobs").returncode == 0  # a request waits for the boot
+    assert list(world.ledger.glob("2020-*.jsonl")) == []
