@@ -55,7 +55,7 @@ def exit_code_of(rec: dict[str, Any]) -> int:
     # A successful record always exits 0; a failure never does, whatever it exited
     # (-1, a signal death, is not an exit status and reads as a plain failure).
     if (isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255
-            and (outcome == "success" or code != 0)):
+            and (code == 0) == (outcome == "success")):
         return code
     return 0 if outcome == "success" else EXIT_FAILED
 
