@@ -442,8 +442,8 @@ def test_a_reload_adds_removes_and_reapplies_exactly_what_changed(
     cancelled/reload; an added resident autostarts and an added schedule is armed; a
     changed resident that was up (autostarted, started by an operator while disabled, or
     waiting out a restart's backoff) starts again under the new config (trigger
-    manual: the reload is the operator's act), one that was down or that an operator stopped stays down; a changed
-    schedule is armed anew."""
+    manual: the reload is the operator's act), one that was down or that an operator
+    stopped stays down; a changed schedule is armed anew."""
     manager = _manager(world, open_ledger, _BEFORE)
     led = manager.ledger
 
