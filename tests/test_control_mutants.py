@@ -283,29 +283,11 @@ def test_the_cli_says_the_daemon_closed_the_connection_mid_request(
     that shuts down answers ``shutting_down`` instead): the command says how the daemon
     was lost, on one line, and exits 1."""
     path = sockdir / "harness.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    listener.listen()
-    got: list[bytes] = []
-
-    def die_mid_request() -> None:
-        conn, _ = listener.accept()
-        with conn, conn.makefile("rwb") as f:
-            f.readline()
-            f.write(b'{"ok": true, "proto": "1.0"}\n')
-            f.flush()
-            got.append(f.readline())  # the request, then the end of the connection
-
-    server = threading.Thread(target=die_mid_request, daemon=True)
-    server.start()
     env = dict(os.environ, HARNESS_SOCKET=str(path), XDG_STATE_HOME=str(tmp_path / "state"),
                HOME=str(tmp_path / "home"))
-    try:
+    with test_control_server.dying_daemon(path) as got:
         res = subprocess.run([sys.executable, "-m", "harness.cli", "list"], env=env,
                              capture_output=True, text=True, timeout=60, check=False)
-        server.join(timeout=60)
-    finally:
-        listener.close()
     assert [json.loads(line)["op"] for line in got] == ["list"]
     assert (res.returncode, res.stdout, res.stderr) == (
         1, "", "harness: lost the daemon (connection closed)\n")

@@ -219,6 +219,33 @@ def stuck_handler() -> tuple[Callable[[dict[str, Any]], Awaitable[Any]], threadi
     return stuck, entered
 
 
+@contextlib.contextmanager
+def dying_daemon(path: Path) -> Iterator[list[bytes]]:
+    """A daemon on `path` that answers the hello, reads one request and dies holding it
+    (its connection ends with no reply, as a SIGKILLed daemon's does; one that shuts down
+    answers ``shutting_down`` instead). Yields the request lines it read."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen()
+    got: list[bytes] = []
+
+    def die_mid_request() -> None:
+        conn, _ = listener.accept()
+        with conn, conn.makefile("rwb") as f:
+            f.readline()
+            f.write(b'{"ok": true, "proto": "1.0"}\n')
+            f.flush()
+            got.append(f.readline())  # the request, then the end of the connection
+
+    server = threading.Thread(target=die_mid_request, daemon=True)
+    server.start()
+    try:
+        yield got
+        server.join(timeout=60)
+    finally:
+        listener.close()
+
+
 SHUT_DOWN = {"code": "shutting_down",
              "message": "the daemon shut down before it answered; the request may or may "
                         "not have taken effect"}

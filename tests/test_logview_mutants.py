@@ -30,9 +30,7 @@ import zstandard
 import test_control_server
 from conftest import World
 from daemons import DEADLINE, Daemons
-from harness.control.server import ControlServer
 from harness.supervisor import logview
-from test_control_server import LoopThread, stuck_handler
 
 # The fixtures of the control server's own tests, under the names tests ask for.
 loop = test_control_server.loop
@@ -245,26 +243,17 @@ def test_a_log_that_starts_with_an_empty_line_keeps_it_only_when_asked_for(
             0, "\nlast\n", FROM_DISK)
 
 
-def test_a_daemon_lost_mid_request_is_one_line(loop: LoopThread, sockdir: Path,
-                                               tmp_path: Path) -> None:
+def test_a_daemon_lost_mid_request_is_one_line(sockdir: Path, tmp_path: Path) -> None:
     """A daemon that goes away while it holds the `logs` request: one line saying how
     it was lost, exit 1 (not a fall through to a log never received)."""
     path = sockdir / "harness.sock"
-    stuck, entered = stuck_handler()
-    srv = ControlServer(str(path), {"logs": stuck})
-    loop.run(srv.start())
     env = dict(os.environ, HARNESS_SOCKET=str(path), XDG_STATE_HOME=str(tmp_path / "state"),
                XDG_CONFIG_HOME=str(tmp_path / "config"), HOME=str(tmp_path / "home"))
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "logs", "job"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert entered.wait(timeout=60)
-        loop.run(srv.close())
-        out, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert (proc.returncode, out, err) == (
+    with test_control_server.dying_daemon(path) as got:
+        res = subprocess.run([sys.executable, "-m", "harness.cli", "logs", "job"], env=env,
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert [json.loads(line)["op"] for line in got] == ["logs"]
+    assert (res.returncode, res.stdout, res.stderr) == (
         1, "", "harness: lost the daemon (connection closed)\n")
 
 
