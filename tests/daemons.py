@@ -5,7 +5,8 @@ kills every daemon, every pid in its pidfiles and every run a daemon left, at te
 `FaultDaemons` (the same, with the daemon run under faultdaemon.py, the `LAUNCHER`, and a
 fault-injecting disk), the `DEADLINE` the tests wait on, `until` (poll a probe until it
 answers or the deadline passes), `request` (one control-socket op), and the readers built
-on the real CLI: `runs_of`, `record_of` and `states_of`; two looks at a process by pid,
+on the real CLI: `runs_of`, `record_of` and `states_of`; `read_log`, a run's log as
+`harness logs` reads it (plain or compressed); two looks at a process by pid,
 `alive` and `comm`; and `STUBBORN`, a run that ignores SIGTERM, with `stubborn_pid` to
 wait for it.
 The `daemons` and `fd` fixtures that hand a test one of these live in conftest.py.
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from harness.control.client import Client, DaemonUnreachable
+from harness.supervisor.logview import open_log
 
 if TYPE_CHECKING:
     from conftest import World
@@ -185,6 +187,15 @@ def runs_of(world: World, name: str) -> list[dict[str, Any]]:
     assert res.returncode == 0, res.stderr
     runs: list[dict[str, Any]] = json.loads(res.stdout)
     return runs
+
+
+def read_log(path: str) -> bytes | None:
+    """The whole log at `path`, plain or from ``<path>.zst``; None when neither exists."""
+    found = open_log(path)
+    if found is None:
+        return None
+    with found:
+        return found.tail(None, None)[0]
 
 
 def record_of(world: World, name: str, run_id: int) -> dict[str, Any] | None:

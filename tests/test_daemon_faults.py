@@ -38,6 +38,7 @@ from daemons import (
     alive,
     comm,
     interruptible,
+    read_log,
     reaped,
     record_of,
     request,
@@ -47,7 +48,6 @@ from daemons import (
 )
 from harness.control.client import DaemonError
 from harness.ledger.runledger import RunLedger
-from harness.supervisor.logs import read_log
 from harness.timefmt import format_ns, parse_ns
 from ledgertools import all_lines, line_of, verify_ok
 

@@ -41,6 +41,7 @@ from daemons import (
     FaultDaemons,
     alive,
     comm,
+    read_log,
     record_of,
     request,
     runs_of,
@@ -48,7 +49,6 @@ from daemons import (
     until,
 )
 from harness.ledger.runledger import RunLedger
-from harness.supervisor import logs
 from harness.supervisor.history import CRASH_NOTE
 from harness.supervisor.orphans import Orphan, find_orphans, kill_orphans
 from harness.supervisor.runner import RunSpec, run_once
@@ -139,7 +139,7 @@ def test_a_runs_child_carries_its_identity_and_env_files_cannot_change_it(
     for run_id in (1, 2):
         rec = asyncio.run(run_once(spec, led, ids, trigger="manual", jobs_dir=jobs))
         assert (rec["run_id"], rec["outcome"]) == (run_id, "success")
-        out = logs.read_log(rec["log"])
+        out = read_log(rec["log"])
         # The marker is the state directory holding the run's ledger, resolved.
         assert out == (f"probe|{run_id}|manual|{sock}|{os.path.realpath(world.state)}|"
                        "kept\n").encode()
@@ -568,7 +568,7 @@ argv = ["sh", "-c", "{escape.format(f=helper)} echo $$ > {svc}; exec sleep 1000"
     until("the background child to be stopped", lambda: not alive(child))
     rec = record_of(world, "bg", 1)
     assert rec is not None and (rec["outcome"], rec["exit_code"]) == ("success", 0)
-    assert logs.read_log(str(world.state / "jobs" / "bg" / "1.log")) == (
+    assert read_log(str(world.state / "jobs" / "bg" / "1.log")) == (
         b"harness: the process exited and left others running in its process group; "
         b"stopping them\n")
 
@@ -576,7 +576,7 @@ argv = ["sh", "-c", "{escape.format(f=helper)} echo $$ > {svc}; exec sleep 1000"
     assert res.returncode == 124, res.stderr
     left = int(ss.read_text())
     until("the descendant that left the group to be stopped", lambda: not alive(left))
-    assert logs.read_log(str(world.state / "jobs" / "ss" / "1.log")) == (
+    assert read_log(str(world.state / "jobs" / "ss" / "1.log")) == (
         b"harness: timed out after 3s; stopping the process group\n"
         b"harness: also stopping the process group(s) " + str(left).encode()
         + b" that its descendants started (setsid)\n")
@@ -612,7 +612,7 @@ while [ ! -s {dz} ]; do sleep 0.05; done; exit 0"]
     first.send_signal(signal.SIGTERM)
     assert first.wait(timeout=DEADLINE) == 0
     assert alive(helper)
-    assert logs.read_log(str(world.state / "jobs" / "dz" / "1.log")) == b""
+    assert read_log(str(world.state / "jobs" / "dz" / "1.log")) == b""
 
     d.start()
     request(d, "list")

@@ -29,10 +29,10 @@ from typing import Any
 import psutil
 import pytest
 
+from daemons import read_log
 from harness.ledger.errors import LedgerClosed
 from harness.ledger.files import FaultyFiles
 from harness.ledger.runledger import RunLedger
-from harness.supervisor import logs
 from harness.supervisor.runner import LogFailures, Run, RunSpec
 from harness.supervisor.state import RunIds, StateFile
 
@@ -113,7 +113,7 @@ def _log(run: Run) -> str:
     """The runner's notes in the run's log: a shell may say "Terminated" of a child the
     SIGTERM ended, which is not ours."""
     assert run.log_path is not None
-    data = logs.read_log(run.log_path)
+    data = read_log(run.log_path)
     assert data is not None
     return "".join(x for x in data.decode().splitlines(keepends=True)
                    if x.startswith("harness:"))

@@ -78,20 +78,6 @@ def append_note(path: str, text: str) -> bool:
     return True
 
 
-def read_log(path: str) -> bytes | None:
-    """The log's bytes, plain or from ``<path>.zst``; None when neither exists."""
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        pass
-    try:
-        with open(path + ZST, "rb") as f:
-            return zstandard.ZstdDecompressor().stream_reader(f).read()
-    except FileNotFoundError:
-        return None
-
-
 def compress_log(path: str) -> bool:
     """Replace a closed run's log with ``<path>.zst``; True when the plain log is gone.
 

@@ -98,7 +98,9 @@ class OpenLog:
         self.close()
 
     def tail(self, max_bytes: int | None, lines: int | None) -> tuple[bytes, int]:
-        """(its bytes or a tail of them, bytes left out in front): see `read_tail`."""
+        """(its bytes or a tail of them, bytes left out in front). The tail holds at most
+        `max_bytes`, and needs to hold no more than the last `lines` lines; when anything
+        is left out in front, the tail's first line may be partial."""
         if self.compressed:
             return _tail_zst(self.file, self.path, max_bytes, lines)
         return _tail_plain(self.file, self.size, max_bytes, lines)
@@ -285,21 +287,6 @@ class LogFollower:
         return data
 
 
-def read_tail(path: str, max_bytes: int | None = None, lines: int | None = None
-              ) -> tuple[str, bytes, int] | None:
-    """(the file read, its bytes or a tail of them, bytes left out in front), or None when
-    neither `path` nor ``path.zst`` exists.
-
-    The tail holds at most `max_bytes`, and needs to hold no more than the last `lines`
-    lines; when anything is left out in front, the tail's first line may be partial.
-    """
-    found = open_log(path)
-    if found is None:
-        return None
-    with found:
-        return found.path, *found.tail(max_bytes, lines)
-
-
 def last_lines(data: bytes, lines: int) -> tuple[bytes, bool]:
     """The last `lines` lines of `data`, and whether `data` held that many."""
     if not data:
@@ -449,4 +436,4 @@ def stream_log(name: str, kind: str, *, run: int | None = None, jobs_dir: str,
 
 
 __all__ = ["SOCKET_CAP", "LogError", "LogStream", "LogText", "Lookup", "OpenLog", "last_lines",
-           "open_log", "read_tail", "stream_log", "view_log"]
+           "open_log", "stream_log", "view_log"]
