@@ -206,6 +206,17 @@ def test_bad_flag_values_exit_2_naming_the_value(world: World) -> None:
     assert code == 2 and "'x' is not a valid integer" in err
 
 
+@pytest.mark.parametrize("flag", ["--run", "--lines"])
+@pytest.mark.parametrize("value", ["\uff13", "\u0663", "1_0", " \uff11 "])
+def test_an_integer_flag_takes_ascii_digits_only(world: World, flag: str, value: str) -> None:
+    """Python's int() reads full-width and other Unicode digits and underscores:
+    `--lines ３` printed 3 lines and `--run 1_0` run 10's log, where no other tool reading
+    the same argument would. Refused as any other value that is no integer."""
+    code, out, err = _logs(world, "job", flag, value)
+    assert (code, out, err.splitlines()[-1]) == (
+        2, "", f"Error: Invalid value for '{flag}': {value!r} is not a valid integer.")
+
+
 def test_a_credential_typed_as_the_name_is_not_echoed(world: World) -> None:
     """`harness logs KEY` with no daemon read the config and refused the name quoted in
     full; the daemon's answer to the same name is scrubbed."""

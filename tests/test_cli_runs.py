@@ -396,6 +396,18 @@ def test_a_credential_in_a_flag_is_not_echoed(world: World, args: tuple[str, ...
     assert KEY[:20] not in res.stderr
 
 
+@pytest.mark.parametrize("value", ["\uff15", "\u0665", "1_0", "+1_0"])
+def test_limit_takes_ascii_digits_only(world: World, value: str) -> None:
+    """Python's int() reads full-width and other Unicode digits and underscores:
+    `--limit ５` listed 5 runs and `--limit 1_0` ten. Refused as any other value that is
+    no integer; an ASCII value keeps its sign and surrounding spaces, as before."""
+    seed(world, run_lines("nightly", 1, now_ns() - HOUR))
+    res = runs(world, "--limit", value)
+    assert (res.returncode, res.stdout, res.stderr.splitlines()[-1]) == (
+        2, "", f"Error: Invalid value for '--limit': {value!r} is not a valid integer.")
+    assert ids(runs_json(world, "--limit", " +1 ")) == [("nightly", 1)]
+
+
 def test_a_credential_as_a_name_or_a_command_is_not_echoed(world: World) -> None:
     res = runs(world, KEY)
     assert (res.returncode, res.stdout) == (0, "[REDACTED] has no runs yet\n")

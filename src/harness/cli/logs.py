@@ -39,6 +39,7 @@ from ..supervisor import logview
 from ..supervisor.runner import resident_log_path
 from . import render
 from .output import fail, named, report, warn
+from .params import INTEGER
 
 T = TypeVar("T")
 
@@ -156,9 +157,9 @@ def _print(pieces: Iterable[str]) -> None:
 
 @click.command("logs")
 @click.argument("name")
-@click.option("--run", "run", type=int, default=None, metavar="N",
+@click.option("--run", "run", type=INTEGER, default=None, metavar="N",
               help="That run's log (default: the newest run's).")
-@click.option("--lines", "lines", type=int, default=None, metavar="N",
+@click.option("--lines", "lines", type=INTEGER, default=None, metavar="N",
               help="Only the last N lines.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print {name, run_id, path, text, cut_bytes, shared} as JSON.")

@@ -29,6 +29,7 @@ from ..ledger.scrub import scrub_text
 from ..timefmt import format_ns, now_ns, parse_ns
 from . import render
 from .output import some_of
+from .params import INTEGER
 
 NAMED_LIMIT = 20  # SPEC-0008's `harness runs NAME`
 SWEEP_LIMIT = 50  # REQ-14's every-harness listing and every other query
@@ -157,7 +158,7 @@ def _from_daemon(socket_path: str, q: Query, legacy: bool, cut: bool
 @click.option("--until", metavar="TIME", help="Started at or before (RFC 3339).")
 @click.option("--outcome", multiple=True, metavar="O[,O...]", help="Only these outcomes.")
 @click.option("--trigger", multiple=True, metavar="T[,T...]", help="Only these triggers.")
-@click.option("--limit", type=int, default=None, help="At most N records (1-1000).")
+@click.option("--limit", type=INTEGER, default=None, help="At most N records (1-1000).")
 @click.option("--wide", is_flag=True, help="Add MODEL, TOKENS, COST and TODO.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, newest first.")
 @click.pass_context
