@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import random
@@ -346,6 +347,18 @@ def test_a_listener_without_the_lock_is_not_replaced(loop: LoopThread, sockdir: 
     with pytest.raises(SocketInUse, match="not a socket"):
         loop.run(ControlServer(str(regular), HANDLERS).start())
     assert regular.read_text() == "keep me"
+
+
+def test_a_path_too_long_for_a_socket_is_refused_before_its_lock_is_made(
+        loop: LoopThread, tmp_path: Path) -> None:
+    """The length was checked only at bind, after PATH.lock was created and left behind."""
+    path = tmp_path / ("s" * (199 - len(os.fsencode(str(tmp_path)))))
+    with pytest.raises(OSError) as info:
+        loop.run(ControlServer(str(path), HANDLERS).start())
+    assert (info.value.errno, info.value.strerror, info.value.filename) == (
+        errno.ENAMETOOLONG, "the path is 200 bytes; a Unix socket's path holds at most 107",
+        str(path))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_request_before_hello_is_refused(serve: Serve, sockdir: Path) -> None:

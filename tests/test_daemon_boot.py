@@ -169,6 +169,34 @@ def test_a_symlink_at_the_socket_lock_is_refused_not_followed(
     assert not world.ledger.exists()
 
 
+def test_a_socket_path_too_long_for_a_unix_socket_is_refused_before_anything_is_made(
+        world: World) -> None:
+    """A --socket longer than sockaddr_un holds (108 bytes with its NUL on Linux) was
+    refused only at bind, after the boot had made the socket's directory and its
+    PATH.lock, both left behind. Now refused first, in one line naming the path and the
+    limit, exit 1; a client refuses it in the same words instead of socket's "AF_UNIX
+    path too long". One byte shorter is a path a daemon could serve."""
+    parent = world.root / ("d" * 60)
+    sock = parent / ("s" * 60 + ".sock")
+    size = len(os.fsencode(str(sock)))
+    assert size >= 108
+    why = f"the path is {size} bytes; a Unix socket's path holds at most 107"
+    res = _harness(world.env, "--socket", str(sock), "daemon")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", f"harness: cannot serve the control socket {sock}: {why}\n")
+    assert sorted(p.name for p in world.root.iterdir()) == ["run"]
+    assert list((world.root / "run").iterdir()) == []
+    res = _harness(world.env, "--socket", str(sock), "jobs")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", f"harness: daemon not reachable ({why}) ({sock})\n")
+    fits = world.root / "s"
+    fits = fits.with_name("s" * (107 - len(os.fsencode(str(fits))) + 1))
+    assert len(os.fsencode(str(fits))) == 107
+    res = _harness(world.env, "--socket", str(fits), "jobs")
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", f"harness: daemon not running ({fits}); start it with `harness daemon`\n")
+
+
 def test_the_first_boot_leaves_state_json_in_the_legacy_shape_less_its_records(
         world: World, daemons: Daemons) -> None:
     """SPEC-0022 REQ-13's upgrade, read as a test outside the code base reads it: the

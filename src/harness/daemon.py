@@ -44,6 +44,7 @@ from typing import Any
 from . import __version__, paths
 from .config.load import ConfigError, load_config
 from .config.model import Config
+from .control import path_problem
 from .control.ops import logs_op, pending_op, require_name, runs_op
 from .control.server import ControlServer, Handler, OpError, SocketInUse
 from .controls import one_line
@@ -338,6 +339,10 @@ async def _boot(config_path: str | None, sock: str, signals: Signals) -> int:
     table: dict[str, Handler] = {}
     ready = asyncio.Event()
     server = ControlServer(sock, _gated(table, ready))
+    if (why := path_problem(sock)) is not None:
+        # Refused before its directory and lock file are made: they would be left behind.
+        _say("cannot serve the control socket %s: %s", sock, why)
+        return 1
     try:
         # The lock file lives beside the socket: on a first boot without XDG_RUNTIME_DIR
         # that is the state dir, which nothing has created yet.

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from ..ledger.scrub import scrub_text
-from . import PROTO, SCRUBBED_AT_SOURCE
+from . import PROTO, SCRUBBED_AT_SOURCE, path_problem
 
 _decode = msgspec.json.Decoder().decode
 _CHUNK = 1 << 16
@@ -110,6 +110,10 @@ class Client:
         # Our own line buffer, not makefile(): a buffered reader is left inconsistent by a
         # timeout, and a patient request must be able to keep reading after one.
         self._buf = bytearray()
+        if (problem := path_problem(path)) is not None:
+            # The words the daemon refuses the same path with, not socket's "AF_UNIX
+            # path too long", which names neither the size nor the limit.
+            raise DaemonUnreachable(f"not reachable ({problem})", path)
         try:
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self._sock.settimeout(timeout)

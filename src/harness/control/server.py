@@ -45,7 +45,7 @@ import msgspec
 from .. import __version__, paths
 from ..ledger.files import open_lock_file
 from ..ledger.scrub import scrub_text
-from . import PROTO, SCRUBBED_AT_SOURCE
+from . import PROTO, SCRUBBED_AT_SOURCE, SUN_PATH, path_problem
 
 log = logging.getLogger("harness.control")
 
@@ -61,7 +61,6 @@ IDLE_TIMEOUT = 600.0  # a connection with no request in flight, after hello
 WRITE_TIMEOUT = 30.0  # a reply the peer leaves unread
 PROBE_TIMEOUT = 1.0
 _MAX_MESSAGE = 512
-_SUN_PATH = 108  # sizeof(sockaddr_un.sun_path) on Linux, NUL included
 
 
 class OpError(Exception):
@@ -174,6 +173,9 @@ class ControlServer:
         if self._server is not None:
             raise RuntimeError("control server already started")
         self._closing = False
+        # Before the lock: a path no socket can have must leave nothing behind.
+        if (problem := path_problem(self.path)) is not None:
+            raise OSError(errno.ENAMETOOLONG, problem, self.path)
         self._take_lock()
         try:
             await self._clear_stale()
@@ -259,16 +261,13 @@ class ControlServer:
             os.unlink(self.path)
 
     def _bind_private(self) -> socket.socket:
-        if len(os.fsencode(self.path)) >= _SUN_PATH:
-            raise OSError(errno.ENAMETOOLONG, "socket path too long for a Unix socket",
-                          self.path)
         parent = os.path.dirname(os.path.abspath(self.path))
         # mkdtemp makes the directory 0700, so the socket is unreachable to others between
         # bind and chmod; a umask change would be process-wide and race other threads.
         tmpdir = tempfile.mkdtemp(prefix=".hs-", dir=parent)
         dfd = os.open(tmpdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         tmp = os.path.join(tmpdir, "s")
-        if len(os.fsencode(tmp)) >= _SUN_PATH and os.path.isdir("/proc/self/fd"):
+        if len(os.fsencode(tmp)) >= SUN_PATH and os.path.isdir("/proc/self/fd"):
             # The final path fits but the temporary one does not: reach the directory
             # through its descriptor instead (Linux).
             tmp = f"/proc/self/fd/{dfd}/s"
