@@ -4,7 +4,8 @@ DESIGN.md §3), against a real daemon process on the real wall clock.
 Hours have minute resolution, so the close-and-release test builds a window that ends at
 the next minute boundary and one that opens a minute later: the run closes
 cancelled/hours, `list` reads off-hours, and the opening starts a new record with trigger
-release. A daemon booted outside the hours starts nothing until an operator's `start`.
+release. A daemon booted outside the hours starts nothing until an operator's `start`,
+and that start lasts until the operator's `stop`: a crash meanwhile is restarted.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import sys
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -152,6 +154,38 @@ operating_hours = "TZ=UTC Mon-Sun {_hm(opens)}-{_hm(ends)}"
         assert rec is not None and (rec["trigger"], rec["outcome"]) == ("manual", "running")
         assert c.request("stop", name="worker")["reason"] == "operator"
     assert states_of(world)["worker"] == "stopped"
+
+
+def test_a_crash_after_an_operators_start_outside_the_hours_is_restarted(
+        world: World, daemons: Daemons, tmp_path: Path) -> None:
+    """`harness start` outside the hours lasts until `harness stop` or the hours next open,
+    restarts by the policy included (as a started unit with Restart=on-failure): the
+    worker's crash there is restarted (trigger restart) and `list` reads running. It
+    used to read backoff for the restart_delay, and then the restart was refused."""
+    closed_day = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")[
+        (datetime.now(UTC).weekday() + 3) % 7]  # neither today nor tomorrow
+    mark = tmp_path / "crashed"
+    daemons.write_config(f"""
+[harness.worker]
+argv = ["sh", "-c", "[ -e {mark} ] && exec sleep 600; touch {mark}; exit 1"]
+restart_delay = "500ms"
+operating_hours = "TZ=UTC {closed_day} 00:00-00:01"
+""")
+    daemons.start()
+    assert states_of(world)["worker"] == "off-hours"
+    with Client(str(daemons.socket)) as c:
+        out = c.request("start", name="worker")
+        assert (out["action"], out["run_id"]) == ("started", 1)
+        restarted = until("the restart", lambda: record_of(world, "worker", 2))
+        assert (restarted["trigger"], restarted["outcome"]) == ("restart", "running")
+        failed = record_of(world, "worker", 1)
+        assert failed is not None and (failed["trigger"], failed["outcome"]) == (
+            "manual", "failed")
+        until("list to read running", lambda: states_of(world)["worker"] == "running")
+        out = c.request("stop", name="worker")
+        assert (out["run_id"], out["reason"]) == (2, "operator")
+    assert states_of(world)["worker"] == "stopped"
+    assert [r["run_id"] for r in runs_of(world, "worker")] == [2, 1]
 
 
 def test_a_reload_during_the_release_closes_the_run_it_started(

@@ -6,7 +6,8 @@ policy ``replace``; the restart table (no / always / on-failure / unless-stopped
 clean and a failed exit, read off `list` as backoff or stopped), a zero restart_delay and a
 crash loop doubling its delay;
 the state `list` shows of each kind of harness (an operator's stop outside the hours reads
-stopped, not off-hours); an hours opening that releases only an enabled resident nobody
+stopped, not off-hours); an operator's start outside the hours that its policy's restarts
+carry on until the stop; an hours opening that releases only an enabled resident nobody
 stopped; a reload's reply and what it starts, stops and leaves down (operator stops and
 starts, a backoff, a resident removed and added back, the hours of an operator-stopped
 resident, a changed schedule starting from now); the not-on-disk word of a stop and a
@@ -605,13 +606,12 @@ def _worker(argv: str, extra: str = "") -> str:
 def test_a_reloaded_operator_stopped_resident_keeps_its_hours(
         world: World, open_ledger: Callable[..., RunLedger]) -> None:
     """An operator-stopped resident with operating hours, changed by a reload, stays
-    down, and its hours still hold once the operator starts it outside them: the run
-    that start began lasts until it ends, and its failure restarts nothing while the
-    hours are closed (the resident reads off-hours). The reload used to skip re-arming
-    its hours, so the resident was restarted outside them, over and over."""
+    down, and its hours still hold once the operator starts it outside them: when that
+    start is over (its run failed, and restart = "no") the resident reads off-hours, not
+    stopped. The reload used to skip re-arming its hours, so it ran as if it had none."""
     fail = '["sh", "-c", "exit 1"]'
     manager = _manager(world, open_ledger,
-                       _worker('["sleep", "600"]', 'restart_delay = "0s"\n'))
+                       _worker('["sleep", "600"]', 'restart = "no"\n'))
     led = manager.ledger
 
     async def body() -> None:
@@ -619,7 +619,7 @@ def test_a_reloaded_operator_stopped_resident_keeps_its_hours(
         assert manager.state_of("w") == "off-hours"
         assert (await manager.stop_op("w"))["action"] == "not_running"
         assert manager.state_of("w") == "stopped"
-        new = _config(world, _worker(fail, 'restart_delay = "0s"\n'), "after.toml")
+        new = _config(world, _worker(fail, 'restart = "no"\n'), "after.toml")
         assert (await manager.reload(new))["changed"] == ["w"]
         assert manager.state_of("w") == "stopped"
         assert (await manager.start_op("w"))["run_id"] == 1
@@ -634,9 +634,9 @@ def test_a_reloaded_operator_stopped_resident_keeps_its_hours(
 
 def test_a_reload_does_not_start_a_resident_whose_operator_start_has_ended(
         world: World, open_ledger: Callable[..., RunLedger]) -> None:
-    """An operator's start outside the hours lasts as long as the run it began: once that
-    run has ended on its own (restart = "no"), a reload changing the resident starts
-    nothing, since it was down."""
+    """An operator's start outside the hours lasts until the operator stops it or the
+    hours next open, but a resident that is down all the same (its run ended on its own
+    and restart = "no") has nothing of it left: a reload changing it starts nothing."""
     manager = _manager(world, open_ledger, _worker('["true"]', 'restart = "no"\n'))
     led = manager.ledger
 
@@ -652,6 +652,40 @@ def test_a_reload_does_not_start_a_resident_whose_operator_start_has_ended(
 
     _run(manager, body)
     assert led.get("w", 2) is None
+
+
+@pytest.mark.parametrize("policy", ["on-failure", "always"])
+def test_an_operators_start_outside_the_hours_restarts_by_its_policy(
+        world: World, open_ledger: Callable[..., RunLedger], tmp_path: Path,
+        policy: str) -> None:
+    """An operator's start outside the hours lasts until the operator stops the resident
+    or the hours next open, its policy's restarts included (as a started unit with
+    Restart=on-failure is restarted): a crash there is restarted, trigger restart, and
+    the stop ends it for good. The watcher used to drop the start at the crash and then
+    arm a restart the hours refused when it came due: `list` read backoff, and nothing
+    ever started."""
+    mark = tmp_path / "crashed"
+    script = f"[ -e {mark} ] && exec sleep 600; touch {mark}; exit 1"
+    manager = _manager(world, open_ledger, _worker(
+        f'["sh", "-c", "{script}"]', f'restart = "{policy}"\nrestart_delay = "200ms"\n'))
+    led = manager.ledger
+
+    async def body() -> None:
+        await manager.start_residents()
+        assert manager.state_of("w") == "off-hours"
+        assert (await manager.start_op("w"))["run_id"] == 1
+        one = await _until("run 1 to fail", _closed(led, "w", 1))
+        assert (one["trigger"], one["outcome"]) == ("manual", "failed")
+        two = await _until("the restart", lambda: led.get("w", 2))
+        assert (two["trigger"], two["outcome"]) == ("restart", "running")
+        await _until("its run", lambda: manager.state_of("w") == "running")
+        assert manager.list() == [{"name": "w", "kind": "resident", "state": "running"}]
+        out = await manager.stop_op("w")
+        assert (out["run_id"], out["reason"]) == (2, "operator")
+        assert manager.state_of("w") == "stopped"
+
+    _run(manager, body)
+    assert led.get("w", 3) is None
 
 
 def test_a_resident_removed_and_added_again_is_a_new_one(

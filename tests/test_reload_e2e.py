@@ -152,7 +152,7 @@ def test_a_reload_starts_again_what_was_up_and_leaves_down_what_was_down(
     outside its hours (h) and a disabled one an operator started that was waiting out a
     restart's backoff (b) were left down. What was down stays down: a disabled resident
     nobody started (d), one an operator stopped (s), and one an operator started outside
-    its hours whose run ended on its own (o: that start lasted as long as its run)."""
+    its hours whose run ended on its own (o: restart = "no" left nothing of that start)."""
     opens = datetime.now(UTC) + timedelta(hours=3)
     hours = f"TZ=UTC Mon-Sun {opens:%H:%M}-{opens + timedelta(minutes=1):%H:%M}"
     pids = {n: tmp_path / f"{n}.pid" for n in "bchs"}

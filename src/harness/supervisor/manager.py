@@ -23,6 +23,11 @@ Invariants:
   operator-stopped resident stays down until `start`, an hours-closed one until its hours
   open (trigger ``release``) -- or, when they open while its close is still running,
   until that run has ended;
+- an operator's start outside a resident's hours lasts until the operator stops it or
+  the hours next open (then they govern as usual): the restart policy's restarts in
+  between are part of that start, as a started unit with Restart=on-failure is
+  restarted, so a crash there restarts it (trigger ``restart``) and `list` never shows a
+  backoff whose restart would be refused;
 - an operator's stop is saved in state.json before the run is stopped, and forgotten
   before a `start` or `restart` spawns: an ``unless-stopped`` resident an operator stopped
   stays down across daemon restarts (a crash or a kill of the daemon included) until
@@ -309,7 +314,8 @@ class Manager:
         self._id_retry: dict[str, float] = {}  # the next delay of a start that got no run id
         self._delay: dict[str, float] = {}
         # Residents outside their operating hours, and those an operator started anyway
-        # (they run until the operator stops them or the hours open and close again).
+        # (that start, its policy's restarts included, lasts until the operator stops
+        # them or the hours next open).
         self._closed: set[str] = set()
         self._override: set[str] = set()
         # (name, run_id) of runs the Manager itself is ending, and who ended it last
@@ -889,7 +895,8 @@ class Manager:
                 or (name in self._closed and name not in self._override)
                 or not _wants_restart(cfg.restart, outcome)):
             return
-        self._override.discard(name)
+        # An operator's start outside the hours (_override) is kept: this restart is part
+        # of it, and _restart_now would refuse it without it.
         up = rec.get("duration_ms", 0) / 1000
         delay, self._delay[name] = next_delay(cfg.restart_delay / 1e9, self._delay.get(name),
                                               up)
@@ -1031,7 +1038,9 @@ class Manager:
         self._cancel_backoff(name)
         self._delay.pop(name, None)  # an operator's start is a fresh start, not a retry
         if name in self._closed:
-            self._override.add(name)  # runs outside its hours until stopped or they cycle
+            # Outside its hours until the operator stops it or they next open, restarts
+            # by its policy included.
+            self._override.add(name)
         return {"name": name, "kind": "resident", "action": "started",
                 "run_id": await self._spawn_resident(name, "manual")}
 
@@ -1252,7 +1261,10 @@ class Manager:
                 up = True
                 queued += await self._stop_for_reload(name, run)
             if not up:
-                # An operator's start outside the hours lasts as long as the run it began.
+                # An operator's start outside the hours lasts until the operator stops it
+                # or they next open, restarts included; one that is down all the same
+                # (its run ended for good, or never started) has nothing left of that
+                # start for a reload to carry on, so it comes up only as its hours say.
                 self._override.discard(name)
         # An operator-stopped one stays down under the new config too (`_arm_resident`
         # starts no held resident), but its hours gate is armed again all the same: the
