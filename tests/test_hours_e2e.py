@@ -31,11 +31,11 @@ def _hm(at: datetime) -> str:
     return f"{at.hour:02d}:{at.minute:02d}"
 
 
-def _next_minute() -> datetime:
-    """The next minute boundary, at least 20 s away (the daemon boots before it); the
-    test is skipped when it or the minute after it would cross midnight."""
+def next_minute(margin: int = 20) -> datetime:
+    """The next minute boundary, at least `margin` seconds away (a daemon boots before
+    it); the test is skipped when it or the minute after it would cross midnight."""
     now = datetime.now(UTC)
-    if now.second > 40:
+    if now.second > 60 - margin:
         time.sleep(61 - now.second)
         now = datetime.now(UTC)
     boundary = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
@@ -47,7 +47,7 @@ def _next_minute() -> datetime:
 
 def test_hours_close_the_resident_and_release_it_when_they_open(
         world: World, daemons: Daemons) -> None:
-    close = _next_minute()
+    close = next_minute()
     reopen = close + timedelta(minutes=1)
     daemons.write_config(f"""
 [harness.worker]
@@ -96,7 +96,7 @@ def test_hours_that_open_while_the_graceful_close_is_still_running_release_after
     the end of that run, being the hours' doing, restarted nothing either: the resident
     stayed down through its open hours until they closed and opened again. The old run
     now finishes its close (cancelled/hours) and the release starts as it ends."""
-    close = _next_minute()
+    close = next_minute()
     reopen = close + timedelta(minutes=1)
     worker = world.root / "worker.py"
     worker.write_text(SLOW_TO_STOP)
@@ -196,7 +196,7 @@ def test_a_reload_during_the_release_closes_the_run_it_started(
     stayed `running` with no process and nobody to close them, and the changed resident
     got a second `running` record beside the orphaned one. The start now runs to its end
     first, and the reload stops the run it produced (cancelled/reload)."""
-    opens = _next_minute()
+    opens = next_minute()
 
     def resident(name: str, note: str = "") -> str:
         return f"""

@@ -35,6 +35,7 @@ from harness.ledger.files import FaultyFiles
 from harness.ledger.runledger import RunLedger
 from harness.supervisor.manager import Manager, unbudgeted
 from harness.supervisor.state import RunIds, StateFile
+from test_hours_e2e import next_minute
 
 WINDOW = "2026-11-30T12:00:00.000000000Z"
 DEADLINE = 60.0  # generous: a loaded 2-core machine
@@ -507,19 +508,6 @@ while True:
 """
 
 
-def _next_minute() -> datetime:
-    """The next minute boundary at least 15 s away; skipped across midnight."""
-    now = datetime.now(UTC)
-    if now.second > 45:
-        time.sleep(61 - now.second)
-        now = datetime.now(UTC)
-    boundary = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
-    after = boundary + timedelta(minutes=1)
-    if after.date() != now.date() or (boundary.hour == 0 and boundary.minute == 0):
-        pytest.skip("the windows would cross midnight")
-    return boundary
-
-
 def test_the_hours_opening_releases_only_an_enabled_resident_nobody_stopped(
         world: World, open_ledger: Callable[..., RunLedger], tmp_path: Path) -> None:
     """Hours close at the next minute and open a minute later. The opening releases an
@@ -527,7 +515,7 @@ def test_the_hours_opening_releases_only_an_enabled_resident_nobody_stopped(
     (`enabled` governs what the hours start; an operator's start lasted until the close),
     whether its close ended before the opening or was still running at it, nor one an
     operator stopped."""
-    close = _next_minute()
+    close = next_minute(margin=15)
     reopen = close + timedelta(minutes=1)
     hours = (f'operating_hours = "TZ=UTC Mon-Sun 00:00-{close:%H:%M}; '
              f'Mon-Sun {reopen:%H:%M}-24:00"\n')
