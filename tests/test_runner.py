@@ -25,6 +25,7 @@ from typing import Any
 import psutil
 import pytest
 
+from daemons import read_log
 from harness.config.load import load_config
 from harness.config.model import HarnessConfig
 from harness.ledger.runledger import RunLedger
@@ -73,7 +74,7 @@ def rig(world: Any, open_ledger: Callable[..., RunLedger]) -> Rig:
 
 
 def _log(rec: dict[str, Any]) -> str:
-    data = logs.read_log(rec["log"])
+    data = read_log(rec["log"])
     assert data is not None
     return data.decode()
 
@@ -336,7 +337,7 @@ def test_run_log_is_private_and_compressed_after_close(rig: Rig) -> None:
     assert seen == {"log": 0o600, "dir": 0o700}
     assert not os.path.exists(rec["log"])
     assert stat.S_IMODE(os.stat(rec["log"] + ".zst").st_mode) == 0o600
-    assert logs.read_log(rec["log"]) == b"hello\n"
+    assert read_log(rec["log"]) == b"hello\n"
     assert "log_pruned" not in rec
 
 
@@ -346,7 +347,7 @@ def test_keep_runs_prunes_the_oldest_logs(rig: Rig, world: Any) -> None:
     assert [r["run_id"] for r in recs] == [1, 2, 3, 4]
     d = Path(rig.jobs) / "kr"
     assert sorted(os.listdir(d)) == ["3.log.zst", "4.log.zst"]
-    assert logs.read_log(str(d / "3.log")) == b"run output\n"
+    assert read_log(str(d / "3.log")) == b"run output\n"
     cp = world.harness("runs", "kr", "--json")
     assert cp.returncode == 0, cp.stderr
     got = {r["run_id"]: r for r in json.loads(cp.stdout)}
