@@ -257,18 +257,24 @@ def test_a_daemon_lost_mid_request_is_one_line(sockdir: Path, tmp_path: Path) ->
         1, "", "harness: lost the daemon (connection closed)\n")
 
 
+def _capped_plain_and_compressed(tmp_path: Path, body: bytes, max_bytes: int
+                                 ) -> list[tuple[int, logview.LogText]]:
+    """`body` kept as run 1's plain log and run 2's ``.log.zst``, each viewed as the daemon
+    does under a cap of `max_bytes`: (run, view) for both, so one assertion holds both."""
+    jobs = tmp_path / "jobs" / "job"
+    jobs.mkdir(parents=True)
+    (jobs / "1.log").write_bytes(body)
+    (jobs / "2.log.zst").write_bytes(_compressed(body))
+    return [(run, logview.view_log("job", "oneshot", run=run, jobs_dir=str(tmp_path / "jobs"),
+                                   resident_log=str(tmp_path / "unused.log"), keep_runs=5,
+                                   lookup=lambda name, run_id: None, max_bytes=max_bytes))
+            for run in (1, 2)]
+
+
 def test_a_capped_tail_without_a_newline_is_kept_whole(tmp_path: Path) -> None:
     """The daemon's cap on a log whose end holds no newline (one long line): the tail is
     all there is to show, counted as cut, not dropped as a partial first line."""
-    jobs = tmp_path / "jobs" / "job"
-    jobs.mkdir(parents=True)
-    body = b"x" * 100
-    (jobs / "1.log").write_bytes(body)
-    (jobs / "2.log.zst").write_bytes(_compressed(body))
-    for run in (1, 2):
-        view = logview.view_log("job", "oneshot", run=run, jobs_dir=str(tmp_path / "jobs"),
-                                resident_log=str(tmp_path / "unused.log"), keep_runs=5,
-                                lookup=lambda name, run_id: None, max_bytes=10)
+    for run, view in _capped_plain_and_compressed(tmp_path, b"x" * 100, 10):
         assert (view.text, view.cut) == ("x" * 10, 90), run
 
 
@@ -300,14 +306,7 @@ def test_a_followed_log_compressed_after_more_than_a_chunk_was_shown(tmp_path: P
 def test_the_cut_of_a_big_compressed_log_counts_every_trim(tmp_path: Path) -> None:
     """A capped compressed log of several chunks is trimmed many times as it streams:
     the bytes said to be left out are all of them, as for the same log kept plain."""
-    jobs = tmp_path / "jobs" / "job"
-    jobs.mkdir(parents=True)
     body = b"".join(b"line %06d\n" % i for i in range(30_000))  # 12 bytes a line
-    (jobs / "1.log").write_bytes(body)
-    (jobs / "2.log.zst").write_bytes(_compressed(body))
-    for run in (1, 2):
-        view = logview.view_log("job", "oneshot", run=run, jobs_dir=str(tmp_path / "jobs"),
-                                resident_log=str(tmp_path / "unused.log"), keep_runs=5,
-                                lookup=lambda name, run_id: None, max_bytes=100)
+    for run, view in _capped_plain_and_compressed(tmp_path, body, 100):
         assert (view.text, view.cut) == (
             "".join(f"line {i:06d}\n" for i in range(29_992, 30_000)), len(body) - 96), run
