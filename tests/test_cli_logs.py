@@ -200,7 +200,7 @@ def test_bad_flag_values_exit_2_naming_the_value(world: World) -> None:
                               (("--lines", "-3"), "--lines", "must be at least 1, got -3")):
         code, out, err = _logs(world, "job", *args)
         assert (code, out) == (2, "")
-        assert err.splitlines()[-1] == f"Error: Invalid value for {hint}: {value}"
+        assert err.splitlines()[-1] == f"Error: Invalid value for '{hint}': {value}"
         assert "Traceback" not in err
     code, _out, err = _logs(world, "job", "--run", "x")
     assert code == 2 and "'x' is not a valid integer" in err

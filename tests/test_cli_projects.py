@@ -216,7 +216,7 @@ def test_up_bad_input(world: World) -> None:
     proj = _project(world)
     code, out, err = _run(world, "up", str(proj), "--name", "a b")
     assert (code, out) == (2, "")
-    assert err.splitlines()[-1] == ("Error: Invalid value for --name: 'a b' is not a usable "
+    assert err.splitlines()[-1] == ("Error: Invalid value for '--name': 'a b' is not a usable "
                                     "project name (letters, digits, '.', '_', '-')")
     assert _registry(world) is None
     assert _run(world, "down", str(proj)) == (
@@ -309,7 +309,7 @@ def test_up_and_down_never_repeat_a_secret_in_an_argument(world: World) -> None:
         assert got == want
     code, out, err = _run(world, "up", str(proj), "--name", f"{TOKEN}!")
     assert (code, out) == (2, "")
-    assert err.splitlines()[-1] == ("Error: Invalid value for --name: '[REDACTED]!' is not "
+    assert err.splitlines()[-1] == ("Error: Invalid value for '--name': '[REDACTED]!' is not "
                                     "a usable project name (letters, digits, '.', '_', '-')")
     assert TOKEN not in err
 
@@ -395,14 +395,16 @@ def test_a_project_name_that_reads_as_a_secret_is_refused(world: World) -> None:
     proj = _project(world, "p")
     code, out, err = _run(world, "up", str(proj), "--name", TOKEN)
     assert (code, out) == (2, "")
-    assert err.splitlines()[-1] == ("Error: Invalid value for --name: '[REDACTED]' reads "
+    assert err.splitlines()[-1] == ("Error: Invalid value for '--name': '[REDACTED]' reads "
                                     "like a key or a token, which the run ledger would redact")
     assert _registry(world) is None
     named = _project(world, TOKEN, "")  # the default name is the directory's
     code, out, err = _run(world, "up", str(named))
     assert (code, out) == (2, "")
-    assert err.splitlines()[-1].startswith("Error: Invalid value for DIR (its name; pass "
-                                           "--name): '[REDACTED]' reads like a key")
+    assert err.splitlines()[-1] == (
+        "Error: Invalid value for 'DIR': '[REDACTED]' reads like a key or a token, which the "
+        "run ledger would redact (the project takes DIR's name; pass --name to give it "
+        "another)")
     assert TOKEN not in err
     with pytest.raises(RegistryError) as refused:
         register_project(str(named))

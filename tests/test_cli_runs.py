@@ -369,7 +369,7 @@ def test_bad_flag_values_are_refused_with_the_valid_ones(
         res = runs(world, *args, *extra)
         assert res.returncode == 2, res
         assert res.stdout == ""
-        assert f"Error: Invalid value for {flag}: {message}\n" in res.stderr
+        assert f"Error: Invalid value for '{flag}': {message}\n" in res.stderr
     assert "timed_out" in OUTCOMES_LISTED
 
 
@@ -384,7 +384,7 @@ KEY = "sk-ant-api03-" + "A" * 70  # the form of an Anthropic API key
      f"unknown outcome '[REDACTED]' (valid: {OUTCOMES_LISTED})"),
     (("--trigger", KEY), "--trigger", f"unknown trigger '[REDACTED]' (valid: {TRIGGERS_LISTED})"),
     # click's own words, not ours: scrubbed all the same.
-    (("--limit", KEY), "'--limit'", "'[REDACTED]' is not a valid integer."),
+    (("--limit", KEY), "--limit", "'[REDACTED]' is not a valid integer."),
 ])
 def test_a_credential_in_a_flag_is_not_echoed(world: World, args: tuple[str, ...], flag: str,
                                               message: str) -> None:
@@ -392,7 +392,7 @@ def test_a_credential_in_a_flag_is_not_echoed(world: World, args: tuple[str, ...
     where `trigger`, `ledger` and `up` scrub the same value."""
     res = runs(world, *args)
     assert (res.returncode, res.stdout, res.stderr.splitlines()[-1]) == (
-        2, "", f"Error: Invalid value for {flag}: {message}")
+        2, "", f"Error: Invalid value for '{flag}': {message}")
     assert KEY[:20] not in res.stderr
 
 
@@ -1440,7 +1440,7 @@ def test_an_empty_harness_name_is_refused(world: World, args: tuple[str, ...],
     it, and the CLI then read the disk, saying the daemon had failed."""
     res = runs(world, *args)
     assert (res.returncode, res.stdout) == (2, "")
-    assert f"Error: Invalid value for {hint}: a harness name cannot be empty\n" in res.stderr
+    assert f"Error: Invalid value for '{hint}': a harness name cannot be empty\n" in res.stderr
 
 
 def test_build_query_splits_and_merges_filters() -> None:

@@ -80,10 +80,10 @@ def test_runs_since_an_overflowing_duration_is_a_flag_error_not_a_traceback(
     assert res.returncode == 2, res.stderr
     assert "Traceback" not in res.stderr and res.stdout == ""
     assert res.stderr.splitlines()[-1] == (
-        "Error: Invalid value for --since: duration must be at most 1000000d (about 2,700 "
+        "Error: Invalid value for '--since': duration must be at most 1000000d (about 2,700 "
         "years), got '100000000000000000000000…' (402 characters)")
     far = world.harness("runs", "--since", "999999999999d", "--json")
     assert (far.returncode, far.stdout) == (2, "")
     assert far.stderr.splitlines()[-1] == (
-        "Error: Invalid value for --since: duration must be at most 1000000d (about 2,700 "
+        "Error: Invalid value for '--since': duration must be at most 1000000d (about 2,700 "
         "years), got '999999999999d'")

@@ -39,7 +39,7 @@ from ..supervisor import logview
 from ..supervisor.runner import resident_log_path
 from . import render
 from .output import fail, named, report, warn
-from .params import INTEGER
+from .params import INTEGER, refused
 
 T = TypeVar("T")
 
@@ -171,9 +171,9 @@ def logs_command(ctx: click.Context, name: str, run: int | None, lines: int | No
     A one-shot's newest run's log (or run N's, with --run); a resident's one durable log.
     """
     if run is not None and run < 1:
-        raise click.BadParameter(f"must be a positive run id, got {run}", param_hint="--run")
+        raise refused(f"must be a positive run id, got {run}", "--run")
     if lines is not None and lines < 1:
-        raise click.BadParameter(f"must be at least 1, got {lines}", param_hint="--lines")
+        raise refused(f"must be at least 1, got {lines}", "--lines")
     obj = ctx.obj or {}
     sock = paths.socket_path(obj.get("socket"))
     try:

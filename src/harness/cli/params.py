@@ -4,6 +4,10 @@
 Invariant: it accepts exactly what click's INT accepts for an ASCII value (a sign,
 surrounding spaces) and nothing more: no non-ASCII digit, no underscore. Bounds stay
 each command's own check, with its own wording.
+
+`refused` is every check of our own that refuses a value: it names the option or
+argument as click names it in its own refusals (`Invalid value for '--limit'`), so a
+script or a reader meets one spelling whichever side found the value wrong.
 """
 
 from __future__ import annotations
@@ -37,4 +41,12 @@ class _AsciiInt(click.ParamType):
 
 INTEGER = _AsciiInt()
 
-__all__ = ["INTEGER"]
+
+def refused(message: str, name: str) -> click.BadParameter:
+    """The usage error (exit 2) for a value of the option or argument `name` (`--since`,
+    `NAME`) that a command's own check refused. click quotes each name of a hint given as
+    a sequence, as it quotes the names in the refusals it makes itself."""
+    return click.BadParameter(message, param_hint=[name])
+
+
+__all__ = ["INTEGER", "refused"]

@@ -44,6 +44,7 @@ from ..config.load import (
 )
 from ..control.client import Client, DaemonError, DaemonLost, DaemonUnreachable, reply_object
 from .output import fail, named, report, warn_not_durable
+from .params import refused
 
 EXIT_BAD_CONFIG = 2
 
@@ -154,8 +155,8 @@ def up_command(ctx: click.Context, directory: str, name: str | None) -> None:
     pname = name or (current.name if current else os.path.basename(real))
     problem = project_name_problem(pname)
     if problem:
-        raise click.BadParameter(
-            problem, param_hint="--name" if name else "DIR (its name; pass --name)")
+        raise (refused(problem, "--name") if name else refused(
+            f"{problem} (the project takes DIR's name; pass --name to give it another)", "DIR"))
     clash = next((p for p in projects if p.name == pname and p.dir != real), None)
     if clash is not None:
         # Said before the load, which would only report the harness names clashing.

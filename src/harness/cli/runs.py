@@ -29,7 +29,7 @@ from ..ledger.scrub import scrub_text
 from ..timefmt import format_ns, now_ns, parse_ns
 from . import render
 from .output import some_of
-from .params import INTEGER
+from .params import INTEGER, refused
 
 NAMED_LIMIT = 20  # SPEC-0008's `harness runs NAME`
 SWEEP_LIMIT = 50  # REQ-14's every-harness listing and every other query
@@ -44,9 +44,9 @@ def _words(values: tuple[str, ...], what: str, valid: tuple[str, ...]) -> frozen
         words = [w for v in raw.split(",") if (w := v.strip())]
         bad = [f"unknown {what} {shown(w)}" for w in words if w not in valid]
         if bad or not words:
-            raise click.BadParameter(
+            raise refused(
                 f"{bad[0] if bad else f'no {what} in {shown(raw)}'} (valid: {', '.join(valid)})",
-                param_hint=f"--{what}")
+                f"--{what}")
         out.update(words)
     return frozenset(out)
 
@@ -58,17 +58,17 @@ def parse_since(value: str, now: int) -> int:
     except ValueError:
         pass
     if is_bare_number(value):  # DESIGN.md §2: seconds only in config
-        raise click.BadParameter(
+        raise refused(
             f"{shown(value)} needs a unit: a duration (e.g. 24h, 7d) or an RFC 3339 time",
-            param_hint="--since")
+            "--since")
     try:
         return now - parse_duration_ns(value)
     except ValueError as exc:
         if str(exc).startswith("must be"):  # a duration, but longer than any that is kept
-            raise click.BadParameter(f"duration {exc}", param_hint="--since") from None
-        raise click.BadParameter(
+            raise refused(f"duration {exc}", "--since") from None
+        raise refused(
             f"{shown(value)} is neither a duration (e.g. 24h, 7d) nor an RFC 3339 time",
-            param_hint="--since") from None
+            "--since") from None
 
 
 def build_query(names: tuple[str, ...], harness: tuple[str, ...], since: str | None,
@@ -78,11 +78,10 @@ def build_query(names: tuple[str, ...], harness: tuple[str, ...], since: str | N
     outcomes = _words(outcome, "outcome", OUTCOMES)
     triggers = _words(trigger, "trigger", TRIGGERS)
     if limit is not None and not 1 <= limit <= MAX_LIMIT:
-        raise click.BadParameter(f"must be between 1 and {MAX_LIMIT}, got {limit}",
-                                 param_hint="--limit")
+        raise refused(f"must be between 1 and {MAX_LIMIT}, got {limit}", "--limit")
     for given, hint in ((names, "NAME"), (harness, "--harness")):
         if "" in given:  # an unset shell variable: a name no harness has, and no filter
-            raise click.BadParameter("a harness name cannot be empty", param_hint=hint)
+            raise refused("a harness name cannot be empty", hint)
     # `harness runs X X` (a name given twice, a script's list) asks for X alone.
     names = tuple(dict.fromkeys(names))
     legacy = (len(names) == 1 and not harness and since is None and until is None
@@ -93,8 +92,7 @@ def build_query(names: tuple[str, ...], harness: tuple[str, ...], since: str | N
         try:
             until_ns = parse_ns(until)
         except ValueError:
-            raise click.BadParameter(f"{shown(until)} is not an RFC 3339 time",
-                                     param_hint="--until") from None
+            raise refused(f"{shown(until)} is not an RFC 3339 time", "--until") from None
     if legacy:
         return Query(names=tuple(names), limit=limit or NAMED_LIMIT), True
     named = tuple(dict.fromkeys(names + harness))
