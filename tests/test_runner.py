@@ -441,10 +441,10 @@ def test_an_env_file_that_is_not_a_regular_file_fails_the_run_at_once(
         path = tmp_path / "env.fifo"
         os.mkfifo(path)
         writer = _unblock_a_reader(path, within=3.0)  # so the unfixed read ends, and fails
-        why = "Not a regular file"
+        why = "it is a FIFO, not a regular file"
     else:
         path = Path("/dev/null")
-        why = "Not a regular file"
+        why = "it is a character device, not a regular file"
     link = tmp_path / "env.link"  # followed like any path the user names, and still refused
     link.symlink_to(path)
     rec = rig.once(RunSpec("ef", ["true"], env_file=[str(link)], timeout=30))

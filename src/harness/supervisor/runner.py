@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from .. import paths
 from ..config.durations import shown_path
 from ..ledger.errors import LedgerError
-from ..ledger.files import make_private_dir, open_regular
+from ..ledger.files import make_private_dir, open_regular, why_unreadable
 from ..ledger.runledger import RunLedger
 from ..timefmt import format_ns
 from . import logs
@@ -186,7 +186,8 @@ def read_env_files(env_file: str | Sequence[str] | None) -> dict[str, str]:
             with open_regular(path, follow=True) as f:
                 raw = f.read(ENV_FILE_MAX + 1)
         except OSError as exc:
-            raise SpawnError(f"env_file {path}: cannot read: {exc.strerror or exc}") from None
+            raise SpawnError(f"env_file {path}: cannot read: {why_unreadable(path, exc)}") \
+                from None
         if len(raw) > ENV_FILE_MAX:
             raise SpawnError(f"env_file {path}: larger than {ENV_FILE_MAX_TEXT}, the most "
                              "an env file may hold")
