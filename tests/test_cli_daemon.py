@@ -288,19 +288,37 @@ def test_a_wedged_daemon_ends_a_long_op_within_two_timeouts(tmp_path: Path) -> N
     assert daemon.hellos == 1
 
 
-def test_the_cli_reports_a_daemon_lost_during_a_stop(world: World) -> None:
+@pytest.mark.parametrize("op", ["stop", "start", "restart", "trigger"])
+def test_the_cli_reports_a_daemon_lost_during_a_change(world: World, op: str) -> None:
+    """A daemon lost after it was sent a stop or a trigger may have carried it out: the
+    user is told where to look before asking again (a second trigger is a second run)."""
     def answer(msg: dict[str, Any]) -> None:
         daemon.wedge()
 
     daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"), answer)
     try:
-        res = world.harness("stop", "stub")
+        res = world.harness(op, "stub")
     finally:
         daemon.close()
     assert (res.returncode, res.stdout, res.stderr) == (
         1, "", "harness: lost the daemon (timed out, and the daemon no longer answers a new "
-               "connection)\n")
-    assert [(r["op"], r["name"]) for r in daemon.requests] == [("stop", "stub")]
+               "connection); it may have taken the request: `harness list` and "
+               "`harness runs stub` show what it did\n")
+    assert [(r["op"], r["name"]) for r in daemon.requests] == [(op, "stub")]
+
+
+def test_a_daemon_lost_during_a_listing_needs_no_advice(world: World) -> None:
+    def answer(msg: dict[str, Any]) -> None:
+        daemon.wedge()
+
+    daemon = ScriptedDaemon(str(world.root / "run" / "harness.sock"), answer)
+    try:
+        res = world.harness("list")
+    finally:
+        daemon.close()
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", "harness: lost the daemon (timed out)\n")
+    assert [r["op"] for r in daemon.requests] == ["list"]
 
 
 def waited_on(world: World, name: str, answer: Any

@@ -60,11 +60,15 @@ def exit_code_of(rec: dict[str, Any]) -> int:
     return 0 if outcome == "success" else EXIT_FAILED
 
 
-def _call(ctx: click.Context, fn: Callable[[Client], Any]) -> Any:
+def _call(ctx: click.Context, fn: Callable[[Client], Any], acts_on: str | None = None) -> Any:
     """Run `fn` against the daemon; any way it cannot be reached ends the command (exit 1).
     Only the client's failures are the daemon's: standard output refusing what `fn`
     prints is reported as that (output.guarded_stdout), not as a daemon lost after it
-    took the request (a user told so might trigger the run again)."""
+    took the request (a user told so might trigger the run again).
+
+    `acts_on` names the harness a request changes (a trigger, a stop): a daemon lost
+    after the request was sent may have carried it out, and the user is told where to
+    look before asking again."""
     sock = paths.socket_path((ctx.obj or {}).get("socket"))
     try:
         client = Client(sock)
@@ -75,7 +79,10 @@ def _call(ctx: click.Context, fn: Callable[[Client], Any]) -> Any:
     except DaemonError as exc:
         fail(f"{exc} ({exc.code})")
     except DaemonLost as exc:
-        fail(f"lost the daemon ({exc})")
+        if acts_on is None:
+            fail(f"lost the daemon ({exc})")
+        fail(f"lost the daemon ({exc}); it may have taken the request: `harness list` "
+             f"and `harness runs {render.visible(acts_on)}` show what it did")
     finally:
         client.close()
 
@@ -186,7 +193,7 @@ def trigger_command(ctx: click.Context, name: str, wait: bool, over_budget: bool
                 return exit_code_of(rec)
             time.sleep(WAIT_POLL)
 
-    sys.exit(_call(ctx, go))
+    sys.exit(_call(ctx, go, acts_on=name))
 
 
 def _stuck(client: Client, name: str, run_id: int) -> tuple[bool, str | None]:
@@ -330,7 +337,8 @@ def _lifecycle(op: str, doc: str) -> click.Command:
                   help="Print the daemon's answer (action, run_id, ...) as JSON.")
     @click.pass_context
     def command(ctx: click.Context, name: str, as_json: bool) -> None:
-        data = _call(ctx, lambda c: reply_object(c.request(op, name=name), op, action=str))
+        data = _call(ctx, lambda c: reply_object(c.request(op, name=name), op, action=str),
+                     acts_on=name)
         click.echo(_json(data) if as_json else _describe(name, data))
         # The stop is done; only its records wait for the disk (REQ-6's bound passed).
         if "not_durable" in data:
