@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import signal
 import tempfile
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -30,6 +31,7 @@ from daemons import (
     Daemons,
     alive,
     record_of,
+    runs_of,
     states_of,
     stubborn_pid,
     until,
@@ -188,8 +190,8 @@ def test_listings_of_a_daemon_with_nothing_configured(world: World, daemons: Dae
 
 
 def test_the_jobs_table_and_json_of_a_failing_job(world: World, daemons: Daemons) -> None:
-    """The jobs table's last run reads `#ID OUTCOME` and the streak counts failures; the
-    JSON is the daemon's listing, indented."""
+    """The jobs table's last run reads `#ID OUTCOME STARTED` (STARTED as `harness runs`
+    shows it) and the streak counts failures; the JSON is the daemon's listing, indented."""
     daemons.write_config('[harness.bad]\nkind = "oneshot"\nargv = ["false"]\n')
     daemons.start()
     for _ in range(2):
@@ -197,8 +199,10 @@ def test_the_jobs_table_and_json_of_a_failing_job(world: World, daemons: Daemons
     table = world.harness("jobs")
     assert (table.returncode, table.stderr) == (0, "")
     none = "\u2014"  # no schedule, no next fire
+    t = datetime.fromisoformat(runs_of(world, "bad")[0]["started_at"][:19] + "+00:00")
+    when = [f"{t:%b}", str(t.day), f"{t:%H:%M}"]  # STARTED in the world's TZ=UTC
     assert table.stdout.splitlines()[1].split() == ["bad", "armed", none, none, "#2",
-                                                    "failed", "2"]
+                                                    "failed", *when, "2"]
     listed = world.harness("list", "--json")
     assert (listed.returncode, listed.stdout) == (
         0, '[\n  {\n    "name": "bad",\n    "kind": "oneshot",\n    "state": "armed"\n  }\n]\n')

@@ -125,6 +125,7 @@ def test_jobs_failure_streak_and_last_run(world: World, open_ledger: Callable[..
     assert job["fails"] == fails
     ended = job["last_run"].pop("ended_at")
     assert isinstance(ended, str) and ended.endswith("Z")
+    assert job["last_run"].pop("started_at") == ended  # each record started as it ended
     assert job == {"name": "j", "state": "armed", "schedule": None, "next": None,
                    "catch_up": False, "on_overlap": "skip", "queued": None,
                    "last_run": {"run_id": last, "outcome": outcomes[last - 1]},

@@ -246,10 +246,14 @@ def _run_record(client: Client, name: str, run_id: int, seq: int | None,
 
 
 def _last(job: dict[str, Any]) -> str | None:
+    """`#ID OUTCOME` and, when the daemon sent it, when that run started, as `harness
+    runs` shows STARTED (REQ-13: the row shows the last run's id, time and outcome)."""
     last = job.get("last_run")
     if not isinstance(last, dict) or not last:
         return None
-    return f"#{_text(last.get('run_id'), '?')} {_text(last.get('outcome'), '?')}"
+    cell = f"#{_text(last.get('run_id'), '?')} {_text(last.get('outcome'), '?')}"
+    when = render.started(last)
+    return cell if when == render.UNICODE.none else f"{cell} {when}"
 
 
 def _text(value: Any, none: str) -> str:

@@ -1315,9 +1315,11 @@ class Manager:
                 "catch_up": cfg.catch_up,
                 "on_overlap": cfg.on_overlap,
                 "queued": None if held is None else held.run_id,
+                # started_at too: a record closed by a crash or decided has no ended_at,
+                # and the row must still say when the last run was (REQ-13).
                 "last_run": None if last is None else {
                     "run_id": last["run_id"], "outcome": last.get("outcome"),
-                    "ended_at": last.get("ended_at")},
+                    "started_at": last.get("started_at"), "ended_at": last.get("ended_at")},
                 "fails": _failure_streak(recs),
             })
         return out
