@@ -1336,6 +1336,7 @@ argv = ["true"]
     jobs = {j["name"]: j for j in json.loads(world.harness("jobs", "--json").stdout)}
     last = nightly[25]
     assert jobs["nightly"]["last_run"] == {"run_id": 25, "outcome": last["outcome"],
+                                           "started_at": last["started_at"],
                                            "ended_at": last.get("ended_at")}
 
     # state.json keeps only the allocators (and the keys it does not own).
