@@ -481,6 +481,32 @@ def test_a_listing_shows_whatever_the_reply_holds_escaped(
     assert (res.returncode, res.stderr, res.stdout) == (0, "", table)
 
 
+@pytest.mark.parametrize(("tz", "cells"), [
+    ("UTC", ["Dec  4 01:00", "#7 success Dec  3 23:59"]),
+    ("Asia/Kolkata", ["Dec  4 06:30", "#7 success Dec  4 05:29"]),
+])
+def test_the_jobs_table_shows_next_and_last_in_local_time(
+        world: World, tmp_path: Path, tz: str, cells: list[str]) -> None:
+    """NEXT was the daemon's raw stamp (`2026-12-04T01:00:00.000000000Z`, 30 columns of a
+    table meant for 80) beside a LAST RUN in the local `Jan _2 15:04` of `harness runs`."""
+    path = tmp_path / "jobs.sock"
+    job = {"name": "n", "state": "armed", "schedule": "@hourly",
+           "next": "2026-12-04T01:00:00.000000000Z", "fails": 0,
+           "last_run": {"run_id": 7, "outcome": "success",
+                        "started_at": "2026-12-03T23:59:30.5Z", "ended_at": None}}
+    daemon = FakeDaemon(str(path), [], raw={"id": 1, "ok": True, "data": {"jobs": [job]}})
+    try:
+        res = subprocess.run([sys.executable, "-m", "harness.cli", "--socket", str(path),
+                              "jobs"], env={**world.env, "TZ": tz}, capture_output=True,
+                             text=True, timeout=120)
+    finally:
+        daemon.close()
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == (
+        "NAME  STATE  SCHEDULE  NEXT          LAST RUN                 FAILS\n"
+        f"n     armed  @hourly   {cells[0]}  {cells[1]}  0\n")
+
+
 @pytest.mark.parametrize(("raw", "why"), [
     ([1], "the daemon's reply to jobs is not a JSON object: [1]"),
     ({"id": 1, "ok": True, "data": "abc"},

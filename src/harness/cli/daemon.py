@@ -300,8 +300,11 @@ def jobs_command(ctx: click.Context, as_json: bool) -> None:
     """One-shot harnesses: state, schedule, next fire, last run, consecutive failures."""
     _show(ctx, "jobs", as_json, "no one-shot harnesses configured",
           ["NAME", "STATE", "SCHEDULE", "NEXT", "LAST RUN", "FAILS"],
-          lambda j: [j.get("name"), j.get("state"), j.get("schedule"), j.get("next"),
-                     _last(j), j.get("fails", 0)])
+          # NEXT in local time, as the runs table shows STARTED; a value that is no
+          # instant (a daemon of another make) as it came.
+          lambda j: [j.get("name"), j.get("state"), j.get("schedule"),
+                     render.local_time(j.get("next")) or j.get("next"), _last(j),
+                     j.get("fails", 0)])
 
 
 @click.command("list")

@@ -70,15 +70,20 @@ def marks_for(encoding: str | None) -> Marks:
 
 
 def started(rec: dict[str, Any], marks: Marks = UNICODE) -> str:
-    s = rec.get("started_at")
+    return local_time(rec.get("started_at")) or marks.none
+
+
+def local_time(s: Any) -> str | None:
+    """An RFC 3339 instant as the tables show one, local and to the minute
+    (`Jan _2 15:04`); None when `s` is no such instant."""
     if not isinstance(s, str):
-        return marks.none
+        return None
     try:
         # Whole seconds, by integer division: a float of the nanoseconds rounds
         # 10:04:59.9999999 up into the next minute (and, at midnight, the next day).
         dt = datetime.fromtimestamp(parse_ns(s) // 1_000_000_000).astimezone()
     except (ValueError, OverflowError, OSError):
-        return marks.none
+        return None
     return f"{dt:%b} {dt.day:>2} {dt:%H:%M}"
 
 
