@@ -132,8 +132,10 @@ def test_a_state_dir_moved_or_copied_keeps_its_logs(world: World, daemons: Daemo
 
     want = [(3, str(old_jobs / "3.log"), None), (2, str(old_jobs / "2.log"), True),
             (1, str(old_jobs / "1.log"), True)]
-    pruned = (1, "", "harness: job run 2's log was pruned (keep_runs = 2; the oldest log "
-                     "kept is run 3's)\n")
+    # One log kept of keep_runs = 2: not keep_runs' doing, and not told as if it were.
+    pruned = (1, "", "harness: job run 2's log is missing, though keep_runs = 2 keeps it "
+                     "(removed outside harness, or pruned under a lower keep_runs; the "
+                     "oldest log kept is run 3's)\n")
     note = "harness: daemon not running; read the log from disk\n"
     assert listed() == want
     assert _logs(world, "job", "--run", "3") == (0, "run 3\nsecond\nthird\n", note)
@@ -386,13 +388,29 @@ def test_why_a_run_has_no_log(tmp_path: Path) -> None:
     })
     want = {1: ("not_found", "job run 1 was skipped (overlap): it has no log"),
             2: ("not_found", "job run 2 has no log (it ended failed before writing one)"),
-            3: ("pruned", "job run 3's log was pruned (keep_runs = 5; the oldest log kept "
-                          "is run 4's)"),
+            # One log kept, of keep_runs = 5: gone some other way than keep_runs.
+            3: ("not_found", "job run 3's log is missing, though keep_runs = 5 keeps it "
+                             "(removed outside harness, or pruned under a lower keep_runs; "
+                             "the oldest log kept is run 4's)"),
             6: ("not_found", "job has no run 6")}
     for run, (code, message) in want.items():
         with pytest.raises(logview.LogError) as info:
             _view(jobs, run, lookup)
         assert (info.value.code, info.value.message) == (code, message)
+    # With five logs kept, run 3's is older than all of them: keep_runs pruned it.
+    for n in (6, 7, 8, 9):
+        (jobs / "job" / f"{n}.log").write_bytes(b"later\n")
+    with pytest.raises(logview.LogError) as info:
+        _view(jobs, 3, lookup)
+    assert (info.value.code, info.value.message) == (
+        "pruned", "job run 3's log was pruned (keep_runs = 5; the oldest log kept is run 4's)")
+    (jobs / "job" / "4.log").unlink()  # four kept, the oldest newer than run 3: not keep_runs
+    with pytest.raises(logview.LogError) as info:
+        _view(jobs, 3, lookup)
+    assert info.value.code == "not_found"
+    for n in (6, 7, 8, 9):
+        (jobs / "job" / f"{n}.log").unlink()
+    (jobs / "job" / "4.log").write_bytes(b"four\n")
     # The newest run with a log, though run 5 (skipped) came after it.
     view = _view(jobs, None, lookup)
     assert (view.run_id, view.text, view.cut) == (4, "four\n", 0)

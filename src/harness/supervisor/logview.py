@@ -335,8 +335,14 @@ def _missing(name: str, run: int, keep_runs: int, jobs_dir: str, lookup: Lookup)
                                      f"(it ended {rec.get('outcome')} before writing one)")
     kept = sorted(logs.log_ids(jobs_dir, name))
     oldest = f"; the oldest log kept is run {kept[0]}'s" if kept else ""
-    return LogError("pruned", f"{name} run {run}'s log was pruned "
-                              f"(keep_runs = {keep_runs}{oldest})")
+    if len(kept) >= keep_runs and (not kept or run < kept[0]):
+        return LogError("pruned", f"{name} run {run}'s log was pruned "
+                                  f"(keep_runs = {keep_runs}{oldest})")
+    # keep_runs keeps the newest logs: one it would keep went some other way, and
+    # blaming keep_runs would send the user to a setting that did not do it.
+    return LogError("not_found", f"{name} run {run}'s log is missing, though keep_runs = "
+                                 f"{keep_runs} keeps it (removed outside harness, or "
+                                 f"pruned under a lower keep_runs{oldest})")
 
 
 def _check(run: int | None, lines: int | None) -> None:
