@@ -621,23 +621,25 @@ def test_a_refused_open_releases_the_lock(tmp_path: Path) -> None:
 # -- replay ----------------------------------------------------------------------------
 
 def test_a_later_schedule_replaces_the_deps_and_names_each_once(tmp_path: Path) -> None:
-    """The last task.scheduled row of a task says its deps: an empty list, or a value
-    that is no list, means none (so the task is ready); a dep named twice counts once."""
+    """The last task.scheduled row of a task that names deps says them: an empty list
+    means none (so the task is ready), a dep named twice counts once, and a row without
+    ``deps`` keeps them. (Deps that are no list of task ids are refused by the writer and
+    held by replay: tests/test_worklog_spec_conformance.py.)"""
     with WorkLedger(tmp_path, "deps") as wl:
         wl.record("run.open", None, {})
         wl.record("task.scheduled", "a", {"deps": []})
-        wl.record("task.scheduled", "b", {"deps": ["a", "a", 7, "z"]})
+        wl.record("task.scheduled", "b", {"deps": ["a", "a", "z"]})
         wl.record("task.scheduled", "c", {"deps": ["z"]})
         wl.record("task.scheduled", "d", {"deps": ["z"]})
         first = replay(wl.rows()).to_json()
         wl.record("task.scheduled", "c", {"deps": []})
-        wl.record("task.scheduled", "d", {"deps": "z"})
+        wl.record("task.scheduled", "d", {"deps": ["a"]})
         wl.record("task.scheduled", "a", {"note": "no deps key: deps kept"})
         later = replay(wl.rows()).to_json()
     assert [t["deps"] for t in first["tasks"]] == [[], ["a", "z"], ["z"], ["z"]]
     assert first["frontier"] == ["a"]
-    assert [t["deps"] for t in later["tasks"]] == [[], ["a", "z"], [], []]
-    assert later["frontier"] == ["a", "c", "d"]
+    assert [t["deps"] for t in later["tasks"]] == [[], ["a", "z"], [], ["a"]]
+    assert later["frontier"] == ["a", "c"]
     assert [(t["task_id"], t["first_seq"], t["last_seq"]) for t in later["tasks"]] == [
         ("a", 2, 8), ("b", 3, 3), ("c", 4, 6), ("d", 5, 7)]
 

@@ -55,7 +55,8 @@ def test_the_later_row_decides_a_state_unless_the_task_completed(first: str,
                        (first, "t", {}), (then, "t", {})]))
     want = "completed" if first == "task.completed" else STATUS[then]
     assert st.to_json()["tasks"] == [{
-        "task_id": "t", "status": want, "deps": [], "first_seq": 2, "last_seq": 4,
+        "task_id": "t", "status": want, "deps": [], "deps_error": None, "first_seq": 2,
+        "last_seq": 4,
         "attempts": [first, then].count("task.started")}]
     assert st.frontier == (["t"] if want in ("scheduled", "started") else [])
 

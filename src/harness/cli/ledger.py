@@ -340,6 +340,16 @@ def resume_command(run_id: str, dry_run: bool, as_json: bool, workdir: str | Non
     # reader refuses ids the writer would, and this keeps any that slip past that from
     # reaching the terminal as escapes or line breaks.
     frontier = ", ".join(render.visible(t) for t in res.frontier) or "nothing"
+    # A task whose deps cannot be read, or name a task the chain never schedules, is
+    # in no frontier and gets no signal: say so, or it would silently never run.
+    held = st.held
+    if held:
+        summary += f", {len(held)} held"
+    for h in held:
+        at = f" (entry {h['seq']})" if h["seq"] is not None else ""
+        click.echo(one_line(f"harness: warning: run {run_id}: task "
+                            f"{render.visible(str(h['task_id']))}{at} is held, not resumed: "
+                            f"{h['reason']}"), err=True)
     if res.dry_run:
         click.echo(f"dry run: {run_id} ({head}): {summary}; "
                    f"prior resumes {st.resumes}; would resume: {frontier}")

@@ -13,6 +13,10 @@ Invariants:
   completed task is recorded (``last_seq``) but does not reopen it.
 * Rows of kinds this version does not know are counted and carried through untouched,
   never errors: a ledger written by a newer scheduler still resumes here.
+* A task is in the frontier only when its deps can be read and all completed. One whose
+  ``deps`` are not a list of task ids (`rows.deps_problem`: a chain written by hand or
+  by another tool; the writer refuses it) or name a task no row of the chain schedules
+  can never be ready: it is held, never scheduled, and `State.held` says which and why.
 
 Rows are taken as verified (`harness.worklog.verify`); replay does not check hashes.
 """
@@ -22,6 +26,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from . import quoted
+from .rows import deps_problem
 
 __all__ = ["State", "TaskState", "replay"]
 
@@ -49,6 +56,10 @@ class TaskState:
     last_seq: int
     attempts: int = 0  # task.started rows
     deps: list[str] = field(default_factory=list)
+    # Why the deps in force cannot be read (`rows.deps_problem`), and the seq of the
+    # task.scheduled row that set them; None when they can.
+    deps_error: str | None = None
+    deps_seq: int | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -56,6 +67,7 @@ class TaskState:
             "status": self.status,
             "attempts": self.attempts,
             "deps": list(self.deps),
+            "deps_error": self.deps_error,
             "first_seq": self.first_seq,
             "last_seq": self.last_seq,
         }
@@ -106,9 +118,27 @@ class State:
 
     def _ready(self, t: TaskState) -> bool:
         # A dep the ledger never names cannot have completed: the task waits.
-        return t.status == SCHEDULED and all(
+        return t.status == SCHEDULED and t.deps_error is None and all(
             d in self.tasks and self.tasks[d].status == COMPLETED for d in t.deps
         )
+
+    @property
+    def held(self) -> list[dict[str, object]]:
+        """The scheduled tasks that can never be ready, by first schedule: each as
+        {task_id, seq (of the task.scheduled row that set its deps), reason}."""
+        out: list[dict[str, object]] = []
+        for t in self._ordered():
+            if t.status != SCHEDULED:
+                continue
+            reason = t.deps_error
+            if reason is None:
+                unknown = [d for d in t.deps if d not in self.tasks]
+                if not unknown:
+                    continue
+                names = ", ".join(quoted(d, cut=True) for d in unknown)
+                reason = f"deps name {names}, which no row of this ledger schedules"
+            out.append({"task_id": t.task_id, "seq": t.deps_seq, "reason": reason})
+        return out
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -119,6 +149,7 @@ class State:
             "abandoned": self.abandoned,
             "prior_resumes": self.resumes,
             "frontier": self.frontier,
+            "held": self.held,
             "opened": self.opened,
             "closed": self.closed,
             "entry_count": self.entry_count,
@@ -129,16 +160,19 @@ class State:
         }
 
 
-def _deps(payload: object) -> list[str] | None:
-    """The ``deps`` a task.scheduled payload names, or None when it names none."""
+def _deps(payload: object) -> tuple[list[str], str | None] | None:
+    """(the task ids, why they cannot be read or None) of the ``deps`` a task.scheduled
+    payload names, or None when it names none. Ids that can be read are kept even when
+    others cannot, so the projection shows what the row names."""
     if not isinstance(payload, dict) or "deps" not in payload:
         return None
     raw = payload["deps"]
+    problem = deps_problem(raw)
     if not isinstance(raw, list):
-        return []
+        return [], problem
     # Order kept, duplicates dropped: deps are a set, but a stable order keeps
     # to_json deterministic without sorting away what the scheduler wrote.
-    return list(dict.fromkeys(d for d in raw if isinstance(d, str)))
+    return list(dict.fromkeys(d for d in raw if isinstance(d, str))), problem
 
 
 def replay(rows: Iterable[dict[str, Any]]) -> State:
@@ -174,7 +208,8 @@ def replay(rows: Iterable[dict[str, Any]]) -> State:
             if status == SCHEDULED:
                 deps = _deps(row.get("payload"))
                 if deps is not None:
-                    t.deps = deps
+                    t.deps, t.deps_error = deps
+                    t.deps_seq = seq
             if t.status != COMPLETED:
                 t.status = status
         elif kind == "run.open":

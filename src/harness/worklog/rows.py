@@ -55,13 +55,16 @@ __all__ = [
     "RowRejected",
     "RowText",
     "SecretScan",
+    "check_deps",
     "check_kind",
     "check_task_id",
     "clean_payload",
+    "deps_problem",
     "encode_row",
     "entry_hash",
     "hash_doc",
     "holds_secret",
+    "id_problem",
     "ledger_dir",
     "make_row",
     "secret_field",
@@ -134,24 +137,83 @@ def check_task_id(kind: str, task_id: object) -> str | None:
         if kind.startswith("task."):
             raise RowRejected(f"kind {quoted(kind)} needs a task_id")
         return None
-    if not isinstance(task_id, str) or not task_id:
-        raise RowRejected(f"task_id must be a non-empty string, got {quoted(task_id)}")
-    if len(task_id) > _MAX_TASK_ID:
-        raise RowRejected(
-            f"task_id {quoted(secretless(task_id)[:32])}… is {len(task_id)} characters "
-            f"(at most {_MAX_TASK_ID})"
-        )
-    if _CONTROL_RX.search(task_id) or '"' in task_id:
-        raise RowRejected(f"task_id {quoted(task_id)} contains a control character or '\"'")
-    try:
-        task_id.encode("utf-8")
-    except UnicodeEncodeError:
-        raise RowRejected(f"task_id {quoted(task_id)} is not valid UTF-8 text") from None
+    problem = id_problem(task_id, "task_id")
+    if problem is not None:
+        raise RowRejected(problem)
+    assert isinstance(task_id, str)
     if holds_secret(task_id):
         # Ids are hashed and shipped as they are; one that holds a secret is refused
         # rather than rewritten, since a rewritten id would no longer name the task.
         raise RowRejected("task_id looks like it holds a secret; refusing to record it")
     return task_id
+
+
+def _json_kind(value: object) -> str:
+    """A JSON value as a message names it: a scalar as written, a container by its type
+    (its contents may be large, nested past any walk, or hold a secret)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return quoted(value, cut=True)
+    return "an object" if isinstance(value, dict) else "a list"
+
+
+def id_problem(value: object, what: str) -> str | None:
+    """Why `value` cannot be a task id, naming it `what` (``task_id``, ``deps[2]``); None
+    when it can. The shape only: whether it holds a secret is the caller's test."""
+    if not isinstance(value, str) or not value:
+        return f"{what} must be a non-empty string, got {_json_kind(value)}"
+    if len(value) > _MAX_TASK_ID:
+        return (f"{what} {quoted(secretless(value)[:32])}… is {len(value)} characters "
+                f"(at most {_MAX_TASK_ID})")
+    if _CONTROL_RX.search(value) or '"' in value:
+        return f"{what} {quoted(value)} contains a control character or '\"'"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"{what} {quoted(value)} is not valid UTF-8 text"
+    return None
+
+
+def deps_problem(deps: object) -> str | None:
+    """Why `deps`, the value of a ``task.scheduled`` payload's ``deps`` key, is not the
+    list of task ids DESIGN.md §2 says it is; None when it is. The writer refuses such a
+    row (`check_deps`); replay never schedules a task whose deps it cannot read, and says
+    why with this same text. The shape only, as `id_problem`."""
+    if not isinstance(deps, list):
+        return f"deps must be a list of task ids, got {_json_kind(deps)}"
+    # Replay reads every task.scheduled row: the usual list, all sound, is tested whole
+    # (the tests of `id_problem` on the ids joined); only a list that fails is walked to
+    # name its first bad entry.
+    if all(type(d) is str and 0 < len(d) <= _MAX_TASK_ID for d in deps):
+        joined = "".join(deps)
+        if '"' not in joined and _CONTROL_RX.search(joined) is None:
+            try:
+                joined.encode("utf-8")
+                return None
+            except UnicodeEncodeError:
+                pass
+    for i, dep in enumerate(deps):
+        problem = id_problem(dep, f"deps[{i}]")
+        if problem is not None:
+            return problem
+    return None
+
+
+def check_deps(kind: str, payload: dict[str, Any], clean: dict[str, Any]) -> None:
+    """Refuse a ``task.scheduled`` payload whose ``deps`` is not a list of task ids (a
+    payload without ``deps`` names none), or names one that holds a secret, as a task id
+    is refused. `clean` is `payload` as `clean_payload` returned it (the JSON form, in
+    which a tuple is a list); the secret test looks at what the caller gave."""
+    if kind != "task.scheduled" or "deps" not in clean:
+        return
+    problem = deps_problem(clean["deps"])
+    if problem is not None:
+        raise RowRejected(f"task.scheduled payload: {problem}")
+    for i, dep in enumerate(payload["deps"]):
+        if holds_secret(dep):
+            raise RowRejected(f"task.scheduled payload: deps[{i}] looks like it holds a "
+                              "secret; refusing to record it")
 
 
 _plain = msgspec.json.Decoder()

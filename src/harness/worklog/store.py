@@ -44,6 +44,7 @@ from . import NoLedger, VerificationFailed, WorkLedgerError, os_problem, quoted,
 from .rows import (
     GENESIS,
     RowRejected,
+    check_deps,
     check_kind,
     check_task_id,
     clean_payload,
@@ -283,6 +284,7 @@ class WorkLedger:
         kind = check_kind(kind)
         task_id = check_task_id(kind, task_id)
         clean, data, count = clean_payload(payload)
+        check_deps(kind, payload, clean)
         if len(data) >= MAX_LINE:
             raise RowRejected(
                 f"payload of {len(data)} bytes cannot fit the {MAX_LINE}-byte line limit"
