@@ -51,10 +51,10 @@ def _signals(workdir: Path) -> list[str]:
     ("a", "deps must be a list of task ids, got 'a'"),
     ({}, "deps must be a list of task ids, got an object"),
     (None, "deps must be a list of task ids, got null"),
-    ([5, None], "deps[0] must be a non-empty string, got 5"),
-    (["a", None], "deps[1] must be a non-empty string, got null"),
+    ([5, None], "deps[0] must be a task id (a string), got 5"),
+    (["a", None], "deps[1] must be a task id (a string), got null"),
     (["a", ""], "deps[1] must be a non-empty string, got ''"),
-    (["a", ["b"]], "deps[1] must be a non-empty string, got a list"),
+    (["a", ["b"]], "deps[1] must be a task id (a string), got a list"),
     (["a\nb"], "deps[0] 'a\\nb' contains a control character or '\"'"),
     (["x" * 129], "deps[0] 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'… is 129 characters (at most 128)"),
     ([API_KEY], "deps[0] looks like it holds a secret; refusing to record it"),
@@ -108,7 +108,7 @@ HELD = [
     {"task_id": "n", "seq": 4, "reason": "deps must be a list of task ids, got 5"},
     {"task_id": "s", "seq": 5, "reason": "deps must be a list of task ids, got 'a'"},
     {"task_id": "o", "seq": 6, "reason": "deps must be a list of task ids, got an object"},
-    {"task_id": "m", "seq": 7, "reason": "deps[1] must be a non-empty string, got 5"},
+    {"task_id": "m", "seq": 7, "reason": "deps[1] must be a task id (a string), got 5"},
     {"task_id": "u", "seq": 8,
      "reason": "deps name 'ghost', which no row of this ledger schedules"},
 ]
@@ -160,5 +160,27 @@ def test_a_later_schedule_with_readable_deps_releases_a_held_task(world: World,
     assert res.returncode == 0, res.stderr
     j = json.loads(res.stdout)
     assert (j["frontier"], j["held"]) == (
-        ["b"], [{"task_id": "c", "seq": 5, "reason": "deps[0] must be a non-empty string, "
+        ["b"], [{"task_id": "c", "seq": 5, "reason": "deps[0] must be a task id (a string), "
                  "got 7"}])
+
+
+def test_a_dep_naming_an_id_only_a_hand_written_chain_holds_is_read(world: World,
+                                                                    repo: Path) -> None:
+    """A reader takes any string as a task id (DESIGN §2; such a chain must verify and
+    resume): a dep naming a task whose id our writer would refuse still names that task,
+    and waits for it like any other. A dep naming no task of the chain holds its task."""
+    odd = 'a"b\x1b[2J'
+    sealed_ledger(repo, [
+        ("run.open", None, {}),
+        ("task.scheduled", odd, {"deps": []}),
+        ("task.scheduled", "next", {"deps": [odd]}),
+        ("task.scheduled", "orphan", {"deps": [""]}),
+        ("task.completed", odd, {}),
+    ])
+    res = cli(world, repo, "ledger", "resume", RUN)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines() == [
+        f"harness: warning: run {RUN}: task orphan (entry 4) is held, not resumed: deps "
+        "name '', which no row of this ledger schedules"]
+    assert "; frontier: next\n" in res.stdout
+    assert _signals(repo) == [f"{RUN}__next.signal"]

@@ -14,9 +14,10 @@ Invariants:
 * Rows of kinds this version does not know are counted and carried through untouched,
   never errors: a ledger written by a newer scheduler still resumes here.
 * A task is in the frontier only when its deps can be read and all completed. One whose
-  ``deps`` are not a list of task ids (`rows.deps_problem`: a chain written by hand or
-  by another tool; the writer refuses it) or name a task no row of the chain schedules
-  can never be ready: it is held, never scheduled, and `State.held` says which and why.
+  ``deps`` are not a list of task ids (strings, `rows.deps_problem`: a chain written by
+  hand or by another tool; the writer refuses it) or name a task no row of the chain
+  schedules can never be ready: it is held, never scheduled, and `State.held` says
+  which and why.
 
 Rows are taken as verified (`harness.worklog.verify`); replay does not check hashes.
 """

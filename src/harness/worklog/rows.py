@@ -176,38 +176,33 @@ def id_problem(value: object, what: str) -> str | None:
 
 
 def deps_problem(deps: object) -> str | None:
-    """Why `deps`, the value of a ``task.scheduled`` payload's ``deps`` key, is not the
-    list of task ids DESIGN.md §2 says it is; None when it is. The writer refuses such a
-    row (`check_deps`); replay never schedules a task whose deps it cannot read, and says
-    why with this same text. The shape only, as `id_problem`."""
+    """Why `deps`, the value of a ``task.scheduled`` payload's ``deps`` key, is not a list
+    of task ids as a reader takes them (DESIGN.md §2: a task id is a string; a chain
+    written by hand may hold one our writer would refuse, and it still names a task);
+    None when it is. Replay never schedules a task whose deps it cannot read, and says
+    why with this text; the writer refuses such a row, and more (`check_deps`)."""
     if not isinstance(deps, list):
         return f"deps must be a list of task ids, got {_json_kind(deps)}"
-    # Replay reads every task.scheduled row: the usual list, all sound, is tested whole
-    # (the tests of `id_problem` on the ids joined); only a list that fails is walked to
-    # name its first bad entry.
-    if all(type(d) is str and 0 < len(d) <= _MAX_TASK_ID for d in deps):
-        joined = "".join(deps)
-        if '"' not in joined and _CONTROL_RX.search(joined) is None:
-            try:
-                joined.encode("utf-8")
-                return None
-            except UnicodeEncodeError:
-                pass
     for i, dep in enumerate(deps):
-        problem = id_problem(dep, f"deps[{i}]")
-        if problem is not None:
-            return problem
+        if type(dep) is not str:
+            return f"deps[{i}] must be a task id (a string), got {_json_kind(dep)}"
     return None
 
 
 def check_deps(kind: str, payload: dict[str, Any], clean: dict[str, Any]) -> None:
-    """Refuse a ``task.scheduled`` payload whose ``deps`` is not a list of task ids (a
-    payload without ``deps`` names none), or names one that holds a secret, as a task id
-    is refused. `clean` is `payload` as `clean_payload` returned it (the JSON form, in
-    which a tuple is a list); the secret test looks at what the caller gave."""
+    """Refuse a ``task.scheduled`` payload whose ``deps`` is not a list of task ids this
+    writer would record (`id_problem`; a payload without ``deps`` names none), or names
+    one that holds a secret, as a task id is refused. `clean` is `payload` as
+    `clean_payload` returned it (the JSON form, in which a tuple is a list); the secret
+    test looks at what the caller gave."""
     if kind != "task.scheduled" or "deps" not in clean:
         return
-    problem = deps_problem(clean["deps"])
+    deps = clean["deps"]
+    problem = deps_problem(deps)
+    for i, dep in enumerate(deps if problem is None else ()):
+        problem = id_problem(dep, f"deps[{i}]")
+        if problem is not None:
+            break
     if problem is not None:
         raise RowRejected(f"task.scheduled payload: {problem}")
     for i, dep in enumerate(payload["deps"]):
