@@ -891,7 +891,8 @@ def test_gc_json_is_structured(world: World, repo: Path) -> None:
     assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
     old = git(repo, "rev-parse", REF).stdout.strip()
     tree = git(repo, "rev-parse", f"{REF}^{{tree}}").stdout.strip()
-    base = {"run_id": RUN, "ref": REF, "tree": tree, "chunks": 1, "previous_commit": old}
+    base = {"run_id": RUN, "ref": REF, "tree": tree, "chunks": 1, "previous_commit": old,
+            "dropped_fetched": [], "kept_fetched": []}
 
     dry = cli(world, repo, "ledger", "gc", RUN, "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr

@@ -24,13 +24,23 @@ from harness.worklog.rows import RowRejected
 from harness.worklog.store import WorkLedger
 from test_worklog_cli import (
     API_KEY,
+    GOAL,
+    REF,
     RUN,
     cli,
+    err_line,
+    git,
     ledger_path,
     make_repo,
+    record,
+    rows_of,
     sealed_ledger,
     snapshot,
 )
+
+WILDCARD = "refs/harness/work-ledger/*:refs/harness/work-ledger/*"
+"""The spec's refspec for sharing anchors, exactly as it gives it (no "+")."""
+FETCHED = f"refs/harness/fetched/origin/{RUN}"
 
 
 @pytest.fixture
@@ -184,3 +194,104 @@ def test_a_dep_naming_an_id_only_a_hand_written_chain_holds_is_read(world: World
         "name '', which no row of this ledger schedules"]
     assert "; frontier: next\n" in res.stdout
     assert _signals(repo) == [f"{RUN}__next.signal"]
+
+
+# -- repo growth: gc, then a normal git gc ------------------------------------------------------
+
+
+def _machines(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """Machine A's work tree, a bare `origin`, and machine B, a clone of it."""
+    bare = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    a = make_repo(tmp_path / "a")
+    git(a, "remote", "add", "origin", str(bare))
+    git(a, "push", "-q", "origin", "main")
+    b = tmp_path / "b"
+    git(tmp_path, "clone", "-q", str(bare), str(b))
+    return a, bare, b
+
+
+def _exists(repo: Path, oid: str) -> bool:
+    return git(repo, "cat-file", "-e", oid, check=False).returncode == 0
+
+
+def test_gc_then_git_gc_reclaims_the_superseded_chunks_on_a_host_that_fetched(
+        world: World, tmp_path: Path) -> None:
+    """"Repo growth": gc leaves one parentless commit of the same tree, and "superseded
+    chunk blobs become unreachable and a normal git gc reclaims them". On a host that
+    has fetched the run (a migration's way back), the anchor fetch kept under
+    refs/harness/fetched/ held the old history reachable, so git gc reclaimed nothing;
+    gc now deletes such a fetched anchor, whose chain the anchored one holds."""
+    a, _, b = _machines(tmp_path)
+    record(a, GOAL[:4])
+    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
+    git(a, "push", "-q", "origin", WILDCARD)
+    first = git(a, "rev-parse", f"{REF}:chunk-000000.jsonl").stdout.strip()
+    # B: a default clone has no side ref; fetch brings it, B works on and shares it.
+    assert cli(world, b, "ledger", "runs", "--json").stdout == '{\n  "runs": []\n}\n'
+    assert cli(world, b, "ledger", "fetch", RUN).returncode == 0
+    record(b, GOAL[4:])
+    assert cli(world, b, "ledger", "anchor", RUN).returncode == 0
+    git(b, "push", "-q", "origin", WILDCARD)
+    second = git(b, "rev-parse", f"{REF}:chunk-000000.jsonl").stdout.strip()
+    # A takes B's work back, goes on, and squashes its anchor history.
+    assert cli(world, a, "ledger", "fetch", RUN).returncode == 0
+    record(a, [("task.completed", "t2", {"commit": "def456"})])
+    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
+    tree = git(a, "rev-parse", f"{REF}^{{tree}}").stdout.strip()
+    assert git(a, "rev-list", "--count", REF).stdout.strip() == "3"
+
+    before = snapshot(a)
+    dry = cli(world, a, "ledger", "gc", RUN, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    plan = json.loads(dry.stdout)
+    assert (plan["dropped_commits"], plan["dropped_fetched"], plan["kept_fetched"]) == (
+        2, [FETCHED], [])
+    assert snapshot(a) == before
+    res = cli(world, a, "ledger", "gc", RUN)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.rstrip("\n").endswith(
+        f"; deleted {FETCHED}: fetched anchor(s) of this chain, which kept the squashed "
+        "history reachable")
+    assert git(a, "for-each-ref", "--format=%(refname)", "refs/harness/").stdout == f"{REF}\n"
+    assert git(a, "rev-parse", f"{REF}^{{tree}}").stdout.strip() == tree
+    assert git(a, "rev-list", "--count", REF).stdout.strip() == "1"
+    git(a, "gc", "-q", "--prune=now")
+    assert (_exists(a, first), _exists(a, second)) == (False, False)
+    assert cli(world, a, "ledger", "verify", RUN).returncode == 0
+    assert cli(world, a, "ledger", "resume", RUN, "--dry-run").returncode == 0
+
+    # Sharing the squashed ref needs the forced refspec gc names; B follows it.
+    assert git(a, "push", "origin", WILDCARD, check=False).returncode != 0
+    git(a, "push", "-q", "origin", "+" + WILDCARD)
+    assert cli(world, b, "ledger", "fetch", RUN).returncode == 0
+    assert cli(world, b, "ledger", "gc", RUN).returncode == 0
+    git(b, "gc", "-q", "--prune=now")
+    assert (_exists(b, first), _exists(b, second)) == (False, False)
+    assert rows_of(b) == rows_of(a)
+
+
+def test_gc_keeps_a_fetched_lineage_that_diverges_and_names_it(world: World,
+                                                               tmp_path: Path) -> None:
+    """A fetched anchor of another lineage is the trace resume refuses on: gc keeps it
+    (and says so), and the resume is refused after gc as before."""
+    a, _, b = _machines(tmp_path)
+    record(a, GOAL)
+    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
+    git(a, "push", "-q", "origin", WILDCARD)
+    assert cli(world, b, "ledger", "fetch", RUN).returncode == 0
+    for host in (a, b):
+        assert cli(world, host, "ledger", "resume", RUN).returncode == 0
+        assert cli(world, host, "ledger", "anchor", RUN).returncode == 0
+    git(a, "push", "-q", "origin", WILDCARD)
+    assert cli(world, b, "ledger", "fetch", RUN).returncode == 3
+    theirs = git(b, "rev-parse", FETCHED).stdout
+    res = cli(world, b, "ledger", "gc", RUN)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.rstrip("\n").endswith(
+        f"; kept {FETCHED}: another lineage of the run (git gc cannot reclaim what it "
+        "reaches)")
+    assert git(b, "rev-parse", FETCHED).stdout == theirs
+    refused = cli(world, b, "ledger", "resume", RUN)
+    assert refused.returncode == 3
+    assert "work ledgers diverge at entry 9" in err_line(refused)

@@ -38,6 +38,10 @@ Invariants:
   naming the run, head and commit: when `anchor` moves the ref, and when it finds the ref
   already holding the chain but no event for that commit (the mirror of the anchor that
   moved it failed), so a failed mirror is made good by the next anchor, exactly once.
+* After gc, nothing of the run's own keeps the squashed history reachable, so a normal
+  git gc reclaims the superseded chunks: gc also deletes (compare-and-swap) every anchor
+  of the run fetched from a remote (``refs/harness/fetched/<remote>/<run-id>``) whose
+  chain the anchored one holds whole; one holding another lineage is kept and named.
 * A dry run (anchor, fetch, gc) writes nothing under the work tree or .git: no object
   it did not have to fetch, ref, ledger byte or verified-tree cache line.
 """
@@ -84,6 +88,7 @@ __all__ = [
     "GcResult",
     "LocalAhead",
     "Relation",
+    "all_fetched_refs",
     "anchor",
     "chunk_blobs",
     "compare_chains",
@@ -172,13 +177,21 @@ class GcResult:
     dropped_commits: int  # commits squashed away (would be, for a dry run)
     tree: str  # the anchored tree, unchanged by gc
     chunks: int
+    # Anchors of the run fetched from a remote (``refs/harness/fetched/…``) that hold
+    # nothing the anchored chain lacks: deleted (would be, for a dry run), as they keep
+    # the history gc squashes away reachable. And those kept: another lineage.
+    dropped_fetched: list[str] = field(default_factory=list)
+    kept_fetched: list[str] = field(default_factory=list)
 
     @property
     def message(self) -> str:
         """One line for a human."""
+        return self._squash_message() + self._fetched_message()
+
+    def _squash_message(self) -> str:
         if self.commits == 1:
             return (f"{self.ref} is already a single parentless commit ({self.commit}); "
-                    "nothing to do")
+                    + ("nothing to do" if not self.dropped_fetched else "not squashed"))
         if self.dry_run:
             return (f"dry run: {self.ref} would be squashed from {self.commits} commits into "
                     f"one parentless commit (tree {self.tree} unchanged, {self.chunks} "
@@ -189,6 +202,17 @@ class GcResult:
             "longer fast-forwards from what was pushed, so pushing it now needs a forced "
             f"refspec: git push REMOTE '+{self.ref}:{self.ref}'"
         )
+
+    def _fetched_message(self) -> str:
+        text = ""
+        if self.dropped_fetched:
+            verb = "would delete" if self.dry_run else "deleted"
+            text += (f"; {verb} {', '.join(self.dropped_fetched)}: fetched anchor(s) of "
+                     "this chain, which kept the squashed history reachable")
+        if self.kept_fetched:
+            text += (f"; kept {', '.join(self.kept_fetched)}: another lineage of the run "
+                     "(git gc cannot reclaim what it reaches)")
+        return text
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "result": self.message}
@@ -910,13 +934,62 @@ def gc(workdir: str | os.PathLike[str], run_id: str, *, dry_run: bool = False) -
     commits = git.count_commits(commit) if shape.parents else 1
     result = GcResult(run_id, ref, dry_run, False, commit, commit, commits, commits - 1,
                       tree, len(chunk_ids))
-    if commits == 1 or dry_run:
+    superseded = _superseded_fetched(git, ref, commit, shape, run_id, result,
+                                     remember=not dry_run)
+    if dry_run:
         return result
-    message = f"harness work ledger anchor (gc)\n\nrun_id={run_id}\n"
-    new = git.commit_tree(tree, [], message)
-    git.update_ref(ref, new, commit, reason=f"harness ledger gc {run_id}")
-    result.commit, result.changed = new, True
+    if commits > 1:
+        message = f"harness work ledger anchor (gc)\n\nrun_id={run_id}\n"
+        new = git.commit_tree(tree, [], message)
+        git.update_ref(ref, new, commit, reason=f"harness ledger gc {run_id}")
+        result.commit, result.changed = new, True
+    for name, oid in superseded:
+        try:
+            git.delete_ref(name, oid, reason=f"harness ledger gc {run_id}")
+        except RefMoved:
+            # A fetch moved it meanwhile: what it names now was not judged.
+            result.dropped_fetched.remove(secretless(name))
+            result.kept_fetched.append(secretless(name))
     return result
+
+
+def all_fetched_refs(git: Git) -> dict[str, list[tuple[str, str]]]:
+    """(ref, commit) of every ``refs/harness/fetched/<remote>/<run-id>``, by run id."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for name, oid in git.for_each_ref(FETCHED_PREFIX):
+        remote, sep, run = name[len(FETCHED_PREFIX):].partition("/")
+        if remote and sep and run:
+            out.setdefault(run, []).append((name, oid))
+    return out
+
+
+def _superseded_fetched(git: Git, ref: str, commit: str, shape: _Tree, run_id: str,
+                        result: GcResult, *, remember: bool) -> list[tuple[str, str]]:
+    """(ref, commit) of every anchor of the run fetched from a remote whose chain the
+    anchor at `commit` holds whole (the same chain, or a prefix of it): no lineage of its
+    own, and, left, it would keep the anchor history gc squashes away reachable, so no
+    git gc could reclaim the superseded chunks. Named in `result` as dropped; any other
+    (a diverged or longer lineage, or no anchor at all) as kept."""
+    found: list[tuple[str, str]] = []
+    chain: AnchoredChain | None = None
+    for name, oid in all_fetched_refs(git).get(run_id, []):
+        held = oid == commit
+        if not held:
+            try:
+                if chain is None:
+                    chain = read_anchor(git, ref, commit, run_id, remember=remember,
+                                        shape=shape)
+                assert chain.lines is not None
+                held = anchored_prefix(git, name, oid, run_id, chain.lines,
+                                       shape.chunk_ids) is not None
+            except VerificationFailed:
+                held = False  # not an anchor of this run: not gc's to judge or delete
+        if held:
+            found.append((name, oid))
+            result.dropped_fetched.append(secretless(name))
+        else:
+            result.kept_fetched.append(secretless(name))
+    return found
 
 
 def list_anchored(workdir: str | os.PathLike[str]) -> list[AnchoredInfo]:

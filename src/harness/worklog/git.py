@@ -349,6 +349,15 @@ class Git:
                 f"({first_line(res.stderr)})"
             )
 
+    def delete_ref(self, ref: str, old: str, reason: str = "harness") -> None:
+        """Delete `ref` if it still names `old`, atomically or not at all."""
+        res = self.run(["update-ref", "-m", reason, "-d", ref, old], check=False)
+        if res.returncode != 0:
+            raise RefMoved(
+                f"{ref} changed while harness was deleting it (another anchor or fetch ran "
+                f"at the same time); it was left as it is ({first_line(res.stderr)})"
+            )
+
     def for_each_ref(self, prefix: str) -> list[tuple[str, str]]:
         """(refname, object id) of every ref under `prefix`, sorted by name."""
         res = self.run(["for-each-ref", "--format=%(refname) %(objectname)", prefix])

@@ -212,16 +212,6 @@ def _check_anchor(workdir: Path, run_id: str, local: list[bytes],
     return str(relation)
 
 
-def _all_fetched_refs(git: Git) -> dict[str, list[tuple[str, str]]]:
-    """(ref, commit) of every ``refs/harness/fetched/<remote>/<run-id>``, by run id."""
-    out: dict[str, list[tuple[str, str]]] = {}
-    for name, oid in git.for_each_ref(anchor_mod.FETCHED_PREFIX):
-        remote, sep, run = name[len(anchor_mod.FETCHED_PREFIX):].partition("/")
-        if remote and sep and run:
-            out.setdefault(run, []).append((name, oid))
-    return out
-
-
 def _fetched_lineages(
     git: Git, run_id: str, local: list[bytes], anchored: str | None, remember: bool,
     fetched: list[tuple[str, str]] | None = None,
@@ -230,9 +220,9 @@ def _fetched_lineages(
     that is neither the run's own side ref (`anchored`, compared by the caller) nor a
     prefix of the verified `local` chain. A fetched anchor that does not verify is no
     lineage (fetch refused it as it arrived) and is passed over. `fetched` is
-    `_all_fetched_refs` of the run when the caller has already listed them."""
+    `anchor.all_fetched_refs` of the run when the caller has already listed them."""
     if fetched is None:
-        fetched = _all_fetched_refs(git).get(run_id, [])
+        fetched = anchor_mod.all_fetched_refs(git).get(run_id, [])
     for ref, commit in fetched:
         if commit == anchored:
             continue
@@ -621,7 +611,7 @@ def survey(workdir: str | os.PathLike[str]) -> list[dict[str, Any]]:
         # An anchor fetched from a remote that diverges from the local chain is a second
         # lineage on this machine, whatever the side ref says: resume refuses (exit 3),
         # and so the listing says "diverged", not "identical".
-        fetched = _all_fetched_refs(git)
+        fetched = anchor_mod.all_fetched_refs(git)
         for run_id, mine in local_lines.items():
             if mine is None or run_id not in fetched:
                 continue
