@@ -14,6 +14,7 @@ Exit codes are exact: 0 ok, 1 no ledger, 2 verification failed, 3 divergence.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -295,3 +296,90 @@ def test_gc_keeps_a_fetched_lineage_that_diverges_and_names_it(world: World,
     refused = cli(world, b, "ledger", "resume", RUN)
     assert refused.returncode == 3
     assert "work ledgers diverge at entry 9" in err_line(refused)
+
+
+# -- what travels --------------------------------------------------------------------------------
+
+
+NEWER: list[tuple[str, str | None, dict[str, Any]]] = [
+    ("run.open", None, {"goal": "g"}),
+    ("task.scheduled", "t1", {"deps": []}),
+    ("task.scheduled", "t2", {"deps": ["t1"]}),
+    ("task.started", "t1", {}),
+    ("task.suspended", "t1", {"why": "parked"}),  # kinds of a newer scheduler
+    ("mission.defined", None, {"phases": 3}),
+    ("task.completed", "t1", {"commit": "abc"}),
+]
+
+
+def test_a_chain_of_a_newer_scheduler_travels_and_resumes(world: World,
+                                                          tmp_path: Path) -> None:
+    """"Unknown kinds are carried through replay untouched, so a ledger written by a
+    newer scheduler still resumes on an older install": such a chain (the writer here
+    refuses unknown task.* kinds, another tool's need not) anchors, travels byte for
+    byte, resumes on the other machine counting the kinds it does not know, and comes
+    back."""
+    a, _, b = _machines(tmp_path)
+    sealed_ledger(a, NEWER)
+    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
+    git(a, "push", "-q", "origin", WILDCARD)
+    assert cli(world, b, "ledger", "fetch", RUN).returncode == 0
+    assert ledger_path(b).read_bytes() == ledger_path(a).read_bytes()
+    res = cli(world, b, "ledger", "resume", RUN, "--json")
+    assert res.returncode == 0, res.stderr
+    j = json.loads(res.stdout)
+    assert (j["unknown_kinds"], j["finished"], j["frontier"], j["held"]) == (
+        {"mission.defined": 1, "task.suspended": 1}, ["t1"], ["t2"], [])
+    assert cli(world, b, "ledger", "anchor", RUN).returncode == 0
+    git(b, "push", "-q", "origin", WILDCARD)
+    back = cli(world, a, "ledger", "fetch", RUN, "--json")
+    assert back.returncode == 0, back.stderr
+    assert (json.loads(back.stdout)["status"], rows_of(a)) == ("extended", rows_of(b))
+
+
+def test_a_secret_in_a_tuple_or_a_key_never_reaches_another_machine(
+        world: World, tmp_path: Path) -> None:
+    """"Secrets never become portable": the scrubber walks tuples and dict keys too (the
+    original tool passed both through), so no object on the remote, and no file on the
+    machine that fetched, holds the token; the redacted chain verifies there."""
+    a, bare, b = _machines(tmp_path)
+    record(a, [("run.open", None, {}),
+               ("task.started", "t1", {"argv": ("deploy", "--token", API_KEY),
+                                       API_KEY: "as a key", "nested": {"k": [(API_KEY,)]}})])
+    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
+    git(a, "push", "-q", "origin", WILDCARD)
+    assert cli(world, b, "ledger", "fetch", RUN).returncode == 0
+    assert cli(world, b, "ledger", "verify", RUN).returncode == 0
+    objects = subprocess.run(["git", "cat-file", "--batch-all-objects", "--batch"], cwd=bare,
+                             capture_output=True, check=True, timeout=120).stdout
+    assert b"--token" in objects and API_KEY.encode() not in objects
+    assert API_KEY not in ledger_path(b).read_text()
+    payload = rows_of(b)[1]["payload"]
+    assert payload["argv"] == ["deploy", "--token", "[REDACTED]"]
+    assert API_KEY not in json.dumps(payload)
+
+
+def test_the_head_in_the_audit_event_catches_a_truncated_tail(world: World,
+                                                              repo: Path) -> None:
+    """Rows removed from the end leave a shorter chain that verifies on its own (the
+    original tool's blind spot, and ours without a reference): the anchor's audit event
+    names the head, `verify --expected-head` with it fails (exit 2) naming the last
+    line, and anchor and resume refuse the shorter chain against the anchor."""
+    record(repo, GOAL)
+    assert cli(world, repo, "ledger", "anchor", RUN).returncode == 0
+    [event] = [json.loads(x) for x in
+               (world.root / "state" / "harness" / "audit" / "audit.jsonl").read_text()
+               .splitlines()]
+    head = event["data"]["head_hash"]
+    path = ledger_path(repo)
+    path.write_bytes(b"".join(x + b"\n" for x in path.read_bytes().splitlines()[:6]))
+    assert cli(world, repo, "ledger", "verify", RUN).returncode == 0
+    res = cli(world, repo, "ledger", "verify", RUN, "--expected-head", head, "--json")
+    assert res.returncode == 2
+    j = json.loads(res.stdout)
+    assert (j["ok"], j["seq"], j["line"], j["entry_count"]) == (False, 6, 6, 6)
+    assert j["reason"].startswith(f"head mismatch: expected {head[:16]}")
+    for args in (["anchor", RUN], ["resume", RUN, "--dry-run"]):
+        refused = cli(world, repo, "ledger", *args)
+        assert refused.returncode == 2, (args, refused.stderr)
+        assert "is ahead of the local" in err_line(refused)
