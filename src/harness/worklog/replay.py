@@ -127,8 +127,9 @@ class State:
     def held(self) -> list[dict[str, object]]:
         """The scheduled tasks that can never be ready, by first schedule: each as
         {task_id, seq (of the task.scheduled row that set its deps), reason}."""
-        out: list[dict[str, object]] = []
-        for t in self._ordered():
+        found: list[tuple[TaskState, str]] = []
+        # Few tasks are held: only they are sorted, not every task of the run.
+        for t in self.tasks.values():
             if t.status != SCHEDULED:
                 continue
             reason = t.deps_error
@@ -138,8 +139,9 @@ class State:
                     continue
                 names = ", ".join(quoted(d, cut=True) for d in unknown)
                 reason = f"deps name {names}, which no row of this ledger schedules"
-            out.append({"task_id": t.task_id, "seq": t.deps_seq, "reason": reason})
-        return out
+            found.append((t, reason))
+        found.sort(key=lambda h: (h[0].first_seq, h[0].task_id))
+        return [{"task_id": t.task_id, "seq": t.deps_seq, "reason": why} for t, why in found]
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -168,12 +170,14 @@ def _deps(payload: object) -> tuple[list[str], str | None] | None:
     if not isinstance(payload, dict) or "deps" not in payload:
         return None
     raw = payload["deps"]
-    problem = deps_problem(raw)
     if not isinstance(raw, list):
-        return [], problem
+        return [], deps_problem(raw)
+    ids = [d for d in raw if type(d) is str]
     # Order kept, duplicates dropped: deps are a set, but a stable order keeps
-    # to_json deterministic without sorting away what the scheduler wrote.
-    return list(dict.fromkeys(d for d in raw if isinstance(d, str))), problem
+    # to_json deterministic without sorting away what the scheduler wrote. A list of
+    # strings is what `deps_problem` passes: only another is asked why (replay reads
+    # every task.scheduled row, and almost all are such lists).
+    return list(dict.fromkeys(ids)), (None if len(ids) == len(raw) else deps_problem(raw))
 
 
 def replay(rows: Iterable[dict[str, Any]]) -> State:
