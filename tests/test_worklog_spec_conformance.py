@@ -383,3 +383,74 @@ def test_the_head_in_the_audit_event_catches_a_truncated_tail(world: World,
         refused = cli(world, repo, "ledger", *args)
         assert refused.returncode == 2, (args, refused.stderr)
         assert "is ahead of the local" in err_line(refused)
+
+
+# -- divergence: resolution is explicit ------------------------------------------------------
+
+
+def _two_lineages(world: World, tmp_path: Path) -> tuple[Path, Path]:
+    """A and B both resume the head A anchored; each anchors its own resume, A pushes
+    first, and B's fetch meets A's lineage: refused (exit 3)."""
+    a, _, b = _machines(tmp_path)
+    record(a, GOAL)
+    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
+    git(a, "push", "-q", "origin", WILDCARD)
+    assert cli(world, b, "ledger", "fetch", RUN).returncode == 0
+    for host in (a, b):
+        assert cli(world, host, "ledger", "resume", RUN).returncode == 0
+        assert cli(world, host, "ledger", "anchor", RUN).returncode == 0
+    git(a, "push", "-q", "origin", WILDCARD)
+    assert cli(world, b, "ledger", "fetch", RUN).returncode == 3
+    return a, b
+
+
+def test_keeping_the_other_lineage_moves_the_own_aside_and_fetches(world: World,
+                                                                   tmp_path: Path) -> None:
+    """"Pick the lineage to keep, move the other aside, re-anchor." B keeps A's: with its
+    ledger directory moved aside, a fetch is still refused, B's own side ref being the
+    other lineage, and (once a refused fetch made the ledger directory and its lock
+    file) it wrote nothing, so resume still points at the side ref; deleting that as
+    the message says, the fetch writes A's chain and B resumes it."""
+    a, b = _two_lineages(world, tmp_path)
+    ledger = ledger_path(b).parent
+    ledger.rename(tmp_path / "b-lineage")
+    before = snapshot(b)
+    refused = cli(world, b, "ledger", "fetch", RUN)
+    assert refused.returncode == 3
+    assert f"delete the anchor with 'git update-ref -d {REF}'" in err_line(refused)
+    assert snapshot(b) == before
+    assert not ledger.exists()
+    hint = cli(world, b, "ledger", "resume", RUN, "--dry-run")
+    assert hint.returncode == 1
+    assert err_line(hint).endswith(
+        f"; {REF} exists here: run 'harness ledger fetch {RUN} --remote .' to restore the "
+        "local ledger from it")
+    git(b, "update-ref", "-d", REF)
+    fetched = cli(world, b, "ledger", "fetch", RUN, "--json")
+    assert fetched.returncode == 0, fetched.stderr
+    assert json.loads(fetched.stdout)["status"] == "written"
+    assert rows_of(b) == rows_of(a)
+    resumed = cli(world, b, "ledger", "resume", RUN, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert (json.loads(resumed.stdout)["anchored"], json.loads(resumed.stdout)["prior_resumes"]
+            ) == ("identical", 1)
+
+
+def test_keeping_the_own_lineage_drops_the_fetched_one_and_re_anchors(world: World,
+                                                                      tmp_path: Path) -> None:
+    """B keeps its own lineage: it deletes the fetched anchor, resumes, re-anchors and
+    pushes it in place of A's (forced: it is not a fast-forward); A's next fetch meets
+    the lineage B kept and is refused until A, in turn, keeps one."""
+    a, b = _two_lineages(world, tmp_path)
+    git(b, "update-ref", "-d", FETCHED)
+    assert cli(world, b, "ledger", "resume", RUN).returncode == 0
+    assert cli(world, b, "ledger", "anchor", RUN).returncode == 0
+    assert git(b, "push", "origin", WILDCARD, check=False).returncode != 0
+    git(b, "push", "-q", "origin", "+" + WILDCARD)
+    refused = cli(world, a, "ledger", "fetch", RUN)
+    assert refused.returncode == 3
+    assert "work ledgers diverge at entry 9" in err_line(refused)
+    ledger_path(a).parent.rename(tmp_path / "a-lineage")
+    git(a, "update-ref", "-d", REF)
+    assert cli(world, a, "ledger", "fetch", RUN).returncode == 0
+    assert rows_of(a) == rows_of(b) and len(rows_of(a)) == 10

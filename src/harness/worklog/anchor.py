@@ -863,13 +863,18 @@ def fetch(workdir: str | os.PathLike[str], run_id: str, remote: str = "origin", 
                                    also=check_side_ref)
         return FetchResult(status, commit, chain.head_hash, chain.entry_count, run_id,
                            secretless(remote), new, dry_run=True)
+    fresh = not d.exists()
+    if fresh:
+        # No local chain to name first: the side ref is judged before anything is made,
+        # so a refusal leaves no ledger directory (nor its lock file) behind.
+        check_side_ref()
     make_private_dir(str(d))
     # The writer's lock: no append can slip in between reading the local chain and
     # writing after it, and a live writer makes fetch refuse rather than race it.
     lock = store.take_lock(d, run_id)
     try:
-        status, new = _bring_up_to(d, chain, run_id, remote, also=check_side_ref,
-                                   files=files)
+        status, new = _bring_up_to(d, chain, run_id, remote, files=files,
+                                   also=(lambda: None) if fresh else check_side_ref)
     finally:
         store.release_lock(lock)
     [(cur, follow)] = side
