@@ -205,7 +205,7 @@ def check_deps(kind: str, payload: dict[str, Any], clean: dict[str, Any]) -> Non
             break
     if problem is not None:
         raise RowRejected(f"task.scheduled payload: {problem}")
-    for i, dep in enumerate(payload["deps"]):
+    for i, dep in enumerate(payload.get("deps", ())):
         if holds_secret(dep):
             raise RowRejected(f"task.scheduled payload: deps[{i}] looks like it holds a "
                               "secret; refusing to record it")
