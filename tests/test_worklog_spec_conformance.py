@@ -1,13 +1,21 @@
 """The work ledger against shared/specs/durable-work-ledger.txt, end to end.
 
 Black-box checks of `harness ledger verify|anchor|fetch|resume|runs|gc` with real git
-(work trees standing for two machines, a bare remote) and the real CLI, for the spec's
-requirements and the original tool's known bugs (shared/reference/bernstein-work-ledger.md)
-that no other test file pins. Among them, the row contract's ``deps`` (DESIGN.md §2: a
-``task.scheduled`` payload names its dependencies as a list of task ids): the writer
-refuses a row whose ``deps`` are anything else, and a chain holding one (by hand, or from
-another tool) never puts the task in the resume frontier, gives it no signal, and says
-which task is held and why (``held`` in ``--json``, one stderr warning per task).
+(work trees standing for two machines, a bare remote, anchors shared with the spec's own
+wildcard refspec) and the real CLI, for the spec's requirements and the original tool's
+known bugs (shared/reference/bernstein-work-ledger.md) that no other test file pins:
+
+* the row contract's ``deps`` (DESIGN.md §2: a ``task.scheduled`` payload names its
+  dependencies as a list of task ids): the writer refuses a row whose ``deps`` are
+  anything else, and a chain holding one (by hand, or from another tool) never puts the
+  task in the resume frontier, gives it no signal, and says which task is held and why
+  (``held`` in ``--json``, one stderr warning per task);
+* "Repo growth": after gc a normal git gc reclaims the superseded chunks, also on a host
+  that fetched the run; a fetched anchor of another lineage is kept;
+* what travels: a newer scheduler's kinds, never a secret (tuples and keys included),
+  and the audit event's head as the reference that catches a truncated tail;
+* divergence resolved explicitly, either way, with a refused fetch writing nothing.
+
 Exit codes are exact: 0 ok, 1 no ledger, 2 verification failed, 3 divergence.
 """
 
