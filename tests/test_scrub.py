@@ -1558,3 +1558,23 @@ ATTACKED_FORMS_NEIGHBOURS = (VENDOR_NEIGHBOURS + COMMAND_LINE_NEIGHBOURS
 def test_what_the_attacked_forms_leave_alone(text: str) -> None:
     assert scrub_text(text) == (text, 0)
     assert scrub_text(text)[0] is text
+
+
+# The AWS CLI's own credentials file writes "name = value": the rule for "aws configure
+# set NAME VALUE" took the "=" for the value and left the secret key whole behind it.
+@pytest.mark.parametrize(("text", "want"), [
+    (f"aws_secret_access_key = {AWS_SECRET}", "aws_secret_access_key = [REDACTED]"),
+    (f"[default]\naws_access_key_id = {AWS}\naws_secret_access_key = {AWS_SECRET}\n",
+     "[default]\naws_access_key_id = [REDACTED]\naws_secret_access_key = [REDACTED]\n"),
+    (f"aws_session_token =\t{AWS_SECRET}", "aws_session_token =\t[REDACTED]"),
+    (f"aws_secret_access_key :{AWS_SECRET}", "aws_secret_access_key :[REDACTED]"),
+])
+def test_an_aws_credentials_file_line_is_redacted(
+        text: str, want: str, tmp_path: Path) -> None:
+    assert scrub_text(text) == (want, want.count(REDACTED))
+    assert scrub_text(want) == (want, 0)
+    data = written(tmp_path, {"type": "closed", "harness": "h", "run_id": 1,
+                              "outcome": "failed", "reason": f"cat: {text}",
+                              "errors": {f"Error: {text}": 1}})
+    assert AWS_SECRET.encode() not in data
+    assert json.loads(data)["reason"] == f"cat: {want}"

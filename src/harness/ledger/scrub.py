@@ -357,8 +357,9 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         r"(?<=[ \t])(?:-a|--pass)[ \t]+" + _argument("redis_cli"),
     ),
     # "aws configure set aws_secret_access_key VALUE": the AWS CLI's names, unmistakable,
-    # take their value as the next word.
-    ("aws_set", r"a(?<![A-Za-z0-9_]a)ws_(?i:secret_access_key|session_token)[ \t]+"
+    # take their value as the next word. Not a separator: the credentials file's
+    # "name = value" is the assignment rules' (the "=" read as the value left the key).
+    ("aws_set", r"a(?<![A-Za-z0-9_]a)ws_(?i:secret_access_key|session_token)[ \t]+(?![=:])"
      + _argument("aws_set")),
     # sshpass's "-p PASSWORD" (or glued), and the MySQL clients' "-pPASSWORD" (always
     # glued: "-p" alone prompts), looked for in the rest of that command's line only.
