@@ -617,7 +617,7 @@ TRIGGER_SAMPLES = [
     "signature=", "Signature%3D",
     "hvs.", "hvb.", "hvr.", "shpat_", "shpss_", "shpca_", "shppa_", "pypi-AgE", "dapi0",
     "sq0atp-", "sq0csp-", "EAA", "nvapi-", "SK" + "0123456789abcdef" * 2,
-    "login ", "login\t", "redis-cli", "_AUTH=",
+    "login ", "login\t", "redis-cli", "_AUTH=", "_auth",
     "%3A%2F%2F", "%253a%252F%2F", "sessionid=", "PHPSESSID=", "JSESSIONID=",
     "ASPSESSIONIDQQGGQGPC=", "SessionId=", "connect.sid=",
 ]
@@ -1578,3 +1578,42 @@ def test_an_aws_credentials_file_line_is_redacted(
                               "errors": {f"Error: {text}": 1}})
     assert AWS_SECRET.encode() not in data
     assert json.loads(data)["reason"] == f"cat: {want}"
+
+
+# npm's "_auth" setting (base64 of user:password) reached the ledger whole in every
+# spelling but the upper-case environment variable: npm itself sets npm_config__auth in
+# lower case for every script it runs, and .npmrc writes "_auth=" (or "//host/:_auth=").
+NPM_AUTH_LOWER = b64("bob:" + "s3cr3t-" + "npmrc")
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    (f"npm_config__auth={NPM_AUTH_LOWER}", "npm_config__auth=[REDACTED]"),
+    (f"env: npm_config__auth={NPM_AUTH_LOWER} npm_config_cache=/c",
+     "env: npm_config__auth=[REDACTED] npm_config_cache=/c"),
+    (f"//registry.example.com/:_auth={NPM_AUTH_LOWER}",
+     "//registry.example.com/:_auth=[REDACTED]"),
+    (f"_auth = {NPM_AUTH_LOWER}\nalways-auth=true", "_auth = [REDACTED]\nalways-auth=true"),
+    (f'{{"_auth": "{NPM_AUTH_LOWER}"}}', '{"_auth": "[REDACTED]"}'),
+    (f"npm_config__authToken={NPM_AUTH_LOWER}", "npm_config__authToken=[REDACTED]"),
+    (f"//registry.example.com/:_authToken={NPM_AUTH_LOWER}",
+     "//registry.example.com/:_authToken=[REDACTED]"),
+])
+def test_npm_s_auth_setting_is_redacted_in_every_spelling(
+        text: str, want: str, tmp_path: Path) -> None:
+    assert scrub_text(text) == (want, 1)
+    assert scrub_value({"_auth": NPM_AUTH_LOWER}) == ({"_auth": REDACTED}, 1)
+    for place in sorted(PLACES):
+        assert hint_inside(PLACES[place](text)), place
+    data = written(tmp_path, {"type": "closed", "harness": "h", "run_id": 1,
+                              "outcome": "failed", "reason": f"npm ERR! {text}",
+                              "errors": {f"npm ERR! {text}": 1}})
+    assert NPM_AUTH_LOWER.encode() not in data
+    assert json.loads(data)["reason"] == f"npm ERR! {want}"
+
+
+@pytest.mark.parametrize("text", [
+    "self._auth = auth_for(request)", "self.__auth = None", "redis_auth=x",
+    "npm_config_auth_type=web", "_auth_header=x", "has_auth: yes", "oauth=1",
+])
+def test_a_name_ending_in_auth_that_is_not_npm_s_setting_stays(text: str) -> None:
+    assert scrub_text(text) == (text, 0)

@@ -85,7 +85,8 @@ _TRIGGER_BRANCHES: Final[tuple[str, ...]] = (
     # tried at each place the scan stops, so a branch more costs every clean string.
     "s(?:hp(?:ass|at_|ss_|ca_|pa_)|q0(?:atp|csp)-|essionid=|id=(?<=connect\\.sid=))",
     "ysql",  # mysql -pPASSWORD
-    "a(?:riadb|pi(?<=dapi)[0-9a-f])",  # mariadb -pPASSWORD; Databricks
+    # mariadb -pPASSWORD; Databricks; npm's "_auth" (.npmrc, npm_config__auth)
+    "a(?:riadb|pi(?<=dapi)[0-9a-f]|uth(?<=_auth)(?![A-Za-z0-9_]))",
     "xapp-",
     "h(?:f_|v[sbr]\\.)",  # Hugging Face; Vault
     "xai-",
@@ -326,6 +327,11 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     # constant in code ("REGISTRY_KEY = ...", "'HAS_AUTH': 1") names one, it does not hold
     # one. npm reads its "_auth" setting from NPM_CONFIG__AUTH, hence a second "_".
     _credential_key("kv_env", r"[KA](?:(?<=[A-Z0-9]_K)EY|(?<=[A-Z0-9_]_A)UTH)", "="),
+    # npm's "_auth" (base64 of user:password) as .npmrc writes it ("_auth = …", a
+    # registry's "//host/:_auth=…") and as npm hands it to every script it runs
+    # (npm_config__auth): a name of its own, not a word's tail ("redis_auth",
+    # "self._auth = …", "self.__auth").
+    _credential_key("kv_npm", r"_(?<![^\s\"':_/]_)(?<!\.__)auth"),
     # A cookie header's value is a session: all of it goes, to the end of the header.
     (
         "cookie",
@@ -735,6 +741,7 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"_", rb"(?<=r8_)"),
     (b"_", rb"(?<=lsv2_)"),
     (b"_", rb"(?<=npm_)"),
+    (b"_", rb"auth(?![A-Za-z0-9_])"),
     (b"_", rb"(?<=shp(?:at|ss|ca|pa)_)"),
     (b"g", b"l(?:pat|dt|rt|cbt|ptt|ft|imt|agent|oas|soat)-"),
     (b"g", b"h[pousr]_"),
@@ -791,7 +798,7 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
 # A look-around each match of a group passes, tried before its branches: for the groups
 # whose byte is frequent in ledgers ("deps", "run_id"), one test in place of several.
 _GATE_GUARDS: Final = {b"p": b"(?=[AaWwi])", b"P": b"(?=[AaWw])",
-                       b"_": b"(?:(?=[opv])|(?<=[cf28mast]_))"}
+                       b"_": b"(?:(?=[aopv])|(?<=[cf28mast]_))"}
 
 
 def _gate_groups() -> tuple[tuple[bytes, re.Pattern[bytes]], ...]:
