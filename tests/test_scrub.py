@@ -1617,3 +1617,32 @@ def test_npm_s_auth_setting_is_redacted_in_every_spelling(
 ])
 def test_a_name_ending_in_auth_that_is_not_npm_s_setting_stays(text: str) -> None:
     assert scrub_text(text) == (text, 0)
+
+
+# A flag that reads its credential from standard input, fed by a redirect: the "<" was
+# taken for the value and the file's name kept after "[REDACTED]", as if it were the
+# secret's tail. A file's name is no secret; a here-string's word ("<<< VALUE") is the
+# value itself, and was kept whole.
+HERE_TOKEN = "s3cr3t" + "-here-" + "string"
+
+
+@pytest.mark.parametrize(("text", "want", "count"), [
+    ("gh auth login --with-token < tokenfile", "gh auth login --with-token < tokenfile", 0),
+    ("gh auth login --with-token\t<\t~/.config/gh.tok && gh repo list",
+     "gh auth login --with-token\t<\t~/.config/gh.tok && gh repo list", 0),
+    ("vault login --token <", "vault login --token <", 0),
+    (f"gh auth login --with-token <<< {HERE_TOKEN}",
+     "gh auth login --with-token <<< [REDACTED]", 1),
+    (f"gh auth login --with-token <<<'{HERE_TOKEN} x'",
+     "gh auth login --with-token <<<'[REDACTED]'", 1),
+    # glued, "<x" may as well be a password that opens so: it goes
+    ("tool --api-key <tokenfile", "tool --api-key [REDACTED]", 1),
+])
+def test_a_flag_fed_by_a_redirect_keeps_the_file_name(
+        text: str, want: str, count: int, tmp_path: Path) -> None:
+    assert scrub_text(text) == (want, count)
+    assert scrub_text(want) == (want, 0)
+    data = written(tmp_path, {"type": "closed", "harness": "h", "run_id": 1,
+                              "outcome": "failed", "reason": f"setup: {text}"})
+    assert HERE_TOKEN.encode() not in data
+    assert json.loads(data)["reason"] == f"setup: {want}"

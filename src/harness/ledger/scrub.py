@@ -171,9 +171,12 @@ _SCHEME = r"[A-Za-z](?<![A-Za-z0-9+.-][A-Za-z])[A-Za-z0-9+.-]*:\\?/\\?/"
 
 def _argument(name: str) -> str:
     """A command-line argument as the secret group `s_<name>`: quoted (then to its closing
-    quote, spaces and all) or a bare word that is not the next flag."""
-    return (rf"""(?:(?P<q_{name}>["'])(?P<s_{name}__q>(?:(?!(?P=q_{name}))[^\r\n])+)"""
-            rf"""(?P=q_{name})|(?P<s_{name}>[^\s"'-][^\s"']*))""")
+    quote, spaces and all) or a bare word that is not the next flag. Not a redirect's
+    "<" ("--with-token < FILE" reads the credential from FILE, whose name is no secret);
+    a here-string's word ("<<< VALUE") is the value itself."""
+    return (rf"""(?:<<<[ \t]*)?"""
+            rf"""(?:(?P<q_{name}>["'])(?P<s_{name}__q>(?:(?!(?P=q_{name}))[^\r\n])+)"""
+            rf"""(?P=q_{name})|(?P<s_{name}>(?!<(?:<<)?(?:\s|$))[^\s"'-][^\s"']*))""")
 
 
 def _credential_key(name: str, key: str, sep: str = _SEP) -> tuple[str, str]:
