@@ -1646,3 +1646,46 @@ def test_a_flag_fed_by_a_redirect_keeps_the_file_name(
                               "outcome": "failed", "reason": f"setup: {text}"})
     assert HERE_TOKEN.encode() not in data
     assert json.loads(data)["reason"] == f"setup: {want}"
+
+
+# A switch named for a credential ("SKIP_AUTH=1", "verify_token: false") and a tally
+# under "pass" ("pass: 42 fail: 0") lost their value: a ledger showed that a run skipped
+# something and no longer what. A value that is only a boolean word, or a "pass" of at
+# most three digits, is no secret (such a password protects nothing); a longer number,
+# a PIN's, still is, and so is anything with one more character.
+@pytest.mark.parametrize("text", [
+    "SKIP_AUTH=1 make test", "DISABLE_AUTH=true", "USE_KEY=0", "REDISCLI_AUTH=no",
+    "verify_token: false", "require_password = yes;", 'store_password="off"',
+    "Config(user='bob', password=None, token=None)", '{"api_key": null}',
+    "pass: 42 fail: 0", "PASS=7", "pass: 0", "pass: 999", "secret=True,",
+])
+def test_a_switch_or_a_tally_under_a_credential_s_name_stays(text: str) -> None:
+    assert scrub_text(text) == (text, 0)
+    assert scrub_text(text)[0] is text
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("pass: 4821", "pass: [REDACTED]"),  # a PIN's length
+    ("pass=123456 user=bob", "pass=[REDACTED] user=bob"),
+    ("password: 42", "password: [REDACTED]"),  # a count is not what "password" names
+    ("pass: '42'", "pass: '[REDACTED]'"),  # quoted: a string, not a figure
+    ("SKIP_AUTH=1x", "SKIP_AUTH=[REDACTED]"),
+    ("token=0x1f", "token=[REDACTED]"),
+    ("REDISCLI_AUTH=yes2 redis-cli", "REDISCLI_AUTH=[REDACTED] redis-cli"),
+    ("password=truest", "password=[REDACTED]"),
+    ("pass: 42/7", "pass: [REDACTED]"),
+])
+def test_a_short_secret_next_to_a_switch_s_shape_is_redacted(
+        text: str, want: str) -> None:
+    assert scrub_text(text) == (want, 1)
+
+
+def test_a_switch_under_a_credential_s_name_stays_in_a_value_too(tmp_path: Path) -> None:
+    value = {"verify_token": "false", "password": "no", "token": "hunter2x", "pass": 42}
+    assert scrub_value(value) == ({**value, "token": REDACTED}, 1)
+    data = written(tmp_path, {"type": "closed", "harness": "h", "run_id": 1,
+                              "outcome": "failed", "reason": "SKIP_AUTH=1 pass: 42 fail: 1",
+                              "errors": {"AssertionError: verify_token=false": 1}})
+    line = json.loads(data)
+    assert (line["reason"], line["errors"]) == ("SKIP_AUTH=1 pass: 42 fail: 1",
+                                                {"AssertionError: verify_token=false": 1})

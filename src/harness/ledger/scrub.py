@@ -313,7 +313,8 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     _credential_key("kv_a", _key("a", r"pi[_-]?key|ccess[_-]?key|ccount[_-]?key")),
     _credential_key("kv_p", _key("p", r"assw(?:or)?d|assphrase|rivate[_-]?key")),
     # "pwd" and "pass" alone only as a word of their own: "bypass=1" is a setting.
-    _credential_key("kv_pw", r"[Pp](?<![A-Za-z][Pp])(?i:wd|ass)"),
+    _credential_key("kv_pw", r"[Pp](?<![A-Za-z][Pp])(?i:wd)"),
+    _credential_key("kv_pass", r"[Pp](?<![A-Za-z][Pp])(?i:ass)"),
     # Azure API Management's Ocp-Apim-Subscription-Key header, and its config names
     _credential_key("kv_s", _key("s", r"ecret(?:[_-]?key)?|ubscription[_-]?key")),
     _credential_key("kv_t", _key("t", r"oken")),
@@ -507,6 +508,25 @@ _SECRET_GROUPS: Final = {f"r_{name}": _groups("s", name) for name, _ in _RULES}
 _CONTEXT_GROUPS: Final = {f"r_{name}": _groups("c", name) for name, _ in _RULES}
 # "Authorization: Bearer" with the token already gone is a scheme, not a credential.
 _AUTH_SCHEMES: Final = frozenset({"basic", "bearer", "digest", "negotiate", "token"})
+# A credential assignment's value that is only a switch ("SKIP_AUTH=1", "verify_token:
+# false", "password=None)" in a repr, the punctuation that ends it in code) names a
+# setting, not a secret; and under "pass" alone, a bare number of at most three digits
+# is a tally ("pass: 42 fail: 0"): a password that short protects nothing, while a PIN's
+# four digits and more still go, as does a quoted "42" (a string).
+_ASSIGNMENT_RULES: Final = frozenset(f"r_{name}" for name, _ in _RULES
+                                     if name.startswith("kv_"))
+_SWITCH: Final = re.compile(r"(?i:0|1|true|false|yes|no|on|off|none|null)[,;)\]}]*")
+_TALLY: Final = re.compile(r"[0-9]{1,3}")
+
+
+def _a_setting(rule: str, group: str, value: str) -> bool:
+    """True when `value`, the secret group `group` of an assignment rule `rule`, holds no
+    secret: a switch, or a tally under "pass"."""
+    return rule in _ASSIGNMENT_RULES and (
+        _SWITCH.fullmatch(value) is not None
+        or (group == "s_kv_pass" and _TALLY.fullmatch(value) is not None))
+
+
 # One pass can uncover a secret whose lookbehind was blocked by a neighbour it just
 # redacted ("AKIA…sk-…"); passes repeat until none changes anything. Two suffice in
 # practice; the bound only guards against a rule set that would never settle.
@@ -535,7 +555,7 @@ def _redaction(m: re.Match[str]) -> tuple[str, int]:
             rule == "r_auth"
             and m.group("auth_scheme") is None
             and secret.strip().lower() in _AUTH_SCHEMES
-        )
+        ) and not _a_setting(rule, group, secret)
         parts = [(m.span(group), REDACTED if live else secret, int(live))]
     for g in _CONTEXT_GROUPS[rule]:
         if m.group(g):
@@ -876,6 +896,8 @@ def scrub_value(obj: object) -> tuple[object, int]:
 
 def _is_secret_scalar(v: object) -> bool:
     """A value that holds a secret on its own under a credential's name: a non-empty
-    string not yet redacted. Not a number: {"pass": 42} is a test count far more often
-    than a PIN, and a figure blanked in a hashed ledger is lost for good."""
-    return isinstance(v, str) and v != "" and v != REDACTED
+    string not yet redacted, nor a switch (as `_SWITCH` reads an assignment's). Not a
+    number: {"pass": 42} is a test count far more often than a PIN, and a figure
+    blanked in a hashed ledger is lost for good."""
+    return (isinstance(v, str) and v != "" and v != REDACTED
+            and _SWITCH.fullmatch(v) is None)
