@@ -30,6 +30,7 @@ from harness.ledger.scrub import (
     _names_a_credential,
     _one_pass,
     json_secret_hint,
+    might_hold_secret,
     scrub_message,
     scrub_text,
     scrub_value,
@@ -532,7 +533,7 @@ def test_scrubbing_is_idempotent_and_total(text: str) -> None:
 @given(any_text)
 def test_precheck_never_hides_a_secret(text: str) -> None:
     # The cheap pre-check may only skip text in which the full rule set finds nothing.
-    if _TRIGGER.search(text) is None:
+    if not might_hold_secret(text):
         assert _one_pass(text) == (text, 0)
 
 
@@ -1403,7 +1404,10 @@ ADVERSARIAL = ["(-u", "eyJ_", "a://x:", "a://x:y/", "a://@:", "mysql -u ", "mysq
                "Authorization: a=\"", "Cookie: =\"", "-----END PRIVATE KEY-----x",
                "hvs.", "EAA1", " EAAb",
                " --a-", " --a-b", "docker login ", "redis-cli ",
-               "%3A%2F%2Fa%3A", "%3A%2F%2F"]
+               "%3A%2F%2Fa%3A", "%3A%2F%2F",
+               # lines of a key's body: whole, one short, escaped, under an open BEGIN
+               "Ab1+" * 16 + "\n", "a" * 63 + "\n", "Ab1\\n",
+               "-----BEGIN CERTIFICATE-----\n" + ("Ab1+" * 16 + "\n") * 2]
 
 
 def test_scrubbing_adversarial_text_takes_linear_time(tmp_path: Path) -> None:
@@ -1689,3 +1693,78 @@ def test_a_switch_under_a_credential_s_name_stays_in_a_value_too(tmp_path: Path)
     line = json.loads(data)
     assert (line["reason"], line["errors"]) == ("SKIP_AUTH=1 pass: 42 fail: 1",
                                                 {"AssertionError: verify_token=false": 1})
+
+
+# A private key cut into pieces (each field capped at 256 bytes, or an output split
+# over several fields) left its middle pieces whole: they hold neither the BEGIN nor
+# the END line that opened the form. Two or more base64 lines of the widths PEM (64)
+# and OpenSSH (70) write, holding upper and lower case and a digit, are key material,
+# and so are the cut lines that flank them; prose, hex digests (one case) and base64
+# wrapped at 76 have no such shape.
+def key_body(width: int, lines: int) -> str:
+    """`lines` lines of a key body `width` characters wide, as random as a key's."""
+    raw = b"".join(hashlib.sha512(bytes([i])).digest() for i in range(lines))
+    text = base64.b64encode(raw).decode()
+    return "\n".join(text[i:i + width] for i in range(0, width * lines, width))
+
+
+RSA_BODY = key_body(64, 12)
+SSH_BODY = key_body(70, 6)
+PEM_FULL = f"-----BEGIN RSA PRIVATE KEY-----\n{RSA_BODY}\n-----END RSA PRIVATE KEY-----"
+
+
+def pieces(text: str, size: int) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    # a middle piece: a cut line, whole lines, a cut line
+    (PEM_FULL[300:556], REDACTED),
+    (f"ssh-add: {SSH_BODY[40:300]}", f"ssh-add: {REDACTED}"),
+    (f"{RSA_BODY[65:195]}\nexit 1", f"{REDACTED}\n\nexit 1"),
+    # as a repr shows it, its line breaks escaped
+    (f"ValueError: '{RSA_BODY[10:250]}'".replace("\n", "\\n"), f"ValueError: '{REDACTED}'"),
+    (RSA_BODY[:129].replace("\n", "\r\n"), REDACTED),
+])
+def test_a_middle_piece_of_a_private_key_is_redacted(text: str, want: str) -> None:
+    assert scrub_text(text) == (want, 1)
+    assert scrub_text(want) == (want, 0)
+
+
+def test_no_piece_of_a_private_key_split_over_fields_reaches_the_ledger(
+        tmp_path: Path) -> None:
+    cut = pieces(PEM_FULL, 256)
+    assert len(cut) == 4 and "BEGIN" not in cut[1] + cut[2] and "END" not in cut[1]
+    data = written(tmp_path, {"type": "closed", "harness": "h", "run_id": 1,
+                              "outcome": "failed", "reason": cut[1],
+                              "errors": {piece: 1 for piece in cut},
+                              "sessions": [{"id": "s1", "adapter": "claude",
+                                            "trace_id": cut[2]}]})
+    for line in RSA_BODY.split("\n"):
+        assert line[8:24].encode() not in data
+    line = json.loads(data)
+    assert line["reason"] == REDACTED
+    assert line["errors"] == {REDACTED: 4}
+    assert line["sessions"][0]["trace_id"] == REDACTED
+
+
+HEX64 = hashlib.sha256(b"a").hexdigest()
+
+
+@pytest.mark.parametrize("text", [
+    # a certificate's body is public, and its BEGIN line says so
+    f"-----BEGIN CERTIFICATE-----\n{RSA_BODY}\n-----END CERTIFICATE-----",
+    f"-----BEGIN PUBLIC KEY-----\n{RSA_BODY[:300]}",
+    # hex digests, one per line (hash-chain values, git SHAs)
+    f"{HEX64}\n{HEX64.upper()}\n{HEX64}\n{HEX64}",
+    # base64 wrapped at 76, as MIME and coreutils wrap it; one line alone
+    base64.encodebytes(hashlib.sha512(b"x").digest() * 3).decode(),
+    f"digest:\n{RSA_BODY[:64]}\ndone",
+    # words and lines of 64 characters that are no base64
+    ("a" * 64 + "\n") * 3, ("Ab1+" * 16 + "\n" + "word " * 13)[:140],
+    "abcdefghijklmnopqrstuvwxyz" * 2 + "ABCDEFGHIJKL\n" + "abcdefghijklmnopqrstuvwxyz" * 2
+    + "ABCDEFGHIJKL",
+])
+def test_base64_shaped_text_that_is_no_key_piece_stays(text: str) -> None:
+    assert scrub_text(text) == (text, 0)
+    assert scrub_text(text)[0] is text

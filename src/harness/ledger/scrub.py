@@ -6,7 +6,8 @@ Bearer, Basic and Cookie values and session cookies by name, passwords and token
 userinfo (also where it breaks RFC 3986, or is percent-encoded as a parameter's value)
 and credential query parameters, passwords on sshpass, MySQL, registry login and
 redis-cli command lines and AWS CLI credentials set by name,
-webhook URLs, PEM private keys (their tail too, where the text began inside one),
+webhook URLs, PEM private keys (their tail too, where the text began inside one, and
+a middle piece of their body lines, where it holds neither end),
 JWTs signed or encrypted) and the rule for redacting each: the
 secret itself becomes ``[REDACTED]`` while harmless context (the key name, the URL
 scheme and user, the word ``Bearer`` or ``Basic``) stays, so a redacted line still says
@@ -33,6 +34,7 @@ import functools
 import logging
 import numbers
 import re
+from collections.abc import Iterator
 from typing import Final
 
 __all__ = ["REDACTED", "ScrubLog", "Scrubbed", "json_secret_hint", "might_hold_secret",
@@ -599,6 +601,68 @@ def _pem_tail(s: str) -> tuple[str, int]:
     return (s, 0) if last < 0 else (REDACTED + s[last:], 1)
 
 
+# The body of a private key block that holds neither its BEGIN nor its END line: a
+# middle piece of a block cut over several fields (each capped at MAX_STR bytes, which
+# holds two whole lines at least). Two or more whole lines of base64 as wide as PEM
+# (64) or OpenSSH (70) write them, each ended by a line break (escaped too, as a repr
+# shows one), and the cut line after them. Prose has no such lines; hex digests (one
+# case) and base64 wrapped at 76 have not their shape, and `_key_lines` asks for upper
+# and lower case and a digit besides. The first line opens a word (or follows an
+# escaped break), so that a long run of base64 is not rescanned from each place in it.
+_B64_CHARS: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_BREAK = r"(?:\r?\n|\\n)"
+_KEY_RUN: Final = re.compile(
+    rf"{_B64}(?:(?<![A-Za-z0-9+/\\]{_B64})|(?<=\\n{_B64}))"
+    rf"(?:{_B64}{{63}}(?:{_BREAK}{_B64}{{64}})+|{_B64}{{69}}(?:{_BREAK}{_B64}{{70}})+)"
+    rf"(?![A-Za-z0-9+/])(?:{_BREAK}{_B64}{{1,70}}={{0,2}}(?![A-Za-z0-9+/=]))?")
+# The cut line before such a run: a word of base64 that ends at the run's line break.
+_LINE_SPLIT: Final = re.compile(_BREAK)
+_KEY_RUN_MIN: Final = 64 + 1 + 64  # the shortest text a run fits in
+_KEY_HEAD: Final = re.compile(
+    rf"(?:(?<![A-Za-z0-9+/\\])|(?<=\\n)){_B64}{{1,70}}{_BREAK}\Z")
+
+
+def _key_runs(s: str) -> Iterator[re.Match[str]]:
+    """The `_KEY_RUN` matches in `s` that read as key material: each line mixes the
+    cases, and a digit is among them (random base64 fails either about once in 10^10
+    lines); and it is no body of a block whose BEGIN line, before it and not closed,
+    says it is public (a certificate, a public key: a private block's BEGIN is redacted
+    before this is asked). The last BEGIN and END are tracked as the scan goes, so that
+    no run searches the text before it again."""
+    # Nearly every text is shorter than two lines, or has no line break: no search.
+    if len(s) < _KEY_RUN_MIN or ("\n" not in s and "\\n" not in s):
+        return
+    begin = end = -1
+    seen = 0
+    for m in _KEY_RUN.finditer(s):
+        run = m.group()
+        if not any(c.isdigit() for c in run) or any(
+                line.islower() or line.isupper() for line in _LINE_SPLIT.split(run)[:-1]):
+            continue
+        begin = max(begin, s.rfind("-----BEGIN", seen, m.start()))
+        end = max(end, s.rfind("-----END", seen, m.start()))
+        seen = m.start()
+        if begin <= end:
+            yield m
+
+
+def _key_lines(s: str) -> tuple[str, int]:
+    """`s` with every piece of a private key's body `_key_runs` finds redacted, with
+    the cut line before it."""
+    out: list[str] = []
+    pos = hits = 0
+    for m in _key_runs(s):
+        head = _KEY_HEAD.search(s, max(pos, m.start() - 74), m.start())
+        start = m.start() if head is None else head.start()
+        out += [s[pos:start], REDACTED]
+        pos, hits = m.end(), hits + 1
+    return (s, 0) if not hits else ("".join(out) + s[pos:], hits)
+
+
+def _may_hold_key_lines(s: str) -> bool:
+    return next(_key_runs(s), None) is not None
+
+
 def _one_pass(s: str) -> tuple[str, int]:
     s, hits = _pem_tail(s)
 
@@ -608,12 +672,14 @@ def _one_pass(s: str) -> tuple[str, int]:
         hits += n
         return out
 
-    return _SECRET_RX.sub(replace, s), hits
+    s, n = _key_lines(_SECRET_RX.sub(replace, s))
+    return s, hits + n
 
 
 def might_hold_secret(s: str) -> bool:
     """False when `s` holds none of the fragments every secret form contains (cheap)."""
-    return _TRIGGER.search(s) is not None
+    return _TRIGGER.search(s) is not None or (
+        len(s) >= _KEY_RUN_MIN and _may_hold_key_lines(s))
 
 
 def scrub_text(s: str) -> tuple[str, int]:
@@ -621,7 +687,7 @@ def scrub_text(s: str) -> tuple[str, int]:
 
     When nothing is replaced the result is `s` itself.
     """
-    if _TRIGGER.search(s) is None:
+    if _TRIGGER.search(s) is None and (len(s) < _KEY_RUN_MIN or not _may_hold_key_lines(s)):
         return s, 0
     total = 0
     out = s
