@@ -1407,7 +1407,7 @@ ADVERSARIAL = ["(-u", "eyJ_", "a://x:", "a://x:y/", "a://@:", "mysql -u ", "mysq
                "%3A%2F%2Fa%3A", "%3A%2F%2F",
                # lines of a key's body: whole, one short, escaped, under an open BEGIN
                "Ab1+" * 16 + "\n", "a" * 63 + "\n", "Ab1\\n",
-               "-----BEGIN CERTIFICATE-----\n" + ("Ab1+" * 16 + "\n") * 2]
+               "-----BEGIN CERTIFICATE-----\n" + ("Ab1+" * 16 + "\n") * 2, "-u 'a:", '-u "a:']
 
 
 def test_scrubbing_adversarial_text_takes_linear_time(tmp_path: Path) -> None:
@@ -1768,3 +1768,21 @@ HEX64 = hashlib.sha256(b"a").hexdigest()
 def test_base64_shaped_text_that_is_no_key_piece_stays(text: str) -> None:
     assert scrub_text(text) == (text, 0)
     assert scrub_text(text)[0] is text
+
+
+# curl's "-u 'user:pass phrase'": the password ran to the first space only, and the
+# rest of a quoted password (a passphrase) reached the ledger.
+@pytest.mark.parametrize(("text", "want", "count"), [
+    ("curl -u 'bob:correct horse' https://x", "curl -u 'bob:[REDACTED]' https://x", 1),
+    ('curl --user "bob:pa ss\'w rd" -X POST x', 'curl --user "bob:[REDACTED]" -X POST x', 1),
+    ("curl -u ':only pass' x", "curl -u ':[REDACTED]' x", 1),
+    ('docker run -u "1000:1000" img', 'docker run -u "1000:1000" img', 0),
+])
+def test_a_quoted_curl_password_goes_to_its_closing_quote(
+        text: str, want: str, count: int, tmp_path: Path) -> None:
+    assert scrub_text(text) == (want, count)
+    data = written(tmp_path, {"type": "closed", "harness": "h", "run_id": 1,
+                              "outcome": "failed", "reason": text})
+    assert json.loads(data)["reason"] == want
+    for word in ("horse", "rd", "only pass"):
+        assert word.encode() not in data

@@ -383,14 +383,19 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         + _argument("mysql"),
     ),
     # curl's "-u user:password" (or "--user"; quoted, or with no space, or no user). Not
-    # a URL after "--user" (pip's), nor docker's numeric "-u uid:gid".
+    # a URL after "--user" (pip's), nor docker's numeric "-u uid:gid". Quoted, the
+    # password runs to the closing quote: a passphrase holds spaces.
     (
         "curl_user",
-        # The user is bounded: unbounded, every "-u" of a long run would rescan the
-        # rest of it for ":", and scrubbing would take quadratic time.
-        _FLAG + r"(?:u|-user)[ \t]*[\"']?(?P<c_curl_user>[^\s:\"'/]{0,256}):"
+        # The user and a quoted password are bounded: unbounded, every "-u" of a long
+        # run would rescan the rest of it, and scrubbing would take quadratic time.
+        _FLAG + r"(?:u|-user)[ \t]*"
+        r"(?:(?P<q_curl_user>[\"'])(?P<c_curl_user__q>[^\s:\"'/]{0,256}):"
+        r"(?![0-9]+(?P=q_curl_user))"
+        r"(?P<s_curl_user__q>(?:(?!(?P=q_curl_user))[^\r\n]){1,256})(?P=q_curl_user)"
+        r"|[\"']?(?P<c_curl_user>[^\s:\"'/]{0,256}):"
         r"(?![0-9]+(?![^\s\"']))"
-        r"(?P<s_curl_user>[^\s\"'/][^\s\"']*)",
+        r"(?P<s_curl_user>[^\s\"'/][^\s\"']*))",
     ),
     # A URL query parameter that is a credential by name: an API key, a signature.
     (
