@@ -1407,7 +1407,8 @@ ADVERSARIAL = ["(-u", "eyJ_", "a://x:", "a://x:y/", "a://@:", "mysql -u ", "mysq
                "%3A%2F%2Fa%3A", "%3A%2F%2F",
                # lines of a key's body: whole, one short, escaped, under an open BEGIN
                "Ab1+" * 16 + "\n", "a" * 63 + "\n", "Ab1\\n",
-               "-----BEGIN CERTIFICATE-----\n" + ("Ab1+" * 16 + "\n") * 2, "-u 'a:", '-u "a:']
+               "-----BEGIN CERTIFICATE-----\n" + ("Ab1+" * 16 + "\n") * 2, "-u 'a:", '-u "a:',
+               "machine a login b ", "default login "]
 
 
 def test_scrubbing_adversarial_text_takes_linear_time(tmp_path: Path) -> None:

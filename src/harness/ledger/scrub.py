@@ -5,7 +5,7 @@ It owns the list of secret forms the ledger recognises (vendor API keys and toke
 Bearer, Basic and Cookie values and session cookies by name, passwords and tokens in URL
 userinfo (also where it breaks RFC 3986, or is percent-encoded as a parameter's value)
 and credential query parameters, passwords on sshpass, MySQL, registry login and
-redis-cli command lines and AWS CLI credentials set by name,
+redis-cli command lines, AWS CLI credentials set by name and .netrc entries,
 webhook URLs, PEM private keys (their tail too, where the text began inside one, and
 a middle piece of their body lines, where it holds neither end),
 JWTs signed or encrypted) and the rule for redacting each: the
@@ -373,6 +373,16 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     # "name = value" is the assignment rules' (the "=" read as the value left the key).
     ("aws_set", r"a(?<![A-Za-z0-9_]a)ws_(?i:secret_access_key|session_token)[ \t]+(?![=:])"
      + _argument("aws_set")),
+    # A .netrc entry (curl, git, ftp and heroku read one): "machine HOST login USER
+    # password PASS", or "default login USER password PASS", on one line or several.
+    # The login is asked for too: "machine X password Y" alone reads as prose as often
+    # ("the build machine root password is"). The words between are context.
+    (
+        "netrc",
+        r"[md](?<![A-Za-z0-9_.-][md])(?:(?<=m)achine[ \t\r\n]+[^\s]{1,256}|(?<=d)efault)"
+        r"(?P<c_netrc>[ \t\r\n]+login[ \t\r\n]+[^\s]{1,256})[ \t\r\n]+password[ \t\r\n]+"
+        r"(?P<s_netrc>[^\s]+)",
+    ),
     # sshpass's "-p PASSWORD" (or glued), and the MySQL clients' "-pPASSWORD" (always
     # glued: "-p" alone prompts), looked for in the rest of that command's line only.
     ("sshpass", r"s(?<![A-Za-z0-9_-]s)shpass[ \t]+-p[ \t]*" + _argument("sshpass")),
