@@ -618,7 +618,7 @@ TRIGGER_SAMPLES = [
     "signature=", "Signature%3D",
     "hvs.", "hvb.", "hvr.", "shpat_", "shpss_", "shpca_", "shppa_", "pypi-AgE", "dapi0",
     "sq0atp-", "sq0csp-", "EAA", "nvapi-", "SK" + "0123456789abcdef" * 2,
-    "login ", "login\t", "redis-cli", "_AUTH=", "_auth",
+    "login ", "login\t", "redis-cli", "_AUTH=", "_auth", "'auth'", "LS0tLS1CRUdJTi",
     "%3A%2F%2F", "%253a%252F%2F", "sessionid=", "PHPSESSID=", "JSESSIONID=",
     "ASPSESSIONIDQQGGQGPC=", "SessionId=", "connect.sid=",
 ]
@@ -1408,7 +1408,8 @@ ADVERSARIAL = ["(-u", "eyJ_", "a://x:", "a://x:y/", "a://@:", "mysql -u ", "mysq
                # lines of a key's body: whole, one short, escaped, under an open BEGIN
                "Ab1+" * 16 + "\n", "a" * 63 + "\n", "Ab1\\n",
                "-----BEGIN CERTIFICATE-----\n" + ("Ab1+" * 16 + "\n") * 2, "-u 'a:", '-u "a:',
-               "machine a login b ", "default login "]
+               "machine a login b ", "default login ", "LS0tLS1CRUdJTi", "'auth': 'Og",
+               '"auth":"']
 
 
 def test_scrubbing_adversarial_text_takes_linear_time(tmp_path: Path) -> None:
@@ -1787,3 +1788,47 @@ def test_a_quoted_curl_password_goes_to_its_closing_quote(
     assert json.loads(data)["reason"] == want
     for word in ("horse", "rd", "only pass"):
         assert word.encode() not in data
+
+
+# Two files an agent reads to debug a login held a credential in a shape no form knew:
+# kubectl's config holds the client's private key as one base64 word (client-key-data,
+# a Secret's tls.key), and docker's config.json a registry's user:password as the base64
+# of an "auth" key. A base64 word that decodes to a private key's BEGIN line goes whole;
+# a certificate's stays. An "auth" value goes when it decodes as user:password does.
+EC_KEY = ("-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIB" + BODY + "oAoGCCqGSM49\n"
+          "-----END EC PRIVATE KEY-----\n")
+KEY_DATA = b64(EC_KEY)
+CERT_DATA = b64("-----BEGIN CERTIFICATE-----\nMIIBkTCB+wIJAK" + BODY + "\n"
+                "-----END CERTIFICATE-----\n")
+DOCKER_AUTH = b64("ci-bot:" + "s3cr3t-" + "docker")
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    (f"    client-key-data: {KEY_DATA}\n    client-certificate-data: {CERT_DATA}",
+     f"    client-key-data: {REDACTED}\n    client-certificate-data: {CERT_DATA}"),
+    (f"tls.key: {KEY_DATA[:150]}", f"tls.key: {REDACTED}"),
+    (f'{{"auths": {{"ghcr.io": {{"auth": "{DOCKER_AUTH}"}}}}}}',
+     '{"auths": {"ghcr.io": {"auth": "[REDACTED]"}}}'),
+    (f"{{'auth': '{DOCKER_AUTH}', 'email': 'x'}}", "{'auth': '[REDACTED]', 'email': 'x'}"),
+    (f'"{{\\"auth\\": \\"{DOCKER_AUTH}\\"}}"', '"{\\"auth\\": \\"[REDACTED]\\"}"'),
+])
+def test_a_kubeconfig_key_and_a_docker_auth_are_redacted(
+        text: str, want: str, tmp_path: Path) -> None:
+    assert scrub_text(text) == (want, 1)
+    assert scrub_text(want) == (want, 0)
+    for place in sorted(PLACES):
+        assert hint_inside(PLACES[place](text)), place
+    data = written(tmp_path, {"type": "closed", "harness": "h", "run_id": 1,
+                              "outcome": "failed", "reason": text,
+                              "errors": {f"Error: {text}": 1}})
+    for secret in (KEY_DATA[20:60], DOCKER_AUTH):
+        assert secret.encode() not in data
+    assert json.loads(data)["reason"] == want
+
+
+@pytest.mark.parametrize("text", [
+    f"client-certificate-data: {CERT_DATA}", '{"auth": "oauth2", "auth_url": "/x"}',
+    '"auth": "Ym9i"', "auth: basic", '{"auth": "bm9uZQ=="}',  # "none": no user:password
+])
+def test_a_certificate_s_data_and_an_auth_setting_stay(text: str) -> None:
+    assert scrub_text(text) == (text, 0)

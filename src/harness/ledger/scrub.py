@@ -87,8 +87,9 @@ _TRIGGER_BRANCHES: Final[tuple[str, ...]] = (
     # tried at each place the scan stops, so a branch more costs every clean string.
     "s(?:hp(?:ass|at_|ss_|ca_|pa_)|q0(?:atp|csp)-|essionid=|id=(?<=connect\\.sid=))",
     "ysql",  # mysql -pPASSWORD
-    # mariadb -pPASSWORD; Databricks; npm's "_auth" (.npmrc, npm_config__auth)
-    "a(?:riadb|pi(?<=dapi)[0-9a-f]|uth(?<=_auth)(?![A-Za-z0-9_]))",
+    # mariadb -pPASSWORD; Databricks; npm's "_auth" (.npmrc, npm_config__auth) and
+    # docker's quoted "auth" key (config.json)
+    "a(?:riadb|pi(?<=dapi)[0-9a-f]|uth(?<=[_\"']auth)(?![A-Za-z0-9_]))",
     "xapp-",
     "h(?:f_|v[sbr]\\.)",  # Hugging Face; Vault
     "xai-",
@@ -96,7 +97,9 @@ _TRIGGER_BRANCHES: Final[tuple[str, ...]] = (
     "r(?:8_|edis-cli)",
     "l(?:sv2_|ogin[ \t])",  # LangSmith; docker login -p
     # SendGrid; Twilio; the session cookies of PHP, Java, ASP and ASP.NET
-    "S(?:G\\.|K[0-9a-f]{32}|ESS(?:ION)?ID(?:[A-Z]{8})?=|essionId=)",
+    # and a private key as one base64 word ("LS0tLS1CRUdJTi" is "-----BEGIN")
+    "S(?:G\\.|K[0-9a-f]{32}|ESS(?:ION)?ID(?:[A-Z]{8})?=|essionId="
+    "|0tLS1CRUdJTi(?<=LS0tLS1CRUdJTi))",
     "_v1_",  # dop_v1_, doo_v1_, dor_v1_
     "hooks\\.slack",
     "/webhooks/",
@@ -302,6 +305,15 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     # A cut-off block (ledger strings are capped) still leaks key material, so an
     # unterminated BEGIN redacts to the end of the string.
     ("pem", _PEM),
+    # A block as one base64 word, as kubectl's config holds a client's key
+    # (client-key-data) and a Secret its tls.key: the word goes when its decoding opens
+    # with a private key's BEGIN line (`_is_private_pem`), to its end.
+    ("pem_b64", r"L(?<![A-Za-z0-9+/]L)S0tLS1CRUdJTi[A-Za-z0-9+/]*+={0,2}"),
+    # docker's config.json keeps a registry's login as the base64 of user:password under
+    # "auth"; the value goes when it decodes so (`_is_user_pass`), as a Basic one does.
+    ("docker_auth",
+     rf"""a(?<=["']a)uth\\?["'][ \t]*:[ \t]*\\?["'](?P<s_docker_auth>{_B64}{{4,}}+={{0,2}})"""
+     r"""(?=\\?["'])"""),
     # An Authorization value runs to the end of the header (its line or its closing
     # quote): schemes such as AWS SigV4 spread the credential over comma-separated
     # parameters. The scheme is kept only when it is short enough that it cannot be a
@@ -559,11 +571,13 @@ def _redaction(m: re.Match[str]) -> tuple[str, int]:
     secret of its own (a key as a URL's user name, a "--password=" before "-pPASSWORD")."""
     rule = m.lastgroup
     assert rule is not None
+    if rule == "r_pem_b64" and not _is_private_pem(m.group()):
+        return m.group(), 0  # a certificate's or a public key's data
     group = next((g for g in _SECRET_GROUPS[rule] if m.group(g) is not None), None)
     if group is None:
         return REDACTED, 1
     secret = m.group(group)
-    if rule == "r_basic" and not _is_user_pass(secret):
+    if rule in ("r_basic", "r_docker_auth") and not _is_user_pass(secret):
         # No credential after all, but a word the match would hide from every pass: it
         # may be a key of another form ("basic AKIA…").
         parts = [(m.span(group), *_one_pass(secret))]
@@ -594,6 +608,17 @@ def _is_user_pass(word: str) -> bool:
     except (binascii.Error, UnicodeDecodeError):
         return False
     return ":" in text and text.isprintable()
+
+
+def _is_private_pem(word: str) -> bool:
+    """True when the base64 `word` decodes to a BEGIN line of a private key's block (its
+    first 48 bytes hold the longest label); a word cut before the label holds no key."""
+    head = word[:64]
+    try:
+        text = base64.b64decode(head[: len(head) // 4 * 4])
+    except binascii.Error:
+        return False
+    return b"PRIVATE KEY" in text
 
 
 # The END line of a private key block whose BEGIN line is not before it in the text: the
@@ -846,6 +871,9 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"_", rb"(?<=lsv2_)"),
     (b"_", rb"(?<=npm_)"),
     (b"_", rb"auth(?![A-Za-z0-9_])"),
+    # a quoted "auth" key: a '"' JSON escapes (the backslash finds it), a "'" it keeps
+    (b"'", rb"auth(?![A-Za-z0-9_])"),
+    (b"J", rb"Ti(?<=LS0tLS1CRUdJTi)"),
     (b"_", rb"(?<=shp(?:at|ss|ca|pa)_)"),
     (b"g", b"l(?:pat|dt|rt|cbt|ptt|ft|imt|agent|oas|soat)-"),
     (b"g", b"h[pousr]_"),
