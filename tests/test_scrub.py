@@ -637,11 +637,13 @@ def test_each_branch_of_the_trigger_has_a_sample_the_gate_must_find(branch: str)
     # The JSON gate (scrub._GATE_BRANCHES) is written apart from the trigger, and a branch
     # of the trigger it lacked would let through a value that scrub_value rewrites. A
     # sample JSON escapes a character of does not count (the gate finds every escape,
-    # whatever its branches), but for the two branches that hold a backslash themselves.
+    # whatever its branches), but for the branches that hold a backslash or a line
+    # break themselves.
     rx = re.compile(branch, re.ASCII)
     found = [m for m in map(rx.search, TRIGGER_SAMPLES) if m is not None]
     assert [m for m in found
-            if canonical(m.string) == b'"' + m.string.encode() + b'"' or "\\" in m.group()], (
+            if canonical(m.string) == b'"' + m.string.encode() + b'"'
+            or "\\" in m.group() or "\n" in m.group()], (
         f"TRIGGER_SAMPLES holds no sample of {branch!r} that JSON writes as it is")
 
 

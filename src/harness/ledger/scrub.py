@@ -305,15 +305,36 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     # A cut-off block (ledger strings are capped) still leaks key material, so an
     # unterminated BEGIN redacts to the end of the string.
     ("pem", _PEM),
-    # A block as one base64 word, as kubectl's config holds a client's key
-    # (client-key-data) and a Secret its tls.key: the word goes when its decoding opens
-    # with a private key's BEGIN line (`_is_private_pem`), to its end.
-    ("pem_b64", r"L(?<![A-Za-z0-9+/]L)S0tLS1CRUdJTi[A-Za-z0-9+/]*+={0,2}"),
-    # docker's config.json keeps a registry's login as the base64 of user:password under
-    # "auth"; the value goes when it decodes so (`_is_user_pass`), as a Basic one does.
-    ("docker_auth",
-     rf"""a(?<=["']a)uth\\?["'][ \t]*:[ \t]*\\?["'](?P<s_docker_auth>{_B64}{{4,}}+={{0,2}})"""
-     r"""(?=\\?["'])"""),
+    # What the files an agent reads to debug a login hold, as one rule (a rule more
+    # costs every scanned place a test):
+    # * a private key block as one base64 word, as kubectl's config holds a client's key
+    #   (client-key-data) and a Secret its tls.key: the word goes (no secret group) when
+    #   its decoding opens with a private key's BEGIN line (`_is_private_pem`);
+    # * docker's config.json, a registry's login as the base64 of user:password under a
+    #   quoted "auth": it goes when it decodes so (`_is_user_pass`), as a Basic one does;
+    # * a .netrc entry (curl, git, ftp and heroku read one): "machine HOST login USER
+    #   password PASS", or "default login USER password PASS", on one line or several.
+    #   The login is asked for too: "machine X password Y" alone reads as prose as often
+    #   ("the build machine root password is"). The words between are context;
+    # * npm's "_auth" (base64 of user:password) as .npmrc writes it ("_auth = …", a
+    #   registry's "//host/:_auth=…") and as npm hands it to every script it runs
+    #   (npm_config__auth): a name of its own, not a word's tail ("redis_auth",
+    #   "self._auth = …", "self.__auth").
+    (
+        "files",
+        # Each branch's first two characters, as two classes: a letter as frequent as
+        # "a" would stop the scan at every place, and these pairs are rare.
+        r"""[Lmd_"'][Sae]"""
+        r"(?:(?<=LS)(?<![A-Za-z0-9+/]LS)0tLS1CRUdJTi[A-Za-z0-9+/]*+={0,2}"
+        r"""|(?<=["']a)uth\\?["'][ \t]*:[ \t]*\\?["']"""
+        rf"""(?P<s_files__docker>{_B64}{{4,}}+={{0,2}})(?=\\?["'])"""
+        r"|(?:(?<=ma)(?<![A-Za-z0-9_.-]ma)chine[ \t\r\n]+[^\s]{1,256}"
+        r"|(?<=de)(?<![A-Za-z0-9_.-]de)fault)"
+        r"(?P<c_files__netrc>[ \t\r\n]+login[ \t\r\n]+[^\s]{1,256})[ \t\r\n]+password"
+        r"[ \t\r\n]+(?P<s_files__netrc>[^\s]+)"
+        + "|" + _credential_key("files__npm", r"(?<=_a)(?<![^\s\"':_/]_a)(?<!\.__a)uth")[1]
+        + ")",
+    ),
     # An Authorization value runs to the end of the header (its line or its closing
     # quote): schemes such as AWS SigV4 spread the credential over comma-separated
     # parameters. The scheme is kept only when it is short enough that it cannot be a
@@ -327,8 +348,7 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     _credential_key("kv_a", _key("a", r"pi[_-]?key|ccess[_-]?key|ccount[_-]?key")),
     _credential_key("kv_p", _key("p", r"assw(?:or)?d|assphrase|rivate[_-]?key")),
     # "pwd" and "pass" alone only as a word of their own: "bypass=1" is a setting.
-    _credential_key("kv_pw", r"[Pp](?<![A-Za-z][Pp])(?i:wd)"),
-    _credential_key("kv_pass", r"[Pp](?<![A-Za-z][Pp])(?i:ass)"),
+    _credential_key("kv_pw", r"[Pp](?<![A-Za-z][Pp])(?i:wd|ass)"),
     # Azure API Management's Ocp-Apim-Subscription-Key header, and its config names
     _credential_key("kv_s", _key("s", r"ecret(?:[_-]?key)?|ubscription[_-]?key")),
     _credential_key("kv_t", _key("t", r"oken")),
@@ -345,11 +365,6 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     # constant in code ("REGISTRY_KEY = ...", "'HAS_AUTH': 1") names one, it does not hold
     # one. npm reads its "_auth" setting from NPM_CONFIG__AUTH, hence a second "_".
     _credential_key("kv_env", r"[KA](?:(?<=[A-Z0-9]_K)EY|(?<=[A-Z0-9_]_A)UTH)", "="),
-    # npm's "_auth" (base64 of user:password) as .npmrc writes it ("_auth = …", a
-    # registry's "//host/:_auth=…") and as npm hands it to every script it runs
-    # (npm_config__auth): a name of its own, not a word's tail ("redis_auth",
-    # "self._auth = …", "self.__auth").
-    _credential_key("kv_npm", r"_(?<![^\s\"':_/]_)(?<!\.__)auth"),
     # A cookie header's value is a session: all of it goes, to the end of the header.
     (
         "cookie",
@@ -385,16 +400,6 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     # "name = value" is the assignment rules' (the "=" read as the value left the key).
     ("aws_set", r"a(?<![A-Za-z0-9_]a)ws_(?i:secret_access_key|session_token)[ \t]+(?![=:])"
      + _argument("aws_set")),
-    # A .netrc entry (curl, git, ftp and heroku read one): "machine HOST login USER
-    # password PASS", or "default login USER password PASS", on one line or several.
-    # The login is asked for too: "machine X password Y" alone reads as prose as often
-    # ("the build machine root password is"). The words between are context.
-    (
-        "netrc",
-        r"[md](?<![A-Za-z0-9_.-][md])(?:(?<=m)achine[ \t\r\n]+[^\s]{1,256}|(?<=d)efault)"
-        r"(?P<c_netrc>[ \t\r\n]+login[ \t\r\n]+[^\s]{1,256})[ \t\r\n]+password[ \t\r\n]+"
-        r"(?P<s_netrc>[^\s]+)",
-    ),
     # sshpass's "-p PASSWORD" (or glued), and the MySQL clients' "-pPASSWORD" (always
     # glued: "-p" alone prompts), looked for in the rest of that command's line only.
     ("sshpass", r"s(?<![A-Za-z0-9_-]s)shpass[ \t]+-p[ \t]*" + _argument("sshpass")),
@@ -548,12 +553,13 @@ _SWITCH: Final = re.compile(r"(?i:0|1|true|false|yes|no|on|off|none|null)[,;)\]}
 _TALLY: Final = re.compile(r"[0-9]{1,3}")
 
 
-def _a_setting(rule: str, group: str, value: str) -> bool:
-    """True when `value`, the secret group `group` of an assignment rule `rule`, holds no
-    secret: a switch, or a tally under "pass"."""
-    return rule in _ASSIGNMENT_RULES and (
-        _SWITCH.fullmatch(value) is not None
-        or (group == "s_kv_pass" and _TALLY.fullmatch(value) is not None))
+def _a_setting(m: re.Match[str], group: str) -> bool:
+    """True when the secret group `group` of `m`, a match of an assignment rule, holds no
+    secret: a switch, or a bare tally under "pass"."""
+    return m.lastgroup in _ASSIGNMENT_RULES and (
+        _SWITCH.fullmatch(m.group(group)) is not None
+        or (group == "s_kv_pw" and m.group()[1] in "aA"
+            and _TALLY.fullmatch(m.group(group)) is not None))
 
 
 # One pass can uncover a secret whose lookbehind was blocked by a neighbour it just
@@ -571,13 +577,13 @@ def _redaction(m: re.Match[str]) -> tuple[str, int]:
     secret of its own (a key as a URL's user name, a "--password=" before "-pPASSWORD")."""
     rule = m.lastgroup
     assert rule is not None
-    if rule == "r_pem_b64" and not _is_private_pem(m.group()):
-        return m.group(), 0  # a certificate's or a public key's data
     group = next((g for g in _SECRET_GROUPS[rule] if m.group(g) is not None), None)
     if group is None:
+        if rule == "r_files" and not _is_private_pem(m.group()):
+            return m.group(), 0  # a certificate's or a public key's data
         return REDACTED, 1
     secret = m.group(group)
-    if rule in ("r_basic", "r_docker_auth") and not _is_user_pass(secret):
+    if group in ("s_basic", "s_files__docker") and not _is_user_pass(secret):
         # No credential after all, but a word the match would hide from every pass: it
         # may be a key of another form ("basic AKIA…").
         parts = [(m.span(group), *_one_pass(secret))]
@@ -586,7 +592,7 @@ def _redaction(m: re.Match[str]) -> tuple[str, int]:
             rule == "r_auth"
             and m.group("auth_scheme") is None
             and secret.strip().lower() in _AUTH_SCHEMES
-        ) and not _a_setting(rule, group, secret)
+        ) and not _a_setting(m, group)
         parts = [(m.span(group), REDACTED if live else secret, int(live))]
     for g in _CONTEXT_GROUPS[rule]:
         if m.group(g):
@@ -646,18 +652,21 @@ def _pem_tail(s: str) -> tuple[str, int]:
 # holds two whole lines at least). Two or more whole lines of base64 as wide as PEM
 # (64) or OpenSSH (70) write them, each ended by a line break (escaped too, as a repr
 # shows one), and the cut line after them. Prose has no such lines; hex digests (one
-# case) and base64 wrapped at 76 have not their shape, and `_key_lines` asks for upper
+# case) and base64 wrapped at 76 have not their shape, and `_key_runs` asks for upper
 # and lower case and a digit besides. The first line opens a word (or follows an
 # escaped break), so that a long run of base64 is not rescanned from each place in it.
-_B64_CHARS: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _BREAK = r"(?:\r?\n|\\n)"
 _KEY_RUN: Final = re.compile(
     rf"{_B64}(?:(?<![A-Za-z0-9+/\\]{_B64})|(?<=\\n{_B64}))"
     rf"(?:{_B64}{{63}}(?:{_BREAK}{_B64}{{64}})+|{_B64}{{69}}(?:{_BREAK}{_B64}{{70}})+)"
     rf"(?![A-Za-z0-9+/])(?:{_BREAK}{_B64}{{1,70}}={{0,2}}(?![A-Za-z0-9+/=]))?")
-# The cut line before such a run: a word of base64 that ends at the run's line break.
 _LINE_SPLIT: Final = re.compile(_BREAK)
+# The second whole line of every run, after its line break: searched for first, as it
+# opens on the rare characters of a break.
+_KEY_LINE: Final = re.compile(
+    rf"{_BREAK}(?:{_B64}{{64}}|{_B64}{{70}})(?![A-Za-z0-9+/])")
 _KEY_RUN_MIN: Final = 64 + 1 + 64  # the shortest text a run fits in
+# The cut line before such a run: a word of base64 that ends at the run's line break.
 _KEY_HEAD: Final = re.compile(
     rf"(?:(?<![A-Za-z0-9+/\\])|(?<=\\n)){_B64}{{1,70}}{_BREAK}\Z")
 
@@ -669,8 +678,9 @@ def _key_runs(s: str) -> Iterator[re.Match[str]]:
     says it is public (a certificate, a public key: a private block's BEGIN is redacted
     before this is asked). The last BEGIN and END are tracked as the scan goes, so that
     no run searches the text before it again."""
-    # Nearly every text is shorter than two lines, or has no line break: no search.
-    if len(s) < _KEY_RUN_MIN or ("\n" not in s and "\\n" not in s):
+    # Nearly every text is shorter than two lines, or has no whole line of a key after
+    # a line break: a search that skips ahead to line breaks, before the full one.
+    if len(s) < _KEY_RUN_MIN or _KEY_LINE.search(s) is None:
         return
     begin = end = -1
     seen = 0
@@ -699,10 +709,6 @@ def _key_lines(s: str) -> tuple[str, int]:
     return (s, 0) if not hits else ("".join(out) + s[pos:], hits)
 
 
-def _may_hold_key_lines(s: str) -> bool:
-    return next(_key_runs(s), None) is not None
-
-
 def _one_pass(s: str) -> tuple[str, int]:
     s, hits = _pem_tail(s)
 
@@ -717,9 +723,10 @@ def _one_pass(s: str) -> tuple[str, int]:
 
 
 def might_hold_secret(s: str) -> bool:
-    """False when `s` holds none of the fragments every secret form contains (cheap)."""
+    """False when `s` holds none of the fragments every secret form contains, nor lines
+    of a private key's body (cheap)."""
     return _TRIGGER.search(s) is not None or (
-        len(s) >= _KEY_RUN_MIN and _may_hold_key_lines(s))
+        len(s) >= _KEY_RUN_MIN and next(_key_runs(s), None) is not None)
 
 
 def scrub_text(s: str) -> tuple[str, int]:
@@ -727,7 +734,8 @@ def scrub_text(s: str) -> tuple[str, int]:
 
     When nothing is replaced the result is `s` itself.
     """
-    if _TRIGGER.search(s) is None and (len(s) < _KEY_RUN_MIN or not _may_hold_key_lines(s)):
+    if _TRIGGER.search(s) is None and (
+            len(s) < _KEY_RUN_MIN or next(_key_runs(s), None) is None):
         return s, 0
     total = 0
     out = s
@@ -825,8 +833,10 @@ def _names_a_credential(key: str) -> bool:
 # of them matches inside the canonical JSON of every value in which `scrub_value` would
 # replace something (so that the gate is sound: it never passes such a value):
 # * `scrub_value` only ever finds a secret through `scrub_text`, which finds none in a
-#   string _TRIGGER does not match: so in a string, a key, or a key followed by the
-#   probe `_names_a_credential` scrubs, one of _TRIGGER's branches matches.
+#   string _TRIGGER does not match but lines of a key's body, which hold a line break
+#   (or an escaped one: a backslash): so in a string, a key, or a key followed by the
+#   probe `_names_a_credential` scrubs, one of _TRIGGER's branches matches, or a
+#   character JSON escapes stands.
 # * Canonical JSON writes every string and key verbatim (UTF-8) between quotes, unless
 #   it holds a character JSON escapes; every escape is spelled with a backslash, and a
 #   backslash is a hint. (So are the branches ":\/" and ":/\/", which hold one.)
