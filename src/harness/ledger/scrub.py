@@ -35,7 +35,7 @@ import logging
 import numbers
 import re
 from collections.abc import Iterator
-from typing import Final
+from typing import Final, TypeGuard
 
 __all__ = ["REDACTED", "ScrubLog", "Scrubbed", "json_secret_hint", "might_hold_secret",
            "scrub_message", "scrub_text", "scrub_value"]
@@ -995,7 +995,8 @@ def scrub_value(obj: object) -> tuple[object, int]:
         for k, v in obj.items():
             nk, kn = scrub_text(k) if isinstance(k, str) else (k, 0)
             nv: object
-            if isinstance(k, str) and _is_secret_scalar(v) and _names_a_credential(k):
+            if (isinstance(k, str) and _is_secret_scalar(v) and _names_a_credential(k)
+                    and _SWITCH.fullmatch(v) is None):
                 nv, vn = REDACTED, 1
             else:
                 nv, vn = scrub_value(v)
@@ -1013,10 +1014,9 @@ def scrub_value(obj: object) -> tuple[object, int]:
     return obj, 0
 
 
-def _is_secret_scalar(v: object) -> bool:
-    """A value that holds a secret on its own under a credential's name: a non-empty
-    string not yet redacted, nor a switch (as `_SWITCH` reads an assignment's). Not a
-    number: {"pass": 42} is a test count far more often than a PIN, and a figure
-    blanked in a hashed ledger is lost for good."""
-    return (isinstance(v, str) and v != "" and v != REDACTED
-            and _SWITCH.fullmatch(v) is None)
+def _is_secret_scalar(v: object) -> TypeGuard[str]:
+    """A value that may hold a secret on its own under a credential's name: a non-empty
+    string not yet redacted (and, asked last, being no switch as `_SWITCH` reads an
+    assignment's). Not a number: {"pass": 42} is a test count far more often than a PIN,
+    and a figure blanked in a hashed ledger is lost for good."""
+    return isinstance(v, str) and v != "" and v != REDACTED
