@@ -27,8 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import World
+from harness.worklog.replay import replay
 from harness.worklog.rows import RowRejected
 from harness.worklog.store import WorkLedger
 from test_worklog_cli import (
@@ -77,8 +80,9 @@ def _signals(workdir: Path) -> list[str]:
     (["a\nb"], "deps[0] 'a\\nb' contains a control character or '\"'"),
     (["x" * 129], "deps[0] 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'… is 129 characters (at most 128)"),
     ([API_KEY], "deps[0] looks like it holds a secret; refusing to record it"),
+    (["t0", "t1"], "deps[1] names the task itself, which could never be ready"),
 ], ids=["int", "str", "object", "null", "int-null", "null-2nd", "empty", "nested", "control",
-        "long", "secret"])
+        "long", "secret", "itself"])
 def test_the_writer_refuses_deps_that_are_not_task_ids(tmp_path: Path, deps: object,
                                                        why: str) -> None:
     with WorkLedger(tmp_path, RUN) as wl:
@@ -203,6 +207,109 @@ def test_a_dep_naming_an_id_only_a_hand_written_chain_holds_is_read(world: World
         "name '', which no row of this ledger schedules"]
     assert "; frontier: next\n" in res.stdout
     assert _signals(repo) == [f"{RUN}__next.signal"]
+
+
+def test_resume_names_the_tasks_whose_deps_form_a_cycle(world: World, repo: Path) -> None:
+    """A task depending on itself, or tasks depending on each other through scheduled
+    tasks, can never be ready; resume said nothing, and the goal just stopped moving.
+    Each is now held with the cycle named. A cycle through a task in flight is none:
+    that task can still complete and release the others."""
+    sealed_ledger(repo, [
+        ("run.open", None, {}),
+        ("task.scheduled", "self", {"deps": ["self"]}),
+        ("task.scheduled", "a", {"deps": ["c"]}),
+        ("task.scheduled", "b", {"deps": ["a"]}),
+        ("task.scheduled", "c", {"deps": ["b", "free"]}),
+        ("task.scheduled", "free", {"deps": []}),
+        ("task.scheduled", "tail", {"deps": ["a"]}),  # waits on the cycle, in none
+        ("task.scheduled", "x", {"deps": ["y"]}),
+        ("task.scheduled", "y", {"deps": ["x"]}),
+        ("task.started", "y", {}),  # started anyway: x waits for it, as for any task
+    ])
+    res = cli(world, repo, "ledger", "resume", RUN, "--dry-run", "--json")
+    assert res.returncode == 0, res.stderr
+    j = json.loads(res.stdout)
+    assert (j["frontier"], j["held"]) == (["free", "y"], [
+        {"task_id": "self", "seq": 2, "reason": "it depends on itself"},
+        {"task_id": "a", "seq": 3, "reason": "its deps form a cycle: 'a' -> 'c' -> 'b' -> 'a'"},
+        {"task_id": "b", "seq": 4, "reason": "its deps form a cycle: 'b' -> 'a' -> 'c' -> 'b'"},
+        {"task_id": "c", "seq": 5, "reason": "its deps form a cycle: 'c' -> 'b' -> 'a' -> 'c'"},
+    ])
+    plain = cli(world, repo, "ledger", "resume", RUN)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stderr.splitlines()[:2] == [
+        f"harness: warning: run {RUN}: task self (entry 2) is held, not resumed: it depends "
+        "on itself",
+        f"harness: warning: run {RUN}: task a (entry 3) is held, not resumed: its deps form "
+        "a cycle: 'a' -> 'c' -> 'b' -> 'a'"]
+    assert _signals(repo) == [f"{RUN}__free.signal", f"{RUN}__y.signal"]
+
+
+def test_a_cycle_is_released_by_a_later_schedule(tmp_path: Path) -> None:
+    """Deps in force are the last schedule's: a row that breaks the cycle frees it."""
+    rows = [{"seq": i, "kind": k, "task_id": t, "payload": p} for i, (k, t, p) in enumerate([
+        ("run.open", None, {}),
+        ("task.scheduled", "a", {"deps": ["b"]}),
+        ("task.scheduled", "b", {"deps": ["a"]}),
+    ], 1)]
+    assert [h["task_id"] for h in replay(rows).held] == ["a", "b"]
+    rows.append({"seq": 4, "kind": "task.scheduled", "task_id": "b", "payload": {"deps": []}})
+    state = replay(rows)
+    assert (state.held, state.frontier) == ([], ["b"])
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(st.lists(st.tuples(st.sets(st.integers(0, 6), max_size=3),
+                          st.sampled_from(["task.scheduled", "task.started",
+                                           "task.completed"])), min_size=1, max_size=7))
+def test_the_tasks_held_for_a_cycle_are_those_that_reach_themselves(
+        graph: list[tuple[set[int], str]]) -> None:
+    """Against a walk by brute force: a scheduled task is held for a cycle exactly when
+    it reaches itself through the deps of scheduled tasks."""
+    rows = [{"seq": 1, "kind": "run.open", "task_id": None, "payload": {}}]
+    for i, (deps, _) in enumerate(graph):  # every task scheduled; deps on tasks only
+        rows.append({"seq": len(rows) + 1, "kind": "task.scheduled", "task_id": f"t{i}",
+                     "payload": {"deps": [f"t{d}" for d in sorted(deps) if d < len(graph)]}})
+    for i, (_, kind) in enumerate(graph):
+        if kind != "task.scheduled":
+            rows.append({"seq": len(rows) + 1, "kind": kind, "task_id": f"t{i}",
+                         "payload": {}})
+    state = replay(rows)
+    waiting = {f"t{i}" for i, (_, kind) in enumerate(graph) if kind == "task.scheduled"}
+
+    def reaches_itself(t: str) -> bool:
+        seen: set[str] = set()
+        todo = [d for d in state.tasks[t].deps if d in waiting]
+        while todo:
+            v = todo.pop()
+            if v == t:
+                return True
+            if v not in seen:
+                seen.add(v)
+                todo += [d for d in state.tasks[v].deps if d in waiting]
+        return False
+
+    assert {h["task_id"] for h in state.held} == {t for t in waiting if reaches_itself(t)}
+
+
+def test_a_long_chain_of_deps_is_no_cycle_and_no_recursion() -> None:
+    """200,000 tasks each waiting on the next: no cycle, and the walk is no recursion
+    (Python's limit is 1,000 frames)."""
+    n = 200_000
+    rows = [{"seq": 1, "kind": "run.open", "task_id": None, "payload": {}}]
+    rows += [{"seq": i + 2, "kind": "task.scheduled", "task_id": f"t{i}",
+              "payload": {"deps": [f"t{i + 1}"] if i + 1 < n else []}} for i in range(n)]
+    state = replay(rows)
+    assert (state.held, state.frontier) == ([], [f"t{n - 1}"])
+    rows.append({"seq": n + 2, "kind": "task.scheduled", "task_id": f"t{n - 1}",
+                 "payload": {"deps": ["t0"]}})
+    held = replay(rows).held
+    assert len(held) == n
+    assert (held[0], held[-1]) == (
+        {"task_id": "t0", "seq": 2, "reason": f"its deps form a cycle of {n} tasks: it "
+         "waits on 't1', whose deps lead back to it"},
+        {"task_id": f"t{n - 1}", "seq": n + 2, "reason": f"its deps form a cycle of {n} "
+         "tasks: it waits on 't0', whose deps lead back to it"})
 
 
 # -- repo growth: gc, then a normal git gc ------------------------------------------------------

@@ -33,6 +33,9 @@ from .rows import deps_problem
 
 __all__ = ["State", "TaskState", "replay"]
 
+# The most tasks of a cycle a held task's reason spells out one by one.
+_CYCLE_SHOWN = 8
+
 SCHEDULED, STARTED, COMPLETED, FAILED, ABANDONED = (
     "scheduled",
     "started",
@@ -128,6 +131,7 @@ class State:
         """The scheduled tasks that can never be ready, by first schedule: each as
         {task_id, seq (of the task.scheduled row that set its deps), reason}."""
         found: list[tuple[TaskState, str]] = []
+        cycles = self._cycles()
         # Few tasks are held: only they are sorted, not every task of the run.
         for t in self.tasks.values():
             if t.status != SCHEDULED:
@@ -135,13 +139,112 @@ class State:
             reason = t.deps_error
             if reason is None:
                 unknown = [d for d in t.deps if d not in self.tasks]
-                if not unknown:
+                if unknown:
+                    names = ", ".join(quoted(d, cut=True) for d in unknown)
+                    reason = f"deps name {names}, which no row of this ledger schedules"
+                elif t.task_id in cycles:
+                    reason = self._cycle_reason(t, cycles[t.task_id])
+                else:
                     continue
-                names = ", ".join(quoted(d, cut=True) for d in unknown)
-                reason = f"deps name {names}, which no row of this ledger schedules"
             found.append((t, reason))
         found.sort(key=lambda h: (h[0].first_seq, h[0].task_id))
         return [{"task_id": t.task_id, "seq": t.deps_seq, "reason": why} for t, why in found]
+
+    def _cycles(self) -> dict[str, set[str]]:
+        """Each scheduled task that waits on itself through scheduled tasks alone, mapped
+        to the tasks of its cycle (its strongly connected set). None of them can start
+        until a later row changes their deps: a task started by hand, or completed,
+        leaves the cycle, so only scheduled tasks are followed. Tarjan's strongly
+        connected components, iterative: a chain of a million tasks is no recursion."""
+        tasks = self.tasks
+        # The graph: scheduled tasks that wait on scheduled tasks. Most tasks wait on
+        # none (no deps, or all completed) and cannot be in a cycle: they are left out
+        # before the walk, and so is an edge to them.
+        waits: dict[str, list[str]] = {}
+        for t in tasks.values():
+            if t.status == SCHEDULED and t.deps and t.deps_error is None:
+                w = [d for d in t.deps if (u := tasks.get(d)) is not None
+                     and u.status == SCHEDULED and u.deps_error is None]
+                if w:
+                    waits[t.task_id] = w
+        index: dict[str, int] = {}
+        low: dict[str, int] = {}
+        stack: list[str] = []
+        on_stack: set[str] = set()
+        out: dict[str, set[str]] = {}
+        for root in waits:
+            if root in index:
+                continue
+            index[root] = low[root] = len(index)
+            stack.append(root)
+            on_stack.add(root)
+            work = [(root, iter(waits[root]))]
+            while work:
+                v, deps = work[-1]
+                d = next(deps, None)
+                if d is not None:
+                    if d not in waits:
+                        continue  # waits on nothing: no way back from it
+                    if d not in index:
+                        index[d] = low[d] = len(index)
+                        stack.append(d)
+                        on_stack.add(d)
+                        work.append((d, iter(waits[d])))
+                    elif d in on_stack:
+                        low[v] = min(low[v], index[d])
+                    continue
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[v])
+                if low[v] != index[v]:
+                    continue
+                members = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    members.append(top)
+                    if top == v:
+                        break
+                if len(members) > 1 or v in waits[v]:
+                    ring = set(members)
+                    for m in members:
+                        out[m] = ring
+        return out
+
+    def _cycle_reason(self, t: TaskState, members: set[str]) -> str:
+        """Why `t`, one of the strongly connected `members`, waits for ever: the cycle
+        itself when it is short enough to read; in a larger one, the dep that leads back
+        (one hop, so that a cycle of a million tasks costs no walk per task)."""
+        if len(members) == 1:
+            return "it depends on itself"
+        if len(members) <= _CYCLE_SHOWN:
+            ring = self._ring(t.task_id, members)
+            return "its deps form a cycle: " + " -> ".join(
+                quoted(d, cut=True) for d in [*ring, ring[0]])
+        back = next(d for d in t.deps if d in members)
+        return (f"its deps form a cycle of {len(members)} tasks: it waits on "
+                f"{quoted(back, cut=True)}, whose deps lead back to it")
+
+    def _ring(self, start: str, members: set[str]) -> list[str]:
+        """One cycle through `start` within `members` (a strongly connected set): the
+        path a breadth-first walk finds back to it, so the message names a real cycle."""
+        came: dict[str, str] = {}
+        frontier = [start]
+        while frontier:
+            nxt = []
+            for v in frontier:
+                for d in self.tasks[v].deps:
+                    if d == start:
+                        path = [v]
+                        while path[-1] != start:
+                            path.append(came[path[-1]])
+                        return path[::-1]
+                    if d in members and d not in came:
+                        came[d] = v
+                        nxt.append(d)
+            frontier = nxt
+        return [start]  # unreachable for a strongly connected set
 
     def to_json(self) -> dict[str, object]:
         return {

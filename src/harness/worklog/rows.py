@@ -189,12 +189,14 @@ def deps_problem(deps: object) -> str | None:
     return None
 
 
-def check_deps(kind: str, payload: dict[str, Any], clean: dict[str, Any]) -> None:
+def check_deps(kind: str, task_id: str | None, payload: dict[str, Any],
+               clean: dict[str, Any]) -> None:
     """Refuse a ``task.scheduled`` payload whose ``deps`` is not a list of task ids this
-    writer would record (`id_problem`; a payload without ``deps`` names none), or names
-    one that holds a secret, as a task id is refused. `clean` is `payload` as
-    `clean_payload` returned it (the JSON form, in which a tuple is a list); the secret
-    test looks at what the caller gave."""
+    writer would record (`id_problem`; a payload without ``deps`` names none), names
+    one that holds a secret, as a task id is refused, or names the task itself (it
+    could never be ready: a scheduler's bug, told to it rather than left for resume to
+    find). `clean` is `payload` as `clean_payload` returned it (the JSON form, in which
+    a tuple is a list); the secret test looks at what the caller gave."""
     if kind != "task.scheduled" or "deps" not in clean:
         return
     deps = clean["deps"]
@@ -203,6 +205,9 @@ def check_deps(kind: str, payload: dict[str, Any], clean: dict[str, Any]) -> Non
         problem = id_problem(dep, f"deps[{i}]")
         if problem is not None:
             break
+    if problem is None and task_id in deps:
+        problem = (f"deps[{deps.index(task_id)}] names the task itself, which could "
+                   "never be ready")
     if problem is not None:
         raise RowRejected(f"task.scheduled payload: {problem}")
     for i, dep in enumerate(payload.get("deps", ())):

@@ -284,7 +284,7 @@ class WorkLedger:
         kind = check_kind(kind)
         task_id = check_task_id(kind, task_id)
         clean, data, count = clean_payload(payload)
-        check_deps(kind, payload, clean)
+        check_deps(kind, task_id, payload, clean)
         if len(data) >= MAX_LINE:
             raise RowRejected(
                 f"payload of {len(data)} bytes cannot fit the {MAX_LINE}-byte line limit"
