@@ -107,6 +107,22 @@ FORMATS = [
                  "npm ERR! 403 token [REDACTED] lacks publish", [NPM], id="npm-token"),
     pytest.param(f"twine upload -u __token__ -p {PYPI} dist/*",
                  "twine upload -u __token__ -p [REDACTED] dist/*", [PYPI], id="pypi-twine"),
+    pytest.param(f"twine upload -u ci-bot -p {PASSWORD} dist/*",
+                 "twine upload -u ci-bot -p [REDACTED] dist/*", [PASSWORD], id="twine-u-p"),
+    pytest.param(f"twine upload --repository private -p {PASSWORD} dist/*",
+                 "twine upload --repository private -p [REDACTED] dist/*", [PASSWORD],
+                 id="twine-p"),
+    pytest.param(f"twine upload --password {PASSWORD} dist/*",
+                 "twine upload --password [REDACTED] dist/*", [PASSWORD], id="twine-password"),
+    pytest.param(f"poetry config http-basic.private ci-bot {PASSWORD}",
+                 "poetry config http-basic.private ci-bot [REDACTED]", [PASSWORD],
+                 id="poetry-http-basic"),
+    pytest.param(f"poetry config --local http-basic.private ci-bot '{PASSWORD} x'",
+                 "poetry config --local http-basic.private ci-bot '[REDACTED]'", [PASSWORD],
+                 id="poetry-http-basic-quoted"),
+    pytest.param(f"poetry config pypi-token.private {BODY36} && poetry publish",
+                 "poetry config pypi-token.private [REDACTED] && poetry publish", [BODY36],
+                 id="poetry-pypi-token"),
     pytest.param(f"[pypi]\nusername = __token__\npassword = {PYPI}",
                  "[pypi]\nusername = __token__\npassword = [REDACTED]", [PYPI], id="pypirc"),
     # Docker and the other registry clients
@@ -203,6 +219,8 @@ def test_a_leaked_credential_never_reaches_the_ledger_file(
     "npm login --auth-type=legacy; pip install --user httpx",
     "the .netrc machine entry lacks a password; default login prompts",
     "the build machine root password is in the vault",
+    "twine upload dist/*; twine check -p dist; poetry config virtualenvs.in-project true",
+    "poetry config http-basic.private ci-bot && poetry install",
 ])
 def test_what_those_tools_print_without_a_credential_stays(text: str) -> None:
     assert scrub_text(text) == (text, 0)

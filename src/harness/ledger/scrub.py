@@ -93,9 +93,9 @@ _TRIGGER_BRANCHES: Final[tuple[str, ...]] = (
     "xapp-",
     "h(?:f_|v[sbr]\\.)",  # Hugging Face; Vault
     "xai-",
-    "p(?:lx-|ypi-AgE)",  # pplx-; PyPI
+    "p(?:lx-|ypi-AgE|oetry[ \t])",  # pplx-; PyPI; poetry config http-basic.REPO
     "r(?:8_|edis-cli)",
-    "l(?:sv2_|ogin[ \t])",  # LangSmith; docker login -p
+    "l(?:sv2_|ogin[ \t]|oad[ \t](?<=upload[ \t]))",  # LangSmith; docker login -p; twine
     # SendGrid; Twilio; the session cookies of PHP, Java, ASP and ASP.NET
     # and a private key as one base64 word ("LS0tLS1CRUdJTi" is "-----BEGIN")
     "S(?:G\\.|K[0-9a-f]{32}|ESS(?:ION)?ID(?:[A-Z]{8})?=|essionId="
@@ -382,13 +382,20 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         r"|token|auth[_-]?token|access[_-]?token)[ \t]+" + _argument("flag"),
     ),
     # A container registry login's "-p PASSWORD" ("--password" is a flag above), and
-    # redis-cli's "-a PASSWORD" (or "--pass"): "-p" and "-a" alone are ports, parents
-    # and "all" in other commands, so only in the rest of that command's line.
+    # twine's upload's; poetry's "config http-basic.REPO USER PASSWORD" and
+    # "config pypi-token.REPO TOKEN"; and redis-cli's "-a PASSWORD" (or "--pass"): "-p"
+    # and "-a" alone are ports, parents and "all" in other commands, so only in the rest
+    # of that command's line. One rule for the logins: a rule more costs every scanned
+    # place a test.
     (
         "registry_login",
-        r"[dpnbs](?<![A-Za-z0-9_-][dpnbs])(?:(?<=d)ocker|(?<=p)odman|(?<=n)erdctl"
-        r"|(?<=b)uildah|(?<=s)kopeo)[ \t]+login(?P<c_registry_login>[ \t][^\r\n|;&]{0,256}?)"
-        r"(?<=[ \t])-p(?:=|[ \t]*)" + _argument("registry_login"),
+        r"[dpnbst](?<![A-Za-z0-9_-][dpnbst])(?:(?:(?:(?<=d)ocker|(?<=p)odman|(?<=n)erdctl"
+        r"|(?<=b)uildah|(?<=s)kopeo)[ \t]+login|(?<=t)wine[ \t]+upload)"
+        r"(?P<c_registry_login>[ \t][^\r\n|;&]{0,256}?)"
+        r"(?<=[ \t])-p(?:=|[ \t]*)" + _argument("registry_login")
+        + r"|(?<=p)oetry[ \t]+config(?P<c_registry_login__poetry>[ \t][^\r\n|;&]{0,256}?)"
+        r"(?<=[ \t])(?P<c_registry_login__repo>http-basic\.[^\s]+[ \t]+[^\s]+"
+        r"|pypi-token\.[^\s]+)[ \t]+(?![&|;>])" + _argument("registry_login__poetry") + ")",
     ),
     (
         "redis_cli",
@@ -897,8 +904,10 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"y", b"sql"),
     (b"y", rb"a29\."),
     (b"y", b"J"),
+    (b"y", rb"[ \t](?<=poetry[ \t])"),
     (b"b", rb"(?<=ariadb)"),
     (b"p", rb"ass(?<=shpass)"),
+    (b"p", rb"load[ \t](?<=upload[ \t])"),
     (b"k", b"-"),
     (b"k", b"_"),
     (b"k", rb"s\.slack(?<=hooks\.slack)"),
@@ -939,7 +948,7 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
 
 # A look-around each match of a group passes, tried before its branches: for the groups
 # whose byte is frequent in ledgers ("deps", "run_id"), one test in place of several.
-_GATE_GUARDS: Final = {b"p": b"(?=[AaWwi])", b"P": b"(?=[AaWw])",
+_GATE_GUARDS: Final = {b"p": b"(?=[AaWwil])", b"P": b"(?=[AaWw])",
                        b"_": b"(?:(?=[aopv])|(?<=[cf28mast]_))"}
 
 
