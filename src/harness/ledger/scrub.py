@@ -54,7 +54,9 @@ REDACTED: Final = "[REDACTED]"
 # alternative on its own and hold the JSON gate (`_GATE_BRANCHES`) to it.
 _CASELESS_FRAGMENTS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
     ("k", ("e[ny]",)),  # token, key: api_key, access_key, private_key, secret_key
-    ("c", ("ret",)),  # secret
+    # secret; a URL query's "code=" (an OAuth authorization code), under the "c" of a
+    # branch already tried, not a branch of its own
+    ("c", ("ret", "ode=(?<=[?&]code=)")),
     ("p", ("ass[wp]",)),  # password, passwd, passphrase
     ("z", ("ation",)),  # authorization
     # bearer; basic before a word as long as a Basic credential ("basic auth" is not
@@ -88,8 +90,8 @@ _TRIGGER_BRANCHES: Final[tuple[str, ...]] = (
     "s(?:hp(?:ass|at_|ss_|ca_|pa_)|q0(?:atp|csp)-|essionid=|id=(?<=connect\\.sid=))",
     "ysql",  # mysql -pPASSWORD
     # mariadb -pPASSWORD; Databricks; npm's "_auth" (.npmrc, npm_config__auth) and
-    # docker's quoted "auth" key (config.json)
-    "a(?:riadb|pi(?<=dapi)[0-9a-f]|uth(?<=[_\"']auth)(?![A-Za-z0-9_]))",
+    # docker's quoted "auth" key (config.json); a URL query's "auth=" (Firebase's)
+    "a(?:riadb|pi(?<=dapi)[0-9a-f]|uth(?:(?<=[_\"']auth)(?![A-Za-z0-9_])|=(?<=[?&]auth=)))",
     "xapp-",
     "h(?:f_|v[sbr]\\.)",  # Hugging Face; Vault
     "xai-",
@@ -115,8 +117,8 @@ _TRIGGER_BRANCHES: Final[tuple[str, ...]] = (
     "A[KS]IA",
     # Google; Facebook; an environment variable named for an auth value (REDISCLI_AUTH=),
     # under its "A": a branch opening on "_", the byte most frequent in ledger keys, would
-    # stop the scan all over every clean string
-    "A(?:Iza|A(?<=EAA)|UTH=(?<=_AUTH=))",
+    # stop the scan all over every clean string. A URL query's "AUTH=" too.
+    "A(?:Iza|A(?<=EAA)|UTH=(?<=[_?&]AUTH=))",
     # an encoded URL's "://", once or twice percent-encoded
     "%(?:25)?3[Aa]%(?:25)?2[Ff]%(?:25)?2[Ff]",
 )
@@ -431,10 +433,15 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
         r"(?![0-9]+(?![^\s\"']))"
         r"(?P<s_curl_user>[^\s\"'/][^\s\"']*))",
     ),
-    # A URL query parameter that is a credential by name: an API key, a signature.
+    # A URL query parameter that is a credential by name: an API key, a signature, an
+    # auth token (Firebase's "?auth="); and an OAuth authorization code, short-lived but
+    # enough to get a token while it lives: "code" only inside a URL (its "?" or "&"
+    # right after the URL's text, not after a space) and not a short number, since
+    # "code=200" is a status far more often.
     (
         "query",
-        r"[?&](?i:key|sig|signature|x-amz-signature|x-amz-security-token)="
+        r"[?&](?:(?i:key|sig|signature|x-amz-signature|x-amz-security-token|auth)="
+        r"""|(?<=[^\s"'?&=][?&])(?i:code)=(?![0-9]{1,4}(?![^&\s#"'])))"""
         r"(?P<s_query>[^&\s#\"']+)",
     ),
     # Webhook URLs whose path is the credential.
@@ -933,8 +940,10 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"=", rb"(?<=SESSIONID[A-Z]{8}=)"),
     (b"=", rb"(?<=SessionId=)"),
     (b"=", rb"(?<=connect\.sid=)"),
-    # an environment variable named for an auth value ("=" is rarer in a ledger than "A")
-    (b"=", rb"(?<=_AUTH=)"),
+    # an environment variable named for an auth value, and a URL query's "auth=" ("=" is
+    # rarer in a ledger than "A")
+    (b"=", rb"(?<=[_?&]AUTH=)"),
+    (b"=", rb"(?<=[?&]auth=)"),
     # a key "pass" (a quote, spaces) read with the probe, in JSON: the quote that closes
     # the key stands between it and the ":"
     (b"p", rb"""(?i:ass)(?:'|[ \t\xc2\xa0]|%20)*":"""),
