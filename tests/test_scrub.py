@@ -1416,7 +1416,8 @@ ADVERSARIAL = ["(-u", "eyJ_", "a://x:", "a://x:y/", "a://@:", "mysql -u ", "mysq
                "-----BEGIN CERTIFICATE-----\n" + ("Ab1+" * 16 + "\n") * 2, "-u 'a:", '-u "a:',
                "machine a login b ", "default login ", "LS0tLS1CRUdJTi", "'auth': 'Og",
                '"auth":"', "twine upload -p ", "poetry config http-basic.a b ",
-               "poetry config pypi-token.a ", "?code=", "a?code=", "a&auth="]
+               "poetry config pypi-token.a ", "?code=", "a?code=", "a&auth=",
+               "AKIA0123456789ABCDEF:", "AKIA0123456789ABCDEF:a"]
 
 
 def test_scrubbing_adversarial_text_takes_linear_time(tmp_path: Path) -> None:

@@ -71,6 +71,10 @@ FORMATS = [
     pytest.param(f'{{"AccessKeyId": "{AWS_TEMP_ID}", "SecretAccessKey": "{AWS_SECRET}"}}',
                  '{"AccessKeyId": "[REDACTED]", "SecretAccessKey": "[REDACTED]"}',
                  [AWS_TEMP_ID, AWS_SECRET], id="aws-sts-json"),
+    pytest.param(f"creds {AWS_ID}:{AWS_SECRET} (ci)", "creds [REDACTED] (ci)",
+                 [AWS_ID, AWS_SECRET], id="aws-id-colon-secret"),
+    pytest.param(f"{AWS_TEMP_ID}:{AWS_SECRET[:40]}", "[REDACTED]",
+                 [AWS_TEMP_ID, AWS_SECRET[:40]], id="aws-temp-id-colon-secret"),
     pytest.param(f"aws configure set aws_secret_access_key {AWS_SECRET} --profile ci",
                  "aws configure set aws_secret_access_key [REDACTED] --profile ci",
                  [AWS_SECRET], id="aws-configure-set"),
@@ -235,6 +239,7 @@ def test_a_leaked_credential_never_reaches_the_ledger_file(
     "see the ?code= and &auth= parameters; auth=oauth2 code=abc123",
     "twine upload dist/*; twine check -p dist; poetry config virtualenvs.in-project true",
     "poetry config http-basic.private ci-bot && poetry install",
+    "AKIA is the prefix of an access key id: AKIAxxxx:secret",
 ])
 def test_what_those_tools_print_without_a_credential_stays(text: str) -> None:
     assert scrub_text(text) == (text, 0)

@@ -244,7 +244,9 @@ _VENDOR_KEYS: Final[tuple[tuple[str, str], ...]] = (
     ("x", r"a(?<=xa)pp-[0-9]+-[A-Za-z0-9-]{10,}"),  # Slack's apps
     ("n", r"p(?<=np)m_[A-Za-z0-9]{36}"),  # npm
     ("y", r"a(?<=ya)29\." + _TOK + r"{20,}"),  # Google's OAuth access tokens
-    ("A", r"[KS](?<=A[KS])(?<![A-Za-z0-9]A[KS])IA[A-Z0-9]{16}(?![A-Z0-9])"),  # AWS
+    # AWS: an access key id, and the secret key when a colon joins it on ("ID:SECRET")
+    ("A", r"[KS](?<=A[KS])(?<![A-Za-z0-9]A[KS])IA[A-Z0-9]{16}(?![A-Z0-9])"
+     r"(?::[A-Za-z0-9/+]{20,}+={0,2})?"),
     ("A", r"I(?<=AI)(?<![A-Za-z0-9_-]AI)za" + _TOK + r"{35,}"),  # Google
     # HashiCorp Vault's service, batch and recovery tokens; a body of lower case alone is
     # a name ("hvs.reshape_to_grid"), not a token.
