@@ -621,7 +621,7 @@ TRIGGER_SAMPLES = [
     "login ", "login\t", "redis-cli", "_AUTH=", "_auth", "'auth'", "LS0tLS1CRUdJTi",
     "%3A%2F%2F", "%253a%252F%2F", "sessionid=", "PHPSESSID=", "JSESSIONID=",
     "ASPSESSIONIDQQGGQGPC=", "SessionId=", "connect.sid=",
-    "upload ", "upload\t", "poetry ", "?auth=", "&AUTH=", "?code=", "&CoDe=",
+    "upload ", "upload\t", "poetry ", "?auth=", "&AUTH=", "_PAT=", "?code=", "&CoDe=",
 ]
 
 
@@ -716,10 +716,11 @@ def test_the_json_gate_finds_a_secret_of_each_form_in_any_place(
     {"db": "mariadb -psecr3t"},
     {"u": "https://a.example/x?sig=abc"},
     {"u": "https://a.firebaseio.com/x.json?auth=abc"},
+    {"argv": ["env", "GH_PAT=abc", "gh"]},
     {"argv": ["twine upload -p abc"]},
     {"argv": "poetry config http-basic.x u abc"},
 ], ids=["pass-pair", "pass-space", "nested-password", "flag-in-a-list", "escaped", "key",
-        "bearer", "mysql", "sig", "query-auth", "twine", "poetry"])
+        "bearer", "mysql", "sig", "query-auth", "pat-env", "twine", "poetry"])
 def test_the_json_gate_opens_for_a_secret_in_any_place(value: object) -> None:
     assert scrub_value(value)[1] == 1
     assert hint_inside(value)
@@ -1416,7 +1417,7 @@ ADVERSARIAL = ["(-u", "eyJ_", "a://x:", "a://x:y/", "a://@:", "mysql -u ", "mysq
                "-----BEGIN CERTIFICATE-----\n" + ("Ab1+" * 16 + "\n") * 2, "-u 'a:", '-u "a:',
                "machine a login b ", "default login ", "LS0tLS1CRUdJTi", "'auth': 'Og",
                '"auth":"', "twine upload -p ", "poetry config http-basic.a b ",
-               "poetry config pypi-token.a ", "?code=", "a?code=", "a&auth=",
+               "poetry config pypi-token.a ", "?code=", "a?code=", "a&auth=", "X_PAT=",
                "AKIA0123456789ABCDEF:", "AKIA0123456789ABCDEF:a"]
 
 

@@ -52,6 +52,9 @@ FORMATS = [
     pytest.param(f"remote: https://x-access-token:{GH['ghs']}@github.com/acme/app",
                  "remote: https://x-access-token:[REDACTED]@github.com/acme/app",
                  [GH["ghs"]], id="ghs-userinfo"),
+    pytest.param(f"GITHUB_PAT={BODY36} GH_PAT={PASSWORD} RENOVATE_PAT={BODY} renovate",
+                 "GITHUB_PAT=[REDACTED] GH_PAT=[REDACTED] RENOVATE_PAT=[REDACTED] renovate",
+                 [BODY36, PASSWORD, BODY], id="pat-env"),
     pytest.param(f"Bad credentials for {GITHUB_PAT} (401)", "Bad credentials for [REDACTED] (401)",
                  [GITHUB_PAT], id="github-pat"),
     # GitLab
@@ -235,6 +238,7 @@ def test_a_leaked_credential_never_reaches_the_ledger_file(
     "npm login --auth-type=legacy; pip install --user httpx",
     "the .netrc machine entry lacks a password; default login prompts",
     "the build machine root password is in the vault",
+    "pat=1 PATH=/usr/bin:/bin GITHUB_PATH=/tmp/gh GITHUB_PAT=1 SPAT=x _pat=y",
     "exit code=200; status code=2001 at https://httpbin.org/status?code=200",
     "see the ?code= and &auth= parameters; auth=oauth2 code=abc123",
     "twine upload dist/*; twine check -p dist; poetry config virtualenvs.in-project true",

@@ -115,10 +115,11 @@ _TRIGGER_BRANCHES: Final[tuple[str, ...]] = (
     "_pat_",  # github_pat_
     "xox[abeprs]-",
     "A[KS]IA",
-    # Google; Facebook; an environment variable named for an auth value (REDISCLI_AUTH=),
-    # under its "A": a branch opening on "_", the byte most frequent in ledger keys, would
-    # stop the scan all over every clean string. A URL query's "AUTH=" too.
-    "A(?:Iza|A(?<=EAA)|UTH=(?<=[_?&]AUTH=))",
+    # Google; Facebook; an environment variable named for an auth value (REDISCLI_AUTH=) or
+    # a personal access token (GITHUB_PAT=), under its "A": a branch opening on "_", the
+    # byte most frequent in ledger keys, would stop the scan all over every clean string.
+    # A URL query's "AUTH=" too.
+    "A(?:Iza|A(?<=EAA)|UTH=(?<=[_?&]AUTH=)|T=(?<=_PAT=))",
     # an encoded URL's "://", once or twice percent-encoded
     "%(?:25)?3[Aa]%(?:25)?2[Ff]%(?:25)?2[Ff]",
 )
@@ -364,11 +365,13 @@ _RULES: Final[tuple[tuple[str, str], ...]] = (
     _credential_key(
         "kv_bearer", r"[Bb](?<![A-Za-z][Bb])(?i:earer)",
         rf"""(?:\\?["'])?(?:=|%3[Dd]|{_SPACE}+={_SPACE}*(?=\\?["']))"""),
-    # An environment variable named for a key or an auth value (ENCRYPTION_KEY=,
-    # REDISCLI_AUTH=, BASIC_AUTH=): upper case and a bare "=", as a shell assigns it; a
-    # constant in code ("REGISTRY_KEY = ...", "'HAS_AUTH': 1") names one, it does not hold
-    # one. npm reads its "_auth" setting from NPM_CONFIG__AUTH, hence a second "_".
-    _credential_key("kv_env", r"[KA](?:(?<=[A-Z0-9]_K)EY|(?<=[A-Z0-9_]_A)UTH)", "="),
+    # An environment variable named for a key, an auth value or a personal access token
+    # (ENCRYPTION_KEY=, REDISCLI_AUTH=, BASIC_AUTH=, GITHUB_PAT=, GH_PAT=): upper case and
+    # a bare "=", as a shell assigns it; a constant in code ("REGISTRY_KEY = ...",
+    # "'HAS_AUTH': 1") names one, it does not hold one. npm reads its "_auth" setting
+    # from NPM_CONFIG__AUTH, hence a second "_".
+    _credential_key("kv_env", r"[KAP](?:(?<=[A-Z0-9]_K)EY|(?<=[A-Z0-9_]_A)UTH"
+                              r"|(?<=[A-Z0-9]_P)AT)", "="),
     # A cookie header's value is a session: all of it goes, to the end of the header.
     (
         "cookie",
@@ -942,9 +945,10 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"=", rb"(?<=SESSIONID[A-Z]{8}=)"),
     (b"=", rb"(?<=SessionId=)"),
     (b"=", rb"(?<=connect\.sid=)"),
-    # an environment variable named for an auth value, and a URL query's "auth=" ("=" is
-    # rarer in a ledger than "A")
+    # an environment variable named for an auth value or a personal access token, and a
+    # URL query's "auth=" ("=" is rarer in a ledger than "A")
     (b"=", rb"(?<=[_?&]AUTH=)"),
+    (b"=", rb"(?<=_PAT=)"),
     (b"=", rb"(?<=[?&]auth=)"),
     # a key "pass" (a quote, spaces) read with the probe, in JSON: the quote that closes
     # the key stands between it and the ":"
