@@ -719,8 +719,9 @@ def test_the_json_gate_finds_a_secret_of_each_form_in_any_place(
     {"argv": ["env", "GH_PAT=abc", "gh"]},
     {"argv": ["twine upload -p abc"]},
     {"argv": "poetry config http-basic.x u abc"},
+    {"auths": {"ghcr.io": {"auth": "Y2ktYm90OnMzY3IzdA=="}}},  # "ci-bot:s3cr3t"
 ], ids=["pass-pair", "pass-space", "nested-password", "flag-in-a-list", "escaped", "key",
-        "bearer", "mysql", "sig", "query-auth", "pat-env", "twine", "poetry"])
+        "bearer", "mysql", "sig", "query-auth", "pat-env", "twine", "poetry", "docker-auth"])
 def test_the_json_gate_opens_for_a_secret_in_any_place(value: object) -> None:
     assert scrub_value(value)[1] == 1
     assert hint_inside(value)
@@ -1833,6 +1834,27 @@ def test_a_kubeconfig_key_and_a_docker_auth_are_redacted(
     for secret in (KEY_DATA[20:60], DOCKER_AUTH):
         assert secret.encode() not in data
     assert json.loads(data)["reason"] == want
+
+
+def test_a_docker_auth_as_a_structured_value_is_redacted(tmp_path: Path) -> None:
+    """scrub_value judged {"auth": B64} by the key's name alone, and "auth" names no
+    credential ("auth": "oauth2" is a setting): config.json as a value kept the
+    registry's user:password its text form loses."""
+    config = {"auths": {"ghcr.io": {"auth": DOCKER_AUTH, "email": "ci@example.com"}}}
+    assert scrub_value(config) == (
+        {"auths": {"ghcr.io": {"auth": REDACTED, "email": "ci@example.com"}}}, 1)
+    assert scrub_value({"auth": DOCKER_AUTH}) == ({"auth": REDACTED}, 1)
+    for value in ({"auth": DOCKER_AUTH}, config, [0, config]):
+        assert hint_inside(value), value
+
+
+@pytest.mark.parametrize("value", [
+    {"auth": "oauth2"}, {"auth": "Ym9i"}, {"auth": "bm9uZQ=="}, {"auth": "dXNlcjpw ass"},
+    {"Auth": DOCKER_AUTH}, {"auth": ["x"]}, {"auth": 42}, {"auths": DOCKER_AUTH[:7]},
+])
+def test_an_auth_setting_as_a_structured_value_stays(value: object) -> None:
+    assert scrub_value(value) == (value, 0)
+    assert scrub_value(value)[0] is value
 
 
 @pytest.mark.parametrize("text", [

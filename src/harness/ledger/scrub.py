@@ -950,6 +950,10 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"=", rb"(?<=[_?&]AUTH=)"),
     (b"=", rb"(?<=_PAT=)"),
     (b"=", rb"(?<=[?&]auth=)"),
+    # docker's "auth" as a key of a structured value (`scrub_value` judges its string):
+    # filed under the whole run of bytes it opens with, as each of them is frequent in
+    # JSON and a search for a run of them skips ahead further than one for a byte
+    (b'"auth":"', b""),
     # a key "pass" (a quote, spaces) read with the probe, in JSON: the quote that closes
     # the key stands between it and the ":"
     (b"p", rb"""(?i:ass)(?:'|[ \t\xc2\xa0]|%20)*":"""),
@@ -1006,10 +1010,11 @@ def scrub_value(obj: object) -> tuple[object, int]:
     Dicts (string keys and values), lists and tuples are walked; other values are left
     alone. A string under a key that names a credential (``{"password": "hunter2"}``,
     the structured form of ``password: hunter2``) is a secret whatever its shape and
-    becomes REDACTED whole. A container comes back as the same object when
-    nothing in it changed, and as a new one otherwise (a tuple then becomes a list, its
-    JSON form). Two keys that scrub to the same text collapse into one, keeping the
-    later value.
+    becomes REDACTED whole; so does one under docker's ``"auth"`` that is the base64 of
+    user:password (config.json as a value, judged as its text is). A container comes
+    back as the same object when nothing in it changed, and as a new one otherwise (a
+    tuple then becomes a list, its JSON form). Two keys that scrub to the same text
+    collapse into one, keeping the later value.
     """
     if isinstance(obj, str):
         return scrub_text(obj)
@@ -1019,8 +1024,9 @@ def scrub_value(obj: object) -> tuple[object, int]:
         for k, v in obj.items():
             nk, kn = scrub_text(k) if isinstance(k, str) else (k, 0)
             nv: object
-            if (isinstance(k, str) and _is_secret_scalar(v) and _names_a_credential(k)
-                    and _SWITCH.fullmatch(v) is None):
+            if isinstance(k, str) and _is_secret_scalar(v) and (
+                    (_names_a_credential(k) and _SWITCH.fullmatch(v) is None)
+                    or (k == "auth" and _is_user_pass(v))):
                 nv, vn = REDACTED, 1
             else:
                 nv, vn = scrub_value(v)
