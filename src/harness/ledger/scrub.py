@@ -870,16 +870,19 @@ def _names_a_credential(key: str) -> bool:
 #   probe), and both take the quote between: "//…:" because its class takes a quote,
 #   "pass…:" because its branch for a key does.
 # Each branch is filed under the byte every match of it opens with, and that byte is
-# looked for with bytes.find (memchr) first: a group whose byte does not occur costs
-# one pass of memchr, one that does a search that skips ahead to that byte. One pattern
-# of all the branches would make the engine test ~20 first bytes at every position, 3x
-# slower over a ledger. A branch of _TRIGGER that opens on a byte frequent in JSON keys
-# and prose (":", "a", "h", "l", "n", "r", "s", "w") is filed under a rarer byte of its
-# match. The caseless fragments' branches are _CASELESS_FRAGMENTS' own, but "sig"; the
-# rest are written by hand, so a branch added to _TRIGGER_BRANCHES (or an alternative
-# to one of them or to a fragment) needs one here: tests take each branch of _TRIGGER
-# from those tables and fail until a sample of it that JSON writes as it is, and that
-# no other branch matches, is found by this gate (and they hold the gate to
+# looked for with bytes.find (memchr) first: a group whose byte does not occur costs one
+# pass of memchr, one that does a search that skips ahead to that byte. One pattern of
+# all the branches would make the engine test ~20 first bytes at every position, 3x
+# slower over a ledger. Each group costs every value a bytes.find besides (on a short
+# line, as much as the search), so a branch joins a group that exists where it can: by a
+# lookbehind over the bytes before the one it is filed under, or under a run of bytes
+# ("auth") that two branches share. A branch of _TRIGGER that opens on a byte frequent
+# in JSON keys and prose (":", "a", "h", "l", "n", "r", "s", "w") is filed under a rarer
+# byte of its match. The caseless fragments' branches are _CASELESS_FRAGMENTS' own, but
+# "sig"; the rest are written by hand, so a branch added to _TRIGGER_BRANCHES (or an
+# alternative to one of them or to a fragment) needs one here: tests take each branch of
+# _TRIGGER from those tables and fail until a sample of it that JSON writes as it is,
+# and that no other branch matches, is found by this gate (and they hold the gate to
 # `scrub_value`).
 _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"\\", b""),  # every escape, and the branches ":\/", ":/\/"
@@ -900,9 +903,14 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"_", rb"(?<=lsv2_)"),
     (b"_", rb"(?<=npm_)"),
     (b"_", rb"auth(?![A-Za-z0-9_])"),
-    # a quoted "auth" key: a '"' JSON escapes (the backslash finds it), a "'" it keeps
-    (b"'", rb"auth(?![A-Za-z0-9_])"),
-    (b"J", rb"Ti(?<=LS0tLS1CRUdJTi)"),
+    # a quoted "auth" key in a string: a '"' JSON escapes (the backslash finds it), a "'"
+    # it keeps; and docker's "auth" as a key of a structured value (`scrub_value` judges
+    # its string). Both under the run "auth" (a byte run found by one search, where a
+    # group for each would cost every value a search more)
+    (b"auth", rb"""(?:(?<='auth)(?![A-Za-z0-9_])|(?<="auth)":")"""),
+    # (under the "C" a caseless fragment's group searches for anyway: a group more costs
+    # every value a search)
+    (b"C", rb"RUdJTi(?<=LS0tLS1CRUdJTi)"),
     (b"_", rb"(?<=shp(?:at|ss|ca|pa)_)"),
     (b"g", b"l(?:pat|dt|rt|cbt|ptt|ft|imt|agent|oas|soat)-"),
     (b"g", b"h[pousr]_"),
@@ -950,10 +958,6 @@ _GATE_BRANCHES: Final[tuple[tuple[bytes, bytes], ...]] = (
     (b"=", rb"(?<=[_?&]AUTH=)"),
     (b"=", rb"(?<=_PAT=)"),
     (b"=", rb"(?<=[?&]auth=)"),
-    # docker's "auth" as a key of a structured value (`scrub_value` judges its string):
-    # filed under the whole run of bytes it opens with, as each of them is frequent in
-    # JSON and a search for a run of them skips ahead further than one for a byte
-    (b'"auth":"', b""),
     # a key "pass" (a quote, spaces) read with the probe, in JSON: the quote that closes
     # the key stands between it and the ":"
     (b"p", rb"""(?i:ass)(?:'|[ \t\xc2\xa0]|%20)*":"""),
