@@ -4,9 +4,10 @@ It owns the list of secret forms the ledger recognises (vendor API keys and toke
 ``key=value`` credential assignments and ``--flag value`` credentials, Authorization,
 Bearer, Basic and Cookie values and session cookies by name, passwords and tokens in URL
 userinfo (also where it breaks RFC 3986, or is percent-encoded as a parameter's value)
-and credential query parameters, passwords on sshpass, MySQL, registry login and
-redis-cli command lines, AWS CLI credentials set by name and .netrc entries,
-webhook URLs, PEM private keys (their tail too, where the text began inside one, and
+and credential query parameters (an OAuth code only inside a URL), passwords on sshpass,
+MySQL, registry login, twine upload, poetry config and redis-cli command lines, AWS CLI
+credentials set by name (or an access key id's secret joined to it by a colon) and .netrc
+entries, webhook URLs, PEM private keys (their tail too, where the text began inside one, and
 a middle piece of their body lines, where it holds neither end),
 JWTs signed or encrypted) and the rule for redacting each: the
 secret itself becomes ``[REDACTED]`` while harmless context (the key name, the URL
