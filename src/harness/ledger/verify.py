@@ -25,7 +25,7 @@ import operator
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -47,9 +47,13 @@ from .reader import MAX_DEPTH, SHORT_LINE, readable
 from .schema import NUMBER_FIELDS, sealed_line_type
 from .writer import MAX_LINE
 
+# The widest seq a line may hold: `_scan` keeps seqs in 64-bit arrays, and no writer
+# counts that far; a line past it is no ledger line, as one no decoder holds is not.
+_Seq = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+
 
 class _Link(msgspec.Struct):
-    seq: int
+    seq: _Seq
     prev: str | None = None
     hash: str | None = None
 
