@@ -108,7 +108,9 @@ def valid_line(obj: Any) -> bool:
         and run_id > 0
         and type(h) is str
         and h != ""
-        and obj.get("type") in _TYPES
+        # Type first: a list or an object in `type` is unhashable, no set member.
+        and type(t := obj.get("type")) is str
+        and t in _TYPES
         and type(obj.get("at")) is str
         and type(obj.get("started_at")) in _OPT_STR
         and type(obj.get("outcome")) in _OPT_STR
