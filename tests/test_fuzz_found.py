@@ -6,11 +6,17 @@ code, never a traceback (DESIGN.md §2). Each test failed before its fix."""
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from conftest import World
 from daemons import Daemons, request
+from harness.ledger.reader import decode_line
+from harness.ledger.verify import verify_run_ledger
 from harness.timefmt import format_ns, now_ns
 from ledgertools import seal, sealed_lines, write_day_file
 
@@ -83,3 +89,43 @@ def test_the_daemon_boots_past_a_line_whose_type_is_unhashable(
                   since=f"{today}T00:00:00Z")["runs"]
     assert [(r["harness"], r["run_id"]) for r in got] == [("nightly", 3), ("nightly", 1)]
     assert "Traceback" not in daemons.stderr()
+
+
+# -- the invariant both defects above broke, pinned over many values ---------------------
+#
+# One field of a sealed line set to any JSON value (the two defects' values among the
+# boundaries): the line reader returns a dict or None and never raises, and verify names
+# exactly that line as the break (or passes, when the value is the one the line held).
+
+_EDGE_INTS = [0, -1, 2**63 - 1, 2**63, 2**64, -(2**63) - 1]
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.sampled_from(_EDGE_INTS),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20),
+    st.sampled_from(["opened", "closed", "decided", "updated", "2025-11-03T08:00:02Z"]))
+_VALUES = st.recursive(_SCALARS, lambda c: st.lists(c, max_size=3)
+                       | st.dictionaries(st.text(max_size=5), c, max_size=3), max_leaves=8)
+_FIELDS = ["v", "seq", "type", "at", "harness", "run_id", "prev", "hash", "outcome",
+           "trigger", "started_at", "exit_code"]
+_RAWS, _HASHES = sealed_lines({"2025-11-03": range(1, 4)})
+_LINE2 = json.loads(_RAWS[2])
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(_FIELDS), _VALUES, min_size=1, max_size=2))
+@example({"seq": 2**63})
+@example({"type": ["closed"]})
+def test_any_value_in_a_field_is_read_or_skipped_and_verify_names_its_line(
+        edits: dict[str, object]) -> None:
+    raw = json.dumps({**_LINE2, **edits}).encode()
+    got = decode_line(raw)
+    assert got is None or type(got) is dict
+    with tempfile.TemporaryDirectory() as d:
+        write_day_file(Path(d) / "2025-11-03.jsonl", [_RAWS[1], raw, _RAWS[3]])
+        res = verify_run_ledger(d)
+    if raw == json.dumps(_LINE2).encode():
+        assert (res.ok, res.error) == (True, None)
+    else:
+        assert res.error is not None
+        assert (res.ok, res.error.file, res.error.line) == (False, "2025-11-03.jsonl", 2)
