@@ -6,6 +6,7 @@ code, never a traceback (DESIGN.md §2). Each test failed before its fix."""
 from __future__ import annotations
 
 import json
+import signal
 import tempfile
 from pathlib import Path
 
@@ -89,6 +90,39 @@ def test_the_daemon_boots_past_a_line_whose_type_is_unhashable(
                   since=f"{today}T00:00:00Z")["runs"]
     assert [(r["harness"], r["run_id"]) for r in got] == [("nightly", 3), ("nightly", 1)]
     assert "Traceback" not in daemons.stderr()
+
+
+# -- run ledger: a run_id past 64 bits -------------------------------------------------
+#
+# The readers took any positive run_id, while the writer holds every integer to 64 bits:
+# an opened line with run_id 2**64 (hand-edited) read `running?` in `harness runs` for
+# ever, and the daemon, which could not write its closed line, logged "cannot close open
+# run" at every boot and shutdown. Such a line is no ledger line: skipped and counted.
+
+
+@pytest.mark.parametrize("field", ["run_id", "seq"])
+def test_a_line_with_a_number_past_64_bits_is_skipped_by_every_reader(
+        world: World, daemons: Daemons, field: str) -> None:
+    today = format_ns(now_ns())[:10]
+    raws, hashes = sealed_lines({today: range(1, 4)})
+    odd = {**json.loads(raws[2]), "type": "opened", "outcome": "running"}
+    del odd["reason"]
+    odd[field] = 2**64
+    line, _ = seal(odd, odd["seq"], hashes[1])
+    write_day_file(world.ledger / f"{today}.jsonl", [raws[1], line, raws[3]])
+    res = world.harness("runs", "--json", "--since", "2d")
+    assert res.returncode == 0, res.stderr
+    assert [(r["run_id"], r["outcome"]) for r in json.loads(res.stdout)] == [
+        (3, "skipped"), (1, "skipped")]
+    assert res.stderr.splitlines()[-1] == \
+        "harness: skipped 1 unparseable line(s) and 0 torn fragment(s)"
+    daemons.write_config('[harness.nightly]\nkind = "oneshot"\nargv = ["true"]\n')
+    proc = daemons.start()
+    got = request(daemons, "runs", names=["nightly"], since=f"{today}T00:00:00Z")["runs"]
+    assert [(r["run_id"], r["outcome"]) for r in got] == [(3, "skipped"), (1, "skipped")]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, daemons.stderr()
+    assert "cannot close" not in daemons.stderr()
 
 
 # -- the invariant both defects above broke, pinned over many values ---------------------

@@ -40,7 +40,11 @@ from .writer import MAX_LINE
 _DAY_NS = 86_400 * 1_000_000_000
 
 
-_Pos = Annotated[int, msgspec.Meta(gt=0)]
+# Positive and within 64 bits, as the writer keeps every integer (schema._int64): a line
+# with a larger seq or run_id was not written by harness, and no writer could close
+# its record, so it would read `running?` for ever.
+_POS_MAX = 2**63 - 1
+_Pos = Annotated[int, msgspec.Meta(gt=0, le=_POS_MAX)]
 
 
 class Head(msgspec.Struct):
@@ -103,9 +107,9 @@ def valid_line(obj: Any) -> bool:
     seq, run_id, h = obj.get("seq"), obj.get("run_id"), obj.get("harness")
     return (
         type(seq) is int
-        and seq > 0
+        and 0 < seq <= _POS_MAX
         and type(run_id) is int
-        and run_id > 0
+        and 0 < run_id <= _POS_MAX
         and type(h) is str
         and h != ""
         # Type first: a list or an object in `type` is unhashable, no set member.
