@@ -169,6 +169,26 @@ def test_json_names_every_field(world: World) -> None:
                    "reason": REMOVED.format(1)}
 
 
+def test_plain_verify_names_what_it_passed_over(world: World) -> None:
+    """A directory or a FIFO under a day file's name is never read: the plain report
+    said only "ok" (the newest day's lines gone unseen), where `runs` warned. It now
+    says which names it passed over, on stderr, broken chain or not; exit codes stand."""
+    lines = one_day(world, 3)
+    (world.ledger / "2026-01-02.jsonl").mkdir()
+    os.mkfifo(world.ledger / "2026-01-03.jsonl")
+    (world.ledger / "notes.txt").write_text("not a day file")
+    warned = ("harness: ignored file(s) that are not day files: 2026-01-02.jsonl, "
+              "2026-01-03.jsonl, notes.txt\n")
+    res = verify(world)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        0, ok_text(3, 1, 3, hash_of(lines[2])), warned)
+    write_day_file(world.ledger / FILE1, [lines[0], lines[2]])
+    res = verify(world)
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr.startswith(warned + "harness: ledger chain broken at seq 3 ")
+    assert verify(world, "--json").stderr == ""  # --json lists them under "strays"
+
+
 def test_engine_lines_follow_the_documented_chain(world: World) -> None:
     """What RunLedger wrote is exactly §4's chain, so a hand-written ledger can match it."""
     lines = one_day(world, 3)

@@ -43,7 +43,7 @@ from ..worklog.resume import resume, survey
 from ..worklog.rows import ledger_dir
 from ..worklog.verify import WorkVerify, verify_dir
 from . import render
-from .output import fail, some_of
+from .output import fail, some_of, warn_strays
 
 __all__ = ["EXIT_BROKEN", "EXIT_DIVERGED", "EXIT_NO_LEDGER", "EXIT_OK", "ledger_group"]
 
@@ -210,7 +210,9 @@ def _verify_run_ledger(as_json: bool) -> None:
         return
     if as_json:
         click.echo(json.dumps(paths.texts_of({"ledger": directory, **res.to_json()}), indent=2))
-    elif res.ok:
+    else:
+        warn_strays(res.strays)
+    if not as_json and res.ok:
         torn = f"; {res.torn} torn fragment(s) skipped ({some_of(res.torn_at)})" \
             if res.torn else ""
         behind = f"; {res.behind} line(s) at or before CHAIN checked on their own" \

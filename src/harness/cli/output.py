@@ -77,6 +77,14 @@ def some_of(items: list[str], shown: int = 10) -> str:
     return named + (f", and {len(items) - shown} more" if len(items) > shown else "")
 
 
+def warn_strays(strays: list[str]) -> None:
+    """Say which names in the ledger directory no reader of day files takes (a stray
+    file, a directory or FIFO under a day file's name): `runs` and `ledger verify` alike,
+    so a day file a reader passed over is never silent."""
+    if strays:
+        warn(f"ignored file(s) that are not day files: {some_of(strays)}")
+
+
 class OutputError(OSError):
     """Standard output refused a write: a full disk, a failing device. (A reader that
     closed the pipe is a BrokenPipeError as before: nothing to report.)"""

@@ -28,7 +28,7 @@ from ..ledger.schema import OUTCOMES, TRIGGERS
 from ..ledger.scrub import scrub_text
 from ..timefmt import format_ns, now_ns, parse_ns
 from . import render
-from .output import some_of
+from .output import warn_strays
 from .params import INTEGER, refused
 
 NAMED_LIMIT = 20  # SPEC-0008's `harness runs NAME`
@@ -193,9 +193,7 @@ def runs_command(ctx: click.Context, names: tuple[str, ...], harness: tuple[str,
         if stats.skipped or stats.torn:
             click.echo(f"harness: skipped {stats.skipped} unparseable line(s) and "
                        f"{stats.torn} torn fragment(s)", err=True)
-        if stats.strays:
-            click.echo(f"harness: ignored file(s) that are not day files: "
-                       f"{some_of([render.visible(s) for s in stats.strays])}", err=True)
+        warn_strays(stats.strays)
         probe = LogProbe(paths.state_of_ledger(directory))
         more = cut and len(recs) > SWEEP_LIMIT
         records = [r.to_json(offline=True, probe=probe) for r in recs[:q.limit]]
