@@ -288,15 +288,16 @@ def test_redactions_below_one_breaks_in_canonical_form(count: int) -> None:
 # -- verify: segments, long runs, the parallel walk's stitching -------------------------
 
 def test_only_segment_files_are_read(tmp_path: Path) -> None:
-    """Names that only look like segments (another separator, a suffix, a directory)
-    are not part of the chain."""
+    """Names that only look like segments (another separator, a suffix) are not part of
+    the chain. (A segment's own name on a directory is refused: see
+    test_worklog_spec_conformance.)"""
     d = tmp_path / "strays"
     d.mkdir()
     lines = _chain(3)
     (d / "000000.jsonl").write_bytes(b"".join(x + b"\n" for x in lines))
     (d / "000001xjsonl").write_bytes(b"junk\n")
     (d / "000001.jsonl.bak").write_bytes(b"junk\n")
-    (d / "000002.jsonl").mkdir()
+    (d / "000001.jsonl.d").mkdir()
     res = verify_dir(d)
     assert (res.ok, res.entry_count, res.head_hash) == (True, 3, json.loads(lines[2])[
         "entry_hash"])

@@ -22,6 +22,7 @@ Exit codes are exact: 0 ok, 1 no ledger, 2 verification failed, 3 divergence.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import World
+from harness.worklog import VerificationFailed
 from harness.worklog.replay import replay
 from harness.worklog.rows import RowRejected
 from harness.worklog.store import WorkLedger
@@ -310,6 +312,34 @@ def test_a_long_chain_of_deps_is_no_cycle_and_no_recursion() -> None:
          "waits on 't1', whose deps lead back to it"},
         {"task_id": f"t{n - 1}", "seq": n + 2, "reason": f"its deps form a cycle of {n} "
          "tasks: it waits on 't0', whose deps lead back to it"})
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "dangling symlink"])
+def test_a_segment_that_is_no_regular_file_fails_closed(world: World, repo: Path,
+                                                         kind: str) -> None:
+    """A newest segment that is a directory (or a FIFO, or a symlink to nothing) was
+    passed over: verify said ok over the rows before it, resume went on without its
+    rows, and an anchor published the chain short of them. Now every reader names it
+    and refuses (exit 2), and the writer will not append past it."""
+    sealed_ledger(repo, GOAL)
+    seg = ledger_path(repo).with_name("000001.jsonl")
+    if kind == "directory":
+        seg.mkdir()
+        why = "it is a directory, not a regular file"
+    elif kind == "fifo":
+        os.mkfifo(seg)
+        why = "it is a FIFO, not a regular file"
+    else:
+        seg.symlink_to(seg.with_name("gone"))
+        why = "No such file or directory"
+    said = (f"harness: work ledger {ledger_path(repo).parent}: segment '000001.jsonl' "
+            f"cannot be read: {why}")
+    for args in (("verify", RUN), ("resume", RUN, "--dry-run"), ("anchor", RUN)):
+        res = cli(world, repo, "ledger", *args)
+        assert (res.returncode, res.stdout, err_line(res)) == (2, "", said), args
+    with pytest.raises(VerificationFailed) as refused:
+        WorkLedger(repo, RUN)
+    assert str(refused.value) == said.removeprefix("harness: ")
 
 
 # -- repo growth: gc, then a normal git gc ------------------------------------------------------

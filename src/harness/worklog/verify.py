@@ -31,6 +31,7 @@ link to link, with the sequential walk as the single judge of any failure.
 from __future__ import annotations
 
 import calendar
+import errno
 import functools
 import gc
 import hashlib
@@ -48,9 +49,10 @@ import msgspec
 
 from harness.ledger.canonical import PROOF_ERRORS, proof_decoder, proven
 from harness.ledger.dayfiles import CHUNK, is_whole, read_tail
+from harness.ledger.files import why_unreadable
 from harness.timefmt import is_rfc3339
 
-from . import NoLedger, quoted, secretless
+from . import NoLedger, VerificationFailed, quoted, secretless
 from .rows import GENESIS, RowText, encode_row, entry_hash
 
 __all__ = [
@@ -494,9 +496,24 @@ def canonical_lines(lines: list[bytes], unproven: Sequence[int]) -> list[bytes]:
 
 
 def iter_segments(directory: str | Path) -> list[Path]:
-    """The segment files of a ledger directory, in name (= chain) order."""
+    """The segment files of a ledger directory, in name (= chain) order.
+
+    A name of a segment that holds no regular file (a directory, a FIFO, a dangling
+    symlink) is `VerificationFailed`: passed over, the rows it should hold would be
+    missing unseen (the last segment's, with nothing after them to break the chain),
+    so every reader and the writer fail closed on it, naming it."""
     d = Path(directory)
-    return sorted(p for p in d.iterdir() if SEGMENT_RX.fullmatch(p.name) and p.is_file())
+    segs = []
+    for p in d.iterdir():
+        if not SEGMENT_RX.fullmatch(p.name):
+            continue
+        if not p.is_file():
+            why = why_unreadable(str(p), FileNotFoundError(errno.ENOENT,
+                                                           os.strerror(errno.ENOENT)))
+            raise VerificationFailed(f"work ledger {secretless(str(d))}: segment "
+                                     f"{quoted(p.name)} cannot be read: {why}")
+        segs.append(p)
+    return sorted(segs)
 
 
 # What a complete line past CHUNK bytes is judged as: its last bytes alone could read as
