@@ -421,16 +421,7 @@ def test_gc_keeps_a_fetched_lineage_that_diverges_and_names_it(world: World,
                                                                tmp_path: Path) -> None:
     """A fetched anchor of another lineage is the trace resume refuses on: gc keeps it
     (and says so), and the resume is refused after gc as before."""
-    a, _, b = _machines(tmp_path)
-    record(a, GOAL)
-    assert cli(world, a, "ledger", "anchor", RUN).returncode == 0
-    git(a, "push", "-q", "origin", WILDCARD)
-    assert cli(world, b, "ledger", "fetch", RUN).returncode == 0
-    for host in (a, b):
-        assert cli(world, host, "ledger", "resume", RUN).returncode == 0
-        assert cli(world, host, "ledger", "anchor", RUN).returncode == 0
-    git(a, "push", "-q", "origin", WILDCARD)
-    assert cli(world, b, "ledger", "fetch", RUN).returncode == 3
+    _, b = _two_lineages(world, tmp_path)
     theirs = git(b, "rev-parse", FETCHED).stdout
     res = cli(world, b, "ledger", "gc", RUN)
     assert res.returncode == 0, res.stderr
