@@ -444,6 +444,14 @@ def _project_gone(project: Project) -> str:
             f"{shlex.quote(where)}")
 
 
+def _bad_registration(project: Project) -> str:
+    """Why a registered project's name is refused, and the `harness down` that drops it."""
+    where = shown_path(project.dir)
+    return (f"the project registered (harness up) at {where}: "
+            f"{project_name_problem(project.name)}; unregister it with: harness down "
+            f"{shlex.quote(where)}")
+
+
 def _message(err: Any) -> str:
     kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
     if kind == "extra_forbidden":
@@ -752,6 +760,13 @@ def load_config(path: str | None = None, *, projects: list[Project] | None = Non
             files.append(_File(exc.path, problems=[Problem(exc.path, None, "", exc.reason)]))
             projects = []
     for project in projects:
+        if not NAME_RE.fullmatch(project.name):
+            # `harness up` refuses such a name, so the registry was edited by hand: its
+            # harnesses would be named "../x" or "a/b/x", and a run log path built from
+            # one leaves the jobs directory.
+            reg = registry_path()
+            files.append(_File(reg, problems=[Problem(reg, None, "", _bad_registration(project))]))
+            continue
         f = _File(project.config_file, project=project)
         files.append(f)
         parts = _read_file(f, "project", project)

@@ -1,0 +1,46 @@
+"""Mutation-test survivors of the config loader (`harness.config.load`), and the bad input
+found while reading it: a hand-edited registry whose project name is no name, and the
+lines and values a problem quotes. Exact problem text through `load_config`, or through
+the real CLI and a real daemon where that is where a user meets it."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import World
+from daemons import DEADLINE, Daemons
+
+
+def _list(world: World) -> dict[str, str]:
+    res = world.harness("list", "--json")
+    assert res.returncode == 0, res.stderr
+    return {h["name"]: h["kind"] for h in json.loads(res.stdout)}
+
+
+def test_a_registry_edited_to_a_project_name_that_is_a_path_stops_the_boot(
+        world: World, daemons: Daemons) -> None:
+    """`harness up` refuses a project name that is no NAME, but projects.json is a file
+    anyone can edit: a name "../.." was taken as it is, and its harness became "../../job",
+    whose run log path leaves the jobs directory. The boot now stops with exit 2 on one line
+    naming the registry, the directory and the `harness down` that drops it; after that
+    command the daemon boots and serves the global harness alone."""
+    proj = world.root / "proj"
+    proj.mkdir()
+    (proj / "harness.toml").write_text('[harness.job]\nkind = "oneshot"\nargv = ["true"]\n')
+    daemons.write_config('[harness.solo]\nkind = "oneshot"\nargv = ["true"]\n')
+    world.state.mkdir(parents=True)
+    registry = world.state / "projects.json"
+    registry.write_text(json.dumps({"version": 1,
+                                    "projects": [{"name": "../..", "dir": str(proj)}]}))
+    booted = daemons.start(wait=False)
+    assert booted.wait(timeout=DEADLINE) == 2
+    assert daemons.stderr() == (
+        f"{registry}: the project registered (harness up) at {proj}: '../..' is not a "
+        "usable project name (letters, digits, '.', '_', '-'); unregister it with: "
+        f"harness down {proj}\n")
+    assert not daemons.socket.exists()
+
+    res = world.harness("down", str(proj))
+    assert res.returncode == 0, res.stderr
+    daemons.start()
+    assert _list(world) == {"solo": "oneshot"}
