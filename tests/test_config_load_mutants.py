@@ -6,9 +6,13 @@ the real CLI and a real daemon where that is where a user meets it."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from conftest import World
 from daemons import DEADLINE, Daemons
+from harness.config.load import ConfigError, load_config
 
 
 def _list(world: World) -> dict[str, str]:
@@ -44,3 +48,22 @@ def test_a_registry_edited_to_a_project_name_that_is_a_path_stops_the_boot(
     assert res.returncode == 0, res.stderr
     daemons.start()
     assert _list(world) == {"solo": "oneshot"}
+
+
+def _problems(path: Path) -> str:
+    with pytest.raises(ConfigError) as exc:
+        load_config(str(path), projects=[])
+    return str(exc.value)
+
+
+def test_a_workdir_given_as_an_array_is_quoted_as_written(tmp_path: Path) -> None:
+    """A type error quotes what the user wrote: an array of relative paths for `workdir`
+    (which takes one path) was resolved first, as `env_file`'s array is, and quoted as
+    absolute paths the file never held. An `env_file` array still resolves."""
+    cfg = tmp_path / "harness.toml"
+    cfg.write_text('[harness.a]\nargv = ["true"]\nworkdir = ["w", "~/x"]\n')
+    assert _problems(cfg) == (
+        f"{cfg}:3: harness.a.workdir: expected a string, got array ['w', '~/x']")
+    cfg.write_text('[harness.a]\nargv = ["true"]\nenv_file = ["e", "f/../g"]\n')
+    assert load_config(str(cfg), projects=[]).harness["a"].env_file == [
+        str(tmp_path / "e"), str(tmp_path / "g")]

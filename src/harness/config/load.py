@@ -480,11 +480,12 @@ def _message(err: Any) -> str:
 
 # ---- reading one file --------------------------------------------------------------------
 
-def _resolve(value: Any, base: str) -> Any:
-    """``~`` and relative paths against the declaring file's directory; non-strings as is."""
+def _resolve(value: Any, base: str, *, many: bool = False) -> Any:
+    """``~`` and relative paths against the declaring file's directory; non-strings as is
+    (and a list as is unless the key takes a list of paths, `many`)."""
     if isinstance(value, str) and value:
         return os.path.normpath(os.path.join(base, os.path.expanduser(value)))
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+    if many and isinstance(value, list) and all(isinstance(v, str) for v in value):
         return [_resolve(v, base) for v in value]
     return value  # left as written, so a type error quotes what the user wrote
 
@@ -550,9 +551,9 @@ def _read_file(f: _File, role: str, project: Project | None = None) -> _Parts | 
                     f.add(("harness", name, key), _PROJECT_FORBIDDEN[key])
                     del body[key]  # reported once here, not again as a cascade below
             body.setdefault("workdir", project.dir if project else base)
-        for key in ("workdir", "env_file"):
+        for key, many in (("workdir", False), ("env_file", True)):
             if key in body:
-                body[key] = _resolve(body[key], base)
+                body[key] = _resolve(body[key], base, many=many)
         full = f"{project.name}/{name}" if project else name
         if not name_kept(full):
             whose, fix = (("this project's name", "register the project under another "
@@ -573,7 +574,7 @@ def _read_file(f: _File, role: str, project: Project | None = None) -> _Parts | 
         target: dict[str, Any] = getattr(parts, kind)
         for name, body in _named_tables(f, data, kind).items():
             if "env_file" in body:
-                body = {**body, "env_file": _resolve(body["env_file"], base)}
+                body = {**body, "env_file": _resolve(body["env_file"], base, many=True)}
             target[name] = f.validate(model, body, (kind, name))
     if role == "global":
         parts.ledger = f.validate(LedgerConfig, data.get("ledger", {}), ("ledger",))
