@@ -67,3 +67,21 @@ def test_a_workdir_given_as_an_array_is_quoted_as_written(tmp_path: Path) -> Non
     cfg.write_text('[harness.a]\nargv = ["true"]\nenv_file = ["e", "f/../g"]\n')
     assert load_config(str(cfg), projects=[]).harness["a"].env_file == [
         str(tmp_path / "e"), str(tmp_path / "g")]
+
+
+def test_a_dropin_dir_that_holds_the_global_file_reads_the_others(tmp_path: Path) -> None:
+    """`harness_d = "."` beside harness.toml read the global file again as a drop-in: the
+    load failed with its own [server] refused and every harness "already defined in" the
+    very file. The global file is not its own drop-in, by any path (here a symlinked
+    directory); the other *.toml files there are."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "harness.toml").write_text(
+        '[server]\nharness_d = "."\n\n[harness.a]\nargv = ["true"]\n')
+    (real / "b.toml").write_text('[harness.b]\nargv = ["true"]\n')
+    (tmp_path / "link").symlink_to(real)
+    for cfg in (real / "harness.toml", tmp_path / "link" / "harness.toml"):
+        config = load_config(str(cfg), projects=[])
+        assert sorted(config.harness) == ["a", "b"]
+        assert config.origins == {"harness.a": str(cfg),
+                                  "harness.b": str(cfg.parent / "b.toml")}

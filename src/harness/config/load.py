@@ -742,12 +742,16 @@ def load_config(path: str | None = None, *, projects: list[Project] | None = Non
                                                    f"{shown_path(gparts.harness_d)}: "
                                                    f"{exc.strerror or exc}")
                     entries = []
+                greal = os.path.realpath(gpath)
                 for entry in entries:
                     fp = os.path.join(gparts.harness_d, entry)
                     # Every *.toml is read: one that cannot be (a dangling symlink, a
                     # directory, a FIFO) is a problem, not a file to skip, since
                     # skipping it would make a reload stop the harnesses it declares.
-                    if entry.endswith(".toml"):
+                    # But not the global file itself (`harness_d = "."` beside it): read
+                    # again as a drop-in it clashed with itself, every harness "already
+                    # defined in" its own file, and its [server] refused.
+                    if entry.endswith(".toml") and os.path.realpath(fp) != greal:
                         f = _File(fp)
                         files.append(f)
                         parts = _read_file(f, "dropin")
