@@ -85,3 +85,20 @@ def test_a_dropin_dir_that_holds_the_global_file_reads_the_others(tmp_path: Path
         assert sorted(config.harness) == ["a", "b"]
         assert config.origins == {"harness.a": str(cfg),
                                   "harness.b": str(cfg.parent / "b.toml")}
+
+
+def test_a_file_starting_with_a_byte_order_mark_is_named_so(tmp_path: Path) -> None:
+    """A UTF-8 byte order mark (some Windows editors write one, most editors hide it) was
+    reported as tomllib's "Invalid statement" on a line that reads as valid TOML. The
+    problem now says what is there and how to save the file; a drop-in is told the same."""
+    cfg = tmp_path / "harness.toml"
+    cfg.write_bytes(b'\xef\xbb\xbf[harness.a]\nargv = ["true"]\n')
+    assert _problems(cfg) == (
+        f"{cfg}:1: syntax: invalid TOML: the file starts with a byte order mark (U+FEFF); "
+        "save it as UTF-8 without one")
+    cfg.write_text('[server]\nharness_d = "d"\n')
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x.toml").write_bytes(b'\xef\xbb\xbf\n[harness.a]\nargv = ["true"]\n')
+    assert _problems(cfg) == (
+        f"{tmp_path}/d/x.toml:1: syntax: invalid TOML: the file starts with a byte order "
+        "mark (U+FEFF); save it as UTF-8 without one")

@@ -347,6 +347,13 @@ class _File:
             line = raw[:exc.start].count(b"\n") + 1
             self.problems.append(Problem(self.path, line, "syntax", "not valid UTF-8"))
             return None
+        if text.startswith("\ufeff"):
+            # Written by some Windows editors and invisible in most: tomllib's "Invalid
+            # statement" at line 1 pointed at a line that reads as valid.
+            self.problems.append(Problem(self.path, 1, "syntax", "invalid TOML: the file "
+                                         "starts with a byte order mark (U+FEFF); save it "
+                                         "as UTF-8 without one"))
+            return None
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
