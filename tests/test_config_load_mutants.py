@@ -102,3 +102,16 @@ def test_a_file_starting_with_a_byte_order_mark_is_named_so(tmp_path: Path) -> N
     assert _problems(cfg) == (
         f"{tmp_path}/d/x.toml:1: syntax: invalid TOML: the file starts with a byte order "
         "mark (U+FEFF); save it as UTF-8 without one")
+
+
+def test_a_trigger_named_twice_and_defined_nowhere_is_one_problem_line(
+        tmp_path: Path) -> None:
+    """A trigger repeated in `triggers` is reported as such; when it also names no table,
+    the "is not defined" line was printed once per repeat, the same line twice."""
+    cfg = tmp_path / "harness.toml"
+    cfg.write_text('[harness.a]\nargv = ["x"]\n'
+                   'triggers = ["webhook.q", "channel.c", "webhook.q"]\n')
+    assert _problems(cfg) == "\n".join([
+        f"{cfg}:3: harness.a.triggers: names the same trigger twice",
+        f"{cfg}:3: harness.a.triggers: webhook.q is not defined (no [webhook.q] table)",
+        f"{cfg}:3: harness.a.triggers: channel.c is not defined (no [channel.c] table)"])

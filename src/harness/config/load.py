@@ -573,7 +573,10 @@ def _read_file(f: _File, role: str, project: Project | None = None) -> _Parts | 
         parts.local_names[full] = name
         trig = body.get("triggers")
         if isinstance(trig, list):
-            parts.triggers[full] = [t for t in trig if isinstance(t, str) and "." in t]
+            # Each once: a repeat is the model's to report ("names the same trigger
+            # twice"), and checked twice here it repeated the "is not defined" line.
+            parts.triggers[full] = list(dict.fromkeys(
+                t for t in trig if isinstance(t, str) and "." in t))
         parts.harness[full] = f.validate(HarnessConfig, body, ("harness", name))
     for kind, model in (("webhook", WebhookConfig), ("channel", ChannelConfig)):
         if kind not in allowed:
