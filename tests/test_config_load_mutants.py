@@ -115,3 +115,16 @@ def test_a_trigger_named_twice_and_defined_nowhere_is_one_problem_line(
         f"{cfg}:3: harness.a.triggers: names the same trigger twice",
         f"{cfg}:3: harness.a.triggers: webhook.q is not defined (no [webhook.q] table)",
         f"{cfg}:3: harness.a.triggers: channel.c is not defined (no [channel.c] table)"])
+
+
+def test_a_key_spelled_with_a_long_unicode_escape_is_placed_on_its_line(
+        tmp_path: Path) -> None:
+    """Problem lines come from a re-scan of the text that decoded quoted keys as JSON
+    strings; JSON has no \\UXXXXXXXX escape, so such a key was not found and its problem
+    was put on its table's line (or on line 1, for a table so named)."""
+    cfg = tmp_path / "harness.toml"
+    cfg.write_text('[harness.a]\nargv = ["x"]\n"\\U00000062og\\tus" = 1\n\n'
+                   '["\\U00000068arness".b]\nargv = []\n')
+    assert _problems(cfg) == "\n".join([
+        f"{cfg}:3: harness.a.bog\\tus: unknown key",
+        f"{cfg}:6: harness.b.argv: must be a non-empty list of strings, got array []"])

@@ -166,6 +166,16 @@ class RegistryError(Exception):
 # ---- key positions -----------------------------------------------------------------------
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
+# A basic string's escapes, TOML's own: JSON's lack \UXXXXXXXX, and a key spelled with one
+# was not found, its problem put on the line of its table, or on line 1.
+_ESCAPE = re.compile(r"\\(?:u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|(.))")
+_ESCAPES = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
+
+
+def _unescape(m: re.Match[str]) -> str:
+    code = m[1] or m[2]
+    # Only called on text tomllib has accepted: a code is a Unicode scalar value.
+    return chr(int(code, 16)) if code else _ESCAPES.get(m[3], m[0])
 
 
 def _parse_key(text: str, i: int) -> tuple[Path, int]:
@@ -185,11 +195,7 @@ def _parse_key(text: str, i: int) -> tuple[Path, int]:
                     continue
                 buf.append(text[j])
                 j += 1
-            raw = "".join(buf)
-            try:
-                parts.append(json.loads('"' + raw + '"'))
-            except ValueError:
-                parts.append(raw)
+            parts.append(_ESCAPE.sub(_unescape, "".join(buf)))
             i = j + 1
         elif i < n and text[i] == "'":
             j = text.find("'", i + 1)
