@@ -128,3 +128,26 @@ def test_a_key_spelled_with_a_long_unicode_escape_is_placed_on_its_line(
     assert _problems(cfg) == "\n".join([
         f"{cfg}:3: harness.a.bog\\tus: unknown key",
         f"{cfg}:6: harness.b.argv: must be a non-empty list of strings, got array []"])
+
+
+def test_down_finds_a_project_whose_directory_was_replaced_by_a_symlink(
+        world: World) -> None:
+    """`up` stores a directory's real path. Once that directory was moved and a symlink put
+    at its path (a checkout swapped for a link to a new one), `harness down PATH` resolved
+    PATH to the link's target and found no registration, nor did `down TARGET`: the project
+    could not be dropped but by editing projects.json. The path as given names it now."""
+    old = world.root / "proj"
+    old.mkdir()
+    (old / "harness.toml").write_text('[harness.w]\nargv = ["true"]\n')
+    assert world.harness("up", str(old)).returncode == 0
+    new = world.root / "proj2"
+    old.rename(new)
+    old.symlink_to(new)
+    res = world.harness("down", str(new))
+    assert (res.returncode, res.stderr) == (1, f"harness: {new} is not a registered project\n")
+    res = world.harness("down", str(old))
+    assert (res.returncode, res.stdout, res.stderr) == (
+        0, f"project proj unregistered ({old})\n"
+           "the daemon is not running; its harnesses are gone at its next start\n", "")
+    assert json.loads((world.state / "projects.json").read_text()) == {
+        "version": 1, "projects": []}

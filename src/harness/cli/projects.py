@@ -40,6 +40,7 @@ from ..config.load import (
     load_config,
     project_name_problem,
     register_project,
+    registered_at,
     unregister_project,
 )
 from ..control.client import Client, DaemonError, DaemonLost, DaemonUnreachable, reply_object
@@ -191,9 +192,9 @@ def down_command(ctx: click.Context, directory: str) -> None:
     DIR defaults to here; a running daemon stops the project's harnesses.
     """
     real = os.path.realpath(directory)
-    project = next((p for p in _registered() if p.dir == real), None)
+    project = registered_at(directory, _registered())
     try:
-        gone = unregister_project(real)
+        gone = unregister_project(directory)
     except RegistryError as exc:
         fail(str(exc))
     if not gone:
@@ -201,7 +202,8 @@ def down_command(ctx: click.Context, directory: str) -> None:
     # The name as the registry holds it (a hand edit is never checked), or the
     # directory's own: either may read as a token.
     pname = project.name if project is not None else os.path.basename(real)
-    click.echo(f"project {named(pname)} unregistered ({named(real)})")
+    click.echo(f"project {named(pname)} unregistered "
+               f"({named(project.dir if project is not None else real)})")
     _after_change(ctx, "its harnesses are gone")
 
 

@@ -84,6 +84,7 @@ __all__ = [
     "list_projects",
     "load_config",
     "register_project",
+    "registered_at",
     "registry_path",
     "unregister_project",
 ]
@@ -710,17 +711,28 @@ def register_project(directory: str, name: str | None = None) -> Project:
         return project
 
 
+def registered_at(directory: str, projects: list[Project]) -> Project | None:
+    """The registration ``directory`` names: the one at its real path, as ``up`` stores
+    it, or else the one at the path as given, a registered directory since replaced by a
+    symlink (``harness down DIR`` found no registration by any path, and the daemon kept
+    loading the project through the link)."""
+    for spelling in (os.path.realpath(directory), os.path.abspath(directory)):
+        found = next((p for p in projects if p.dir == spelling), None)
+        if found is not None:
+            return found
+    return None
+
+
 def unregister_project(directory: str) -> bool:
     """Forget ``directory`` (``harness down``); whether it was registered."""
-    real = os.path.realpath(directory)
     if not os.path.exists(registry_path()):
         return False  # nothing to forget; and `down` must not create the state dir
     with _registry_lock():
         projects = list_projects()
-        kept = [p for p in projects if p.dir != real]
-        if len(kept) == len(projects):
+        gone = registered_at(directory, projects)
+        if gone is None:
             return False
-        _write_registry(kept)
+        _write_registry([p for p in projects if p is not gone])
         return True
 
 
