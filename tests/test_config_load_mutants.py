@@ -151,3 +151,15 @@ def test_down_finds_a_project_whose_directory_was_replaced_by_a_symlink(
            "the daemon is not running; its harnesses are gone at its next start\n", "")
     assert json.loads((world.state / "projects.json").read_text()) == {
         "version": 1, "projects": []}
+
+
+def test_up_writes_the_registry_as_indented_json_ending_in_a_newline(world: World) -> None:
+    """projects.json is the one file here a user reads or mends by hand (`harness down`
+    names it in its refusals): two-space JSON, one key a line, a final newline."""
+    proj = world.root / "proj"
+    proj.mkdir()
+    (proj / "harness.toml").write_text("")
+    assert world.harness("up", str(proj), "--name", "p").returncode == 0
+    assert (world.state / "projects.json").read_text() == (
+        '{\n  "version": 1,\n  "projects": [\n    {\n      "name": "p",\n'
+        f'      "dir": "{proj}"\n    }}\n  ]\n}}\n')
