@@ -12,7 +12,7 @@ import pytest
 
 from conftest import World
 from daemons import DEADLINE, Daemons
-from harness.config.load import ConfigError, load_config
+from harness.config.load import ConfigError, Project, list_projects, load_config
 
 
 def _list(world: World) -> dict[str, str]:
@@ -163,3 +163,21 @@ def test_up_writes_the_registry_as_indented_json_ending_in_a_newline(world: Worl
     assert (world.state / "projects.json").read_text() == (
         '{\n  "version": 1,\n  "projects": [\n    {\n      "name": "p",\n'
         f'      "dir": "{proj}"\n    }}\n  ]\n}}\n')
+
+
+def test_a_registry_reached_through_a_symlink_is_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """projects.json is followed if it is a symlink (a state dir kept among dotfiles), as
+    the config files are; only what it leads to must be a regular file."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "harness.toml").write_text('[harness.w]\nargv = ["true"]\n')
+    kept = tmp_path / "kept.json"
+    kept.write_text(json.dumps({"version": 1, "projects": [{"name": "p", "dir": str(proj)}]}))
+    (tmp_path / "state" / "harness").mkdir(parents=True)
+    (tmp_path / "state" / "harness" / "projects.json").symlink_to(kept)
+    cfg = tmp_path / "harness.toml"
+    cfg.write_text("")
+    assert list_projects() == [Project("p", str(proj))]
+    assert sorted(load_config(str(cfg)).harness) == ["p/w"]
