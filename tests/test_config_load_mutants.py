@@ -181,3 +181,23 @@ def test_a_registry_reached_through_a_symlink_is_read(
     cfg.write_text("")
     assert list_projects() == [Project("p", str(proj))]
     assert sorted(load_config(str(cfg)).harness) == ["p/w"]
+
+
+def test_config_files_reached_through_symlinks_are_read(tmp_path: Path) -> None:
+    """Config files kept among dotfiles are symlinks: the global file, a drop-in and a
+    project's harness.toml are each read through one (only a non-regular target, a FIFO
+    or a directory, is refused)."""
+    dots = tmp_path / "dotfiles"
+    dots.mkdir()
+    (dots / "g.toml").write_text(
+        f'[server]\nharness_d = "{tmp_path / "d"}"\n\n[harness.g]\nargv = ["true"]\n')
+    (dots / "drop.toml").write_text('[harness.dropped]\nargv = ["true"]\n')
+    (dots / "proj.toml").write_text('[harness.w]\nargv = ["true"]\n')
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x.toml").symlink_to(dots / "drop.toml")
+    (tmp_path / "harness.toml").symlink_to(dots / "g.toml")
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "harness.toml").symlink_to(dots / "proj.toml")
+    config = load_config(str(tmp_path / "harness.toml"), projects=[Project("p", str(proj))])
+    assert sorted(config.harness) == ["dropped", "g", "p/w"]
