@@ -201,3 +201,21 @@ def test_config_files_reached_through_symlinks_are_read(tmp_path: Path) -> None:
     (proj / "harness.toml").symlink_to(dots / "proj.toml")
     config = load_config(str(tmp_path / "harness.toml"), projects=[Project("p", str(proj))])
     assert sorted(config.harness) == ["dropped", "g", "p/w"]
+
+
+def test_a_value_above_its_bound_names_the_bound(tmp_path: Path) -> None:
+    """An integer over its upper bound (a webhook's `max_body`, 25 MiB) is worded as the
+    lower bounds are, not in pydantic's words."""
+    cfg = tmp_path / "harness.toml"
+    cfg.write_text('[webhook.w]\nsecret = "s"\nmax_body = 26214401\n')
+    assert _problems(cfg) == f"{cfg}:3: webhook.w.max_body: must be at most 26214400, got 26214401"
+
+
+def test_an_escaped_quote_in_a_multiline_string_does_not_end_it_for_the_lines(
+        tmp_path: Path) -> None:
+    """Problem lines come from a re-scan of the text: in a basic string, `\\"` is an
+    escaped quote, not the string's end (in a multi-line one, even followed by two more
+    quotes); taken as the end, every key after it lost its line."""
+    cfg = tmp_path / "harness.toml"
+    cfg.write_text('[harness.a]\nargv = ["""a\\"""\nb""", "c\\"[d"]\n\nbogus = 1\n')
+    assert _problems(cfg) == f"{cfg}:5: harness.a.bogus: unknown key"
