@@ -219,3 +219,11 @@ def test_an_escaped_quote_in_a_multiline_string_does_not_end_it_for_the_lines(
     cfg = tmp_path / "harness.toml"
     cfg.write_text('[harness.a]\nargv = ["""a\\"""\nb""", "c\\"[d"]\n\nbogus = 1\n')
     assert _problems(cfg) == f"{cfg}:5: harness.a.bogus: unknown key"
+
+
+def test_a_syntax_error_at_the_end_of_the_file_is_one_clean_line(tmp_path: Path) -> None:
+    """tomllib ends an error at the end of the text with "(at end of document)" rather
+    than a line and column: the problem takes the last line and drops those words."""
+    cfg = tmp_path / "harness.toml"
+    cfg.write_text('[harness.a]\nargv = ["x"]\nnote = "open')
+    assert _problems(cfg) == f"{cfg}:3: syntax: invalid TOML: Unterminated string"
