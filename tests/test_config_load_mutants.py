@@ -227,3 +227,18 @@ def test_a_syntax_error_at_the_end_of_the_file_is_one_clean_line(tmp_path: Path)
     cfg = tmp_path / "harness.toml"
     cfg.write_text('[harness.a]\nargv = ["x"]\nnote = "open')
     assert _problems(cfg) == f"{cfg}:3: syntax: invalid TOML: Unterminated string"
+
+
+def test_each_wrong_type_is_named_in_toml_words(tmp_path: Path) -> None:
+    """Every pydantic type error the models can raise reads "expected <a TOML type>, got
+    <its TOML type> <value>": a number, a table of strings, a table of prices, an integer
+    given as a float."""
+    cfg = tmp_path / "harness.toml"
+    cfg.write_text('[harness.a]\nargv = ["x"]\nmax_cost_usd = "1"\nkeep_runs = 2.0\n\n'
+                   '[channel.c]\nurl = "http://x"\nheaders = 5\n\n'
+                   '[budget.prices]\nm = 5\n')
+    assert _problems(cfg) == "\n".join([
+        f"{cfg}:3: harness.a.max_cost_usd: expected a number, got string '1'",
+        f"{cfg}:4: harness.a.keep_runs: expected an integer, got float 2.0",
+        f"{cfg}:8: channel.c.headers: expected a table, got integer 5",
+        f"{cfg}:11: budget.prices.m: expected a table, got integer 5"])
