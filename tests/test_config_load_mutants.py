@@ -242,3 +242,12 @@ def test_each_wrong_type_is_named_in_toml_words(tmp_path: Path) -> None:
         f"{cfg}:4: harness.a.keep_runs: expected an integer, got float 2.0",
         f"{cfg}:8: channel.c.headers: expected a table, got integer 5",
         f"{cfg}:11: budget.prices.m: expected a table, got integer 5"])
+
+
+def test_a_value_nested_too_deeply_among_items_is_placed_on_its_line(tmp_path: Path) -> None:
+    """tomllib gives no line for a value nested past its recursion limit; the loader points
+    at the line where brackets nest deepest, counting closing ones down, so items between
+    the brackets (`[1, [1, ...`) do not move it to the file's first bracket."""
+    cfg = tmp_path / "harness.toml"
+    cfg.write_text('[harness.a]\nargv = ["x"]\n\n[server]\nx = ' + "[1, " * 3000 + "\n")
+    assert _problems(cfg) == f"{cfg}:5: syntax: invalid TOML: nested too deeply"
