@@ -251,3 +251,17 @@ def test_a_value_nested_too_deeply_among_items_is_placed_on_its_line(tmp_path: P
     cfg = tmp_path / "harness.toml"
     cfg.write_text('[harness.a]\nargv = ["x"]\n\n[server]\nx = ' + "[1, " * 3000 + "\n")
     assert _problems(cfg) == f"{cfg}:5: syntax: invalid TOML: nested too deeply"
+
+
+def test_a_harness_declared_twice_is_reported_once_not_for_its_triggers(
+        tmp_path: Path) -> None:
+    """The second declaration of a name is refused as a duplicate; its triggers are not
+    checked too (its table is not the one loaded), so a trigger naming no table there adds
+    no line of its own."""
+    cfg = tmp_path / "harness.toml"
+    cfg.write_text(f'[server]\nharness_d = "{tmp_path / "d"}"\n\n'
+                   '[harness.x]\nargv = ["true"]\n')
+    (tmp_path / "d").mkdir()
+    drop = tmp_path / "d" / "x.toml"
+    drop.write_text('[harness.x]\nargv = ["true"]\ntriggers = ["webhook.nope"]\n')
+    assert _problems(cfg) == f"{drop}:1: harness.x: harness 'x' is already defined in {cfg}"
