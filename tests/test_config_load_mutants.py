@@ -265,3 +265,13 @@ def test_a_harness_declared_twice_is_reported_once_not_for_its_triggers(
     drop = tmp_path / "d" / "x.toml"
     drop.write_text('[harness.x]\nargv = ["true"]\ntriggers = ["webhook.nope"]\n')
     assert _problems(cfg) == f"{drop}:1: harness.x: harness 'x' is already defined in {cfg}"
+
+
+def test_a_file_ending_in_a_comment_without_a_newline_is_placed(tmp_path: Path) -> None:
+    """The last line may end in a comment with no newline after it: the line re-scan
+    stops at the end of the text there, and the key before the comment keeps its line."""
+    cfg = tmp_path / "harness.toml"
+    cfg.write_text('[harness.a]\nargv = ["x"]\nbogus = 1 # the end')
+    assert _problems(cfg) == f"{cfg}:3: harness.a.bogus: unknown key"
+    cfg.write_text('[harness.a]\nargv = ["x"]\nbogus = 1\n# the end')
+    assert _problems(cfg) == f"{cfg}:3: harness.a.bogus: unknown key"
