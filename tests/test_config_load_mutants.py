@@ -267,11 +267,15 @@ def test_a_harness_declared_twice_is_reported_once_not_for_its_triggers(
     assert _problems(cfg) == f"{drop}:1: harness.x: harness 'x' is already defined in {cfg}"
 
 
-def test_a_file_ending_in_a_comment_without_a_newline_is_placed(tmp_path: Path) -> None:
-    """The last line may end in a comment with no newline after it: the line re-scan
-    stops at the end of the text there, and the key before the comment keeps its line."""
+def test_a_file_ending_without_a_newline_is_placed(tmp_path: Path) -> None:
+    """The last line may end in a comment, a value or a table header with no newline
+    after it: the line re-scan stops at the end of the text there (it raised IndexError
+    reading one character past it), and every key keeps its line."""
     cfg = tmp_path / "harness.toml"
     cfg.write_text('[harness.a]\nargv = ["x"]\nbogus = 1 # the end')
     assert _problems(cfg) == f"{cfg}:3: harness.a.bogus: unknown key"
     cfg.write_text('[harness.a]\nargv = ["x"]\nbogus = 1\n# the end')
     assert _problems(cfg) == f"{cfg}:3: harness.a.bogus: unknown key"
+    cfg.write_text('[harness.a]\nargv = ["x"]\nbogus = 1\n[harness.b]')
+    assert _problems(cfg) == "\n".join([f"{cfg}:3: harness.a.bogus: unknown key",
+                                        f"{cfg}:4: harness.b.argv: required key is missing"])
