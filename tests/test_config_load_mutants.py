@@ -279,3 +279,22 @@ def test_a_file_ending_without_a_newline_is_placed(tmp_path: Path) -> None:
     cfg.write_text('[harness.a]\nargv = ["x"]\nbogus = 1\n[harness.b]')
     assert _problems(cfg) == "\n".join([f"{cfg}:3: harness.a.bogus: unknown key",
                                         f"{cfg}:4: harness.b.argv: required key is missing"])
+
+
+def test_a_project_harness_declared_twice_is_named_as_its_file_spells_it(
+        tmp_path: Path) -> None:
+    """Two registrations under one name (a hand-edited registry) declare `p/w` twice: the
+    second is refused at its own line, its key as the file spells it (`harness.w`), and
+    the message names the full harness and the first file."""
+    dirs = []
+    for sub in ("one", "two"):
+        d = tmp_path / sub
+        d.mkdir()
+        (d / "harness.toml").write_text(f'# {sub}\n\n[harness.w]\nargv = ["true"]\n')
+        dirs.append(d)
+    cfg = tmp_path / "harness.toml"
+    cfg.write_text("")
+    with pytest.raises(ConfigError) as exc:
+        load_config(str(cfg), projects=[Project("p", str(d)) for d in dirs])
+    assert str(exc.value) == (f"{dirs[1]}/harness.toml:3: harness.w: harness 'p/w' is already "
+                              f"defined in {dirs[0]}/harness.toml")
