@@ -247,9 +247,14 @@ def test_each_wrong_type_is_named_in_toml_words(tmp_path: Path) -> None:
 def test_a_value_nested_too_deeply_among_items_is_placed_on_its_line(tmp_path: Path) -> None:
     """tomllib gives no line for a value nested past its recursion limit; the loader points
     at the line where brackets nest deepest, counting closing ones down, so items between
-    the brackets (`[1, [1, ...`) do not move it to the file's first bracket."""
+    the brackets (`[1, [1, ...`) do not move it to the file's first bracket, and a second
+    value as deep does not move it past the first."""
     cfg = tmp_path / "harness.toml"
     cfg.write_text('[harness.a]\nargv = ["x"]\n\n[server]\nx = ' + "[1, " * 3000 + "\n")
+    assert _problems(cfg) == f"{cfg}:5: syntax: invalid TOML: nested too deeply"
+    # Two values as deep: the first is where tomllib stopped.
+    deep = "[" * 3000 + "]" * 3000
+    cfg.write_text(f'[harness.a]\nargv = ["x"]\n\n[server]\nx = {deep}\ny = {deep}\n')
     assert _problems(cfg) == f"{cfg}:5: syntax: invalid TOML: nested too deeply"
 
 
