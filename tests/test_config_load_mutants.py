@@ -303,3 +303,18 @@ def test_a_project_harness_declared_twice_is_named_as_its_file_spells_it(
         load_config(str(cfg), projects=[Project("p", str(d)) for d in dirs])
     assert str(exc.value) == (f"{dirs[1]}/harness.toml:3: harness.w: harness 'p/w' is already "
                               f"defined in {dirs[0]}/harness.toml")
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ('""', "must not be empty"),
+    ("5", "expected a string, got integer 5"),
+    ('"a\\u0000b"', "'a\\x00b' holds a NUL character, which no path can carry"),
+])
+def test_a_harness_d_that_names_no_directory_is_one_problem(
+        tmp_path: Path, value: str, problem: str) -> None:
+    """A `harness_d` that is empty, not a string or holds a NUL is refused by [server]'s
+    model alone: no drop-in pass is tried with it (which said "'' is not a directory" as
+    well, or raised on an integer)."""
+    cfg = tmp_path / "harness.toml"
+    cfg.write_text(f"[server]\nharness_d = {value}\n")
+    assert _problems(cfg) == f"{cfg}:2: server.harness_d: {problem}"
