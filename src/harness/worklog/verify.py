@@ -592,11 +592,12 @@ def read_chain(directory: str | Path) -> LedgerRead:
 
 def _segments_or_none(directory: str | Path) -> list[Path]:
     d = Path(directory)
+    # The work tree may be named after a token; every other refusal scrubs its path.
     if not d.is_dir():
-        raise NoLedger(f"no work ledger at {d}")
+        raise NoLedger(f"no work ledger at {secretless(d)}")
     segs = iter_segments(d)
     if not segs:
-        raise NoLedger(f"no work ledger at {d} (no segment files)")
+        raise NoLedger(f"no work ledger at {secretless(d)} (no segment files)")
     return segs
 
 
