@@ -7,10 +7,22 @@ codes (DESIGN.md §2: 0 ok, 1 no ledger, 2 verification failed, 3 divergence).""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
+import test_control_server
 from conftest import World
+from harness.control.server import OpError
+from test_control_server import Serve
 from test_worklog_cli import cli, err_line, make_repo
+
+# The fixtures of the control server's own tests, under the names tests ask for.
+loop = test_control_server.loop
+serve = test_control_server.serve
+sockdir = test_control_server.sockdir
 
 TOKEN = "ghp_" + "A1b2C3d4" * 4 + "abcd"  # the form of a GitHub token
 
@@ -30,3 +42,55 @@ def test_no_work_ledger_never_shows_a_token_in_the_work_trees_path(world: World,
     assert (res.returncode, res.stdout) == (1, "")
     assert err_line(res) == f"harness: no work ledger at {shown}/g2 (no segment files)"
     assert TOKEN not in js.stderr + res.stderr
+
+
+# -- the control client -------------------------------------------------------------------
+
+_OUT_OF_DESCRIPTORS = """
+import os, resource, sys
+from harness.control.client import Client, DaemonUnreachable
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 4, hard))
+held = []
+try:
+    while True:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+except OSError:
+    pass
+try:
+    Client(sys.argv[1])
+except DaemonUnreachable as exc:
+    print(exc.absent, exc.advice())
+"""
+
+
+def test_a_client_out_of_descriptors_is_told_the_daemon_is_not_reachable(
+        tmp_path: Path) -> None:
+    """socket() itself failing (EMFILE) is an unreachable daemon like any connect error,
+    not an AttributeError on the socket that was never made."""
+    sock = str(tmp_path / "control.sock")
+    res = subprocess.run([sys.executable, "-c", _OUT_OF_DESCRIPTORS, sock],
+                         capture_output=True, text=True, timeout=120)
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == f"False daemon not reachable (Too many open files) ({sock})\n"
+
+
+def _cli_env(sockdir: Path, tmp_path: Path) -> dict[str, str]:
+    return dict(os.environ, HARNESS_SOCKET=str(sockdir / "harness.sock"),
+                XDG_STATE_HOME=str(tmp_path / "state"), HOME=str(tmp_path / "home"))
+
+
+def test_an_error_code_the_daemon_answers_is_scrubbed_as_its_message_is(
+        serve: Serve, sockdir: Path, tmp_path: Path) -> None:
+    """Whatever the other end of the socket sends, the CLI's error line carries no
+    credential: the code is scrubbed like the message."""
+
+    async def refuse(req: dict[str, Any]) -> Any:
+        raise OpError(f"denied_{TOKEN}", f"no {TOKEN} here")
+
+    serve({"list": refuse})
+    res = subprocess.run([sys.executable, "-m", "harness.cli", "list"],
+                         env=_cli_env(sockdir, tmp_path), capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", "harness: no [REDACTED] here (denied_[REDACTED])\n")

@@ -116,6 +116,10 @@ class Client:
             raise DaemonUnreachable(f"not reachable ({problem})", path)
         try:
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError as exc:
+            # Out of descriptors (EMFILE) or memory: no socket to close, the same answer.
+            raise DaemonUnreachable(f"not reachable ({exc.strerror or exc})", path) from None
+        try:
             self._sock.settimeout(timeout)
             self._sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError):
