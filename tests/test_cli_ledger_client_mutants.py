@@ -17,7 +17,7 @@ import test_control_server
 from conftest import World
 from harness.control.server import OpError
 from test_control_server import Serve
-from test_worklog_cli import cli, err_line, make_repo
+from test_worklog_cli import GOAL, RUN, cli, err_line, make_repo, record, rows_of
 
 # The fixtures of the control server's own tests, under the names tests ask for.
 loop = test_control_server.loop
@@ -73,6 +73,22 @@ def test_a_client_out_of_descriptors_is_told_the_daemon_is_not_reachable(
                          capture_output=True, text=True, timeout=120)
     assert (res.returncode, res.stderr) == (0, "")
     assert res.stdout == f"False daemon not reachable (Too many open files) ({sock})\n"
+
+
+def test_resume_names_the_signal_directory_without_the_token(world: World,
+                                                             tmp_path: Path) -> None:
+    """Every line of a successful resume, exactly; the signals' directory is shown as a
+    refusal shows a path, so a work tree named after a token does not print it."""
+    repo = make_repo(tmp_path / TOKEN)
+    record(repo, GOAL)
+    res = cli(world, repo, "ledger", "resume", RUN)
+    assert (res.returncode, res.stderr) == (0, "")
+    resumed = rows_of(repo)[-1]
+    assert res.stdout == (
+        f"resumed {RUN} at entry 9 (head {resumed['entry_hash']}); 1 finished, 1 in flight, "
+        "2 scheduled, 0 failed, 0 abandoned; frontier: t2, t3\n"
+        f"wrote 2 signal(s) to {tmp_path}/[REDACTED]/.harness/runtime/resume\n"
+        f"anchor the resume so others see it: harness ledger anchor {RUN}\n")
 
 
 def _cli_env(sockdir: Path, tmp_path: Path) -> dict[str, str]:

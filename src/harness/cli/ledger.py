@@ -43,7 +43,7 @@ from ..worklog.resume import resume, survey
 from ..worklog.rows import ledger_dir
 from ..worklog.verify import WorkVerify, verify_dir
 from . import render
-from .output import fail, some_of, warn_strays
+from .output import fail, named, some_of, warn_strays
 
 __all__ = ["EXIT_BROKEN", "EXIT_DIVERGED", "EXIT_NO_LEDGER", "EXIT_OK", "ledger_group"]
 
@@ -359,8 +359,9 @@ def resume_command(run_id: str, dry_run: bool, as_json: bool, workdir: str | Non
     click.echo(f"resumed {run_id} at entry {res.resume_seq} (head {res.resumed_head}); "
                f"{summary}; frontier: {frontier}")
     if res.signals:
+        # The work tree's path, shown as a refusal would show it (a token, an escape).
         click.echo(f"wrote {len(res.signals)} signal(s) to "
-                   f"{Path(res.signals[0]).parent}")
+                   f"{named(str(Path(res.signals[0]).parent))}")
     click.echo(f"anchor the resume so others see it: harness ledger anchor {run_id}")
 
 
