@@ -110,3 +110,14 @@ def test_an_error_code_the_daemon_answers_is_scrubbed_as_its_message_is(
                          timeout=120, check=False)
     assert (res.returncode, res.stdout, res.stderr) == (
         1, "", "harness: no [REDACTED] here (denied_[REDACTED])\n")
+
+
+def test_a_workdir_that_is_a_file_is_named_as_one(world: World, tmp_path: Path) -> None:
+    """Exit 1 (no ledger) for every command of the group, and the line says what is
+    wrong with the path rather than that it does not exist."""
+    (tmp_path / "notes").write_text("x\n")
+    for args in (["verify", "g1"], ["anchor", "g1"], ["fetch", "g1"], ["resume", "g1"],
+                 ["gc", "g1"], ["runs"]):
+        res = cli(world, tmp_path, "ledger", *args, "--workdir", "notes")
+        assert (res.returncode, res.stdout) == (1, ""), args
+        assert err_line(res) == "harness: --workdir notes: not a directory", args

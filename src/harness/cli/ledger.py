@@ -86,7 +86,10 @@ def _workdir(option: str | None) -> Path:
     if option is not None:
         path = Path(option).expanduser()
         if not path.is_dir():
-            raise NoLedger(f"--workdir {secretless(option)}: no such directory")
+            # A file there is named as such: "no such directory" sends the user looking
+            # for a path that exists.
+            why = "not a directory" if path.exists() else "no such directory"
+            raise NoLedger(f"--workdir {secretless(option)}: {why}")
         return path.resolve()
     try:
         res = subprocess.run(
