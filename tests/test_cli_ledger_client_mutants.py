@@ -6,15 +6,22 @@ codes (DESIGN.md §2: 0 ok, 1 no ledger, 2 verification failed, 3 divergence).""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import test_control_server
 from conftest import World
+from harness.control.client import Client
 from harness.control.server import OpError
 from test_control_server import Serve
 from test_worklog_cli import GOAL, RUN, cli, err_line, make_repo, record, rows_of
@@ -121,3 +128,97 @@ def test_a_workdir_that_is_a_file_is_named_as_one(world: World, tmp_path: Path) 
         res = cli(world, tmp_path, "ledger", *args, "--workdir", "notes")
         assert (res.returncode, res.stdout) == (1, ""), args
         assert err_line(res) == "harness: --workdir notes: not a directory", args
+
+
+HELLO_OK = b'{"ok": true, "proto": "1.0"}\n'
+
+
+@contextlib.contextmanager
+def scripted_daemon(path: Path, replies: list[bytes]) -> Iterator[list[dict[str, Any]]]:
+    """A daemon on `path` for one connection that answers the n-th line it reads with
+    ``replies[n]`` as raw bytes (the hello's first), then closes. Yields the lines read."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen()
+    got: list[dict[str, Any]] = []
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        with conn, conn.makefile("rwb") as f:
+            for reply in replies:
+                got.append(json.loads(f.readline()))
+                f.write(reply)
+                f.flush()
+
+    server = threading.Thread(target=answer, daemon=True)
+    server.start()
+    try:
+        yield got
+        server.join(timeout=60)
+    finally:
+        listener.close()
+
+
+def test_an_error_with_no_message_is_shown_scrubbed_even_for_a_config_code(
+        sockdir: Path, tmp_path: Path) -> None:
+    """A ``bad_config`` message is trusted as scrubbed where the daemon made it; an error
+    object with no message string is shown as its JSON instead, which the daemon never
+    scrubbed: the client does, so a reload refusal cannot print a token."""
+    path = sockdir / "harness.sock"
+    refusal = json.dumps({"id": 1, "ok": False,
+                          "error": {"code": "bad_config", "t": TOKEN}}).encode() + b"\n"
+    with scripted_daemon(path, [HELLO_OK, refusal]) as got:
+        res = subprocess.run([sys.executable, "-m", "harness.cli", "reload"],
+                             env=_cli_env(sockdir, tmp_path), capture_output=True,
+                             text=True, timeout=120, check=False)
+    assert [g["op"] for g in got] == ["hello", "reload"]
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", "harness: the daemon refused the new config and keeps its last good one:\n"
+               '{"code": "bad_config", "t": "[REDACTED]"}\n')
+
+
+def _cli_list(sockdir: Path, tmp_path: Path, replies: list[bytes]
+              ) -> tuple[list[dict[str, Any]], subprocess.CompletedProcess[str]]:
+    """`harness list` against a scripted daemon: (the lines it read, the CLI's result)."""
+    with scripted_daemon(sockdir / "harness.sock", replies) as got:
+        res = subprocess.run([sys.executable, "-m", "harness.cli", "list"],
+                             env=_cli_env(sockdir, tmp_path), capture_output=True,
+                             text=True, timeout=120, check=False)
+    return got, res
+
+
+@pytest.mark.parametrize(("size", "shown"), [
+    (60, '"' + "a" * 58 + '"'),
+    (61, '"' + "a" * 58 + "…"),
+], ids=["60-whole", "61-cut"])
+def test_a_reply_that_is_no_object_is_previewed_up_to_60_characters(
+        sockdir: Path, tmp_path: Path, size: int, shown: str) -> None:
+    reply = json.dumps("a" * (size - 2)).encode() + b"\n"
+    got, res = _cli_list(sockdir, tmp_path, [HELLO_OK, reply])
+    assert [g["op"] for g in got] == ["hello", "list"]
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", f"harness: the daemon's reply to list is not a JSON object: {shown} "
+               "(bad_reply)\n")
+
+
+@pytest.mark.parametrize("hello", [b"not json\n", b"[" * 100_000 + b"]" * 100_000 + b"\n"],
+                         ids=["not-json", "nested-too-deeply"])
+def test_a_hello_answered_with_no_json_is_a_daemon_not_responding(
+        sockdir: Path, tmp_path: Path, hello: bytes) -> None:
+    got, res = _cli_list(sockdir, tmp_path, [hello])
+    assert [g["op"] for g in got] == ["hello"]
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", f"harness: daemon not responding ({sockdir / 'harness.sock'})\n")
+
+
+def test_replies_that_arrive_together_are_each_their_own_requests(sockdir: Path) -> None:
+    """Requests are numbered 1, 2, … on a connection (DESIGN §2), and two replies read in
+    one chunk answer two requests, in order."""
+    both = (HELLO_OK + b'{"id": 1, "ok": true, "data": "one"}\n'
+            b'{"id": 2, "ok": true, "data": "two"}\n')
+    with (scripted_daemon(sockdir / "harness.sock", [both, b"", b""]) as got,
+          Client(str(sockdir / "harness.sock"), timeout=30.0) as client):
+        answers = [client.request("jobs"), client.request("list", x=1)]
+    assert answers == ["one", "two"]
+    assert got == [{"op": "hello", "proto": "1.0"}, {"id": 1, "op": "jobs"},
+                   {"id": 2, "op": "list", "x": 1}]
