@@ -222,3 +222,26 @@ def test_replies_that_arrive_together_are_each_their_own_requests(sockdir: Path)
     assert answers == ["one", "two"]
     assert got == [{"op": "hello", "proto": "1.0"}, {"id": 1, "op": "jobs"},
                    {"id": 2, "op": "list", "x": 1}]
+
+
+def test_a_listing_of_things_that_are_not_objects_is_a_bad_reply(
+        sockdir: Path, tmp_path: Path) -> None:
+    reply = b'{"id": 1, "ok": true, "data": {"harnesses": [1, "x"]}}\n'
+    got, res = _cli_list(sockdir, tmp_path, [HELLO_OK, reply])
+    assert [g["op"] for g in got] == ["hello", "list"]
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", "harness: the daemon's harnesses reply is not a list of objects: "
+               '{"harnesses": [1, "x"]} (bad_reply)\n')
+
+
+def test_a_run_id_that_is_a_boolean_is_a_bad_reply(sockdir: Path, tmp_path: Path) -> None:
+    """`true` is an int to Python; a trigger answered with it names no run."""
+    reply = b'{"id": 1, "ok": true, "data": {"run_id": true}}\n'
+    with scripted_daemon(sockdir / "harness.sock", [HELLO_OK, reply]) as got:
+        res = subprocess.run([sys.executable, "-m", "harness.cli", "trigger", "job"],
+                             env=_cli_env(sockdir, tmp_path), capture_output=True,
+                             text=True, timeout=120, check=False)
+    assert [g["op"] for g in got] == ["hello", "trigger"]
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", "harness: the daemon's trigger reply is not an object with run_id: "
+               '{"run_id": true} (bad_reply)\n')
