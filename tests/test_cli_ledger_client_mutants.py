@@ -245,3 +245,17 @@ def test_a_run_id_that_is_a_boolean_is_a_bad_reply(sockdir: Path, tmp_path: Path
     assert (res.returncode, res.stdout, res.stderr) == (
         1, "", "harness: the daemon's trigger reply is not an object with run_id: "
                '{"run_id": true} (bad_reply)\n')
+
+
+def test_an_os_error_is_one_scrubbed_line_and_exit_2(world: World, tmp_path: Path) -> None:
+    """A file where resume must make its signals' directory: the OS's words and the path
+    it names, scrubbed (exit 2: the resume could not be completed), and no entry added."""
+    repo = make_repo(tmp_path / TOKEN)
+    record(repo, GOAL)
+    (repo / ".harness" / "runtime" / "resume").write_text("x\n")
+    before = rows_of(repo)
+    res = cli(world, repo, "ledger", "resume", RUN)
+    assert (res.returncode, res.stdout) == (2, "")
+    assert err_line(res) == (
+        f"harness: File exists ({tmp_path}/[REDACTED]/.harness/runtime/resume)")
+    assert rows_of(repo) == before
