@@ -259,3 +259,16 @@ def test_an_os_error_is_one_scrubbed_line_and_exit_2(world: World, tmp_path: Pat
     assert err_line(res) == (
         f"harness: File exists ({tmp_path}/[REDACTED]/.harness/runtime/resume)")
     assert rows_of(repo) == before
+
+
+def test_a_socket_path_too_long_names_its_size_and_the_limit(tmp_path: Path) -> None:
+    """The daemon refuses such a path with these words; the client says the same, not
+    the socket module's "AF_UNIX path too long"."""
+    sock = "/tmp/" + "d" * 150 + "/harness.sock"
+    env = dict(os.environ, HARNESS_SOCKET=sock, XDG_STATE_HOME=str(tmp_path / "state"),
+               HOME=str(tmp_path / "home"))
+    res = subprocess.run([sys.executable, "-m", "harness.cli", "list"], env=env,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", "harness: daemon not reachable (the path is 168 bytes; a Unix socket's path "
+               f"holds at most 107) ({sock})\n")
