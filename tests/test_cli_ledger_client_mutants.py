@@ -24,7 +24,7 @@ from conftest import World
 from harness.control.client import Client
 from harness.control.server import OpError
 from test_control_server import Serve
-from test_worklog_cli import GOAL, RUN, cli, err_line, make_repo, record, rows_of
+from test_worklog_cli import GOAL, REF, RUN, cli, err_line, git, make_repo, record, rows_of
 
 # The fixtures of the control server's own tests, under the names tests ask for.
 loop = test_control_server.loop
@@ -272,3 +272,64 @@ def test_a_socket_path_too_long_names_its_size_and_the_limit(tmp_path: Path) -> 
     assert (res.returncode, res.stdout, res.stderr) == (
         1, "", "harness: daemon not reachable (the path is 168 bytes; a Unix socket's path "
                f"holds at most 107) ({sock})\n")
+
+
+def _ok(world: World, cwd: Path, *args: str) -> str:
+    """A command of the group that succeeds: its stdout (nothing on stderr)."""
+    res = cli(world, cwd, "ledger", *args)
+    assert (res.returncode, res.stderr) == (0, ""), args
+    return res.stdout
+
+
+def _runs_table(cwd: Path, entries: int, sync: str) -> str:
+    last = rows_of(cwd)[-1]
+    return ("RUN      ENTRIES  STATE  LAST ACTIVITY                   HEAD              "
+            "LOCAL / ANCHORED\n"
+            f"{RUN}  {entries:>7}  open   {last['ts']}  {last['entry_hash'][:16]}  {sync}\n")
+
+
+def test_the_plain_lines_of_anchor_fetch_gc_and_runs(world: World, tmp_path: Path) -> None:
+    """Each success line exactly, through one story: anchor (created, unchanged, and a
+    dry run of an unchanged anchor, which says what is there), fetch from a remote whose
+    path holds a token (dry run, then written), runs in sync / local ahead / anchored
+    ahead, gc."""
+    a = make_repo(tmp_path / "a")
+    head = record(a, GOAL)[-1]["entry_hash"]
+    created = _ok(world, a, "anchor", RUN)
+    commit = git(a, "rev-parse", REF).stdout.strip()
+    assert created == f"created: {REF} -> {commit} (8 entries, head {head})\n"
+    unchanged = f"unchanged: {REF} -> {commit} (8 entries, head {head})\n"
+    assert _ok(world, a, "anchor", RUN) == unchanged
+    assert _ok(world, a, "anchor", RUN, "--dry-run") == unchanged
+    assert _ok(world, a, "runs") == _runs_table(a, 8, "in sync")
+
+    bare = tmp_path / TOKEN / "bare.git"
+    bare.parent.mkdir()
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(a, "push", "-q", str(bare), f"{REF}:{REF}")
+    b = make_repo(tmp_path / "b")
+    shown = f"{tmp_path}/[REDACTED]/bare.git"
+    assert _ok(world, b, "fetch", RUN, "--remote", str(bare), "--dry-run") == (
+        f"dry run: the local ledger of {RUN} would be written from {shown} (8 new entries; "
+        f"anchored entry_count 8, head_hash {head}); nothing was written\n")
+    assert _ok(world, b, "fetch", RUN, "--remote", str(bare)) == (
+        f"written: work ledger {RUN} from {shown} (entry_count 8, head_hash {head})\n")
+    assert json.loads(_ok(world, b, "fetch", RUN, "--remote", str(bare), "--json")) == {
+        "commit": commit, "dry_run": False, "entry_count": 8, "head_hash": head,
+        "new_entries": 0, "remote": shown, "run_id": RUN, "status": "unchanged",
+        "warning": None}
+
+    _ok(world, a, "resume", RUN)
+    assert _ok(world, a, "runs") == _runs_table(a, 9, "local ahead by 1")
+    _ok(world, a, "anchor", RUN)
+    # The 9-entry anchor reaches b's ref by plain git: b's ledger is behind its anchor.
+    git(a, "push", "-q", str(bare), f"{REF}:{REF}")
+    git(b, "fetch", "-q", str(bare), f"{REF}:{REF}")
+    assert _ok(world, b, "runs") == _runs_table(b, 8, "anchored ahead by 1")
+    tree = git(a, "rev-parse", f"{REF}^{{tree}}").stdout.strip()
+    gc = _ok(world, a, "gc", RUN)
+    squashed = git(a, "rev-parse", REF).stdout.strip()
+    assert gc == (
+        f"{REF}: squashed 2 commits into one parentless commit {squashed} (tree {tree} "
+        "unchanged, 1 chunks). The ref no longer fast-forwards from what was pushed, so "
+        f"pushing it now needs a forced refspec: git push REMOTE '+{REF}:{REF}'\n")
