@@ -333,3 +333,20 @@ def test_the_plain_lines_of_anchor_fetch_gc_and_runs(world: World, tmp_path: Pat
         f"{REF}: squashed 2 commits into one parentless commit {squashed} (tree {tree} "
         "unchanged, 1 chunks). The ref no longer fast-forwards from what was pushed, so "
         f"pushing it now needs a forced refspec: git push REMOTE '+{REF}:{REF}'\n")
+
+
+@pytest.mark.parametrize(("where", "why"), [
+    ("notes", "not reachable (not a socket)"),
+    ("notes/harness.sock", "not reachable (Not a directory)"),
+], ids=["a-file", "under-a-file"])
+def test_a_socket_path_that_no_daemon_could_use_is_not_reachable(
+        tmp_path: Path, where: str, why: str) -> None:
+    """A regular file at the socket path, or above it: the daemon would refuse to start
+    there, so the CLI does not advise starting one; the OS's words, not its errno."""
+    (tmp_path / "notes").write_text("x\n")
+    sock = str(tmp_path / where)
+    env = dict(os.environ, HARNESS_SOCKET=sock, XDG_STATE_HOME=str(tmp_path / "state"),
+               HOME=str(tmp_path / "home"))
+    res = subprocess.run([sys.executable, "-m", "harness.cli", "list"], env=env,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert (res.returncode, res.stdout, res.stderr) == (1, "", f"harness: daemon {why} ({sock})\n")

@@ -13,7 +13,9 @@ it does not.
 from __future__ import annotations
 
 import json
+import os
 import socket
+import stat
 from typing import Any
 
 import msgspec
@@ -102,6 +104,15 @@ def reply_object(data: Any, op: str, **fields: type) -> dict[str, Any]:
                                    f"{_preview(data)}")
 
 
+def _socket_or_nothing(path: str) -> bool:
+    """Whether `path` holds a socket or nothing (a connection refused there means no
+    daemon listens); a path that cannot be examined keeps that answer."""
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return True
+
+
 class Client:
     def __init__(self, path: str, timeout: float = 5.0) -> None:
         self.path = path
@@ -124,6 +135,10 @@ class Client:
             self._sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError):
             self._sock.close()
+            if not _socket_or_nothing(path):
+                # A file of another kind there: a daemon refuses to replace it, so
+                # "start one" is no remedy.
+                raise DaemonUnreachable("not reachable (not a socket)", path) from None
             raise DaemonUnreachable("not running", path, absent=True) from None
         except OSError as exc:
             self._sock.close()
