@@ -350,3 +350,18 @@ def test_a_socket_path_that_no_daemon_could_use_is_not_reachable(
     res = subprocess.run([sys.executable, "-m", "harness.cli", "list"], env=env,
                          capture_output=True, text=True, timeout=120, check=False)
     assert (res.returncode, res.stdout, res.stderr) == (1, "", f"harness: daemon {why} ({sock})\n")
+
+
+@pytest.mark.parametrize(("reply", "said"), [
+    (b'{"id": 1}\n',
+     """the daemon's reply to list is neither ok nor an error object: {"id": 1} (bad_reply)"""),
+    (b'{"id": 1, "ok": false, "error": "boom"}\n',
+     "the daemon's reply to list is neither ok nor an error object: "
+     """{"id": 1, "ok": false, "error": "boom"} (bad_reply)"""),
+    (b'{"id": 1, "ok": false, "error": {"message": "no"}}\n', "no (error)"),
+], ids=["no-ok", "error-not-object", "error-without-code"])
+def test_a_reply_neither_ok_nor_a_whole_error_is_one_line(
+        sockdir: Path, tmp_path: Path, reply: bytes, said: str) -> None:
+    got, res = _cli_list(sockdir, tmp_path, [HELLO_OK, reply])
+    assert [g["op"] for g in got] == ["hello", "list"]
+    assert (res.returncode, res.stdout, res.stderr) == (1, "", f"harness: {said}\n")
