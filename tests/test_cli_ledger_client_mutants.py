@@ -21,8 +21,9 @@ import pytest
 
 import test_control_server
 from conftest import World
-from harness.control.client import Client
+from harness.control.client import Client, DaemonUnreachable
 from harness.control.server import OpError
+from ledgertools import open_fds
 from test_control_server import Serve
 from test_worklog_cli import GOAL, REF, RUN, cli, err_line, git, make_repo, record, rows_of
 
@@ -365,3 +366,19 @@ def test_a_reply_neither_ok_nor_a_whole_error_is_one_line(
     got, res = _cli_list(sockdir, tmp_path, [HELLO_OK, reply])
     assert [g["op"] for g in got] == ["hello", "list"]
     assert (res.returncode, res.stdout, res.stderr) == (1, "", f"harness: {said}\n")
+
+
+def test_a_client_leaves_no_descriptor_open(sockdir: Path) -> None:
+    """A command polling for a daemon that is not there, and one done with a daemon it
+    used through `with`: neither keeps a socket open."""
+    before = open_fds()
+    for _ in range(5):
+        with pytest.raises(DaemonUnreachable) as err:
+            Client(str(sockdir / "nobody.sock"), timeout=5.0)
+        assert (err.value.why, err.value.absent) == ("not running", True)
+    assert open_fds() <= before
+    reply = b'{"id": 1, "ok": true, "data": []}\n'
+    with (scripted_daemon(sockdir / "harness.sock", [HELLO_OK, reply]),
+          Client(str(sockdir / "harness.sock"), timeout=30.0) as client):
+        assert client.request("list") == []
+    assert open_fds() <= before  # the daemon's side is closed and joined by now
