@@ -1,8 +1,18 @@
 """Mutation-test survivors of the `harness ledger` work-ledger commands (`harness.cli.ledger`)
 and of the control client (`harness.control.client`): a work tree named after a token,
-scrubbed from every "no work ledger" line and --json reason as resume already scrubbed it.
-Real git work trees in tmp dirs, the real `harness` CLI, exact stdout, stderr and exit
-codes (DESIGN.md §2: 0 ok, 1 no ledger, 2 verification failed, 3 divergence)."""
+scrubbed from every "no work ledger" line, --json reason and resume's signals line; a
+--workdir that is a file, said to be one; an OSError as one scrubbed line, exit 2; every
+success line of anchor (an unchanged dry run included), fetch (its remote scrubbed), gc
+and the runs table (in sync, local ahead, anchored ahead), exactly. On the client side: a
+process out of descriptors, a socket path too long, a file at or above the socket path,
+each "not reachable" without the advice to start a daemon that could not; a daemon's
+error code scrubbed like its message, and a bad_config error with no message scrubbed by
+the client; a hello answered with no JSON; replies that are no object (previewed up to 60
+characters), neither ok nor a whole error, a listing of non-objects, a boolean run_id;
+requests numbered 1, 2, … with two replies read in one chunk; no socket left open. Real
+git work trees in tmp dirs, the real `harness` CLI, real Unix sockets (a scripted daemon
+where the reply must be one no real daemon sends), exact stdout, stderr and exit codes
+(DESIGN.md §2: 0 ok, 1 no ledger, 2 verification failed, 3 divergence)."""
 
 from __future__ import annotations
 
@@ -118,6 +128,11 @@ def test_an_error_code_the_daemon_answers_is_scrubbed_as_its_message_is(
                          timeout=120, check=False)
     assert (res.returncode, res.stdout, res.stderr) == (
         1, "", "harness: no [REDACTED] here (denied_[REDACTED])\n")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo")
 
 
 def test_a_workdir_that_is_a_file_is_named_as_one(world: World, tmp_path: Path) -> None:
@@ -382,3 +397,36 @@ def test_a_client_leaves_no_descriptor_open(sockdir: Path) -> None:
           Client(str(sockdir / "harness.sock"), timeout=30.0) as client):
         assert client.request("list") == []
     assert open_fds() <= before  # the daemon's side is closed and joined by now
+
+
+def test_verify_json_and_plain_lines_exactly(world: World, repo: Path) -> None:
+    """`verify RUN_ID`: the whole --json document of a chain with a torn tail, of no
+    ledger, and of a segment holding only a torn fragment; and the plain lines of each."""
+    head = record(repo, GOAL)[-1]["entry_hash"]
+    seg = repo / ".harness" / "runtime" / "ledger" / RUN / "000000.jsonl"
+    with seg.open("ab") as f:
+        f.write(b'{"seq":9,"ts":"20')
+    ledger = str(seg.parent)
+    assert json.loads(_ok(world, repo, "verify", RUN, "--json")) == {
+        "entry_count": 8, "head_hash": head, "head_seq": 8, "ledger": ledger, "ok": True,
+        "run_id": RUN, "torn_tail": True, "torn_tail_bytes": 17}
+    assert _ok(world, repo, "verify", RUN) == (
+        f"ok: work ledger {RUN}: 8 entries verify from genesis to head {head}; a torn "
+        "trailing fragment of 17 bytes is not part of the chain\n")
+
+    nothing = {"run_id": "g9", "ok": False, "entry_count": 0, "head_hash": None,
+               "head_seq": 0, "torn_tail": False, "torn_tail_bytes": 0, "seq": None,
+               "file": None, "line": None, "exit_code": 1}
+    res = cli(world, repo, "ledger", "verify", "g9", "--json")
+    assert res.returncode == 1
+    no_dir = f"no work ledger at {seg.parent.parent}/g9"
+    assert json.loads(res.stdout) == {**nothing, "reason": no_dir}
+    assert err_line(res) == f"harness: {no_dir}"
+
+    torn = seg.parent.parent / "g9" / "000000.jsonl"
+    torn.parent.mkdir()
+    torn.write_bytes(b'{"seq":1,"ts":"20')
+    res = cli(world, repo, "ledger", "verify", "g9", "--json")
+    said = f"no work ledger at {torn.parent} (no entries; only a torn fragment of 17 bytes)"
+    assert (res.returncode, json.loads(res.stdout)) == (1, {**nothing, "reason": said})
+    assert err_line(res) == f"harness: {said}"
