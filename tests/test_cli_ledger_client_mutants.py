@@ -430,3 +430,39 @@ def test_verify_json_and_plain_lines_exactly(world: World, repo: Path) -> None:
     said = f"no work ledger at {torn.parent} (no entries; only a torn fragment of 17 bytes)"
     assert (res.returncode, json.loads(res.stdout)) == (1, {**nothing, "reason": said})
     assert err_line(res) == f"harness: {said}"
+
+
+def test_verify_json_is_sorted_utf8_text_naming_the_resolved_ledger(
+        world: World, tmp_path: Path) -> None:
+    """--workdir given relative: the document names the ledger by its absolute path, with
+    the keys sorted and a non-ASCII name as itself, not as escapes."""
+    repo = make_repo(tmp_path / "wörk")
+    head = record(repo, GOAL)[-1]["entry_hash"]
+    expected = {"entry_count": 8, "head_hash": head, "head_seq": 8,
+                "ledger": f"{repo}/.harness/runtime/ledger/{RUN}", "ok": True, "run_id": RUN,
+                "torn_tail": False, "torn_tail_bytes": 0}
+    out = _ok(world, tmp_path, "verify", RUN, "--json", "--workdir", "wörk")
+    assert out == json.dumps(expected, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def test_outside_a_work_tree_named_after_a_token(world: World, tmp_path: Path) -> None:
+    plain = tmp_path / TOKEN
+    plain.mkdir()
+    env = dict(world.env, GIT_CEILING_DIRECTORIES=str(tmp_path))
+    res = subprocess.run([sys.executable, "-m", "harness.cli", "ledger", "runs"], cwd=plain,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert (res.returncode, res.stdout) == (1, "")
+    assert err_line(res) == (f"harness: {tmp_path}/[REDACTED] is not inside a git work tree; "
+                             "run this in the project's work tree or pass --workdir DIR")
+
+
+def test_runs_in_a_work_tree_with_no_ledger_says_so(world: World, repo: Path) -> None:
+    assert _ok(world, repo, "runs") == "no work ledgers\n"
+
+
+def test_resume_with_a_relative_workdir_names_the_signals_absolutely(
+        world: World, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "w")
+    record(repo, GOAL)
+    out = _ok(world, tmp_path, "resume", RUN, "--workdir", "w").splitlines()
+    assert out[1] == f"wrote 2 signal(s) to {repo}/.harness/runtime/resume"
