@@ -466,3 +466,27 @@ def test_resume_with_a_relative_workdir_names_the_signals_absolutely(
     record(repo, GOAL)
     out = _ok(world, tmp_path, "resume", RUN, "--workdir", "w").splitlines()
     assert out[1] == f"wrote 2 signal(s) to {repo}/.harness/runtime/resume"
+
+
+def test_resume_lines_for_a_closed_run_no_frontier_and_an_escaped_task_id(
+        world: World, tmp_path: Path) -> None:
+    done = make_repo(tmp_path / "done")
+    rows = record(done, [("run.open", None, {"goal": "g"}),
+                         ("task.scheduled", "t1", {"deps": []}),
+                         ("task.started", "t1", {"harness": "worker", "run_id": 1}),
+                         ("task.completed", "t1", {"commit": "abc123"})])
+    assert _ok(world, done, "resume", RUN, "--dry-run") == (
+        f"dry run: {RUN} (4 entries, head {rows[-1]['entry_hash']}): 1 finished, 0 in "
+        "flight, 0 scheduled, 0 failed, 0 abandoned; prior resumes 0; would resume: "
+        "nothing\n")
+    closed = record(done, [("run.closed", None, {})])[-1]["entry_hash"]
+    assert _ok(world, done, "resume", RUN) == (
+        f"run {RUN} is closed (5 entries, head {closed}); nothing to resume, nothing was "
+        "written\n")
+    # A right-to-left override in a task id is shown as an escape, not obeyed.
+    odd = make_repo(tmp_path / "odd")
+    head = record(odd, [("run.open", None, {"goal": "g"}),
+                        ("task.scheduled", "t\u202e1", {"deps": []})])[-1]["entry_hash"]
+    assert _ok(world, odd, "resume", RUN, "--dry-run") == (
+        f"dry run: {RUN} (2 entries, head {head}): 0 finished, 0 in flight, 1 scheduled, "
+        "0 failed, 0 abandoned; prior resumes 0; would resume: t\\u202e1\n")
