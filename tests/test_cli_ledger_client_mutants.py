@@ -490,3 +490,17 @@ def test_resume_lines_for_a_closed_run_no_frontier_and_an_escaped_task_id(
     assert _ok(world, odd, "resume", RUN, "--dry-run") == (
         f"dry run: {RUN} (2 entries, head {head}): 0 finished, 0 in flight, 1 scheduled, "
         "0 failed, 0 abandoned; prior resumes 0; would resume: t\\u202e1\n")
+
+
+def test_runs_table_escapes_a_run_id_and_dashes_what_a_broken_ledger_lacks(
+        world: World, repo: Path) -> None:
+    odd = "r\u202ex"
+    last = record(repo, [("run.open", None, {"goal": "g"})], run_id=odd)[-1]
+    broken = repo / ".harness" / "runtime" / "ledger" / "b1" / "000000.jsonl"
+    broken.parent.mkdir()
+    broken.write_bytes(b"not a row\n")
+    assert _ok(world, repo, "runs") == (
+        "RUN       ENTRIES  STATE   LAST ACTIVITY                   HEAD              "
+        "LOCAL / ANCHORED\n"
+        f"b1              0  broken  -                               {'0' * 16}  local only\n"
+        f"r\\u202ex        1  open    {last['ts']}  {last['entry_hash'][:16]}  local only\n")
