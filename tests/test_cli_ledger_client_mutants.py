@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -504,3 +505,26 @@ def test_runs_table_escapes_a_run_id_and_dashes_what_a_broken_ledger_lacks(
         "LOCAL / ANCHORED\n"
         f"b1              0  broken  -                               {'0' * 16}  local only\n"
         f"r\\u202ex        1  open    {last['ts']}  {last['entry_hash'][:16]}  local only\n")
+
+
+def test_fetch_warns_on_stderr_when_it_keeps_a_side_ref_ahead(world: World,
+                                                              tmp_path: Path) -> None:
+    """b anchored 5 entries, then lost its ledger directory; the remote holds 3. Fetch
+    writes those 3 and succeeds, and says on stderr why the side ref stays on b's anchor."""
+    a = make_repo(tmp_path / "a")
+    head3 = record(a, GOAL[:3])[-1]["entry_hash"]
+    _ok(world, a, "anchor", RUN)
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(a, "push", "-q", str(bare), f"{REF}:{REF}")
+    b = make_repo(tmp_path / "b")
+    _ok(world, b, "fetch", RUN, "--remote", str(bare))
+    record(b, GOAL[3:5])
+    _ok(world, b, "anchor", RUN)
+    mine = git(b, "rev-parse", REF).stdout.strip()
+    shutil.rmtree(b / ".harness" / "runtime" / "ledger" / RUN)
+    res = cli(world, b, "ledger", "fetch", RUN, "--remote", str(bare))
+    assert (res.returncode, res.stdout, res.stderr) == (
+        0, f"written: work ledger {RUN} from {bare} (entry_count 3, head_hash {head3})\n",
+        f"harness: warning: kept {REF} at {mine}: it anchors entries the fetched anchor "
+        "lacks; the local ledger now follows the fetched chain\n")
