@@ -34,6 +34,7 @@ import test_control_server
 from conftest import World
 from harness.control.client import Client, DaemonUnreachable
 from harness.control.server import OpError
+from harness.worklog.store import WorkLedger
 from ledgertools import open_fds
 from test_control_server import Serve
 from test_worklog_cli import GOAL, REF, RUN, cli, err_line, git, make_repo, record, rows_of
@@ -528,3 +529,25 @@ def test_fetch_warns_on_stderr_when_it_keeps_a_side_ref_ahead(world: World,
         0, f"written: work ledger {RUN} from {bare} (entry_count 3, head_hash {head3})\n",
         f"harness: warning: kept {REF} at {mine}: it anchors entries the fetched anchor "
         "lacks; the local ledger now follows the fetched chain\n")
+
+
+def test_runs_names_the_most_any_fetched_anchor_is_ahead(world: World,
+                                                         tmp_path: Path) -> None:
+    """Two remotes' anchors fetched but not written (a writer holds b's run): one is 1
+    entry ahead of b's chain, the other 2; the table names the most, 2."""
+    a = make_repo(tmp_path / "a")
+    record(a, GOAL)
+    _ok(world, a, "anchor", RUN)
+    bare1, bare2 = tmp_path / "one.git", tmp_path / "two.git"
+    for bare in (bare1, bare2):
+        git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(a, "push", "-q", str(bare1), f"{REF}:{REF}")
+    b = make_repo(tmp_path / "b")
+    _ok(world, b, "fetch", RUN, "--remote", str(bare1))
+    for bare in (bare1, bare2):
+        record(a, [("task.completed", "t2", {"commit": "def456"})])
+        _ok(world, a, "anchor", RUN)
+        git(a, "push", "-q", str(bare), f"+{REF}:{REF}")
+        with WorkLedger(b, RUN):
+            assert cli(world, b, "ledger", "fetch", RUN, "--remote", str(bare)).returncode == 2
+    assert _ok(world, b, "runs").splitlines()[1].endswith("  in sync, fetched ahead by 2")
