@@ -551,3 +551,18 @@ def test_runs_names_the_most_any_fetched_anchor_is_ahead(world: World,
         with WorkLedger(b, RUN):
             assert cli(world, b, "ledger", "fetch", RUN, "--remote", str(bare)).returncode == 2
     assert _ok(world, b, "runs").splitlines()[1].endswith("  in sync, fetched ahead by 2")
+
+
+def test_a_file_where_a_run_ledger_directory_belongs_is_named_as_one(
+        world: World, repo: Path) -> None:
+    """Still no ledger (exit 1), but the line says a file holds the path rather than that
+    nothing is there."""
+    where = repo / ".harness" / "runtime" / "ledger" / "g1"
+    where.parent.mkdir(parents=True)
+    where.write_text("x\n")
+    for cmd, said in (("verify", f"no work ledger at {where} (not a directory)"),
+                      ("anchor", f"no work ledger at {where} (not a directory)"),
+                      ("resume", f"no work ledger for run 'g1' in {where} (not a directory)")):
+        res = cli(world, repo, "ledger", cmd, "g1")
+        assert (res.returncode, res.stdout) == (1, ""), cmd
+        assert err_line(res) == f"harness: {said}", cmd

@@ -59,7 +59,7 @@ from .git import Git
 from .replay import State, replay
 from .rows import clean_payload, entry_hash, holds_secret, ledger_dir, validate_run_id
 from .store import SYNC_TIMEOUT, WorkLedger
-from .verify import WorkVerify, read_chain, verify_lines
+from .verify import WorkVerify, not_a_directory, read_chain, verify_lines
 
 __all__ = [
     "ResumeResult",
@@ -305,7 +305,8 @@ def _local(workdir: Path, run_id: str
         if _has_anchor(workdir, run_id):
             hint = (f"; {anchor_mod.REF_PREFIX}{run_id} exists here: run 'harness ledger "
                     f"fetch {run_id} --remote .' to restore the local ledger from it")
-        raise NoLedger(f"no work ledger for run '{run_id}' in {secretless(directory)}{hint}")
+        raise NoLedger(f"no work ledger for run '{run_id}' in {secretless(directory)}"
+                       f"{not_a_directory(directory)}{hint}")
     lines, torn, _, starts = read_chain(directory)
     if not lines:
         raise NoLedger(f"the work ledger of run '{run_id}' in {secretless(directory)} holds "

@@ -590,11 +590,17 @@ def read_chain(directory: str | Path) -> LedgerRead:
     return LedgerRead(lines, stream.torn, stream.torn_size, stream.starts)
 
 
+def not_a_directory(path: Path) -> str:
+    """What a "no work ledger" refusal adds when something other than a directory holds
+    the ledger's path: without it the user is told of nothing where there is a file."""
+    return " (not a directory)" if path.exists() or path.is_symlink() else ""
+
+
 def _segments_or_none(directory: str | Path) -> list[Path]:
     d = Path(directory)
     # The work tree may be named after a token; every other refusal scrubs its path.
     if not d.is_dir():
-        raise NoLedger(f"no work ledger at {secretless(d)}")
+        raise NoLedger(f"no work ledger at {secretless(d)}{not_a_directory(d)}")
     segs = iter_segments(d)
     if not segs:
         raise NoLedger(f"no work ledger at {secretless(d)} (no segment files)")
