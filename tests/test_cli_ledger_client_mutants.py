@@ -566,3 +566,12 @@ def test_a_file_where_a_run_ledger_directory_belongs_is_named_as_one(
         res = cli(world, repo, "ledger", cmd, "g1")
         assert (res.returncode, res.stdout) == (1, ""), cmd
         assert err_line(res) == f"harness: {said}", cmd
+
+
+def test_runs_table_says_anchored_only_for_a_run_with_no_local_ledger(
+        world: World, repo: Path) -> None:
+    last = record(repo, GOAL)[-1]
+    _ok(world, repo, "anchor", RUN)
+    shutil.rmtree(repo / ".harness" / "runtime" / "ledger" / RUN)
+    assert _ok(world, repo, "runs").splitlines()[1] == (
+        f"{RUN}        8  open   {last['ts']}  {last['entry_hash'][:16]}  anchored only")
