@@ -1,18 +1,22 @@
 """Mutation-test survivors of the `harness ledger` work-ledger commands (`harness.cli.ledger`)
-and of the control client (`harness.control.client`): a work tree named after a token,
-scrubbed from every "no work ledger" line, --json reason and resume's signals line; a
---workdir that is a file, said to be one; an OSError as one scrubbed line, exit 2; every
-success line of anchor (an unchanged dry run included), fetch (its remote scrubbed), gc
-and the runs table (in sync, local ahead, anchored ahead), exactly. On the client side: a
-process out of descriptors, a socket path too long, a file at or above the socket path,
-each "not reachable" without the advice to start a daemon that could not; a daemon's
-error code scrubbed like its message, and a bad_config error with no message scrubbed by
-the client; a hello answered with no JSON; replies that are no object (previewed up to 60
-characters), neither ok nor a whole error, a listing of non-objects, a boolean run_id;
-requests numbered 1, 2, … with two replies read in one chunk; no socket left open. Real
-git work trees in tmp dirs, the real `harness` CLI, real Unix sockets (a scripted daemon
-where the reply must be one no real daemon sends), exact stdout, stderr and exit codes
-(DESIGN.md §2: 0 ok, 1 no ledger, 2 verification failed, 3 divergence)."""
+and of the control client (`harness.control.client`). The ledger group: a work tree named
+after a token, scrubbed from every "no work ledger" line, --json reason, "not inside a git
+work tree" and resume's signals line; a --workdir, or a run's ledger path, that is a file,
+said to be one; an OSError as one scrubbed line, exit 2; verify's --json documents whole
+(sorted, UTF-8, the ledger resolved) and its plain lines; every success line of anchor (an
+unchanged dry run included), fetch (its remote scrubbed, its warning on stderr), gc and
+resume (closed, nothing to resume, an escaped task id); the runs table exactly (in sync,
+local ahead, anchored ahead, anchored only, the most a fetched anchor is ahead, an escaped
+run id, a broken ledger's dashes, "no work ledgers"). The client: a process out of
+descriptors, a socket path too long, a file at or above the socket path, each "not
+reachable" with no advice to start a daemon that could not help; a daemon's error code
+scrubbed like its message, a bad_config error with no message scrubbed by the client; a
+hello answered with no JSON; replies that are no object (previewed up to 60 characters),
+neither ok nor a whole error, a listing of non-objects, a boolean run_id; requests
+numbered 1, 2, … with two replies read in one chunk; no socket left open. Real git work
+trees in tmp dirs, the real `harness` CLI, real Unix sockets (a scripted daemon where the
+reply must be one no real daemon sends), exact stdout, stderr and exit codes (DESIGN.md
+§2: 0 ok, 1 no ledger, 2 verification failed, 3 divergence)."""
 
 from __future__ import annotations
 
