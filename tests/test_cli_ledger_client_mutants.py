@@ -579,3 +579,14 @@ def test_runs_table_says_anchored_only_for_a_run_with_no_local_ledger(
     shutil.rmtree(repo / ".harness" / "runtime" / "ledger" / RUN)
     assert _ok(world, repo, "runs").splitlines()[1] == (
         f"{RUN}        8  open   {last['ts']}  {last['entry_hash'][:16]}  anchored only")
+
+
+def test_without_git_on_the_path_the_work_tree_cannot_be_found(world: World,
+                                                               repo: Path) -> None:
+    env = dict(world.env, PATH=str(tmp_bin := repo / "no-bin"))
+    tmp_bin.mkdir()
+    res = subprocess.run([sys.executable, "-m", "harness.cli", "ledger", "runs"], cwd=repo,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert (res.returncode, res.stdout) == (1, "")
+    assert err_line(res) == ("harness: cannot find the work tree (git: No such file or "
+                             "directory (git)); pass --workdir DIR")
