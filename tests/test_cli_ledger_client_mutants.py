@@ -590,3 +590,13 @@ def test_without_git_on_the_path_the_work_tree_cannot_be_found(world: World,
     assert (res.returncode, res.stdout) == (1, "")
     assert err_line(res) == ("harness: cannot find the work tree (git: No such file or "
                              "directory (git)); pass --workdir DIR")
+
+
+def test_an_expected_head_of_an_empty_ledger_is_still_no_ledger(world: World,
+                                                                repo: Path) -> None:
+    seg = repo / ".harness" / "runtime" / "ledger" / "g1" / "000000.jsonl"
+    seg.parent.mkdir(parents=True)
+    seg.write_bytes(b"")
+    res = cli(world, repo, "ledger", "verify", "g1", "--expected-head", "a" * 64)
+    assert (res.returncode, res.stdout) == (1, "")
+    assert err_line(res) == f"harness: no work ledger at {seg.parent} (no entries)"
