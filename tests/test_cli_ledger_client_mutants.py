@@ -353,7 +353,7 @@ def test_the_plain_lines_of_anchor_fetch_gc_and_runs(world: World, tmp_path: Pat
     squashed = git(a, "rev-parse", REF).stdout.strip()
     assert gc == (
         f"{REF}: squashed 2 commits into one parentless commit {squashed} (tree {tree} "
-        "unchanged, 1 chunks). The ref no longer fast-forwards from what was pushed, so "
+        "unchanged, 1 chunk(s)). The ref no longer fast-forwards from what was pushed, so "
         f"pushing it now needs a forced refspec: git push REMOTE '+{REF}:{REF}'\n")
 
 

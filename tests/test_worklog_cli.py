@@ -869,7 +869,7 @@ def test_gc_squashes_the_anchor_history(world: World, repo: Path) -> None:
     dry = cli(world, repo, "ledger", "gc", RUN, "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout == (f"dry run: {REF} would be squashed from 2 commits into one "
-                          f"parentless commit (tree {tree} unchanged, 1 chunks); "
+                          f"parentless commit (tree {tree} unchanged, 1 chunk(s)); "
                           "nothing was changed\n")
     assert snapshot(repo) == before
     res = cli(world, repo, "ledger", "gc", RUN)
@@ -900,7 +900,7 @@ def test_gc_json_is_structured(world: World, repo: Path) -> None:
         **base, "dry_run": True, "changed": False, "commit": old, "commits": 2,
         "dropped_commits": 1,
         "result": (f"dry run: {REF} would be squashed from 2 commits into one parentless "
-                   f"commit (tree {tree} unchanged, 1 chunks); nothing was changed")}
+                   f"commit (tree {tree} unchanged, 1 chunk(s)); nothing was changed")}
     assert git(repo, "rev-parse", REF).stdout.strip() == old
 
     res = cli(world, repo, "ledger", "gc", RUN, "--json")
@@ -911,7 +911,7 @@ def test_gc_json_is_structured(world: World, repo: Path) -> None:
         **base, "dry_run": False, "changed": True, "commit": new, "commits": 2,
         "dropped_commits": 1,
         "result": (f"{REF}: squashed 2 commits into one parentless commit {new} (tree {tree} "
-                   "unchanged, 1 chunks). The ref no longer fast-forwards from what was "
+                   "unchanged, 1 chunk(s)). The ref no longer fast-forwards from what was "
                    "pushed, so pushing it now needs a forced refspec: git push REMOTE "
                    f"'+{REF}:{REF}'")}
 

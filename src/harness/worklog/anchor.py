@@ -195,10 +195,10 @@ class GcResult:
         if self.dry_run:
             return (f"dry run: {self.ref} would be squashed from {self.commits} commits into "
                     f"one parentless commit (tree {self.tree} unchanged, {self.chunks} "
-                    "chunks); nothing was changed")
+                    "chunk(s)); nothing was changed")
         return (
             f"{self.ref}: squashed {self.commits} commits into one parentless commit "
-            f"{self.commit} (tree {self.tree} unchanged, {self.chunks} chunks). The ref no "
+            f"{self.commit} (tree {self.tree} unchanged, {self.chunks} chunk(s)). The ref no "
             "longer fast-forwards from what was pushed, so pushing it now needs a forced "
             f"refspec: git push REMOTE '+{self.ref}:{self.ref}'"
         )
