@@ -396,6 +396,34 @@ def test_a_credential_in_a_flag_is_not_echoed(world: World, args: tuple[str, ...
     assert KEY[:20] not in res.stderr
 
 
+def test_a_state_dir_named_after_a_token_is_scrubbed_in_every_offline_line(
+        world: World, tmp_path: Path) -> None:
+    """`harness runs` offline named the ledger's path raw in its REQ-16 warning and in
+    "could not be read", and `ledger verify` in "no run ledger at" and in its refusal of
+    a ledger path that is a file, where `harness logs` scrubs the same path."""
+    home = tmp_path / KEY
+    world.env["XDG_STATE_HOME"] = str(home)
+    ledger = home / "harness" / "ledger"
+    shown = str(ledger).replace(KEY, "[REDACTED]")
+    res = world.harness("ledger", "verify")
+    assert (res.returncode, res.stderr) == (1, f"harness: no run ledger at {shown}\n")
+    ledger.mkdir(parents=True)
+    res = runs(world, "--json")
+    assert (res.returncode, res.stdout) == (0, "[]\n")
+    assert res.stderr.splitlines()[0].endswith(f"read the ledger from disk ({shown})")
+    ledger.rmdir()
+    ledger.write_text("")
+    res = runs(world)
+    assert res.returncode == 1
+    assert res.stderr.endswith(
+        f", and the run ledger could not be read: ledger path {shown} is not a directory\n")
+    res = world.harness("ledger", "verify")
+    assert (res.returncode, res.stderr) == (
+        2, f"harness: ledger path {shown} is not a directory\n")
+    for out in (res.stdout, res.stderr, runs(world).stderr):
+        assert KEY[:20] not in out
+
+
 @pytest.mark.parametrize("value", ["\uff15", "\u0665", "1_0", "+1_0"])
 def test_limit_takes_ascii_digits_only(world: World, value: str) -> None:
     """Python's int() reads full-width and other Unicode digits and underscores:

@@ -23,6 +23,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from .. import paths
+from ..config.durations import shown_path
 from ..controls import one_line
 from ..ledger.dayfiles import LedgerDirError
 from ..ledger.verify import verify_run_ledger
@@ -203,13 +204,14 @@ def _verify_run_ledger(as_json: bool) -> None:
     try:
         res = verify_run_ledger(directory)
     except (LedgerDirError, ValueError, OSError) as exc:
-        _fail(as_json, directory, str(exc), EXIT_BROKEN)
+        _fail(as_json, directory, shown_path(str(exc)), EXIT_BROKEN)
         return
     if not res.exists or (res.ok and res.head_seq is None):
         # No complete line and no CHAIN: day files holding nothing, or only a fragment a
         # crash left, are no ledger either (the work ledger says the same of its own).
         what = f" ({res.files} day file(s), no complete line)" if res.files else ""
-        _fail(as_json, directory, f"no run ledger at {directory}{what}", EXIT_NO_LEDGER)
+        _fail(as_json, directory, f"no run ledger at {shown_path(directory)}{what}",
+              EXIT_NO_LEDGER)
         return
     if as_json:
         click.echo(json.dumps(paths.texts_of({"ledger": directory, **res.to_json()}), indent=2))

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from .. import paths
-from ..config.durations import is_bare_number, parse_duration_ns, shown
+from ..config.durations import is_bare_number, parse_duration_ns, shown, shown_path
 from ..control.client import Client, DaemonError, DaemonLost, DaemonUnreachable, listing
 from ..ledger.dayfiles import LedgerDirError
 from ..ledger.fold import LogProbe
@@ -185,11 +185,13 @@ def runs_command(ctx: click.Context, names: tuple[str, ...], harness: tuple[str,
             recs, _oldest, stats = scan(directory,
                                         replace(q, limit=SWEEP_LIMIT + 1) if cut else q)
         except (LedgerDirError, OSError) as err:
+            # The state dir's path may hold a token (a directory named after one): the
+            # path is scrubbed as every other line that names it.
             click.echo(f"harness: daemon {why}, and the run ledger could not be read: "
-                       f"{render.visible(str(err))}", err=True)
+                       f"{render.visible(shown_path(str(err)))}", err=True)
             sys.exit(1)
         click.echo(f"harness: daemon {why}; read the ledger from disk "
-                   f"({render.visible(str(directory))})", err=True)
+                   f"({render.visible(shown_path(str(directory)))})", err=True)
         if stats.skipped or stats.torn:
             click.echo(f"harness: skipped {stats.skipped} unparseable line(s) and "
                        f"{stats.torn} torn fragment(s)", err=True)
