@@ -126,3 +126,22 @@ def test_the_config_home_and_the_overrides_name_the_config(home: Path, tmp_path:
     assert daemon_refuses(home, **env) == env["HARNESS_CONFIG"]
     flag = str(tmp_path / "flag" / "harness" / "harness.toml")
     assert daemon_refuses(home, "--config", flag, **env) == flag
+
+
+@pytest.mark.parametrize("flag", ["--config", "--socket"])
+def test_an_empty_path_flag_is_refused_and_an_empty_variable_is_unset(
+        home: Path, tmp_path: Path, flag: str) -> None:
+    """`--config "$CFG"` with CFG unset ran the daemon on the default config, and
+    `--socket ""` asked the default daemon, without a word. The flag is refused (exit 2,
+    before anything is read or made); an empty HARNESS_CONFIG or HARNESS_SOCKET is unset,
+    as an empty variable is to most tools."""
+    env = {"XDG_STATE_HOME": str(home / "st"), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    for args in ((flag, ""), (f"{flag}=",)):
+        for cmd in (("daemon",), ("jobs",), ("runs",)):
+            r = run(home, *args, *cmd, **env)
+            assert (r.returncode, r.stdout, r.stderr.splitlines()[-1]) == (
+                2, "", f"Error: Invalid value for '{flag}': an empty path names no file; "
+                       "leave the option out for the default"), cmd
+    assert not (home / "st").exists()
+    assert socket_tried(home, HARNESS_SOCKET="", HARNESS_CONFIG="", **env) == \
+        f"{home}/st/harness/harness.sock"

@@ -19,6 +19,7 @@ from .. import __version__
 from ..controls import one_line
 from ..ledger.scrub import scrub_text
 from .output import guarded_stdout
+from .params import refused
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
@@ -77,11 +78,23 @@ def _scrubbed(exc: click.ClickException) -> click.ClickException:
     return exc
 
 
+def _a_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An empty path (`--config "$CFG"` with CFG unset) is refused: taken as no option at
+    all, the daemon ran on the default config, or a client asked another daemon, without
+    a word. (An empty environment variable is unset to click, as to most tools.)"""
+    if value == "":
+        raise refused("an empty path names no file; leave the option out for the default",
+                      param.opts[0])
+    return value
+
+
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="harness")
 @click.option("--socket", "socket_path", envvar="HARNESS_SOCKET", default=None,
+              callback=_a_path,
               help="Control socket path (default: $XDG_RUNTIME_DIR/harness.sock).")
 @click.option("--config", "config_path", envvar="HARNESS_CONFIG", default=None,
+              callback=_a_path,
               help="Global config file (default: $XDG_CONFIG_HOME/harness/harness.toml).")
 @click.pass_context
 def cli(ctx: click.Context, socket_path: str | None, config_path: str | None) -> None:
